@@ -1,0 +1,86 @@
+// Backend: the one interface through which every op reaches a kernel, with one
+// implementation per device type (Caffe's CPU/GPU twin layers, PyTorch's dispatch, made
+// small). engine/cpu_backend.cpp binds the reference CPU kernels; the CUDA backend
+// (kernels/cuda/cuda_backend.cu) binds the hand-written kernels and the cuDNN/cuBLAS
+// engines. backend_for(device) is the ONLY place that chooses between them: ops never
+// test for CUDA themselves.
+//
+// Ops (engine/ops.cpp) validate shapes, dtypes and devices and allocate outputs before
+// calling in here; a backend may assume its arguments are consistent. Output tensors are
+// fully overwritten unless `accumulate` says otherwise (see kernels/cpu/kernels.h).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "engine/tensor.h"
+#include "kernels/shapes.h"
+
+namespace dpcore {
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  virtual std::string name() const = 0;
+  // Number of usable devices of this type (CPU: 1; CUDA: 0 on a machine without a GPU).
+  virtual int device_count() const = 0;
+  virtual Allocator& allocator(int device_index) = 0;
+  // Copies bytes between devices; either side may be the host. Ordered with the
+  // backend's work on the current stream of that device.
+  virtual void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes) = 0;
+  // Waits until all queued work on the device is done.
+  virtual void synchronize(int device_index) = 0;
+
+  // ---- kernels ----
+  virtual void conv2d_forward(const kernels::Conv2dShape& s, const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y) = 0;
+  virtual void conv2d_backward_data(const kernels::Conv2dShape& s, const Tensor& dy, const Tensor& w, Tensor& dx) = 0;
+  virtual void conv2d_backward_weight(const kernels::Conv2dShape& s, const Tensor& x, const Tensor& dy, Tensor& dw,
+                                      Tensor* dbias, bool accumulate) = 0;
+
+  virtual void linear_forward(const kernels::LinearShape& s, const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y) = 0;
+  virtual void linear_backward_data(const kernels::LinearShape& s, const Tensor& dy, const Tensor& w, Tensor& dx) = 0;
+  virtual void linear_backward_weight(const kernels::LinearShape& s, const Tensor& x, const Tensor& dy, Tensor& dw,
+                                      Tensor* dbias, bool accumulate) = 0;
+
+  virtual void max_pool2d_forward(const kernels::Pool2dShape& s, const Tensor& x, Tensor& y, Tensor& argmax) = 0;
+  virtual void max_pool2d_backward(const kernels::Pool2dShape& s, const Tensor& dy, const Tensor& argmax, Tensor& dx) = 0;
+
+  virtual void relu_forward(const Tensor& x, Tensor& y) = 0;
+  virtual void relu_backward(const Tensor& dy, const Tensor& y, Tensor& dx) = 0;
+
+  virtual void log_softmax_forward(const Tensor& x, Tensor& y) = 0;                     // over the last dim
+  virtual void log_softmax_backward(const Tensor& dy, const Tensor& y, Tensor& dx) = 0;
+  // loss_sum: one element, sum over rows of -logp[n, target[n]].
+  virtual void nll_loss_forward(const Tensor& logp, const Tensor& target, Tensor& loss_sum) = 0;
+  // dlogp = -grad_per_row * onehot(target); grad_per_row is a one-element tensor on the device
+  // (so that a captured CUDA graph reads the current value instead of baking it in).
+  virtual void nll_loss_backward(const Tensor& grad_per_row, const Tensor& target, Tensor& dlogp) = 0;
+  // Fused log_softmax + NLL: loss_sum as above, dlogits = grad_scale * d(loss_sum)/d(logits).
+  virtual void cross_entropy_forward_backward(const Tensor& logits, const Tensor& target, double grad_scale,
+                                              Tensor& loss_sum, Tensor& dlogits) = 0;
+  // Fails with a message naming `op` if a target lies outside [0, classes).
+  virtual void check_targets(const char* op, const Tensor& target, int64_t classes) = 0;
+
+  virtual void fill(Tensor& y, double value) = 0;
+  virtual void add(const Tensor& a, const Tensor& b, Tensor& y) = 0;          // y may alias a or b
+  virtual void axpy(double alpha, const Tensor& x, Tensor& y) = 0;           // y += alpha * x
+  virtual void scale(double alpha, const Tensor& x, Tensor& y) = 0;          // y = alpha * x, may alias
+  // Multiplies y by a one-element device tensor: y = s[0] * x (may alias).
+  virtual void scale_by(const Tensor& s, const Tensor& x, Tensor& y) = 0;
+  virtual void sum(const Tensor& x, Tensor& out) = 0;                         // out: one element, fixed order
+
+  // One fused update of a whole flat buffer; momentum is undefined when cfg.momentum == 0.
+  virtual void sgd_step(const kernels::SgdConfig& cfg, bool first_step, Tensor& param, const Tensor& grad, Tensor& momentum) = 0;
+};
+
+// The backend for a device. Throws a clear error if that device type is not compiled in or
+// the device index does not exist.
+Backend& backend_for(Device device);
+// Backend registration, done once per device type by a static object in the backend's file.
+void register_backend(Device::Type type, Backend* backend);
+// The registered backend for a type, or null (used to probe for CUDA without failing).
+Backend* find_backend(Device::Type type);
+
+}  // namespace dpcore

@@ -1,0 +1,228 @@
+// The CPU backend: binds the reference kernels of kernels/cpu to the Backend interface,
+// choosing the float or double instantiation from the tensors' dtype.
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+
+#include "engine/backend.h"
+#include "kernels/cpu/kernels.h"
+
+namespace dpcore {
+namespace {
+
+namespace k = kernels::cpu;
+
+// 64-byte aligned host memory (a cache line; also what AVX-512 loads like).
+class CpuAllocator : public Allocator {
+ public:
+  void* allocate(size_t bytes) override {
+    void* p = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
+    if (!p) fail("cpu allocator: out of memory allocating ", bytes, " bytes");
+    size_t now = in_use_ += bytes;
+    size_t peak = peak_.load();
+    while (now > peak && !peak_.compare_exchange_weak(peak, now)) {
+    }
+    return p;
+  }
+  void deallocate(void* ptr, size_t bytes) override {
+    std::free(ptr);
+    in_use_ -= bytes;
+  }
+  size_t bytes_in_use() const override { return in_use_; }
+  size_t peak_bytes() const override { return peak_; }
+  void reset_peak() override { peak_ = in_use_.load(); }
+
+ private:
+  std::atomic<size_t> in_use_{0}, peak_{0};
+};
+
+// Calls f(T{}) with T = float or double according to the tensor's dtype.
+template <class F>
+void dispatch_float(const char* op, const Tensor& t, F&& f) {
+  switch (t.dtype()) {
+    case DType::Float32: f(float{}); return;
+    case DType::Float64: f(double{}); return;
+    default: fail(op, ": expected a float32 or float64 tensor, got ", t.str());
+  }
+}
+
+template <class T>
+T* ptr(const Tensor& t) {
+  return t.defined() ? t.data<T>() : nullptr;
+}
+template <class T>
+T* ptr(const Tensor* t) {
+  return t ? ptr<T>(*t) : nullptr;
+}
+
+class CpuBackend : public Backend {
+ public:
+  std::string name() const override { return "cpu"; }
+  int device_count() const override { return 1; }
+  Allocator& allocator(int) override { return allocator_; }
+  void copy_bytes(void* dst, Device, const void* src, Device, size_t bytes) override { std::memmove(dst, src, bytes); }
+  void synchronize(int) override {}
+
+  void conv2d_forward(const kernels::Conv2dShape& s, const Tensor& x, const Tensor& w, const Tensor* bias,
+                      Tensor& y) override {
+    dispatch_float("conv2d", x, [&](auto t) {
+      using T = decltype(t);
+      k::conv2d_forward<T>(s, ptr<T>(x), ptr<T>(w), ptr<T>(bias), ptr<T>(y));
+    });
+  }
+  void conv2d_backward_data(const kernels::Conv2dShape& s, const Tensor& dy, const Tensor& w, Tensor& dx) override {
+    dispatch_float("conv2d backward", dy, [&](auto t) {
+      using T = decltype(t);
+      k::conv2d_backward_data<T>(s, ptr<T>(dy), ptr<T>(w), ptr<T>(dx));
+    });
+  }
+  void conv2d_backward_weight(const kernels::Conv2dShape& s, const Tensor& x, const Tensor& dy, Tensor& dw,
+                              Tensor* dbias, bool accumulate) override {
+    dispatch_float("conv2d backward", x, [&](auto t) {
+      using T = decltype(t);
+      k::conv2d_backward_weight<T>(s, ptr<T>(x), ptr<T>(dy), ptr<T>(dw), ptr<T>(dbias), accumulate);
+    });
+  }
+
+  void linear_forward(const kernels::LinearShape& s, const Tensor& x, const Tensor& w, const Tensor* bias,
+                      Tensor& y) override {
+    dispatch_float("linear", x, [&](auto t) {
+      using T = decltype(t);
+      k::linear_forward<T>(s, ptr<T>(x), ptr<T>(w), ptr<T>(bias), ptr<T>(y));
+    });
+  }
+  void linear_backward_data(const kernels::LinearShape& s, const Tensor& dy, const Tensor& w, Tensor& dx) override {
+    dispatch_float("linear backward", dy, [&](auto t) {
+      using T = decltype(t);
+      k::linear_backward_data<T>(s, ptr<T>(dy), ptr<T>(w), ptr<T>(dx));
+    });
+  }
+  void linear_backward_weight(const kernels::LinearShape& s, const Tensor& x, const Tensor& dy, Tensor& dw,
+                              Tensor* dbias, bool accumulate) override {
+    dispatch_float("linear backward", x, [&](auto t) {
+      using T = decltype(t);
+      k::linear_backward_weight<T>(s, ptr<T>(x), ptr<T>(dy), ptr<T>(dw), ptr<T>(dbias), accumulate);
+    });
+  }
+
+  void max_pool2d_forward(const kernels::Pool2dShape& s, const Tensor& x, Tensor& y, Tensor& argmax) override {
+    dispatch_float("max_pool2d", x, [&](auto t) {
+      using T = decltype(t);
+      k::max_pool2d_forward<T>(s, ptr<T>(x), ptr<T>(y), argmax.data<int32_t>());
+    });
+  }
+  void max_pool2d_backward(const kernels::Pool2dShape& s, const Tensor& dy, const Tensor& argmax, Tensor& dx) override {
+    dispatch_float("max_pool2d backward", dy, [&](auto t) {
+      using T = decltype(t);
+      k::max_pool2d_backward<T>(s, ptr<T>(dy), argmax.data<int32_t>(), ptr<T>(dx));
+    });
+  }
+
+  void relu_forward(const Tensor& x, Tensor& y) override {
+    dispatch_float("relu", x, [&](auto t) {
+      using T = decltype(t);
+      k::relu_forward<T>(x.numel(), ptr<T>(x), ptr<T>(y));
+    });
+  }
+  void relu_backward(const Tensor& dy, const Tensor& y, Tensor& dx) override {
+    dispatch_float("relu backward", dy, [&](auto t) {
+      using T = decltype(t);
+      k::relu_backward<T>(dy.numel(), ptr<T>(dy), ptr<T>(y), ptr<T>(dx));
+    });
+  }
+
+  void log_softmax_forward(const Tensor& x, Tensor& y) override {
+    dispatch_float("log_softmax", x, [&](auto t) {
+      using T = decltype(t);
+      k::log_softmax_forward<T>(x.size(0), x.size(1), ptr<T>(x), ptr<T>(y));
+    });
+  }
+  void log_softmax_backward(const Tensor& dy, const Tensor& y, Tensor& dx) override {
+    dispatch_float("log_softmax backward", dy, [&](auto t) {
+      using T = decltype(t);
+      k::log_softmax_backward<T>(dy.size(0), dy.size(1), ptr<T>(dy), ptr<T>(y), ptr<T>(dx));
+    });
+  }
+  void nll_loss_forward(const Tensor& logp, const Tensor& target, Tensor& loss_sum) override {
+    dispatch_float("nll_loss", logp, [&](auto t) {
+      using T = decltype(t);
+      k::nll_loss_forward<T>(logp.size(0), logp.size(1), ptr<T>(logp), target.data<int64_t>(), ptr<T>(loss_sum));
+    });
+  }
+  void nll_loss_backward(const Tensor& grad_per_row, const Tensor& target, Tensor& dlogp) override {
+    dispatch_float("nll_loss backward", dlogp, [&](auto t) {
+      using T = decltype(t);
+      k::nll_loss_backward<T>(dlogp.size(0), dlogp.size(1), ptr<T>(grad_per_row)[0], target.data<int64_t>(),
+                              ptr<T>(dlogp));
+    });
+  }
+  void cross_entropy_forward_backward(const Tensor& logits, const Tensor& target, double grad_scale,
+                                      Tensor& loss_sum, Tensor& dlogits) override {
+    dispatch_float("cross_entropy", logits, [&](auto t) {
+      using T = decltype(t);
+      k::cross_entropy_forward_backward<T>(logits.size(0), logits.size(1), ptr<T>(logits), target.data<int64_t>(),
+                                           T(grad_scale), ptr<T>(loss_sum), ptr<T>(dlogits));
+    });
+  }
+  void check_targets(const char* op, const Tensor& target, int64_t classes) override {
+    const int64_t* t = target.data<int64_t>();
+    for (int64_t i = 0; i < target.numel(); ++i) {
+      if (t[i] < 0 || t[i] >= classes) fail(op, ": target ", t[i], " at row ", i, " is outside [0, ", classes, ")");
+    }
+  }
+
+  void fill(Tensor& y, double value) override {
+    switch (y.dtype()) {
+      case DType::Float32: k::fill<float>(y.numel(), float(value), y.data<float>()); return;
+      case DType::Float64: k::fill<double>(y.numel(), value, y.data<double>()); return;
+      case DType::Int32: std::fill_n(y.data<int32_t>(), y.numel(), int32_t(value)); return;
+      case DType::Int64: std::fill_n(y.data<int64_t>(), y.numel(), int64_t(value)); return;
+    }
+  }
+  void add(const Tensor& a, const Tensor& b, Tensor& y) override {
+    dispatch_float("add", a, [&](auto t) {
+      using T = decltype(t);
+      k::add<T>(a.numel(), ptr<T>(a), ptr<T>(b), ptr<T>(y));
+    });
+  }
+  void axpy(double alpha, const Tensor& x, Tensor& y) override {
+    dispatch_float("axpy", x, [&](auto t) {
+      using T = decltype(t);
+      k::axpy<T>(x.numel(), T(alpha), ptr<T>(x), ptr<T>(y));
+    });
+  }
+  void scale(double alpha, const Tensor& x, Tensor& y) override {
+    dispatch_float("scale", x, [&](auto t) {
+      using T = decltype(t);
+      k::scale<T>(x.numel(), T(alpha), ptr<T>(x), ptr<T>(y));
+    });
+  }
+  void scale_by(const Tensor& s, const Tensor& x, Tensor& y) override {
+    dispatch_float("scale", x, [&](auto t) {
+      using T = decltype(t);
+      k::scale<T>(x.numel(), ptr<T>(s)[0], ptr<T>(x), ptr<T>(y));
+    });
+  }
+  void sum(const Tensor& x, Tensor& out) override {
+    dispatch_float("sum", x, [&](auto t) {
+      using T = decltype(t);
+      k::sum<T>(x.numel(), ptr<T>(x), ptr<T>(out));
+    });
+  }
+  void sgd_step(const kernels::SgdConfig& cfg, bool first_step, Tensor& param, const Tensor& grad,
+                Tensor& momentum) override {
+    dispatch_float("sgd", param, [&](auto t) {
+      using T = decltype(t);
+      k::sgd_step<T>(param.numel(), cfg, first_step, ptr<T>(param), ptr<T>(grad), ptr<T>(momentum));
+    });
+  }
+
+ private:
+  CpuAllocator allocator_;
+};
+
+CpuBackend cpu_backend;
+const bool registered = (register_backend(Device::Type::CPU, &cpu_backend), true);
+
+}  // namespace
+}  // namespace dpcore

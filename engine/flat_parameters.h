@@ -1,0 +1,59 @@
+// All parameters of a model in ONE flat buffer, all gradients in a second buffer with the
+// same layout (llm.c's params_memory / grads_memory). Layers hold views into them, so:
+//   * zeroing every gradient is one fill,
+//   * the optimizer is one fused pass over the whole buffer (engine/sgd.h),
+//   * allreduce buckets are contiguous slices of the gradient buffer (comm/),
+//   * replicating a model is one copy, saving is one walk over the entries.
+// Each tensor starts at a multiple of 16 elements (64 bytes) so vectorised kernels can
+// load it aligned; the padding between tensors is zero and stays zero.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "engine/tensor.h"
+
+namespace dpcore {
+
+struct ParamSpec {
+  std::string name;  // PyTorch state_dict name, e.g. "c1.weight"
+  Shape shape;
+};
+
+class FlatParameters {
+ public:
+  struct Entry {
+    std::string name;
+    Shape shape;
+    int64_t offset = 0;  // in elements, into the flat buffers
+    int64_t numel = 0;
+  };
+  static constexpr int64_t kAlignment = 16;
+
+  FlatParameters(const std::vector<ParamSpec>& specs, DType dtype, Device device);
+
+  const std::vector<Entry>& entries() const { return entries_; }
+  const Entry& entry(const std::string& name) const;  // throws naming the parameter
+  int64_t total() const { return total_; }             // elements, padding included
+  DType dtype() const { return values_.dtype(); }
+  Device device() const { return values_.device(); }
+
+  // The flat buffers themselves, each [total()].
+  const Tensor& values() const { return values_; }
+  const Tensor& grads() const { return grads_; }
+
+  // Parameter i as a leaf that requires grad, whose gradient buffer is its slice of grads().
+  const Tensor& param(size_t i) const { return params_[i]; }
+  const std::vector<Tensor>& params() const { return params_; }
+
+  // One fill over the whole gradient buffer.
+  void zero_grad();
+
+ private:
+  std::vector<Entry> entries_;
+  int64_t total_ = 0;
+  Tensor values_, grads_;
+  std::vector<Tensor> params_;
+};
+
+}  // namespace dpcore

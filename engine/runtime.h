@@ -1,0 +1,21 @@
+// Facts about the machine the engine runs on, asked through the registered backends so
+// that callers never need to know whether CUDA was compiled in.
+#pragma once
+
+#include <cstddef>
+
+#include "engine/device.h"
+
+namespace dpcore::runtime {
+
+// CUDA devices usable now: 0 when CUDA is not compiled in, or there is no GPU or driver.
+int cuda_device_count();
+// "cuda:0" when a GPU is usable, else "cpu".
+Device best_device();
+// Waits for all queued work on the device.
+void synchronize(Device device);
+// Allocator statistics for a device.
+size_t peak_bytes(Device device);
+void reset_peak_bytes(Device device);
+
+}  // namespace dpcore::runtime

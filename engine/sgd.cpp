@@ -1,0 +1,35 @@
+#include "engine/sgd.h"
+
+#include "engine/backend.h"
+
+namespace dpcore {
+
+Sgd::Sgd(FlatParameters& params, const SgdConfig& config) : params_(params), config_(config) {
+  DPCORE_CHECK(config.lr >= 0, "sgd: learning rate ", config.lr, " must not be negative");
+  DPCORE_CHECK(config.momentum >= 0, "sgd: momentum ", config.momentum, " must not be negative");
+  DPCORE_CHECK(config.weight_decay >= 0, "sgd: weight decay ", config.weight_decay, " must not be negative");
+  DPCORE_CHECK(!config.nesterov || (config.momentum > 0 && config.dampening == 0),
+               "sgd: nesterov momentum requires a momentum > 0 and zero dampening (as in PyTorch)");
+  if (config.momentum > 0) {
+    momentum_ = Tensor::zeros({params.total()}, params.dtype(), params.device());
+  }
+}
+
+void Sgd::step() {
+  Tensor values = params_.values();
+  Tensor momentum = momentum_;  // undefined without momentum
+  backend_for(values.device()).sgd_step(config_, steps_ == 0, values, params_.grads(), momentum);
+  ++steps_;
+}
+
+void Sgd::restore(const Tensor& momentum, int64_t steps) {
+  DPCORE_CHECK(steps >= 0, "sgd: negative step count ", steps);
+  if (momentum_.defined()) {
+    DPCORE_CHECK(momentum.defined() && momentum.numel() == momentum_.numel(), "sgd: momentum buffer ",
+                 momentum.str(), " does not match the model's ", momentum_.str());
+    momentum_.copy_(momentum.to(momentum_.device()).view(momentum_.shape()));
+  }
+  steps_ = steps;
+}
+
+}  // namespace dpcore

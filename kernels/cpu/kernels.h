@@ -1,0 +1,74 @@
+// The CPU kernels: the reference implementation every other backend is tested against.
+//
+// Each function is a template instantiated for float and double (double for the float64
+// finite-difference gradient checks). Conventions shared by all of them:
+//   * outputs are fully overwritten, never read, except where `accumulate` says otherwise;
+//   * weight/bias gradients take `accumulate`: true adds into dw/db (so the engine can
+//     write straight into the persistent flat gradient buffer across micro-batches),
+//     false overwrites them;
+//   * every reduction runs in a fixed order, so results are bit-reproducible run to run
+//     for a given thread count.
+// Simple loop-nest versions of the same functions live in kernels/cpu/naive.h; the tests
+// hold the fast paths here against them.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/shapes.h"
+
+namespace dpcore::kernels::cpu {
+
+// ---- conv2d (im2col + GEMM through BLAS) ----
+template <class T> void conv2d_forward(const Conv2dShape& s, const T* x, const T* w, const T* bias, T* y);  // bias may be null
+template <class T> void conv2d_backward_data(const Conv2dShape& s, const T* dy, const T* w, T* dx);
+template <class T> void conv2d_backward_weight(const Conv2dShape& s, const T* x, const T* dy, T* dw, T* dbias, bool accumulate);  // dbias may be null
+
+// ---- linear: y = x W^T + b ----
+template <class T> void linear_forward(const LinearShape& s, const T* x, const T* w, const T* bias, T* y);  // bias may be null
+template <class T> void linear_backward_data(const LinearShape& s, const T* dy, const T* w, T* dx);
+template <class T> void linear_backward_weight(const LinearShape& s, const T* x, const T* dy, T* dw, T* dbias, bool accumulate);  // dbias may be null
+
+// ---- max_pool2d: argmax[i] is the flat index (h * W + w) inside the input plane of the
+// element chosen for output i. Row-major scan, strictly-greater replaces (NaN wins), so
+// ties go to the first element, as in PyTorch. Backward scatters dy through argmax in a
+// fixed order (overlapping windows accumulate). ----
+template <class T> void max_pool2d_forward(const Pool2dShape& s, const T* x, T* y, int32_t* argmax);
+template <class T> void max_pool2d_backward(const Pool2dShape& s, const T* dy, const int32_t* argmax, T* dx);
+
+// ---- relu: backward masks with the forward OUTPUT (y > 0), so x need not be kept ----
+template <class T> void relu_forward(int64_t n, const T* x, T* y);
+template <class T> void relu_backward(int64_t n, const T* dy, const T* y, T* dx);
+
+// ---- log_softmax over the last dimension of [rows, cols], max-subtracted ----
+template <class T> void log_softmax_forward(int64_t rows, int64_t cols, const T* x, T* y);
+template <class T> void log_softmax_backward(int64_t rows, int64_t cols, const T* dy, const T* y, T* dx);  // dx = dy - exp(y) * sum(dy)
+
+// ---- nll loss on log-probabilities; targets are checked by the engine beforehand ----
+// loss_sum[0] = sum_n -logp[n, target[n]]
+template <class T> void nll_loss_forward(int64_t rows, int64_t cols, const T* logp, const int64_t* target, T* loss_sum);
+// dlogp = 0 everywhere except dlogp[n, target[n]] = -grad_per_row
+template <class T> void nll_loss_backward(int64_t rows, int64_t cols, T grad_per_row, const int64_t* target, T* dlogp);
+
+// ---- fused log_softmax + nll (llm.c's fused classifier): one pass per row computes the
+// loss and writes the gradient of (grad_scale * loss_sum) w.r.t. the logits; the
+// probabilities are never stored. dlogits may alias nothing else. ----
+template <class T> void cross_entropy_forward_backward(int64_t rows, int64_t cols, const T* logits, const int64_t* target,
+                                                       T grad_scale, T* loss_sum, T* dlogits);
+
+// ---- elementwise and reductions on flat arrays ----
+template <class T> void fill(int64_t n, T value, T* y);
+template <class T> void add(int64_t n, const T* a, const T* b, T* y);       // y = a + b (y may alias a or b)
+template <class T> void axpy(int64_t n, T alpha, const T* x, T* y);         // y += alpha * x
+template <class T> void scale(int64_t n, T alpha, const T* x, T* y);        // y = alpha * x (may alias)
+template <class T> void sum(int64_t n, const T* x, T* out);                 // out[0] = sum(x), fixed (pairwise) order
+
+// ---- SGD over whole flat buffers, torch.optim.SGD semantics:
+//   g = grad + wd * p; if momentum: buf = first_step ? g : mu*buf + (1-dampening)*g;
+//   g = nesterov ? g + mu*buf : buf;  p -= lr * g.   grad itself is not modified. ----
+template <class T> void sgd_step(int64_t n, const SgdConfig& cfg, bool first_step, T* param, const T* grad, T* momentum);
+
+// Threads used by the CPU kernels (OpenMP loops and OpenBLAS). 0 = library default.
+void set_num_threads(int threads);
+int num_threads();
+
+}  // namespace dpcore::kernels::cpu

@@ -1,0 +1,69 @@
+#include "layers/model.h"
+
+#include <cmath>
+#include <sstream>
+
+#include "engine/random.h"
+
+namespace dpcore::nn {
+
+Model::Model(std::unique_ptr<Sequential> net, Shape input_shape, Device device, DType dtype, uint64_t seed)
+    : net_(std::move(net)), input_shape_(std::move(input_shape)) {
+  DPCORE_CHECK(input_shape_.size() == 3, "model: the input shape must be {C, H, W}, got ", shape_str(input_shape_));
+  Shape batch_shape{1};
+  batch_shape.insert(batch_shape.end(), input_shape_.begin(), input_shape_.end());
+  Shape out = net_->output_shape(batch_shape);
+  DPCORE_CHECK(out.size() == 2, "model: the network must end in [N, classes], but ", shape_str(batch_shape),
+               " comes out as ", shape_str(out));
+  num_classes_ = out[1];
+  logits_end_ = net_->size();
+  if (logits_end_ > 0 && dynamic_cast<LogSoftmax*>(&net_->child(logits_end_ - 1))) --logits_end_;
+
+  net_->collect_parameters("", slots_);
+  std::vector<ParamSpec> specs;
+  for (const ParamSlot& s : slots_) specs.push_back({s.name, s.shape});
+  params_ = std::make_unique<FlatParameters>(specs, dtype, device);
+  for (size_t i = 0; i < slots_.size(); ++i) *slots_[i].tensor = params_->param(i);
+  init_parameters(seed);
+}
+
+void Model::init_parameters(uint64_t seed) {
+  Generator gen(seed);
+  std::vector<double> host(size_t(params_->total()), 0.0);
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    const auto& e = params_->entries()[i];
+    double bound = 1.0 / std::sqrt(double(slots_[i].fan_in));
+    for (int64_t j = 0; j < e.numel; ++j) host[size_t(e.offset + j)] = gen.uniform(-bound, bound);
+  }
+  Tensor values = params_->values();
+  if (values.dtype() == DType::Float64) {
+    values.copy_(Tensor::from_vector(host, values.shape()));
+  } else {
+    values.copy_(Tensor::from_vector(std::vector<float>(host.begin(), host.end()), values.shape()));
+  }
+}
+
+std::unique_ptr<Model> Model::replicate(Device device) const {
+  auto net = std::unique_ptr<Sequential>(static_cast<Sequential*>(net_->clone().release()));
+  auto copy = std::make_unique<Model>(std::move(net), input_shape_, device, dtype());
+  Tensor dst = copy->parameters().values();
+  dst.copy_(params_->values());
+  return copy;
+}
+
+std::string Model::summary() const {
+  std::ostringstream os;
+  Shape s{1};
+  s.insert(s.end(), input_shape_.begin(), input_shape_.end());
+  os << "input " << shape_str(s) << "\n";
+  for (size_t i = 0; i < net_->size(); ++i) {
+    s = net_->child(i).output_shape(s);
+    os << "  " << net_->child_name(i) << ": " << net_->child(i).describe() << " -> " << shape_str(s) << "\n";
+  }
+  int64_t count = 0;
+  for (const auto& e : params_->entries()) count += e.numel;
+  os << count << " parameters in " << params_->entries().size() << " tensors";
+  return os.str();
+}
+
+}  // namespace dpcore::nn

@@ -1,0 +1,152 @@
+#include "layers/module.h"
+
+#include "kernels/shapes.h"
+
+namespace dpcore::nn {
+
+namespace {
+std::string join(const std::string& prefix, const std::string& name) { return prefix.empty() ? name : prefix + "." + name; }
+
+void check_rank(const char* layer, const Shape& input, size_t rank, const std::string& what) {
+  DPCORE_CHECK(input.size() == rank, layer, ": expects ", what, ", got input ", shape_str(input));
+}
+}  // namespace
+
+// ---------------------------------------------------------------- Conv2d
+Conv2d::Conv2d(int64_t in_channels, int64_t out_channels, int64_t kernel, int64_t stride, int64_t padding)
+    : in_(in_channels), out_(out_channels), kernel_(kernel), stride_(stride), padding_(padding) {
+  DPCORE_CHECK(in_ > 0 && out_ > 0 && kernel_ > 0 && stride_ > 0 && padding_ >= 0, "conv: invalid configuration ",
+               describe());
+}
+
+Tensor Conv2d::forward(const Tensor& x) {
+  ops::Conv2dOptions opt{stride_, stride_, padding_, padding_};
+  return ops::conv2d(x, weight_, bias_, opt);
+}
+
+Shape Conv2d::output_shape(const Shape& in) const {
+  check_rank("conv", in, 4, "a batch of images [N, C, H, W]");
+  DPCORE_CHECK(in[1] == in_, describe(), ": input ", shape_str(in), " has ", in[1], " channels, expected ", in_);
+  int64_t p = kernels::conv_out_size(in[2], kernel_, stride_, padding_);
+  int64_t q = kernels::conv_out_size(in[3], kernel_, stride_, padding_);
+  DPCORE_CHECK(p > 0 && q > 0, describe(), ": kernel does not fit input ", shape_str(in));
+  return {in[0], out_, p, q};
+}
+
+std::string Conv2d::describe() const {
+  return "conv(" + std::to_string(in_) + "->" + std::to_string(out_) + ", k" + std::to_string(kernel_) + ", s" +
+         std::to_string(stride_) + ", p" + std::to_string(padding_) + ")";
+}
+
+std::unique_ptr<Module> Conv2d::clone() const { return std::make_unique<Conv2d>(in_, out_, kernel_, stride_, padding_); }
+
+void Conv2d::collect_parameters(const std::string& prefix, std::vector<ParamSlot>& out) {
+  int64_t fan_in = in_ * kernel_ * kernel_;
+  out.push_back({join(prefix, "weight"), {out_, in_, kernel_, kernel_}, fan_in, &weight_});
+  out.push_back({join(prefix, "bias"), {out_}, fan_in, &bias_});
+}
+
+// ---------------------------------------------------------------- Linear
+Linear::Linear(int64_t in_features, int64_t out_features) : in_(in_features), out_(out_features) {
+  DPCORE_CHECK(in_ > 0 && out_ > 0, "linear: invalid configuration ", describe());
+}
+
+Tensor Linear::forward(const Tensor& x) { return ops::linear(x, weight_, bias_); }
+
+Shape Linear::output_shape(const Shape& in) const {
+  check_rank("linear", in, 2, "[N, features] (flatten first)");
+  DPCORE_CHECK(in[1] == in_, describe(), ": input ", shape_str(in), " has ", in[1], " features, expected ", in_);
+  return {in[0], out_};
+}
+
+std::string Linear::describe() const { return "linear(" + std::to_string(in_) + "->" + std::to_string(out_) + ")"; }
+
+std::unique_ptr<Module> Linear::clone() const { return std::make_unique<Linear>(in_, out_); }
+
+void Linear::collect_parameters(const std::string& prefix, std::vector<ParamSlot>& out) {
+  out.push_back({join(prefix, "weight"), {out_, in_}, in_, &weight_});
+  out.push_back({join(prefix, "bias"), {out_}, in_, &bias_});
+}
+
+// ---------------------------------------------------------------- MaxPool2d
+MaxPool2d::MaxPool2d(int64_t kernel, int64_t stride, int64_t padding) {
+  if (stride < 0) stride = kernel;
+  opt_ = {kernel, kernel, stride, stride, padding, padding};
+  DPCORE_CHECK(kernel > 0 && stride > 0 && padding >= 0 && 2 * padding <= kernel, "pool: invalid configuration ",
+               describe());
+}
+
+Tensor MaxPool2d::forward(const Tensor& x) { return ops::max_pool2d(x, opt_); }
+
+Shape MaxPool2d::output_shape(const Shape& in) const {
+  check_rank("pool", in, 4, "a batch of images [N, C, H, W]");
+  int64_t p = kernels::conv_out_size(in[2], opt_.kernel_h, opt_.stride_h, opt_.pad_h);
+  int64_t q = kernels::conv_out_size(in[3], opt_.kernel_w, opt_.stride_w, opt_.pad_w);
+  DPCORE_CHECK(p > 0 && q > 0, describe(), ": window does not fit input ", shape_str(in));
+  return {in[0], in[1], p, q};
+}
+
+std::string MaxPool2d::describe() const {
+  return "pool(k" + std::to_string(opt_.kernel_h) + ", s" + std::to_string(opt_.stride_h) + ", p" +
+         std::to_string(opt_.pad_h) + ")";
+}
+
+std::unique_ptr<Module> MaxPool2d::clone() const {
+  return std::make_unique<MaxPool2d>(opt_.kernel_h, opt_.stride_h, opt_.pad_h);
+}
+
+// ---------------------------------------------------------------- Flatten, View, LogSoftmax
+Shape Flatten::output_shape(const Shape& in) const {
+  DPCORE_CHECK(!in.empty(), "flatten: input has no batch dimension");
+  return {in[0], in[0] ? shape_numel(in) / in[0] : 0};
+}
+
+Shape View::output_shape(const Shape& in) const { return ops::resolve_reshape(in, shape_); }
+
+std::string View::describe() const { return "view" + shape_str(shape_); }
+
+Shape LogSoftmax::output_shape(const Shape& in) const {
+  check_rank("log_softmax", in, 2, "[N, classes]");
+  return in;
+}
+
+// ---------------------------------------------------------------- Sequential
+Sequential& Sequential::add(std::string name, std::unique_ptr<Module> module) {
+  for (auto& c : children_) DPCORE_CHECK(c.first != name, "sequential: two children named '", name, "'");
+  children_.emplace_back(std::move(name), std::move(module));
+  return *this;
+}
+
+Sequential& Sequential::add(std::unique_ptr<Module> module) { return add(std::to_string(children_.size()), std::move(module)); }
+
+Tensor Sequential::forward(const Tensor& x) { return forward_prefix(x, children_.size()); }
+
+Tensor Sequential::forward_prefix(const Tensor& x, size_t count) {
+  Tensor h = x;
+  for (size_t i = 0; i < count && i < children_.size(); ++i) h = children_[i].second->forward(h);
+  return h;
+}
+
+Shape Sequential::output_shape(const Shape& input) const {
+  Shape s = input;
+  for (auto& c : children_) s = c.second->output_shape(s);
+  return s;
+}
+
+std::string Sequential::describe() const {
+  std::string s;
+  for (auto& c : children_) s += (s.empty() ? "" : " ") + c.second->describe();
+  return s;
+}
+
+std::unique_ptr<Module> Sequential::clone() const {
+  auto copy = std::make_unique<Sequential>();
+  for (auto& c : children_) copy->add(c.first, c.second->clone());
+  return copy;
+}
+
+void Sequential::collect_parameters(const std::string& prefix, std::vector<ParamSlot>& out) {
+  for (auto& c : children_) c.second->collect_parameters(join(prefix, c.first), out);
+}
+
+}  // namespace dpcore::nn

@@ -1,0 +1,173 @@
+#include "layers/zoo.h"
+
+#include <cctype>
+#include <sstream>
+
+namespace dpcore::nn {
+
+namespace {
+
+// conv 3x3, stride 1, padding 1, with bias: the only convolution the reference models use.
+std::unique_ptr<Module> conv3x3(int64_t in, int64_t out) { return std::make_unique<Conv2d>(in, out, 3, 1, 1); }
+std::unique_ptr<Module> pool2() { return std::make_unique<MaxPool2d>(2, 2); }
+std::unique_ptr<Module> relu() { return std::make_unique<ReLU>(); }
+
+}  // namespace
+
+std::vector<std::string> reference_model_names() { return {"simplenet", "fashioncnn", "vggs"}; }
+
+ModelDef reference_model(const std::string& name) {
+  auto net = std::make_unique<Sequential>();
+  if (name == "simplenet") {
+    net->add("conv", conv3x3(3, 16)).add(relu()).add(pool2()).add(std::make_unique<Flatten>());
+    net->add("fc", std::make_unique<Linear>(16 * 16 * 16, 10)).add(std::make_unique<LogSoftmax>());
+    return {std::move(net), {3, 32, 32}};
+  }
+  if (name == "fashioncnn") {
+    net->add("c1", conv3x3(1, 32)).add(relu()).add(pool2());
+    net->add("c2", conv3x3(32, 64)).add(relu()).add(pool2()).add(std::make_unique<Flatten>());
+    net->add("f1", std::make_unique<Linear>(64 * 7 * 7, 128)).add(relu());
+    net->add("f2", std::make_unique<Linear>(128, 10)).add(std::make_unique<LogSoftmax>());
+    return {std::move(net), {1, 28, 28}};
+  }
+  if (name == "vggs") {
+    net->add("c1", conv3x3(3, 64)).add(relu()).add(pool2());
+    net->add("c2", conv3x3(64, 128)).add(relu()).add(pool2());
+    net->add("c3", conv3x3(128, 256)).add(relu()).add(pool2()).add(std::make_unique<Flatten>());
+    net->add("fc", std::make_unique<Linear>(256 * 4 * 4, 10)).add(std::make_unique<LogSoftmax>());
+    return {std::move(net), {3, 32, 32}};
+  }
+  fail("unknown model '", name, "' (expected simplenet, fashioncnn, vggs, or a layer spec such as ",
+       "\"conv(16,3,p1) relu pool(2) flatten linear(10)\")");
+}
+
+namespace {
+
+struct LayerToken {
+  std::string name;
+  std::vector<std::string> args;
+};
+
+std::vector<LayerToken> tokenize(const std::string& spec) {
+  std::vector<LayerToken> out;
+  size_t i = 0;
+  auto skip_space = [&] {
+    while (i < spec.size() && std::isspace(static_cast<unsigned char>(spec[i]))) ++i;
+  };
+  while (true) {
+    skip_space();
+    if (i >= spec.size()) break;
+    LayerToken t;
+    while (i < spec.size() && (std::isalnum(static_cast<unsigned char>(spec[i])) || spec[i] == '_')) t.name += spec[i++];
+    DPCORE_CHECK(!t.name.empty(), "layer spec \"", spec, "\": unexpected '", spec[i], "' at position ", i);
+    skip_space();
+    if (i < spec.size() && spec[i] == '(') {
+      size_t close = spec.find(')', i);
+      DPCORE_CHECK(close != std::string::npos, "layer spec \"", spec, "\": '(' at position ", i, " is never closed");
+      std::stringstream args(spec.substr(i + 1, close - i - 1));
+      for (std::string a; std::getline(args, a, ',');) {
+        a.erase(0, a.find_first_not_of(" \t"));
+        a.erase(a.find_last_not_of(" \t") + 1);
+        t.args.push_back(a);
+      }
+      i = close + 1;
+    }
+    out.push_back(std::move(t));
+  }
+  return out;
+}
+
+int64_t parse_int(const std::string& spec, const LayerToken& t, const std::string& text) {
+  size_t used = 0;
+  int64_t v = -1;
+  try {
+    v = std::stoll(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  DPCORE_CHECK(used == text.size() && !text.empty(), "layer spec \"", spec, "\": ", t.name, "(...) has a bad number '",
+               text, "'");
+  return v;
+}
+
+// conv/pool arguments: positional numbers, then optional sN (stride) and pN (padding).
+struct WindowArgs {
+  std::vector<int64_t> positional;
+  int64_t stride = -1, padding = 0;
+};
+WindowArgs window_args(const std::string& spec, const LayerToken& t) {
+  WindowArgs w;
+  for (const std::string& a : t.args) {
+    if (!a.empty() && (a[0] == 's' || a[0] == 'p')) {
+      (a[0] == 's' ? w.stride : w.padding) = parse_int(spec, t, a.substr(1));
+    } else {
+      w.positional.push_back(parse_int(spec, t, a));
+    }
+  }
+  return w;
+}
+
+}  // namespace
+
+std::unique_ptr<Sequential> parse_layer_spec(const std::string& spec, const Shape& input_shape) {
+  auto net = std::make_unique<Sequential>();
+  Shape shape{1};
+  shape.insert(shape.end(), input_shape.begin(), input_shape.end());
+  auto tokens = tokenize(spec);
+  DPCORE_CHECK(!tokens.empty(), "layer spec is empty");
+  for (const LayerToken& t : tokens) {
+    auto expect_args = [&](size_t lo, size_t hi, const char* usage) {
+      DPCORE_CHECK(t.args.size() >= lo && t.args.size() <= hi, "layer spec \"", spec, "\": ", usage);
+    };
+    std::unique_ptr<Module> layer;
+    if (t.name == "conv") {
+      WindowArgs w = window_args(spec, t);
+      DPCORE_CHECK(w.positional.size() == 2 && shape.size() == 4, "layer spec \"", spec,
+                   "\": conv takes conv(OUT,K[,sS][,pP]) after an image-shaped input, at shape ", shape_str(shape));
+      layer = std::make_unique<Conv2d>(shape[1], w.positional[0], w.positional[1], w.stride < 0 ? 1 : w.stride,
+                                       w.padding);
+    } else if (t.name == "pool") {
+      WindowArgs w = window_args(spec, t);
+      DPCORE_CHECK(w.positional.size() == 1, "layer spec \"", spec, "\": pool takes pool(K[,sS][,pP])");
+      layer = std::make_unique<MaxPool2d>(w.positional[0], w.stride, w.padding);
+    } else if (t.name == "linear") {
+      expect_args(1, 1, "linear takes linear(OUT)");
+      DPCORE_CHECK(shape.size() == 2, "layer spec \"", spec, "\": linear needs [N, features] input, got ",
+                   shape_str(shape), " (add flatten before it)");
+      layer = std::make_unique<Linear>(shape[1], parse_int(spec, t, t.args[0]));
+    } else if (t.name == "relu") {
+      expect_args(0, 0, "relu takes no arguments");
+      layer = std::make_unique<ReLU>();
+    } else if (t.name == "flatten") {
+      expect_args(0, 0, "flatten takes no arguments");
+      layer = std::make_unique<Flatten>();
+    } else if (t.name == "view") {
+      DPCORE_CHECK(!t.args.empty(), "layer spec \"", spec, "\": view takes view(D1,D2,...)");
+      Shape dims;
+      for (const std::string& a : t.args) dims.push_back(parse_int(spec, t, a));
+      layer = std::make_unique<View>(dims);
+    } else if (t.name == "logsoftmax") {
+      expect_args(0, 0, "logsoftmax takes no arguments");
+      layer = std::make_unique<LogSoftmax>();
+    } else {
+      fail("layer spec \"", spec, "\": unknown layer '", t.name,
+           "' (known: conv, pool, linear, relu, flatten, view, logsoftmax)");
+    }
+    shape = layer->output_shape(shape);
+    net->add(std::move(layer));
+  }
+  if (!dynamic_cast<LogSoftmax*>(&net->child(net->size() - 1))) net->add(std::make_unique<LogSoftmax>());
+  return net;
+}
+
+ModelDef model_from_flag(const std::string& model, const Shape& input_shape) {
+  if (model.find('(') == std::string::npos && model.find(' ') == std::string::npos) {
+    ModelDef def = reference_model(model);
+    DPCORE_CHECK(input_shape.empty() || def.input_shape == input_shape, "model ", model, " takes inputs ",
+                 shape_str(def.input_shape), " but the data has samples of shape ", shape_str(input_shape));
+    return def;
+  }
+  return {parse_layer_spec(model, input_shape), input_shape};
+}
+
+}  // namespace dpcore::nn

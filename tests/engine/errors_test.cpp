@@ -1,0 +1,77 @@
+// Every op rejects bad input with a message that names the op and the shapes.
+#include <gtest/gtest.h>
+
+#include "engine/ops.h"
+
+namespace dpcore {
+namespace {
+
+// Runs f, expects an Error whose message contains every piece of `expected`.
+template <class F>
+void expect_error(F&& f, std::initializer_list<const char*> expected) {
+  try {
+    f();
+    ADD_FAILURE() << "no error thrown";
+  } catch (const Error& e) {
+    for (const char* piece : expected) EXPECT_NE(std::string(e.what()).find(piece), std::string::npos) << e.what();
+  }
+}
+
+TEST(OpErrors, Conv2dChannelMismatch) {
+  Tensor x = Tensor::zeros({2, 3, 8, 8}), w = Tensor::zeros({4, 2, 3, 3});
+  expect_error([&] { ops::conv2d(x, w, Tensor(), {}); }, {"conv2d", "[2, 3, 8, 8]", "[4, 2, 3, 3]"});
+}
+
+TEST(OpErrors, Conv2dKernelLargerThanInput) {
+  Tensor x = Tensor::zeros({1, 1, 2, 2}), w = Tensor::zeros({1, 1, 3, 3});
+  expect_error([&] { ops::conv2d(x, w, Tensor(), {}); }, {"conv2d", "[1, 1, 2, 2]"});
+}
+
+TEST(OpErrors, LinearFeatureMismatch) {
+  Tensor x = Tensor::zeros({64, 1024}), w = Tensor::zeros({10, 4096});
+  expect_error([&] { ops::linear(x, w, Tensor()); }, {"linear", "[64, 1024]", "[10, 4096]"});
+}
+
+TEST(OpErrors, TheArticlesFlattenMistake) {
+  // simplenet on 32x32 inputs: after conv+pool the activation is [64, 16, 16, 16];
+  // view(-1, 16*8*8) would turn the batch of 64 into 256 rows.
+  Tensor h = Tensor::zeros({64, 16, 16, 16});
+  expect_error([&] { ops::reshape(h, {-1, 16 * 8 * 8}); }, {"reshape", "[64, 16, 16, 16]", "4096", "1024", "256"});
+  // The right per-sample size is fine.
+  EXPECT_EQ(ops::reshape(h, {-1, 4096}).shape(), (Shape{64, 4096}));
+}
+
+TEST(OpErrors, ReshapeWrongElementCount) {
+  expect_error([&] { ops::reshape(Tensor::zeros({2, 3}), {4, 2}); }, {"reshape", "[2, 3]", "[4, 2]"});
+}
+
+TEST(OpErrors, TargetsOutOfRange) {
+  Tensor logp = Tensor::zeros({3, 10});
+  expect_error([&] { ops::nll_loss(logp, Tensor::from_vector<int64_t>({1, 10, 2}, {3})); },
+               {"nll_loss", "target 10", "row 1", "[0, 10)"});
+  expect_error([&] { ops::cross_entropy(logp, Tensor::from_vector<int64_t>({-1, 0, 2}, {3})); },
+               {"cross_entropy", "target -1", "row 0"});
+}
+
+TEST(OpErrors, TargetCountAndTypeMismatch) {
+  Tensor logp = Tensor::zeros({3, 10});
+  expect_error([&] { ops::nll_loss(logp, Tensor::from_vector<int64_t>({1, 2}, {2})); }, {"nll_loss", "[3, 10]", "[2]"});
+  expect_error([&] { ops::nll_loss(logp, Tensor::zeros({3})); }, {"nll_loss", "int64"});
+}
+
+TEST(OpErrors, AddDoesNotBroadcast) {
+  expect_error([&] { ops::add(Tensor::zeros({2, 3}), Tensor::zeros({3})); }, {"add", "[2, 3]", "[3]"});
+}
+
+TEST(OpErrors, MixedDtypes) {
+  Tensor x = Tensor::zeros({2, 4}), w = Tensor::zeros({3, 4}, DType::Float64);
+  expect_error([&] { ops::linear(x, w, Tensor()); }, {"linear", "float32", "float64"});
+}
+
+TEST(OpErrors, PoolPaddingMoreThanHalfTheKernel) {
+  ops::Pool2dOptions opt{2, 2, 2, 2, 2, 2};
+  expect_error([&] { ops::max_pool2d(Tensor::zeros({1, 1, 4, 4}), opt); }, {"max_pool2d", "padding"});
+}
+
+}  // namespace
+}  // namespace dpcore

@@ -1,0 +1,45 @@
+// Helpers shared by the tests: random inputs, NaN-filled outputs, tolerance checks,
+// GPU detection, temporary directories.
+#pragma once
+
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace dpcore::testing {
+
+// Uniform values in [lo, hi) from a fixed seed, so that a failure reproduces.
+template <class T>
+std::vector<T> random_vector(size_t n, uint64_t seed, double lo = -1.0, double hi = 1.0) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> dist(lo, hi);
+  std::vector<T> v(n);
+  for (auto& x : v) x = static_cast<T>(dist(rng));
+  return v;
+}
+
+// Largest |a - b| / max(|b|, floor) over two arrays; the floor keeps near-zero
+// references from turning rounding noise into huge relative errors.
+double max_relative_error(const float* a, const float* b, size_t n, double floor = 1e-3);
+double max_relative_error(const double* a, const double* b, size_t n, double floor = 1e-3);
+
+// True when a CUDA device can actually be used (false on machines without a GPU or driver).
+bool cuda_available();
+
+// A fresh empty directory under the system temp dir, removed by the destructor.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  const std::string& path() const { return path_; }
+  std::string file(const std::string& name) const { return path_ + "/" + name; }
+
+ private:
+  std::string path_;
+};
+
+// Root of the source tree (set by CMake for ctest; falls back to "..").
+std::string source_dir();
+
+}  // namespace dpcore::testing
