@@ -28,6 +28,7 @@ GradcheckResult gradcheck(const std::function<Tensor(const std::vector<Tensor>&)
     autograd::NoGradGuard no_grad;
     return f(inputs).item();
   };
+  const double f0 = eval();
   Generator pick(opt.seed);
   for (size_t k = 0; k < inputs.size(); ++k) {
     Tensor& in = inputs[k];
@@ -43,7 +44,6 @@ GradcheckResult gradcheck(const std::function<Tensor(const std::vector<Tensor>&)
     }
     for (int64_t i : indices) {
       double saved = x[i];
-      double f0 = eval();
       x[i] = saved + opt.step;
       double f_plus = eval();
       x[i] = saved - opt.step;
