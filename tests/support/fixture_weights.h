@@ -69,7 +69,7 @@ inline uint64_t splitmix64(uint64_t x) {
 inline std::vector<float> fixture_init(uint64_t seed, uint64_t tensor_index, int64_t numel, int64_t fan_in) {
   const uint64_t stream = splitmix64(splitmix64(seed) ^ tensor_index);
   const double bound = 1.0 / std::sqrt(double(fan_in));
-  std::vector<float> out(size_t(numel));
+  std::vector<float> out(static_cast<size_t>(numel));
   for (int64_t i = 0; i < numel; ++i) {
     double u = double(splitmix64(stream + uint64_t(i)) >> 11) * 0x1p-53;
     out[size_t(i)] = float(bound * (2.0 * u - 1.0));

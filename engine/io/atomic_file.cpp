@@ -1,0 +1,76 @@
+#include "engine/io/atomic_file.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <vector>
+
+#include "engine/error.h"
+
+namespace dpcore::io {
+
+static std::string parent_dir(const std::string& path) {
+  size_t slash = path.find_last_of('/');
+  if (slash == std::string::npos) return ".";
+  return slash == 0 ? "/" : path.substr(0, slash);
+}
+
+AtomicFileWriter::AtomicFileWriter(std::string path, std::string what)
+    : path_(std::move(path)), what_(std::move(what)) {
+  std::vector<char> templ(path_.begin(), path_.end());
+  const char suffix[] = ".tmp-XXXXXX";
+  templ.insert(templ.end(), suffix, suffix + sizeof(suffix));  // keeps the terminating NUL
+  fd_ = mkstemp(templ.data());
+  if (fd_ < 0) fail(what_, ": cannot create a temporary file next to '", path_, "': ", std::strerror(errno));
+  temp_path_ = templ.data();
+  // mkstemp creates the file 0600; a saved file should get the usual 0644 that open() with
+  // the common umask 022 would give, so other users and tools can read it.
+  if (fchmod(fd_, 0644) != 0) {
+    int err = errno;  // the destructor does not run when a constructor throws: clean up here
+    close(fd_);
+    unlink(temp_path_.c_str());
+    errno = err;
+    fail_errno("set permissions on");
+  }
+}
+
+AtomicFileWriter::~AtomicFileWriter() {
+  if (fd_ >= 0) close(fd_);
+  if (!committed_ && !temp_path_.empty()) unlink(temp_path_.c_str());
+}
+
+void AtomicFileWriter::fail_errno(const char* action) {
+  fail(what_, ": cannot ", action, " '", temp_path_, "' (writing '", path_, "'): ", std::strerror(errno));
+}
+
+void AtomicFileWriter::write(const void* data, size_t bytes) {
+  const char* p = static_cast<const char*>(data);
+  while (bytes > 0) {
+    ssize_t n = ::write(fd_, p, bytes);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) fail_errno("write");
+    p += n;
+    bytes -= size_t(n);
+  }
+}
+
+void AtomicFileWriter::commit() {
+  if (fsync(fd_) != 0) fail_errno("flush");
+  int fd = fd_;
+  fd_ = -1;
+  if (close(fd) != 0) fail_errno("close");
+  if (std::rename(temp_path_.c_str(), path_.c_str()) != 0) fail_errno("rename");
+  committed_ = true;
+  // Best effort: some filesystems refuse fsync on a directory, and the data itself is
+  // already safe; this only makes the new name survive a power loss.
+  int dir = open(parent_dir(path_).c_str(), O_RDONLY | O_DIRECTORY);
+  if (dir >= 0) {
+    fsync(dir);
+    close(dir);
+  }
+}
+
+}  // namespace dpcore::io
