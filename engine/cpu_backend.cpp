@@ -226,3 +226,8 @@ const bool registered = (register_backend(Device::Type::CPU, &cpu_backend), true
 
 }  // namespace
 }  // namespace dpcore
+
+namespace dpcore::runtime {
+void set_cpu_threads(int threads) { kernels::cpu::set_num_threads(threads); }
+int cpu_threads() { return kernels::cpu::num_threads(); }
+}  // namespace dpcore::runtime

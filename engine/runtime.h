@@ -19,3 +19,9 @@ size_t peak_bytes(Device device);
 void reset_peak_bytes(Device device);
 
 }  // namespace dpcore::runtime
+
+namespace dpcore::runtime {
+// Threads for the CPU kernels (OpenMP and OpenBLAS); 0 keeps the libraries' defaults.
+void set_cpu_threads(int threads);
+int cpu_threads();
+}  // namespace dpcore::runtime

@@ -32,13 +32,17 @@ Tensor Tensor::full(const Shape& shape, double value, DType dtype, Device device
   return t;
 }
 
+Tensor Tensor::from_host(const void* data, const Shape& shape, DType dtype, Device device) {
+  Tensor t = empty(shape, dtype, device);
+  if (t.nbytes()) backend_for(device).copy_bytes(t.raw_data(), device, data, Device::cpu(), t.nbytes());
+  return t;
+}
+
 template <class T>
 Tensor Tensor::from_vector(const std::vector<T>& values, const Shape& shape, Device device) {
   DPCORE_CHECK(int64_t(values.size()) == shape_numel(shape), "from_vector: ", values.size(), " values for shape ",
                shape_str(shape));
-  Tensor t = empty(shape, dtype_of<T>::value, device);
-  backend_for(device).copy_bytes(t.raw_data(), device, values.data(), Device::cpu(), t.nbytes());
-  return t;
+  return from_host(values.data(), shape, dtype_of<T>::value, device);
 }
 template Tensor Tensor::from_vector(const std::vector<float>&, const Shape&, Device);
 template Tensor Tensor::from_vector(const std::vector<double>&, const Shape&, Device);

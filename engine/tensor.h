@@ -52,6 +52,8 @@ class Tensor {
   static Tensor full(const Shape& shape, double value, DType dtype = DType::Float32, Device device = Device::cpu());
   template <class T>
   static Tensor from_vector(const std::vector<T>& values, const Shape& shape, Device device = Device::cpu());
+  // A copy of host memory holding shape_numel(shape) elements of `dtype`.
+  static Tensor from_host(const void* data, const Shape& shape, DType dtype, Device device = Device::cpu());
   // A tensor viewing `shape` elements of `storage` starting at byte `offset` (no copy).
   static Tensor view_of(std::shared_ptr<Storage> storage, size_t offset, const Shape& shape, DType dtype);
 

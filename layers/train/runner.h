@@ -1,0 +1,76 @@
+// StepRunner: who executes a training step. One model on one device, or R replicas with
+// their communicators (comm/data_parallel.h): the training loop (layers/train/trainer.h)
+// cannot tell the difference, and the mathematics of a step is the same either way.
+//
+// Runners for replicas live in comm/, above this layer; they register a factory per
+// --mode here, so that the layers below never include the communicators.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/data/loader.h"
+#include "engine/sgd.h"
+#include "layers/model.h"
+
+namespace dpcore::nn {
+
+struct ParallelOptions {
+  int replicas = 1;                // R; with --backend mpi, the world size
+  std::string mode = "ddp";        // dp | ddp
+  std::string backend = "local";   // local | nccl | mpi
+  std::string split = "even";      // even | weights:3,1,... | adaptive
+  double bucket_mb = 25;           // DDP bucket cap (the first bucket is 1 MiB)
+  std::vector<Device> devices;     // one per replica; empty: all on the model's device
+  double timeout_s = 300;          // a replica that does not answer within this fails the run
+};
+
+struct StepStats {
+  double loss = 0;       // mean over the global batch
+  int64_t samples = 0;
+};
+
+class StepRunner {
+ public:
+  virtual ~StepRunner() = default;
+  // One optimizer step on a global batch in host memory.
+  virtual StepStats step(const data::Batch& batch) = 0;
+  // The root replica: the one evaluated, saved and checkpointed.
+  virtual Model& model() = 0;
+  virtual Sgd& optimizer() = 0;
+  // Called after the root's parameters or optimizer state were replaced (resume, --init),
+  // so that every replica starts equal again.
+  virtual void sync_replicas() = 0;
+  virtual std::string describe() const = 0;
+};
+
+// One model, one device: zero, A micro-batches, one fused SGD step.
+class SingleDeviceRunner : public StepRunner {
+ public:
+  SingleDeviceRunner(std::unique_ptr<Model> model, const SgdConfig& sgd, int64_t accum);
+  StepStats step(const data::Batch& batch) override;
+  Model& model() override { return *model_; }
+  Sgd& optimizer() override { return *sgd_; }
+  void sync_replicas() override {}
+  std::string describe() const override;
+
+ private:
+  std::unique_ptr<Model> model_;
+  std::unique_ptr<Sgd> sgd_;
+  int64_t accum_;
+};
+
+using RunnerFactory = std::function<std::unique_ptr<StepRunner>(std::unique_ptr<Model>, const SgdConfig&,
+                                                                 int64_t accum, const ParallelOptions&)>;
+// Registers the runner for a --mode value (done by comm/ at load time).
+void register_runner(const std::string& mode, RunnerFactory factory);
+// SingleDeviceRunner for one local replica, else the registered runner for options.mode.
+std::unique_ptr<StepRunner> make_runner(std::unique_ptr<Model> model, const SgdConfig& sgd, int64_t accum,
+                                        const ParallelOptions& options);
+
+// The batch's images and labels as tensors on `device` ([n, C, H, W] float32 and [n] int64).
+std::pair<Tensor, Tensor> batch_tensors(const data::Batch& batch, Device device);
+
+}  // namespace dpcore::nn
