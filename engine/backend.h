@@ -32,6 +32,9 @@ class Backend {
   virtual void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes) = 0;
   // Waits until all queued work on the device is done.
   virtual void synchronize(int device_index) = 0;
+  // Backend-specific settings from the command line ("conv-engine" = "cudnn", "tf32" =
+  // "on", ...). Fails naming the option when the backend has no such setting or value.
+  virtual void set_option(const std::string& name, const std::string& value) = 0;
 
   // ---- kernels ----
   virtual void conv2d_forward(const kernels::Conv2dShape& s, const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y) = 0;

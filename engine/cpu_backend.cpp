@@ -62,6 +62,9 @@ class CpuBackend : public Backend {
   Allocator& allocator(int) override { return allocator_; }
   void copy_bytes(void* dst, Device, const void* src, Device, size_t bytes) override { std::memmove(dst, src, bytes); }
   void synchronize(int) override {}
+  void set_option(const std::string& name, const std::string&) override {
+    fail("the cpu backend has no option '", name, "'");
+  }
 
   void conv2d_forward(const kernels::Conv2dShape& s, const Tensor& x, const Tensor& w, const Tensor* bias,
                       Tensor& y) override {

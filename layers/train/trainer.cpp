@@ -153,7 +153,7 @@ TrainResult train(const TrainOptions& o, std::ostream& out) {
   runtime::reset_peak_bytes(device);
 
   auto end_epoch = [&](int64_t epoch) {
-    EpochMetrics m = evaluate_dataset(runner->model(), data.test, 1000);
+    EpochMetrics m = evaluate_dataset(runner->model(), data.test, 256);
     m.epoch = epoch + 1, m.step = progress.step;
     m.train_loss = samples ? loss_sum / double(samples) : 0;
     m.seconds = train_seconds;

@@ -1,0 +1,175 @@
+// The `dpcore` command as a user runs it: flags, errors, metrics, weights, checkpoints,
+// exact resume, and a checkpoint that survives the process being killed mid-write.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <thread>
+
+#include "engine/io/safetensors.h"
+#include "support/test_support.h"
+
+namespace {
+
+struct CommandResult {
+  int status = -1;
+  std::string output;  // stdout and stderr together
+};
+
+CommandResult run(const std::string& args) {
+  std::string cmd = std::string(DPCORE_BIN) + " " + args + " 2>&1";
+  CommandResult r;
+  FILE* pipe = popen(cmd.c_str(), "r");
+  char buf[4096];
+  while (size_t n = fread(buf, 1, sizeof buf, pipe)) r.output.append(buf, n);
+  int status = pclose(pipe);
+  r.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+std::string slurp(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(f), {});
+}
+
+// A small, fast job: 200 learnable synthetic 1x8x8 images in 4 classes.
+const std::string kSpec = "\"conv(4,3,p1) relu pool(2) flatten linear(4)\"";
+const std::string kData = "synthetic:1,8,8,4,200";
+std::string job(const std::string& model = kSpec, const std::string& data = kData, const std::string& device = "cpu") {
+  return "train --data " + data + " --model " + model + " --batch 16 --threads 1 --progress 0 --device " + device;
+}
+const std::string kJob = job();
+
+TEST(Cli, HelpExplainsEveryFlag) {
+  CommandResult r = run("train --help");
+  EXPECT_EQ(r.status, 0);
+  for (const char* flag : {"--model", "--data", "--epochs", "--steps", "--batch", "--accum", "--lr", "--momentum",
+                           "--nesterov", "--weight-decay", "--seed", "--no-shuffle", "--no-normalize", "--device",
+                           "--threads", "--init", "--save", "--checkpoint", "--checkpoint-every", "--resume",
+                           "--metrics", "--replicas", "--mode", "--backend", "--split", "--bucket-mb",
+                           "--conv-engine", "--gemm-engine", "--tf32", "--cuda-graph"}) {
+    EXPECT_NE(r.output.find(flag), std::string::npos) << flag;
+  }
+  EXPECT_EQ(run("--help").status, 0);
+  EXPECT_EQ(run("eval --help").status, 0);
+}
+
+TEST(Cli, BadInputFailsWithAClearMessage) {
+  CommandResult r = run(job("nonsense"));
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.output.find("unknown model 'nonsense'"), std::string::npos) << r.output;
+  r = run(job(kSpec, "cifar10:/nonexistent"));
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.output.find("/nonexistent"), std::string::npos) << r.output;
+  r = run(kJob + " --batch 0");
+  EXPECT_NE(r.status, 0);
+  r = run(job(kSpec, kData, "tpu"));
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.output.find("tpu"), std::string::npos) << r.output;
+  r = run(kJob + " --init /nonexistent.safetensors");
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.output.find("/nonexistent.safetensors"), std::string::npos) << r.output;
+  r = run(kJob + " --accum 17");
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.output.find("--accum"), std::string::npos) << r.output;
+}
+
+TEST(Cli, TrainsWritesMetricsAndWeightsThatEvalReads) {
+  dpcore::testing::TempDir dir;
+  CommandResult r = run(kJob + " --epochs 4 --lr 0.1 --metrics " + dir.file("m.jsonl") + " --save " + dir.file("w.safetensors"));
+  ASSERT_EQ(r.status, 0) << r.output;
+  std::istringstream lines(slurp(dir.file("m.jsonl")));
+  std::vector<nlohmann::json> epochs;
+  for (std::string line; std::getline(lines, line);) epochs.push_back(nlohmann::json::parse(line));
+  ASSERT_EQ(epochs.size(), 4u);
+  for (const char* key : {"epoch", "train_loss", "test_loss", "test_accuracy", "samples_per_s", "peak_bytes"}) {
+    EXPECT_TRUE(epochs[0].contains(key)) << key;
+  }
+  EXPECT_LT(epochs[3]["train_loss"].get<double>(), epochs[0]["train_loss"].get<double>());
+  EXPECT_GT(epochs[3]["test_accuracy"].get<double>(), 0.5);  // 4 classes: chance is 0.25
+
+  CommandResult e = run("eval --data synthetic:1,8,8,4,200 --model \"conv(4,3,p1) relu pool(2) flatten linear(4)\" --device cpu "
+              "--init " + dir.file("w.safetensors"));
+  ASSERT_EQ(e.status, 0) << e.output;
+  std::ostringstream acc;
+  acc.precision(2);
+  acc << std::fixed << 100 * epochs[3]["test_accuracy"].get<double>() << "%";
+  EXPECT_NE(e.output.find(acc.str()), std::string::npos) << e.output << " vs " << acc.str();
+}
+
+TEST(Cli, AccumulationDoesNotChangeTheMathematics) {
+  dpcore::testing::TempDir dir;
+  // Sums in another order differ in the last bits, so compare closely rather than exactly.
+  ASSERT_EQ(run(kJob + " --steps 5 --save " + dir.file("a.safetensors")).status, 0);
+  ASSERT_EQ(run(kJob + " --steps 5 --accum 4 --save " + dir.file("b.safetensors")).status, 0);
+  auto a = dpcore::io::load_safetensors(dir.file("a.safetensors"));
+  auto b = dpcore::io::load_safetensors(dir.file("b.safetensors"));
+  for (const auto& t : a.tensors()) {
+    const auto& u = b.at(t.name);
+    for (int64_t i = 0; i < t.numel(); ++i) {
+      EXPECT_NEAR(t.values<float>()[i], u.values<float>()[i], 1e-5) << t.name << "[" << i << "]";
+    }
+  }
+}
+
+TEST(Cli, ResumeIsBitIdenticalToAnUninterruptedRun) {
+  dpcore::testing::TempDir dir;
+  std::string ckpt = " --checkpoint " + dir.file("ckpt");
+  ASSERT_EQ(run(kJob + " --steps 30 --save " + dir.file("straight.safetensors")).status, 0);
+  ASSERT_EQ(run(kJob + " --steps 15" + ckpt).status, 0);  // 15 steps: not an epoch boundary (13 per epoch)
+  CommandResult r = run(kJob + " --steps 30 --resume --save " + dir.file("resumed.safetensors") + ckpt);
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("resumed"), std::string::npos);
+  EXPECT_EQ(slurp(dir.file("straight.safetensors")), slurp(dir.file("resumed.safetensors")));
+}
+
+TEST(Cli, ResumeRefusesDifferentSettingsAndDamagedCheckpoints) {
+  dpcore::testing::TempDir dir;
+  std::string ckpt = " --checkpoint " + dir.file("ckpt");
+  ASSERT_EQ(run(kJob + " --steps 3" + ckpt).status, 0);
+  CommandResult r = run(kJob + " --steps 6 --resume --seed 9" + ckpt);
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.output.find("seed"), std::string::npos) << r.output;
+  // Flip one byte in the last tensor's data.
+  std::string path = dir.file("ckpt") + "/checkpoint.safetensors";
+  std::string bytes = slurp(path);
+  bytes[bytes.size() - 5] ^= 0x40;
+  std::ofstream(path, std::ios::binary) << bytes;
+  r = run(kJob + " --steps 6 --resume" + ckpt);
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.output.find("damaged"), std::string::npos) << r.output;
+}
+
+TEST(Cli, KillingTheProcessNeverLeavesABrokenCheckpoint) {
+  dpcore::testing::TempDir dir;
+  std::string ckpt_dir = dir.file("ckpt");
+  // A larger model so each checkpoint takes a while to write; one every step.
+  std::string args = std::string(DPCORE_BIN) + " train --data synthetic:3,32,32,10,2000 --model vggs --batch 8 " +
+                     "--threads 1 --device cpu --progress 0 --steps 100000 --checkpoint-every 1 --checkpoint " + ckpt_dir;
+  for (int attempt = 0; attempt < 6; ++attempt) {
+    pid_t pid = fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      freopen("/dev/null", "w", stdout);
+      execl("/bin/sh", "sh", "-c", ("exec " + args + (attempt ? " --resume" : "")).c_str(), nullptr);
+      _exit(127);
+    }
+    // Let it write a few checkpoints, then kill it at an arbitrary moment.
+    std::this_thread::sleep_for(std::chrono::milliseconds(2500 + 370 * attempt));
+    kill(pid, SIGKILL);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    ASSERT_TRUE(WIFSIGNALED(status)) << "the run ended before it was killed";
+    // Whatever moment it died at, the checkpoint on disk is a whole, valid one.
+    auto file = dpcore::io::load_safetensors(ckpt_dir + "/checkpoint.safetensors");
+    EXPECT_GT(std::stoll(file.metadata().at("step")), 0);
+  }
+}
+
+}  // namespace
