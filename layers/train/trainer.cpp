@@ -141,7 +141,7 @@ TrainResult train(const TrainOptions& o, std::ostream& out) {
   const bool bar = o.progress == 1 || (o.progress == -1 && isatty(STDOUT_FILENO));
 
   out << "dpcore: " << o.model << " on " << data.train.name << " (" << data::describe(data.train) << "), "
-      << runner->describe() << ", batch " << o.batch << ", " << per_epoch << " steps per epoch\n";
+      << runner->describe() << ", batch " << o.batch << ", " << per_epoch << " steps per epoch" << std::endl;
   MetricsLog metrics(o.metrics, o.resume);
   TrainResult result;
 
@@ -200,7 +200,7 @@ TrainResult train(const TrainOptions& o, std::ostream& out) {
            << (train_seconds > 0 ? double(samples) / train_seconds : 0) << " samples/s  ETA "
            << format_duration(double(total_steps - progress.step) / std::max(rate, 1e-9));
       if (bar) out << "\r" << line.str() << "   " << std::flush;
-      else out << line.str() << "\n";
+      else out << line.str() << std::endl;
     }
   }
   // A run that stops mid-epoch (--steps) still reports where it got to.
