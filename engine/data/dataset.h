@@ -1,0 +1,32 @@
+// The data the trainer consumes, on plain types (no Tensor): N images of C x H x W float32
+// pixels and one int64 class label per image. The trainer wraps these buffers in tensors.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace dpcore::data {
+
+enum class Split { train, test };
+
+inline const char* split_name(Split split) { return split == Split::train ? "train" : "test"; }
+
+struct Dataset {
+  std::string name;  // e.g. "fashion-mnist train"; names the data in messages
+  int64_t n = 0, c = 0, h = 0, w = 0;
+  int64_t num_classes = 0;
+  std::vector<float> images;    // n*c*h*w values, sample-major NCHW; in [0, 1] until normalised
+  std::vector<int64_t> labels;  // n values in [0, num_classes)
+
+  int64_t sample_size() const { return c * h * w; }
+  const float* image(int64_t i) const { return images.data() + i * sample_size(); }
+};
+
+// Throws dpcore::Error unless the sizes agree with n, c, h, w and every label is a class.
+void check_dataset(const Dataset& data);
+
+// "60000 x 1 x 28 x 28, 10 classes"
+std::string describe(const Dataset& data);
+
+}  // namespace dpcore::data

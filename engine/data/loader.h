@@ -1,0 +1,125 @@
+// Mini-batches for the training loop. A background thread gathers the samples of the next
+// batches into contiguous buffers while the current step runs.
+//
+// Order. Epoch e visits the samples in file order (no shuffle) or in the order Fisher-Yates
+// gives when run over 0..n-1 with std::mt19937_64 seeded by derive_seed(seed, e) (random.h):
+// for i = n-1 down to 1, swap element i with element uniform_below(rng, i + 1). Both the
+// generator's output and this algorithm are fixed, so the order depends only on
+// (n, shuffle, seed, e) and is the same on every platform and after any restart.
+//
+// Position. (epoch, batch) names the batch the next call to next() returns; batch runs
+// from 0 to batches_per_epoch(), the last value meaning that next() returns false (end of
+// the epoch) and moves on to (epoch + 1, 0). Saving position() in a checkpoint and passing it
+// to seek() (or the constructor) reproduces the remaining batches exactly.
+#pragma once
+
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "engine/data/dataset.h"
+
+namespace dpcore::data {
+
+// Where batch buffers come from. The CUDA path plugs in pinned memory here
+// (cudaHostAlloc with cudaHostAllocPortable, cudaFreeHost). Called on the loader's worker
+// thread, at most prefetch + 1 times over the loader's life.
+struct HostAllocator {
+  std::function<void*(size_t bytes)> allocate;
+  std::function<void(void* ptr)> deallocate;
+};
+
+// 64-byte aligned operator new / delete.
+HostAllocator aligned_host_allocator();
+
+struct LoaderOptions {
+  int64_t batch_size = 64;
+  bool shuffle = true;
+  bool drop_last = false;  // drop the smaller last batch of an epoch instead of returning it
+  uint64_t seed = 0;
+  int prefetch = 2;  // batches prepared ahead of the consumer
+  HostAllocator allocator = aligned_host_allocator();
+};
+
+struct LoaderPosition {
+  int64_t epoch = 0;
+  int64_t batch = 0;
+  bool operator==(const LoaderPosition& o) const { return epoch == o.epoch && batch == o.batch; }
+};
+
+// Points into one of the loader's buffers, valid until the next call to next() or seek().
+struct Batch {
+  int64_t size = 0;  // samples; the last batch of an epoch may be smaller unless drop_last
+  int64_t c = 0, h = 0, w = 0;
+  const float* images = nullptr;    // size x c x h x w
+  const int64_t* labels = nullptr;  // size
+  int64_t epoch = 0, index = 0;     // which batch of which epoch this is
+};
+
+// The order in which epoch `epoch` visits samples 0..n-1 (see the top of this file).
+std::vector<int64_t> sample_order(int64_t n, bool shuffle, uint64_t seed, int64_t epoch);
+
+// One consumer thread calls next(), seek() and position(). The dataset must outlive the
+// loader and stay unchanged while it exists.
+class DataLoader {
+ public:
+  DataLoader(const Dataset& data, LoaderOptions options, LoaderPosition start = {});
+  ~DataLoader();
+  DataLoader(const DataLoader&) = delete;
+  DataLoader& operator=(const DataLoader&) = delete;
+
+  // The next batch of the current epoch, or false once the epoch is over (the call after
+  // that starts the next epoch). Rethrows an exception raised on the worker thread.
+  bool next(Batch& out);
+
+  LoaderPosition position() const { return position_; }
+  // Discards prepared batches and continues from `position`.
+  void seek(LoaderPosition position);
+
+  int64_t batches_per_epoch() const { return batches_per_epoch_; }
+
+ private:
+  struct Item {
+    bool epoch_end = false;
+    int slot = -1;
+    Batch batch;
+  };
+
+  void start_worker(LoaderPosition from);
+  void stop_worker();
+  void work(LoaderPosition pos);
+  Batch gather(int slot, LoaderPosition pos);
+
+  const Dataset& data_;
+  const LoaderOptions options_;
+  const int64_t batches_per_epoch_;
+  const int64_t capacity_;                    // samples a buffer holds: min(batch size, n)
+  const size_t images_bytes_, buffer_bytes_;  // labels start at images_bytes_ in a buffer
+
+  // Shared between the threads, guarded by mutex_.
+  std::mutex mutex_;
+  std::condition_variable can_produce_, can_consume_;
+  std::vector<Item> queue_;  // ring of options_.prefetch items
+  size_t queue_head_ = 0, queue_count_ = 0;
+  std::vector<int> free_slots_;      // buffer indices nobody holds
+  std::exception_ptr worker_error_;  // delivered after the batches queued before it
+  bool stop_ = false;
+
+  std::vector<void*> buffers_;  // prefetch + 1, allocated by the worker on first use
+  std::thread worker_;
+
+  // Worker thread only.
+  std::vector<int64_t> order_;
+  int64_t order_epoch_ = -1;
+
+  // Consumer thread only.
+  LoaderPosition position_;
+  int held_slot_ = -1;
+};
+
+}  // namespace dpcore::data

@@ -1,0 +1,109 @@
+#include "engine/data/spec.h"
+
+#include <algorithm>
+#include <charconv>
+#include <vector>
+
+#include "engine/data/cifar10.h"
+#include "engine/data/fashion_mnist.h"
+#include "engine/data/random.h"
+#include "engine/error.h"
+
+namespace dpcore::data {
+
+static const char* const kForms = "expected fashion-mnist, fashion-mnist:DIR, cifar10:DIR or synthetic:C,H,W,CLASSES,N";
+
+static std::vector<std::string> split_commas(const std::string& s) {
+  std::vector<std::string> parts(1);
+  for (char ch : s) {
+    if (ch == ',')
+      parts.emplace_back();
+    else
+      parts.back() += ch;
+  }
+  return parts;
+}
+
+static int64_t parse_positive(const std::string& field, const char* what, const std::string& value) {
+  int64_t v = 0;
+  auto [end, ec] = std::from_chars(field.data(), field.data() + field.size(), v);
+  DPCORE_CHECK(ec == std::errc() && end == field.data() + field.size() && v > 0, "--data \"", value, "\": ", what,
+               " \"", field, "\" is not a positive integer (synthetic:C,H,W,CLASSES,N)");
+  return v;
+}
+
+static DataSpec parse_synthetic(const std::string& fields, const std::string& value) {
+  std::vector<std::string> parts = split_commas(fields);
+  DPCORE_CHECK(parts.size() == 5, "--data \"", value, "\": synthetic takes 5 numbers C,H,W,CLASSES,N, got ",
+               parts.size());
+  DataSpec spec;
+  spec.kind = DataSpec::Kind::synthetic;
+  spec.shape.c = parse_positive(parts[0], "C", value);
+  spec.shape.h = parse_positive(parts[1], "H", value);
+  spec.shape.w = parse_positive(parts[2], "W", value);
+  spec.shape.classes = parse_positive(parts[3], "CLASSES", value);
+  spec.n = parse_positive(parts[4], "N", value);
+  DPCORE_CHECK(spec.shape.classes >= 2, "--data \"", value, "\": CLASSES must be at least 2");
+  return spec;
+}
+
+DataSpec parse_data_spec(const std::string& value) {
+  const size_t colon = value.find(':');
+  const std::string kind = value.substr(0, colon);
+  const bool has_arg = colon != std::string::npos;
+  const std::string arg = has_arg ? value.substr(colon + 1) : "";
+  DataSpec spec;
+  if (kind == "fashion-mnist") {
+    DPCORE_CHECK(!has_arg || !arg.empty(), "--data \"", value, "\": empty directory after \"fashion-mnist:\"");
+    spec.kind = DataSpec::Kind::fashion_mnist;
+    spec.dir = has_arg ? arg : kFashionMnistDir;
+  } else if (kind == "cifar10") {
+    DPCORE_CHECK(!arg.empty(), "--data \"", value, "\": cifar10 needs a directory, cifar10:DIR");
+    spec.kind = DataSpec::Kind::cifar10;
+    spec.dir = arg;
+  } else if (kind == "synthetic") {
+    DPCORE_CHECK(has_arg, "--data \"", value, "\": synthetic needs its sizes, synthetic:C,H,W,CLASSES,N");
+    spec = parse_synthetic(arg, value);
+  } else {
+    fail("--data \"", value, "\": unknown dataset \"", kind, "\"; ", kForms);
+  }
+  spec.text = value;
+  return spec;
+}
+
+Dataset load_split(const DataSpec& spec, Split split) {
+  switch (spec.kind) {
+    case DataSpec::Kind::fashion_mnist:
+      return load_fashion_mnist(spec.dir, split);
+    case DataSpec::Kind::cifar10:
+      return load_cifar10(spec.dir, split);
+    case DataSpec::Kind::synthetic: {
+      // Both splits share the class patterns (stream 0) and draw their samples from
+      // different streams, so the test set measures generalisation, not memory.
+      const bool train = split == Split::train;
+      const int64_t n = train ? spec.n : std::max<int64_t>(1, spec.n / 5);
+      return make_synthetic(spec.shape, n, derive_seed(spec.seed, 0), derive_seed(spec.seed, train ? 1 : 2),
+                            std::string("synthetic ") + split_name(split));
+    }
+  }
+  fail("--data \"", spec.text, "\": invalid dataset kind ", int(spec.kind));
+}
+
+DataSplits load_data(const DataSpec& spec, bool normalize_pixels) {
+  DataSplits s;
+  s.train = load_split(spec, Split::train);
+  s.test = load_split(spec, Split::test);
+  DPCORE_CHECK(s.train.c == s.test.c && s.train.h == s.test.h && s.train.w == s.test.w &&
+                   s.train.num_classes == s.test.num_classes,
+               "--data \"", spec.text, "\": train (", describe(s.train), ") and test (", describe(s.test),
+               ") differ in sample shape or classes");
+  if (normalize_pixels) {
+    s.stats = channel_stats(s.train);
+    normalize(s.train, s.stats);
+    normalize(s.test, s.stats);
+    s.normalized = true;
+  }
+  return s;
+}
+
+}  // namespace dpcore::data

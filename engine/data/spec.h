@@ -1,0 +1,42 @@
+// The value of the CLI's --data flag, and loading the train and test sets it names:
+//   fashion-mnist                 Fashion-MNIST from /usr/share/datasets/fashion-mnist
+//   fashion-mnist:DIR             Fashion-MNIST IDX files (raw or .gz) from DIR
+//   cifar10:DIR                   CIFAR-10 binary batches from DIR
+//   synthetic:C,H,W,CLASSES,N     N learnable random C x H x W samples (test set: N/5)
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "engine/data/dataset.h"
+#include "engine/data/normalize.h"
+#include "engine/data/synthetic.h"
+
+namespace dpcore::data {
+
+struct DataSpec {
+  enum class Kind { fashion_mnist, cifar10, synthetic };
+  Kind kind = Kind::fashion_mnist;
+  std::string text;          // the flag value as given, for messages
+  std::string dir;           // fashion_mnist, cifar10
+  SyntheticShape shape;      // synthetic
+  int64_t n = 0;             // synthetic: train samples
+  uint64_t seed = 20240229;  // synthetic: class patterns and samples derive from it
+};
+
+// Throws dpcore::Error quoting the flag value and the accepted forms.
+DataSpec parse_data_spec(const std::string& value);
+
+Dataset load_split(const DataSpec& spec, Split split);
+
+struct DataSplits {
+  Dataset train, test;
+  bool normalized = false;
+  ChannelStats stats;  // of the train set, applied to both; empty when not normalized
+};
+
+// Both splits, checked to agree in sample shape and classes; with `normalize`, standardised
+// per channel with the train set's statistics, otherwise pixels stay in [0, 1].
+DataSplits load_data(const DataSpec& spec, bool normalize);
+
+}  // namespace dpcore::data
