@@ -43,6 +43,9 @@ class StepRunner {
   // Called after the root's parameters or optimizer state were replaced (resume, --init),
   // so that every replica starts equal again.
   virtual void sync_replicas() = 0;
+  // False on the processes of a multi-process run other than rank 0: they train, but
+  // leave printing and writing files to rank 0.
+  virtual bool is_primary() const { return true; }
   virtual std::string describe() const = 0;
 };
 

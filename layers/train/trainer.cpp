@@ -108,7 +108,7 @@ class MetricsLog {
 
 }  // namespace
 
-TrainResult train(const TrainOptions& o, std::ostream& out) {
+TrainResult train(const TrainOptions& o, std::ostream& primary_out) {
   DPCORE_CHECK(o.batch >= 1, "--batch ", o.batch, " must be at least 1");
   DPCORE_CHECK(o.epochs >= 1 || o.steps >= 1, "--epochs or --steps must be at least 1");
   DPCORE_CHECK(o.accum >= 1 && o.accum * o.parallel.replicas <= o.batch, "--batch ", o.batch,
@@ -122,6 +122,10 @@ TrainResult train(const TrainOptions& o, std::ostream& out) {
   auto model = build_model(o.model, data.train, device, o.seed);
   if (!o.init.empty()) load_weights(*model, o.init);
   auto runner = make_runner(std::move(model), o.sgd, o.accum, o.parallel);
+  // In a multi-process run only rank 0 prints and writes files; the others train silently.
+  const bool primary = runner->is_primary();
+  std::ostream silent(nullptr);
+  std::ostream& out = primary ? primary_out : silent;
 
   TrainProgress progress;
   if (o.resume) {
@@ -142,7 +146,7 @@ TrainResult train(const TrainOptions& o, std::ostream& out) {
 
   out << "dpcore: " << o.model << " on " << data.train.name << " (" << data::describe(data.train) << "), "
       << runner->describe() << ", batch " << o.batch << ", " << per_epoch << " steps per epoch" << std::endl;
-  MetricsLog metrics(o.metrics, o.resume);
+  MetricsLog metrics(primary ? o.metrics : "", o.resume);
   TrainResult result;
 
   double loss_sum = 0;
@@ -169,7 +173,7 @@ TrainResult train(const TrainOptions& o, std::ostream& out) {
     loss_sum = 0, samples = 0, train_seconds = 0;
   };
   auto checkpoint = [&] {
-    if (o.checkpoint_dir.empty()) return;
+    if (o.checkpoint_dir.empty() || !primary) return;
     save_checkpoint(o.checkpoint_dir, runner->model(), runner->optimizer(), progress, resume_settings(o));
   };
 
@@ -206,7 +210,7 @@ TrainResult train(const TrainOptions& o, std::ostream& out) {
   // A run that stops mid-epoch (--steps) still reports where it got to.
   if (samples > 0) end_epoch(epoch);
   checkpoint();
-  if (!o.save.empty()) {
+  if (!o.save.empty() && primary) {
     save_weights(runner->model(), o.save);
     out << "saved weights to " << o.save << "\n";
   }

@@ -1,0 +1,133 @@
+// The CPU conv2d and linear kernels on the reference models' layer shapes (batch 64,
+// float32), on 1 and 2 threads. Reports GFLOP/s (2 flops per multiply-add) as a counter.
+//   cpu_kernels_bench --benchmark_filter=Conv2dForward
+#include <benchmark/benchmark.h>
+
+#include <iterator>
+#include <random>
+#include <vector>
+
+#include "kernels/cpu/kernels.h"
+
+namespace {
+
+namespace cpu = dpcore::kernels::cpu;
+using dpcore::kernels::Conv2dShape;
+using dpcore::kernels::LinearShape;
+
+constexpr int64_t kBatch = 64;
+
+struct ConvLayer {
+  const char* name;
+  int64_t C, K, HW;
+};
+// Every convolution of the reference models: 3x3, stride 1, padding 1.
+const ConvLayer kConvLayers[] = {
+    {"fashioncnn.c1 1->32 28x28", 1, 32, 28},    {"fashioncnn.c2 32->64 14x14", 32, 64, 14},
+    {"simplenet.conv 3->16 32x32", 3, 16, 32},   {"vggs.c1 3->64 32x32", 3, 64, 32},
+    {"vggs.c2 64->128 16x16", 64, 128, 16},      {"vggs.c3 128->256 8x8", 128, 256, 8},
+};
+
+struct LinearLayer {
+  const char* name;
+  int64_t in, out;
+};
+const LinearLayer kLinearLayers[] = {
+    {"fashioncnn.f1 3136->128", 3136, 128},
+    {"fashioncnn.f2 128->10", 128, 10},
+    {"simplenet/vggs.fc 4096->10", 4096, 10},
+};
+
+Conv2dShape conv_shape(const ConvLayer& l) {
+  Conv2dShape s;
+  s.N = kBatch, s.C = l.C, s.H = l.HW, s.W = l.HW, s.K = l.K, s.R = 3, s.S = 3, s.pad_h = 1, s.pad_w = 1;
+  s.P = l.HW, s.Q = l.HW;
+  return s;
+}
+
+std::vector<float> random_floats(int64_t n) {
+  std::mt19937 rng(42);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+// Sets the thread count from the benchmark's second argument and labels the run.
+void prepare(benchmark::State& state, const char* name) {
+  cpu::set_num_threads(int(state.range(1)));
+  state.SetLabel(name);
+}
+
+void report_flops(benchmark::State& state, double flops_per_iteration) {
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(flops_per_iteration / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+enum class ConvPass { Forward, BackwardData, BackwardWeight };
+
+void run_conv(benchmark::State& state, ConvPass pass) {
+  const ConvLayer& layer = kConvLayers[state.range(0)];
+  prepare(state, layer.name);
+  const Conv2dShape s = conv_shape(layer);
+  auto x = random_floats(s.x_size()), w = random_floats(s.w_size()), b = random_floats(s.K),
+       y = random_floats(s.y_size()), dw = random_floats(s.w_size());
+  for (auto _ : state) {
+    switch (pass) {
+      case ConvPass::Forward: cpu::conv2d_forward(s, x.data(), w.data(), b.data(), y.data()); break;
+      case ConvPass::BackwardData: cpu::conv2d_backward_data(s, y.data(), w.data(), x.data()); break;
+      case ConvPass::BackwardWeight:
+        cpu::conv2d_backward_weight(s, x.data(), y.data(), dw.data(), b.data(), false);
+        break;
+    }
+    benchmark::ClobberMemory();
+  }
+  report_flops(state, s.flops());
+}
+
+enum class LinearPass { Forward, BackwardData, BackwardWeight };
+
+void run_linear(benchmark::State& state, LinearPass pass) {
+  const LinearLayer& layer = kLinearLayers[state.range(0)];
+  prepare(state, layer.name);
+  const LinearShape s{kBatch, layer.in, layer.out};
+  auto x = random_floats(s.N * s.in), w = random_floats(s.out * s.in), b = random_floats(s.out),
+       y = random_floats(s.N * s.out), dw = random_floats(s.out * s.in);
+  for (auto _ : state) {
+    switch (pass) {
+      case LinearPass::Forward: cpu::linear_forward(s, x.data(), w.data(), b.data(), y.data()); break;
+      case LinearPass::BackwardData: cpu::linear_backward_data(s, y.data(), w.data(), x.data()); break;
+      case LinearPass::BackwardWeight:
+        cpu::linear_backward_weight(s, x.data(), y.data(), dw.data(), b.data(), false);
+        break;
+    }
+    benchmark::ClobberMemory();
+  }
+  report_flops(state, s.flops());
+}
+
+void BM_Conv2dForward(benchmark::State& state) { run_conv(state, ConvPass::Forward); }
+void BM_Conv2dBackwardData(benchmark::State& state) { run_conv(state, ConvPass::BackwardData); }
+void BM_Conv2dBackwardWeight(benchmark::State& state) { run_conv(state, ConvPass::BackwardWeight); }
+void BM_LinearForward(benchmark::State& state) { run_linear(state, LinearPass::Forward); }
+void BM_LinearBackwardData(benchmark::State& state) { run_linear(state, LinearPass::BackwardData); }
+void BM_LinearBackwardWeight(benchmark::State& state) { run_linear(state, LinearPass::BackwardWeight); }
+
+// Arguments {layer index, threads}; wall-clock time, since the work runs on several threads.
+template <size_t Layers>
+void layer_and_thread_args(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"layer", "threads"});
+  for (int64_t layer = 0; layer < int64_t(Layers); ++layer)
+    for (int64_t threads : {1, 2}) b->Args({layer, threads});
+  b->UseRealTime()->Unit(benchmark::kMillisecond);
+}
+
+constexpr size_t kConvCount = std::size(kConvLayers), kLinearCount = std::size(kLinearLayers);
+BENCHMARK(BM_Conv2dForward)->Apply(layer_and_thread_args<kConvCount>);
+BENCHMARK(BM_Conv2dBackwardData)->Apply(layer_and_thread_args<kConvCount>);
+BENCHMARK(BM_Conv2dBackwardWeight)->Apply(layer_and_thread_args<kConvCount>);
+BENCHMARK(BM_LinearForward)->Apply(layer_and_thread_args<kLinearCount>);
+BENCHMARK(BM_LinearBackwardData)->Apply(layer_and_thread_args<kLinearCount>);
+BENCHMARK(BM_LinearBackwardWeight)->Apply(layer_and_thread_args<kLinearCount>);
+
+}  // namespace

@@ -1,0 +1,90 @@
+// Data parallelism made explicit. The five moves of nn.DataParallel, each a function you
+// can read on its own (docs/data-parallel.md walks through them):
+//
+//   scatter         split the global batch's rows among the replicas (comm/parallel/split.h)
+//                   and copy each share to its replica's device;
+//   replicate       copy the root model to every replica ONCE, then broadcast the
+//                   parameters from rank 0 (the reduce keeps them equal afterwards);
+//   parallel_apply  run each replica's forward (or backward) on its own thread
+//                   (ReplicaPool);
+//   gather          concatenate the replicas' outputs on the root device, where the loss
+//                   is computed; its gradient is scattered back the same way;
+//   reduce          allreduce the replicas' flat gradient buffers (SUM: each replica's
+//                   gradients were already scaled by 1/N of the global batch), then every
+//                   replica takes the same SGD step.
+//
+// DataParallelRunner strings these together for --mode dp. --mode ddp (comm/parallel/ddp.h)
+// keeps scatter, replicate and reduce but drops gather: each replica computes the loss of
+// its own share, and the reduce is split into buckets that overlap the backward pass.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "comm/parallel/replica_pool.h"
+#include "comm/parallel/split.h"
+#include "engine/data/loader.h"
+#include "layers/train/runner.h"
+
+namespace dpcore::comm {
+
+// One replica of this process: its model (parameters in flat buffers on its device), its
+// optimizer, and its communicator (rank = global replica index).
+struct Replica {
+  std::unique_ptr<nn::Model> model;
+  std::unique_ptr<Sgd> sgd;
+  std::unique_ptr<Communicator> comm;
+  Device device() const { return model->device(); }
+  int rank() const { return comm->rank(); }
+};
+
+// Builds this process's replicas: replica 0 keeps `root`, the others are copies on their
+// devices. Call broadcast_parameters afterwards, on every replica's thread.
+std::vector<Replica> replicate(std::unique_ptr<nn::Model> root, const std::vector<Device>& devices,
+                               std::vector<std::unique_ptr<Communicator>> comms, const SgdConfig& sgd);
+// Rank 0's parameters and optimizer state (momentum buffer, step count) to every replica
+// (runs on replica r's thread). `steps` is rank 0's step count, known to every process:
+// the processes of an mpi run resume from the same checkpoint.
+void broadcast_state(Replica& r, int64_t steps);
+
+// A replica's share of the rows [begin, begin + count) of a host batch, on its device.
+struct Shard {
+  Tensor x, y;
+  int64_t begin = 0, size = 0;  // rows of the batch
+};
+// The shares of rows [begin, begin + count) for replicas with `shares` and `devices`.
+std::vector<Shard> scatter(const data::Batch& batch, int64_t begin, const std::vector<int64_t>& shares,
+                           const std::vector<Device>& devices);
+// Concatenates [n_r, C] tensors along dim 0 into one tensor on `device` (empty parts skipped).
+Tensor gather(const std::vector<Tensor>& parts, Device device);
+// Sums the flat gradient buffers of all replicas into every replica (runs on replica r's thread).
+void reduce_gradients(Replica& r);
+
+// --mode dp: one process, R replicas; the loss is computed on the root from gathered outputs.
+class DataParallelRunner : public nn::StepRunner {
+ public:
+  DataParallelRunner(std::unique_ptr<nn::Model> model, const SgdConfig& sgd, int64_t accum,
+                     const nn::ParallelOptions& options);
+  nn::StepStats step(const data::Batch& batch) override;
+  nn::Model& model() override { return *replicas_[0].model; }
+  Sgd& optimizer() override { return *replicas_[0].sgd; }
+  void sync_replicas() override;
+  std::string describe() const override;
+  const Splitter& splitter() const { return splitter_; }
+
+ private:
+  std::vector<Replica> replicas_;
+  std::vector<Device> devices_;
+  std::unique_ptr<ReplicaPool> pool_;
+  Splitter splitter_;
+  int64_t accum_;
+};
+
+// Device of each replica for the options: --replicas R local replicas on the model's
+// device type (round-robin over GPUs), or the explicit list.
+std::vector<Device> replica_devices(const nn::ParallelOptions& options, Device model_device);
+// Aborts every communicator of `replicas` (a replica failed: wake the others).
+void abort_all(std::vector<Replica>& replicas, int failed, const std::string& message);
+
+}  // namespace dpcore::comm

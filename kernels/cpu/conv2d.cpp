@@ -1,0 +1,155 @@
+// conv2d as im2col + GEMM, one image at a time (Caffe's scheme). The batch is spread over
+// the OpenMP threads, each with its own im2col buffer and a single-threaded GEMM; with
+// fewer images than threads the GEMMs themselves are split instead (gemm_parallel).
+//
+// Per image n, with col_n = im2col(x_n) of shape [C*R*S, P*Q]:
+//   forward          y_n  = W[K, CRS] * col_n  + bias
+//   backward data    dx_n = col2im(W^T * dy_n)
+//   backward weight  dW   = sum_n dy_n[K, PQ] * col_n^T,  dbias = sum_n dy_n * ones[PQ]
+// The bias rides inside the GEMMs as one more column of W and one more row of col, all
+// ones: [W | b] * [col; 1] = W*col + b, and dy * [col; 1]^T = [dW | dbias]. That saves a
+// separate pass over y or dy, which costs as much as the GEMM on the thin first layers.
+#include <omp.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "kernels/cpu/gemm.h"
+#include "kernels/cpu/im2col.h"
+#include "kernels/cpu/kernels.h"
+#include "kernels/cpu/parallel.h"
+
+namespace dpcore::kernels::cpu {
+
+namespace {
+
+struct ConvDims {
+  int64_t crs, pq, image_in, image_out;
+  explicit ConvDims(const Conv2dShape& s)
+      : crs(s.C * s.R * s.S), pq(s.P * s.Q), image_in(s.C * s.H * s.W), image_out(s.K * s.P * s.Q) {}
+};
+
+// Threads over the batch when every thread gets an image; otherwise a team of one
+// (and the GEMMs split across the threads instead).
+int batch_threads(const Conv2dShape& s) {
+  int threads = kernel_threads();
+  return s.N >= threads ? threads : 1;
+}
+
+// im2col of images [n0, n0 + images) side by side in col (row stride images*PQ), plus
+// the row of ones under them when `ones_row`.
+template <class T>
+void im2col_images(const Conv2dShape& s, const T* x, int64_t n0, int64_t images, bool ones_row, T* col) {
+  const ConvDims d(s);
+  const int64_t ld = images * d.pq;
+  for (int64_t i = 0; i < images; ++i) im2col(s, x + (n0 + i) * d.image_in, col + i * d.pq, ld);
+  if (ones_row) std::fill(col + d.crs * ld, col + (d.crs + 1) * ld, T(1));
+}
+
+}  // namespace
+
+template <class T>
+void conv2d_forward(const Conv2dShape& s, const T* x, const T* w, const T* bias, T* y) {
+  const ConvDims d(s);
+  const int64_t depth = d.crs + (bias ? 1 : 0);
+  std::vector<T> w_and_bias;  // [W | b], row k = w[k, :], bias[k]
+  if (bias) {
+    w_and_bias.resize(s.K * depth);
+    for (int64_t k = 0; k < s.K; ++k) {
+      std::copy_n(w + k * d.crs, d.crs, w_and_bias.data() + k * depth);
+      w_and_bias[k * depth + d.crs] = bias[k];
+    }
+  }
+  const T* w_mat = bias ? w_and_bias.data() : w;
+#pragma omp parallel for num_threads(batch_threads(s)) schedule(static)
+  for (int64_t n = 0; n < s.N; ++n) {
+    T* col = thread_scratch<T>(depth * d.pq, 0);
+    im2col_images(s, x, n, 1, bias != nullptr, col);
+    gemm_parallel(false, false, s.K, d.pq, depth, T(1), w_mat, depth, col, d.pq, T(0), y + n * d.image_out, d.pq);
+  }
+}
+
+template <class T>
+void conv2d_backward_data(const Conv2dShape& s, const T* dy, const T* w, T* dx) {
+  const ConvDims d(s);
+#pragma omp parallel for num_threads(batch_threads(s)) schedule(static)
+  for (int64_t n = 0; n < s.N; ++n) {
+    T* col = thread_scratch<T>(d.crs * d.pq, 0);
+    gemm_parallel(true, false, d.crs, d.pq, s.K, T(1), w, d.crs, dy + n * d.image_out, d.pq, T(0), col, d.pq);
+    col2im(s, col, dx + n * d.image_in);
+  }
+}
+
+namespace {
+
+// GEMMs with an inner dimension (summed over) of only P*Q output pixels run far below
+// peak on the deep, low-resolution layers, so the weight gradient is taken over several
+// images at once, their columns side by side: inner dimension images * P*Q >= this.
+constexpr int64_t kWeightGradDepth = 256;
+
+// grad[K, depth] = the gradient [dW | dbias] (depth = CRS + 1) or dW alone (depth = CRS)
+// of images [r.begin, r.end), summed over them in order, a group of images per GEMM.
+template <class T>
+void weight_grad_of_images(const Conv2dShape& s, const T* x, const T* dy, Range r, int64_t depth, T* grad) {
+  const ConvDims d(s);
+  const int64_t count = r.end - r.begin;
+  if (count == 0) {
+    std::fill(grad, grad + s.K * depth, T(0));
+    return;
+  }
+  const int64_t group = std::clamp<int64_t>((kWeightGradDepth + d.pq - 1) / d.pq, 1, count);
+  T* col = thread_scratch<T>(depth * group * d.pq, 0);
+  T* dy_group = thread_scratch<T>(s.K * group * d.pq, 1);
+  for (int64_t n0 = r.begin; n0 < r.end; n0 += group) {
+    const int64_t images = std::min(group, r.end - n0), ld = images * d.pq;
+    im2col_images(s, x, n0, images, depth > d.crs, col);
+    // dy of the group as one [K, images*PQ] matrix; a single image already is one.
+    const T* dy_mat = dy + n0 * d.image_out;
+    if (images > 1) {
+      for (int64_t k = 0; k < s.K; ++k)
+        for (int64_t i = 0; i < images; ++i)
+          std::copy_n(dy + (n0 + i) * d.image_out + k * d.pq, d.pq, dy_group + k * ld + i * d.pq);
+      dy_mat = dy_group;
+    }
+    const T beta = n0 == r.begin ? T(0) : T(1);
+    gemm_parallel(false, true, s.K, depth, ld, T(1), dy_mat, ld, col, ld, beta, grad, depth);
+  }
+}
+
+}  // namespace
+
+// Thread t reduces a contiguous share of the batch into its own buffer; the buffers are
+// then added in thread order. The order of every sum is fixed by the thread count alone.
+template <class T>
+void conv2d_backward_weight(const Conv2dShape& s, const T* x, const T* dy, T* dw, T* dbias, bool accumulate) {
+  const ConvDims d(s);
+  const int64_t depth = d.crs + (dbias ? 1 : 0);
+  const int threads = batch_threads(s);
+  std::vector<const T*> partial(threads);
+#pragma omp parallel num_threads(threads)
+  {
+    const int t = omp_get_thread_num(), team = omp_get_num_threads();
+    T* mine = thread_scratch<T>(s.K * depth, 2);
+    weight_grad_of_images(s, x, dy, split_range(s.N, team, t), depth, mine);
+    partial[t] = mine;
+#pragma omp barrier
+    const Range ks = split_range(s.K, team, t);
+    for (int64_t k = ks.begin; k < ks.end; ++k)
+      for (int64_t j = 0; j < depth; ++j) {
+        T total = partial[0][k * depth + j];
+        for (int u = 1; u < team; ++u) total += partial[u][k * depth + j];
+        T& out = j < d.crs ? dw[k * d.crs + j] : dbias[k];
+        out = accumulate ? out + total : total;
+      }
+  }
+}
+
+#define DPCORE_INSTANTIATE(T)                                                                         \
+  template void conv2d_forward<T>(const Conv2dShape&, const T*, const T*, const T*, T*);              \
+  template void conv2d_backward_data<T>(const Conv2dShape&, const T*, const T*, T*);                  \
+  template void conv2d_backward_weight<T>(const Conv2dShape&, const T*, const T*, T*, T*, bool);
+DPCORE_INSTANTIATE(float)
+DPCORE_INSTANTIATE(double)
+#undef DPCORE_INSTANTIATE
+
+}  // namespace dpcore::kernels::cpu

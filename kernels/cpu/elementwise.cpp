@@ -1,0 +1,84 @@
+// Elementwise operations and the sum over flat arrays.
+#include <algorithm>
+#include <vector>
+
+#include "kernels/cpu/kernels.h"
+#include "kernels/cpu/parallel.h"
+
+namespace dpcore::kernels::cpu {
+
+template <class T>
+void fill(int64_t n, T value, T* y) {
+#pragma omp parallel for simd num_threads(kernel_threads()) if (n >= kMinParallelElements) schedule(static)
+  for (int64_t i = 0; i < n; ++i) y[i] = value;
+}
+
+template <class T>
+void add(int64_t n, const T* a, const T* b, T* y) {
+#pragma omp parallel for simd num_threads(kernel_threads()) if (n >= kMinParallelElements) schedule(static)
+  for (int64_t i = 0; i < n; ++i) y[i] = a[i] + b[i];
+}
+
+template <class T>
+void axpy(int64_t n, T alpha, const T* x, T* y) {
+#pragma omp parallel for simd num_threads(kernel_threads()) if (n >= kMinParallelElements) schedule(static)
+  for (int64_t i = 0; i < n; ++i) y[i] += alpha * x[i];
+}
+
+template <class T>
+void scale(int64_t n, T alpha, const T* x, T* y) {
+#pragma omp parallel for simd num_threads(kernel_threads()) if (n >= kMinParallelElements) schedule(static)
+  for (int64_t i = 0; i < n; ++i) y[i] = alpha * x[i];
+}
+
+namespace {
+
+// The sum is cut into blocks of this many elements; block sums are independent of the
+// thread count, and are then combined pairwise, so the order is fixed for every n.
+constexpr int64_t kSumBlock = 4096;
+constexpr int kLanes = 8;
+
+// One block, in double: kLanes interleaved partial sums (which the compiler can keep in
+// vector registers), then combined pairwise.
+template <class T>
+double block_sum(const T* x, int64_t n) {
+  double lanes[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int l = 0; l < kLanes; ++l) lanes[l] += double(x[i + l]);
+  for (int l = 0; i < n; ++i, ++l) lanes[l] += double(x[i]);
+  return ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) + ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]));
+}
+
+double pairwise_sum(const double* v, int64_t n) {
+  if (n == 0) return 0.0;
+  if (n == 1) return v[0];
+  const int64_t half = n / 2;
+  return pairwise_sum(v, half) + pairwise_sum(v + half, n - half);
+}
+
+}  // namespace
+
+template <class T>
+void sum(int64_t n, const T* x, T* out) {
+  const int64_t blocks = (n + kSumBlock - 1) / kSumBlock;
+  std::vector<double> partial(blocks);
+#pragma omp parallel for num_threads(kernel_threads()) if (n >= kMinParallelElements) schedule(static)
+  for (int64_t b = 0; b < blocks; ++b) {
+    const int64_t begin = b * kSumBlock;
+    partial[b] = block_sum(x + begin, std::min(kSumBlock, n - begin));
+  }
+  out[0] = T(pairwise_sum(partial.data(), blocks));
+}
+
+#define DPCORE_INSTANTIATE(T)                                  \
+  template void fill<T>(int64_t, T, T*);                       \
+  template void add<T>(int64_t, const T*, const T*, T*);       \
+  template void axpy<T>(int64_t, T, const T*, T*);             \
+  template void scale<T>(int64_t, T, const T*, T*);            \
+  template void sum<T>(int64_t, const T*, T*);
+DPCORE_INSTANTIATE(float)
+DPCORE_INSTANTIATE(double)
+#undef DPCORE_INSTANTIATE
+
+}  // namespace dpcore::kernels::cpu

@@ -1,0 +1,22 @@
+// Row-major matrix products through OpenBLAS. Internal to kernels/cpu.
+#pragma once
+
+#include <cstdint>
+
+namespace dpcore::kernels::cpu {
+
+// C[M,N] = alpha * op(A)[M,K] * op(B)[K,N] + beta * C, row-major, op = transpose when the
+// flag is set. Runs on the calling thread: the kernels call it from inside their own
+// OpenMP loops, so OpenBLAS is kept single-threaded (see threads.cpp).
+template <class T>
+void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, T alpha, const T* A, int64_t lda,
+          const T* B, int64_t ldb, T beta, T* C, int64_t ldc);
+
+// The same product with C cut into blocks of rows or columns (whichever dimension is
+// longer), one block per OpenMP thread. Each element of C is still computed by one
+// sequential dot product, so the result does not depend on timing.
+template <class T>
+void gemm_parallel(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, T alpha, const T* A, int64_t lda,
+                   const T* B, int64_t ldb, T beta, T* C, int64_t ldc);
+
+}  // namespace dpcore::kernels::cpu

@@ -1,0 +1,44 @@
+// Helpers shared by the CPU kernels for splitting work across OpenMP threads.
+// Internal to kernels/cpu: not part of the public kernel API.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace dpcore::kernels::cpu {
+
+// The team size of every OpenMP region in the kernels: the count given to
+// set_num_threads, or the OpenMP default of the calling thread. Passed explicitly with
+// num_threads(...) so that the setting holds for kernels called from any thread.
+int kernel_threads();
+
+// Below this many elements an elementwise loop finishes before threads could be woken,
+// so it runs on the calling thread (`if` clause of the OpenMP pragmas).
+constexpr int64_t kMinParallelElements = int64_t(1) << 15;
+
+// The contiguous share [begin, end) of `n` items that worker `index` of `parts` gets.
+// Static and independent of timing, so every reduction built on it has a fixed order.
+struct Range {
+  int64_t begin, end;
+};
+inline Range split_range(int64_t n, int parts, int index) {
+  int64_t base = n / parts, extra = n % parts;
+  int64_t begin = index * base + (index < extra ? index : extra);
+  return {begin, begin + base + (index < extra ? 1 : 0)};
+}
+
+// Scratch memory owned by the calling thread and kept between calls: the im2col buffers
+// of a training step have the same sizes every step, so reusing them saves the page
+// faults of fresh allocations. `slot` (< kScratchSlots) tells apart buffers that one
+// thread needs at once. The contents are whatever an earlier call left there.
+constexpr int kScratchSlots = 3;
+template <class T>
+T* thread_scratch(size_t n, int slot) {
+  thread_local std::vector<T> buffers[kScratchSlots];
+  std::vector<T>& buffer = buffers[slot];
+  if (buffer.size() < n) buffer.resize(n);
+  return buffer.data();
+}
+
+}  // namespace dpcore::kernels::cpu

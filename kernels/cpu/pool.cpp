@@ -1,0 +1,73 @@
+// max_pool2d with PyTorch's CPU semantics, one input plane (n, c) per loop iteration.
+#include <algorithm>
+#include <climits>
+#include <cmath>
+#include <limits>
+
+#include "engine/error.h"
+#include "kernels/cpu/kernels.h"
+#include "kernels/cpu/parallel.h"
+
+namespace dpcore::kernels::cpu {
+
+// Every window must hold at least one real element, or its argmax would point into the
+// padding (PyTorch enforces the same bound); argmax is an int32 index inside the plane.
+static void check_pool_shape(const Pool2dShape& s) {
+  DPCORE_CHECK(s.pad_h <= s.kernel_h / 2 && s.pad_w <= s.kernel_w / 2, "max_pool2d: padding ", s.pad_h, "x",
+               s.pad_w, " exceeds half the kernel ", s.kernel_h, "x", s.kernel_w);
+  DPCORE_CHECK(s.H * s.W <= INT32_MAX, "max_pool2d: input plane ", s.H, "x", s.W, " is too large for int32 argmax");
+}
+
+template <class T>
+static void pool_plane(const Pool2dShape& s, const T* x, T* y, int32_t* argmax) {
+  for (int64_t p = 0; p < s.P; ++p) {
+    const int64_t h_begin = std::max<int64_t>(p * s.stride_h - s.pad_h, 0);
+    const int64_t h_end = std::min(p * s.stride_h - s.pad_h + s.kernel_h, s.H);
+    for (int64_t q = 0; q < s.Q; ++q) {
+      const int64_t w_begin = std::max<int64_t>(q * s.stride_w - s.pad_w, 0);
+      const int64_t w_end = std::min(q * s.stride_w - s.pad_w + s.kernel_w, s.W);
+      // Padding is -inf, so it never wins: scan only the real elements. Strictly greater
+      // keeps the first of equal values; NaN always replaces (a NaN anywhere gives NaN).
+      T best = -std::numeric_limits<T>::infinity();
+      int64_t best_index = h_begin * s.W + w_begin;
+      for (int64_t h = h_begin; h < h_end; ++h)
+        for (int64_t w = w_begin; w < w_end; ++w) {
+          const T v = x[h * s.W + w];
+          if (v > best || std::isnan(v)) {
+            best = v;
+            best_index = h * s.W + w;
+          }
+        }
+      y[p * s.Q + q] = best;
+      argmax[p * s.Q + q] = int32_t(best_index);
+    }
+  }
+}
+
+template <class T>
+void max_pool2d_forward(const Pool2dShape& s, const T* x, T* y, int32_t* argmax) {
+  check_pool_shape(s);
+  const int64_t planes = s.N * s.C, in_plane = s.H * s.W, out_plane = s.P * s.Q;
+#pragma omp parallel for num_threads(kernel_threads()) if (planes * in_plane >= kMinParallelElements) schedule(static)
+  for (int64_t i = 0; i < planes; ++i) pool_plane(s, x + i * in_plane, y + i * out_plane, argmax + i * out_plane);
+}
+
+template <class T>
+void max_pool2d_backward(const Pool2dShape& s, const T* dy, const int32_t* argmax, T* dx) {
+  check_pool_shape(s);
+  const int64_t planes = s.N * s.C, in_plane = s.H * s.W, out_plane = s.P * s.Q;
+#pragma omp parallel for num_threads(kernel_threads()) if (planes * in_plane >= kMinParallelElements) schedule(static)
+  for (int64_t i = 0; i < planes; ++i) {
+    T* dx_plane = dx + i * in_plane;
+    std::fill(dx_plane, dx_plane + in_plane, T(0));
+    // In output order, so overlapping windows add up in a fixed order.
+    for (int64_t j = 0; j < out_plane; ++j) dx_plane[argmax[i * out_plane + j]] += dy[i * out_plane + j];
+  }
+}
+
+template void max_pool2d_forward<float>(const Pool2dShape&, const float*, float*, int32_t*);
+template void max_pool2d_forward<double>(const Pool2dShape&, const double*, double*, int32_t*);
+template void max_pool2d_backward<float>(const Pool2dShape&, const float*, const int32_t*, float*);
+template void max_pool2d_backward<double>(const Pool2dShape&, const double*, const int32_t*, double*);
+
+}  // namespace dpcore::kernels::cpu

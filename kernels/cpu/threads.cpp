@@ -1,0 +1,29 @@
+// The thread count of the CPU kernels. It is one process-wide number rather than
+// OpenMP's per-thread setting, so that kernels called from worker threads (one per
+// in-process replica, say) obey it too. OpenBLAS is not part of it: the kernels call BLAS
+// from inside their own OpenMP loops, so BLAS always runs on one thread (gemm.cpp).
+#include <omp.h>
+
+#include <atomic>
+
+#include "engine/error.h"
+#include "kernels/cpu/kernels.h"
+#include "kernels/cpu/parallel.h"
+
+namespace dpcore::kernels::cpu {
+
+static std::atomic<int> configured_threads{0};  // 0: OpenMP's default
+
+void set_num_threads(int threads) {
+  DPCORE_CHECK(threads >= 0, "set_num_threads: the thread count must be >= 0 (0 = library default), got ", threads);
+  configured_threads.store(threads, std::memory_order_relaxed);
+}
+
+int num_threads() { return kernel_threads(); }
+
+int kernel_threads() {
+  int threads = configured_threads.load(std::memory_order_relaxed);
+  return threads > 0 ? threads : omp_get_max_threads();
+}
+
+}  // namespace dpcore::kernels::cpu

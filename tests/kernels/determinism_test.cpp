@@ -1,0 +1,84 @@
+// Every reduction runs in a fixed order: two runs with the same thread count give
+// bit-identical results (here with 2 threads, where a racy reduction would show).
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <functional>
+#include <vector>
+
+#include "kernel_checks.h"
+#include "kernels/cpu/kernels.h"
+
+namespace dpcore::testing {
+namespace {
+
+namespace cpu = kernels::cpu;
+
+template <class T>
+bool bit_identical(const std::vector<T>& a, const std::vector<T>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
+}
+
+// Runs `compute` (which fills its output from scratch) several times and expects the same bits.
+template <class T>
+void expect_repeatable(const char* what, size_t n, const std::function<void(std::vector<T>&)>& compute) {
+  std::vector<T> first = nan_filled<T>(n);
+  compute(first);
+  for (int run = 0; run < 5; ++run) {
+    std::vector<T> again = nan_filled<T>(n);
+    compute(again);
+    ASSERT_TRUE(bit_identical(first, again)) << what << " differs on run " << run + 2;
+  }
+}
+
+TEST(DeterminismTest, ConvAndLinearGradientsAreBitIdenticalWithTwoThreads) {
+  ScopedKernelThreads scope(2);
+  kernels::Conv2dShape s;
+  s.N = 9, s.C = 16, s.H = 14, s.W = 14, s.K = 32, s.R = 3, s.S = 3, s.pad_h = 1, s.pad_w = 1;
+  s.P = kernels::conv_out_size(s.H, s.R, s.stride_h, s.pad_h);
+  s.Q = kernels::conv_out_size(s.W, s.S, s.stride_w, s.pad_w);
+  auto x = random_vector<float>(s.x_size(), 1), w = random_vector<float>(s.w_size(), 2),
+       b = random_vector<float>(s.K, 10), dy = random_vector<float>(s.y_size(), 3),
+       start = random_vector<float>(s.w_size() + s.K, 4);
+
+  expect_repeatable<float>("conv2d_forward", s.y_size(), [&](std::vector<float>& y) {
+    cpu::conv2d_forward(s, x.data(), w.data(), b.data(), y.data());
+  });
+  expect_repeatable<float>("conv2d_backward_data", s.x_size(), [&](std::vector<float>& dx) {
+    cpu::conv2d_backward_data(s, dy.data(), w.data(), dx.data());
+  });
+  // Weight and bias gradient side by side in one buffer, accumulated onto fixed contents.
+  expect_repeatable<float>("conv2d_backward_weight", start.size(), [&](std::vector<float>& grads) {
+    grads = start;
+    cpu::conv2d_backward_weight(s, x.data(), dy.data(), grads.data(), grads.data() + s.w_size(), true);
+  });
+
+  const kernels::LinearShape ls{64, 3136, 128};
+  auto lx = random_vector<float>(ls.N * ls.in, 5), lw = random_vector<float>(ls.out * ls.in, 6),
+       lb = random_vector<float>(ls.out, 11), ldy = random_vector<float>(ls.N * ls.out, 7);
+  expect_repeatable<float>("linear_backward_weight", ls.out * ls.in + ls.out, [&](std::vector<float>& grads) {
+    cpu::linear_backward_weight(ls, lx.data(), ldy.data(), grads.data(), grads.data() + ls.out * ls.in, false);
+  });
+  expect_repeatable<float>("linear_forward", ls.N * ls.out, [&](std::vector<float>& y) {
+    cpu::linear_forward(ls, lx.data(), lw.data(), lb.data(), y.data());
+  });
+}
+
+TEST(DeterminismTest, LossAndSumAreBitIdenticalWithTwoThreads) {
+  ScopedKernelThreads scope(2);
+  const int64_t rows = 512, cols = 100;
+  auto logits = random_vector<float>(rows * cols, 8, -4.0, 4.0);
+  std::vector<int64_t> target(rows);
+  for (int64_t r = 0; r < rows; ++r) target[r] = r % cols;
+  expect_repeatable<float>("cross_entropy_forward_backward", rows * cols + 1, [&](std::vector<float>& out) {
+    cpu::cross_entropy_forward_backward(rows, cols, logits.data(), target.data(), 1.0f / rows, out.data() + rows * cols,
+                                        out.data());
+  });
+  auto big = random_vector<double>(3000001, 9);
+  expect_repeatable<double>("sum", 1, [&](std::vector<double>& out) {
+    cpu::sum(int64_t(big.size()), big.data(), out.data());
+  });
+}
+
+}  // namespace
+}  // namespace dpcore::testing
