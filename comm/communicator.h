@@ -1,0 +1,119 @@
+// Communicator: the collectives that data-parallel training needs, behind one interface
+// with one implementation per transport (PyTorch c10d's ProcessGroup, made small):
+//
+//   local  replicas are threads of this process; a hand-written ring over shared memory
+//          that reduces with the Backend kernels, so CPU and CUDA tensors both work
+//          (comm/local.cpp).
+//   mpi    one replica per process under mpirun; MPI_COMM_WORLD (comm/mpi.cpp).
+//   nccl   one replica per GPU; NCCL on a communication stream (comm/nccl.cpp).
+//
+// Every collective is asynchronous: it returns a Work at once and runs on a communication
+// thread (local, mpi) or stream (nccl), overlapping with the caller. All ranks must issue
+// the same collectives in the same order, as with MPI and NCCL. Tensors are contiguous
+// and are treated as flat arrays of numel() elements.
+//
+// make_communicators() is the ONE place that chooses a backend by name (the CLI's
+// --backend flag); the make_* functions below it build a specific one.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "comm/work.h"
+#include "engine/tensor.h"
+
+namespace dpcore::comm {
+
+enum class ReduceOp { Sum, Average };
+const char* reduce_op_name(ReduceOp op);  // "sum", "average"
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  virtual std::string backend() const = 0;  // "local", "mpi", "nccl"
+
+  // t <- op over all ranks of t, on every rank. Average is the sum times 1/size; DDP-style
+  // sum(g / W) is the caller's business (pre-scale, then Sum): see docs/collectives.md.
+  virtual Work allreduce(Tensor& t, ReduceOp op = ReduceOp::Sum) = 0;
+  // t <- root's t, on every rank.
+  virtual Work broadcast(Tensor& t, int root) = 0;
+  // root's t <- op over all ranks of t; the other ranks' t are left unchanged.
+  virtual Work reduce(Tensor& t, int root, ReduceOp op = ReduceOp::Sum) = 0;
+  // out [size * in.numel()] <- the ins of ranks 0, 1, ... one after the other.
+  virtual Work allgather(const Tensor& in, Tensor& out) = 0;
+  // in [size * chunk]; out [chunk] <- op over all ranks of their in's chunk number rank().
+  virtual Work reduce_scatter(const Tensor& in, Tensor& out, ReduceOp op = ReduceOp::Sum) = 0;
+  // Returns when every rank has called barrier() (after this rank's earlier collectives).
+  virtual void barrier() = 0;
+
+  // Gives up on the group: collectives waiting on this rank (and, where the transport can,
+  // on the other ranks) fail with an Error quoting `reason`, and later ones fail at once.
+  // local: every replica fails at once. mpi: MPI_Abort ends the whole job. nccl:
+  // ncclCommAbort, so this rank's pending collectives return instead of hanging.
+  virtual void abort(const std::string& reason) = 0;
+};
+
+// ---- local: replicas are threads of one process ----
+struct LocalOptions {
+  // How long a replica waits for the others at any rendezvous before the group fails with
+  // "local allreduce: replica 2 did not arrive within 300 s".
+  std::chrono::milliseconds timeout = std::chrono::seconds(300);
+};
+// One Communicator per replica, rank i at index i. Each replica's thread calls the
+// collectives on its own Communicator; they meet inside. world_size >= 1.
+std::vector<std::unique_ptr<Communicator>> make_local_group(int world_size, const LocalOptions& options = {});
+
+// ---- mpi: one replica per process, launched by mpirun ----
+// Uses a duplicate of MPI_COMM_WORLD. Initialises MPI on first use (and finalises it at
+// exit) unless the program already did; then it must have asked for at least
+// MPI_THREAD_SERIALIZED, since every MPI call is made on dpcore's communication thread.
+std::unique_ptr<Communicator> make_mpi_communicator();
+// Copies `bytes` bytes at `data` from rank `root` to every rank of MPI_COMM_WORLD
+// (initialising MPI like make_mpi_communicator). Shares the NCCL unique id between
+// processes.
+void mpi_broadcast_bytes(void* data, size_t bytes, int root);
+// Every rank's `mine`, in rank order, on every rank of MPI_COMM_WORLD.
+std::vector<std::string> mpi_allgather_strings(const std::string& mine);
+
+// ---- nccl: one rank per GPU ----
+// One process, one thread per GPU: rank i on devices[i] (all CUDA, all different).
+std::vector<std::unique_ptr<Communicator>> make_nccl_group(const std::vector<Device>& devices);
+// One rank per process. The ranks agree on NCCL's unique id either over MPI_COMM_WORLD
+// (id_file empty; the ranks' hosts and devices are then compared first, so that two ranks
+// on one GPU fail with a clear error) or through a file that rank 0 writes (atomically)
+// and the others wait for, up to `timeout`, on a filesystem they share.
+struct NcclIdExchange {
+  std::string id_file;
+  std::chrono::milliseconds timeout = std::chrono::seconds(300);
+};
+std::unique_ptr<Communicator> make_nccl_communicator(int rank, int size, Device device,
+                                                     const NcclIdExchange& exchange = {});
+// Fails with the message the CLI shows unless `devices` can form an NCCL group: all CUDA
+// and no GPU used twice ("nccl: ranks 0 and 1 would share cuda:0; NCCL refuses two ranks
+// on one GPU — use --backend local for several replicas on one GPU"). Needs no GPU.
+void check_nccl_devices(const std::vector<Device>& devices);
+
+// ---- choosing by name ----
+// Where `replicas` replicas of one process go on devices of `type`: CPU replicas all on
+// the CPU; CUDA replicas round-robin over the usable GPUs (several per GPU when there are
+// more replicas than GPUs, which the local backend allows and NCCL refuses).
+std::vector<Device> place_replicas(int replicas, Device::Type type);
+
+struct CommConfig {
+  std::string backend = "local";  // "local", "mpi" or "nccl"
+  // One entry per replica of THIS process (see place_replicas). mpi: exactly one; the
+  // number of processes comes from mpirun.
+  std::vector<Device> devices = {Device::cpu()};
+  LocalOptions local;
+};
+// The communicators of this process's replicas, rank order. Fails with a clear error for
+// an unknown backend, a backend this build lacks (and how to enable it), or a device list
+// the backend cannot use.
+std::vector<std::unique_ptr<Communicator>> make_communicators(const CommConfig& config);
+
+}  // namespace dpcore::comm

@@ -1,0 +1,183 @@
+// The local backend: replicas are threads of this process, each with its own
+// LocalCommunicator and communication thread; the threads meet at one Rendezvous and run
+// the ring algorithms of comm/ring.h over each other's buffers. Reductions use the
+// Backend kernels of the replica's device, so CPU replicas, several CUDA replicas on one
+// GPU and replicas on different GPUs all work, with a fixed reduction order: every
+// replica ends bit-identical.
+#include <sstream>
+
+#include "comm/checks.h"
+#include "comm/comm_thread.h"
+#include "comm/communicator.h"
+#include "comm/rendezvous.h"
+#include "comm/ring.h"
+#include "engine/backend.h"
+
+namespace dpcore::comm {
+namespace {
+
+template <class... Parts>
+std::string concat(const Parts&... parts) {
+  std::ostringstream os;
+  (os << ... << parts);
+  return os.str();
+}
+
+Tensor flat(const Tensor& t) { return t.view({t.numel()}); }
+
+// "allreduce (sum) of 1000 float32": compared across replicas to catch mismatched calls.
+std::string describe(const char* what, const Tensor& t, const std::string& detail) {
+  return concat(what, detail, " of ", t.numel(), " ", dtype_name(t.dtype()));
+}
+std::string with_op(ReduceOp reduce) { return concat(" (", reduce_op_name(reduce), ")"); }
+
+class LocalCommunicator : public Communicator {
+ public:
+  LocalCommunicator(std::shared_ptr<Rendezvous> rendezvous, int rank)
+      : rendezvous_(std::move(rendezvous)), rank_(rank) {}
+  // A replica that goes away must not leave the others waiting for it until the timeout.
+  // After a completed collective the group is idle and aborting it harms nobody.
+  ~LocalCommunicator() override {
+    rendezvous_->abort(concat("local group: the communicator of replica ", rank_, " was destroyed"));
+  }
+
+  int rank() const override { return rank_; }
+  int size() const override { return rendezvous_->size(); }
+  std::string backend() const override { return "local"; }
+
+  Work allreduce(Tensor& tensor, ReduceOp reduce) override {
+    Tensor t = tensor;
+    return submit("allreduce", [=](const std::string& op) {
+      check_reducible(op, t, reduce, false);
+      ring::Peer peer = start(op, t.device(), describe("allreduce", t, with_op(reduce)));
+      std::vector<Tensor> chunks = ring::split(flat(t), size());
+      ring::reduce_scatter(peer, chunks, /*in_place=*/true, chunks[size_t(rank_)]);
+      average(chunks[size_t(rank_)], reduce);
+      ring::allgather(peer, chunks);
+      finish(peer);
+    });
+  }
+
+  // Every replica copies the root's buffer directly: one step, nothing to reduce.
+  Work broadcast(Tensor& tensor, int root) override {
+    Tensor t = tensor;
+    return submit("broadcast", [=](const std::string& op) {
+      check_defined(op, "input", t);
+      check_root(op, root, size());
+      ring::Peer peer = start(op, t.device(), describe("broadcast", t, concat(" from replica ", root)));
+      std::vector<Slot> slots = peer.meet(Slot{flat(t), ""});
+      if (rank_ != root) flat(t).copy_(slots[size_t(root)].tensor);
+      finish(peer);
+    });
+  }
+
+  // The reduce-scatter of allreduce into scratch (so that only the root's tensor changes),
+  // then the root collects the owners' chunks: bit-identical to allreduce's result.
+  Work reduce(Tensor& tensor, int root, ReduceOp reduce) override {
+    Tensor t = tensor;
+    return submit("reduce", [=](const std::string& op) {
+      check_reducible(op, t, reduce, false);
+      check_root(op, root, size());
+      ring::Peer peer = start(op, t.device(), describe("reduce", t, concat(with_op(reduce), " to replica ", root)));
+      std::vector<Tensor> chunks = ring::split(flat(t), size());
+      Tensor owned = workspace_.get(ring::Workspace::kResult, chunks[size_t(rank_)].numel(), t.dtype(), t.device());
+      ring::reduce_scatter(peer, chunks, /*in_place=*/false, owned);
+      average(owned, reduce);
+      std::vector<Slot> slots = peer.meet(Slot{owned, ""});
+      if (rank_ == root) {
+        for (size_t c = 0; c < chunks.size(); ++c) chunks[c].copy_(slots[c].tensor);
+      }
+      finish(peer);
+    });
+  }
+
+  Work allgather(const Tensor& input, Tensor& output) override {
+    Tensor in = input, out = output;
+    return submit("allgather", [=](const std::string& op) {
+      check_allgather_args(op, in, out, size());
+      ring::Peer peer = start(op, in.device(), describe("allgather", in, ""));
+      std::vector<Tensor> chunks = ring::split(flat(out), size());
+      chunks[size_t(rank_)].copy_(flat(in));
+      ring::allgather(peer, chunks);
+      finish(peer);
+    });
+  }
+
+  Work reduce_scatter(const Tensor& input, Tensor& output, ReduceOp reduce) override {
+    Tensor in = input, out = output;
+    return submit("reduce_scatter", [=](const std::string& op) {
+      check_reduce_scatter_args(op, in, out, size());
+      check_reducible(op, in, reduce, false);
+      ring::Peer peer = start(op, in.device(), describe("reduce_scatter", in, with_op(reduce)));
+      ring::reduce_scatter(peer, ring::split(flat(in), size()), /*in_place=*/false, flat(out));
+      average(out, reduce);
+      finish(peer);
+    });
+  }
+
+  void barrier() override {
+    submit("barrier", [=](const std::string& op) {
+      ring::Peer peer = start(op, Device::cpu(), "barrier");
+      finish(peer);
+    }).wait();
+  }
+
+  void abort(const std::string& reason) override {
+    rendezvous_->abort(concat("local group aborted by replica ", rank_, ": ", reason));
+  }
+
+ private:
+  // Runs `body` on the communication thread. If it fails here (bad arguments, a device
+  // error), the group is aborted so that the other replicas fail now, naming this one,
+  // instead of waiting for it.
+  Work submit(const char* name, std::function<void(const std::string& op)> body) {
+    std::string op = concat("local ", name);
+    return thread_.submit([this, op, body] {
+      try {
+        body(op);
+      } catch (const std::exception& e) {
+        rendezvous_->abort(concat(op, ": replica ", rank_, " failed: ", e.what()));
+        throw;
+      }
+    });
+  }
+
+  // The first meeting of a collective: every replica must be in the same one.
+  ring::Peer start(const std::string& op, Device device, const std::string& call) {
+    ring::Peer peer{*rendezvous_, rank_, device, op, workspace_};
+    std::vector<Slot> slots = peer.meet(Slot{Tensor(), call});
+    for (size_t r = 1; r < slots.size(); ++r) {
+      DPCORE_CHECK(slots[r].call == slots[0].call, "local group: replica ", r, " called ", slots[r].call,
+                   " while replica 0 called ", slots[0].call);
+    }
+    return peer;
+  }
+  // The last meeting: no replica returns (and lets its caller reuse its buffers) while a
+  // neighbour may still be reading them.
+  void finish(ring::Peer& peer) { peer.meet(Slot{}); }
+
+  void average(const Tensor& owned, ReduceOp reduce) {
+    if (reduce != ReduceOp::Average || owned.numel() == 0) return;
+    Tensor t = owned;
+    backend_for(t.device()).scale(1.0 / size(), t, t);
+  }
+
+  std::shared_ptr<Rendezvous> rendezvous_;
+  const int rank_;
+  ring::Workspace workspace_;  // used only on thread_
+  CommThread thread_;          // last: joined first, while the members it uses still exist
+};
+
+}  // namespace
+
+std::vector<std::unique_ptr<Communicator>> make_local_group(int world_size, const LocalOptions& options) {
+  DPCORE_CHECK(world_size >= 1, "make_local_group: world size ", world_size, " must be at least 1");
+  DPCORE_CHECK(options.timeout.count() > 0, "make_local_group: timeout ", options.timeout.count(),
+               " ms must be positive");
+  auto rendezvous = std::make_shared<Rendezvous>(world_size, options.timeout);
+  std::vector<std::unique_ptr<Communicator>> group;
+  for (int r = 0; r < world_size; ++r) group.push_back(std::make_unique<LocalCommunicator>(rendezvous, r));
+  return group;
+}
+
+}  // namespace dpcore::comm

@@ -1,0 +1,268 @@
+// The mpi backend: one replica per process, collectives on a duplicate of MPI_COMM_WORLD.
+//
+// Every MPI call of dpcore runs on one process-wide communication thread, the one that
+// initialised MPI: MPI then needs no thread support beyond FUNNELED, calls never race, and
+// collectives overlap with the caller's compute. CUDA tensors go through a host copy.
+//
+// Errors: the communicator returns MPI errors (MPI_ERRORS_RETURN) and they become
+// dpcore::Error naming the collective. A rank that dies is a different matter: mpirun
+// notices and ends the whole job, which is how MPI jobs fail (docs/collectives.md).
+#include <mpi.h>
+
+#include <cstdio>
+#include <limits>
+
+#include "comm/checks.h"
+#include "comm/comm_thread.h"
+#include "comm/communicator.h"
+#include "engine/backend.h"
+
+namespace dpcore::comm {
+namespace {
+
+void check_mpi(int code, const std::string& what) {
+  if (code == MPI_SUCCESS) return;
+  char text[MPI_MAX_ERROR_STRING];
+  int length = 0;
+  MPI_Error_string(code, text, &length);
+  fail(what, ": ", std::string(text, size_t(length)));
+}
+
+int mpi_count(const std::string& op, int64_t numel) {
+  DPCORE_CHECK(numel <= std::numeric_limits<int>::max(), op, ": ", numel, " elements exceed MPI's int count");
+  return int(numel);
+}
+
+MPI_Datatype mpi_type(DType dtype) {
+  switch (dtype) {
+    case DType::Float32: return MPI_FLOAT;
+    case DType::Float64: return MPI_DOUBLE;
+    case DType::Int32: return MPI_INT32_T;
+    case DType::Int64: return MPI_INT64_T;
+  }
+  return MPI_DATATYPE_NULL;
+}
+
+// MPI for the whole process, alive until exit so that MPI is finalised exactly once.
+class MpiSession {
+ public:
+  static std::shared_ptr<MpiSession> get() {
+    static std::shared_ptr<MpiSession> session = std::make_shared<MpiSession>();
+    return session;
+  }
+
+  MpiSession() {
+    thread_.run([this] {
+      int initialized = 0, finalized = 0;
+      MPI_Initialized(&initialized);
+      MPI_Finalized(&finalized);
+      DPCORE_CHECK(!finalized, "mpi: MPI was already finalized in this process");
+      if (!initialized) {
+        int provided = 0;
+        check_mpi(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided), "mpi: MPI_Init_thread");
+        owns_mpi_ = true;
+        return;
+      }
+      // The program initialised MPI on another thread: this one may call MPI only if
+      // calls from any thread, one at a time, are allowed.
+      int level = 0;
+      MPI_Query_thread(&level);
+      DPCORE_CHECK(level >= MPI_THREAD_SERIALIZED, "mpi: MPI was initialised with thread level ", level,
+                   "; dpcore calls MPI from its communication thread and needs MPI_THREAD_SERIALIZED (",
+                   MPI_THREAD_SERIALIZED, ") or more: initialise with MPI_Init_thread");
+    });
+  }
+  ~MpiSession() {
+    thread_.run([this] {
+      if (owns_mpi_) MPI_Finalize();
+    });
+  }
+
+  CommThread& thread() { return thread_; }
+
+ private:
+  bool owns_mpi_ = false;
+  CommThread thread_;
+};
+
+// The host side of a tensor: the tensor itself on the CPU; for a CUDA tensor a host copy,
+// taken after the device's queued work and written back by store().
+class HostView {
+ public:
+  HostView(const Tensor& t, bool load) : tensor_(t) {
+    if (t.device().is_cpu()) {
+      host_ = t;
+      return;
+    }
+    backend_for(t.device()).synchronize(t.device().index);
+    host_ = load ? t.to(Device::cpu()) : Tensor::empty(t.shape(), t.dtype(), Device::cpu());
+  }
+  void* data() const { return host_.raw_data(); }
+  const Tensor& tensor() const { return host_; }
+  void store() const {
+    if (tensor_.device().is_cpu()) return;
+    tensor_.copy_(host_);
+    backend_for(tensor_.device()).synchronize(tensor_.device().index);
+  }
+
+ private:
+  Tensor tensor_, host_;
+};
+
+bool overlap(const Tensor& a, const Tensor& b) {
+  auto begin = [](const Tensor& t) { return static_cast<const char*>(t.raw_data()); };
+  return a.device() == b.device() && begin(a) < begin(b) + b.nbytes() && begin(b) < begin(a) + a.nbytes();
+}
+
+class MpiCommunicator : public Communicator {
+ public:
+  MpiCommunicator() : session_(MpiSession::get()) {
+    session_->thread().run([this] {
+      check_mpi(MPI_Comm_dup(MPI_COMM_WORLD, &comm_), "mpi: MPI_Comm_dup");
+      check_mpi(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN), "mpi: MPI_Comm_set_errhandler");
+      MPI_Comm_rank(comm_, &rank_);
+      MPI_Comm_size(comm_, &size_);
+    });
+  }
+  // Frees the communicator after the collectives still queued (its error, if any, has
+  // nobody left to tell).
+  ~MpiCommunicator() override {
+    session_->thread().run([this] { MPI_Comm_free(&comm_); });
+  }
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  std::string backend() const override { return "mpi"; }
+
+  Work allreduce(Tensor& tensor, ReduceOp reduce) override {
+    Tensor t = tensor;
+    return submit("allreduce", [=](const std::string& op) {
+      check_reducible(op, t, reduce, true);
+      HostView host(t, true);
+      check_mpi(MPI_Allreduce(MPI_IN_PLACE, host.data(), mpi_count(op, t.numel()), mpi_type(t.dtype()), MPI_SUM, comm_),
+                op);
+      average(host.tensor(), reduce);
+      host.store();
+    });
+  }
+
+  Work broadcast(Tensor& tensor, int root) override {
+    Tensor t = tensor;
+    return submit("broadcast", [=](const std::string& op) {
+      check_defined(op, "input", t);
+      check_root(op, root, size_);
+      HostView host(t, rank_ == root);
+      check_mpi(MPI_Bcast(host.data(), mpi_count(op, t.numel()), mpi_type(t.dtype()), root, comm_), op);
+      if (rank_ != root) host.store();
+    });
+  }
+
+  Work reduce(Tensor& tensor, int root, ReduceOp reduce) override {
+    Tensor t = tensor;
+    return submit("reduce", [=](const std::string& op) {
+      check_reducible(op, t, reduce, true);
+      check_root(op, root, size_);
+      HostView host(t, true);
+      int count = mpi_count(op, t.numel());
+      if (rank_ == root) {
+        check_mpi(MPI_Reduce(MPI_IN_PLACE, host.data(), count, mpi_type(t.dtype()), MPI_SUM, root, comm_), op);
+        average(host.tensor(), reduce);
+        host.store();
+      } else {
+        check_mpi(MPI_Reduce(host.data(), nullptr, count, mpi_type(t.dtype()), MPI_SUM, root, comm_), op);
+      }
+    });
+  }
+
+  Work allgather(const Tensor& input, Tensor& output) override {
+    Tensor in = input, out = output;
+    return submit("allgather", [=](const std::string& op) {
+      check_allgather_args(op, in, out, size_);
+      // MPI forbids overlapping send and receive buffers (except its own in-place form).
+      HostView send(overlap(in, out) ? in.clone() : in, true), receive(out, false);
+      int count = mpi_count(op, in.numel());
+      check_mpi(MPI_Allgather(send.data(), count, mpi_type(in.dtype()), receive.data(), count, mpi_type(in.dtype()),
+                              comm_),
+                op);
+      receive.store();
+    });
+  }
+
+  Work reduce_scatter(const Tensor& input, Tensor& output, ReduceOp reduce) override {
+    Tensor in = input, out = output;
+    return submit("reduce_scatter", [=](const std::string& op) {
+      check_reduce_scatter_args(op, in, out, size_);
+      check_reducible(op, in, reduce, true);
+      HostView send(overlap(in, out) ? in.clone() : in, true), receive(out, false);
+      check_mpi(MPI_Reduce_scatter_block(send.data(), receive.data(), mpi_count(op, out.numel()),
+                                         mpi_type(in.dtype()), MPI_SUM, comm_),
+                op);
+      average(receive.tensor(), reduce);
+      receive.store();
+    });
+  }
+
+  void barrier() override {
+    submit("barrier", [this](const std::string& op) { check_mpi(MPI_Barrier(comm_), op); }).wait();
+  }
+
+  // Straight from the caller's thread: the communication thread may be the one stuck.
+  // MPI_Abort is meant for exactly this and ends every process of the job.
+  void abort(const std::string& reason) override {
+    std::fprintf(stderr, "dpcore: rank %d aborts the MPI job: %s\n", rank_, reason.c_str());
+    std::fflush(stderr);
+    MPI_Abort(comm_, 1);
+  }
+
+ private:
+  Work submit(const char* name, std::function<void(const std::string& op)> body) {
+    std::string op = std::string("mpi ") + name;
+    return session_->thread().submit([op, body] { body(op); });
+  }
+
+  void average(const Tensor& host, ReduceOp reduce) const {
+    if (reduce != ReduceOp::Average || host.numel() == 0) return;
+    Tensor t = host;
+    backend_for(Device::cpu()).scale(1.0 / size_, t, t);
+  }
+
+  std::shared_ptr<MpiSession> session_;
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  int rank_ = 0, size_ = 1;
+};
+
+}  // namespace
+
+std::unique_ptr<Communicator> make_mpi_communicator() { return std::make_unique<MpiCommunicator>(); }
+
+void mpi_broadcast_bytes(void* data, size_t bytes, int root) {
+  DPCORE_CHECK(bytes <= size_t(std::numeric_limits<int>::max()), "mpi_broadcast_bytes: ", bytes,
+               " bytes exceed MPI's int count");
+  MpiSession::get()->thread().run([&] {
+    check_mpi(MPI_Bcast(data, int(bytes), MPI_BYTE, root, MPI_COMM_WORLD), "mpi_broadcast_bytes");
+  });
+}
+
+std::vector<std::string> mpi_allgather_strings(const std::string& mine) {
+  std::vector<std::string> all;
+  MpiSession::get()->thread().run([&] {
+    int size = 0;
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    int length = int(mine.size());
+    std::vector<int> lengths(static_cast<size_t>(size)), offsets(static_cast<size_t>(size));
+    check_mpi(MPI_Allgather(&length, 1, MPI_INT, lengths.data(), 1, MPI_INT, MPI_COMM_WORLD), "mpi_allgather_strings");
+    int total = 0;
+    for (int r = 0; r < size; ++r) {
+      offsets[size_t(r)] = total;
+      total += lengths[size_t(r)];
+    }
+    std::string joined(size_t(total), '\0');
+    check_mpi(MPI_Allgatherv(mine.data(), length, MPI_CHAR, joined.data(), lengths.data(), offsets.data(), MPI_CHAR,
+                             MPI_COMM_WORLD),
+              "mpi_allgather_strings");
+    for (int r = 0; r < size; ++r) all.push_back(joined.substr(size_t(offsets[size_t(r)]), size_t(lengths[size_t(r)])));
+  });
+  return all;
+}
+
+}  // namespace dpcore::comm

@@ -1,0 +1,63 @@
+// The meeting point of the local backend's replicas: a reusable barrier that also swaps
+// tensor handles, so that each replica can read its neighbours' buffers directly in
+// shared memory.
+//
+// The barrier counts generations: the last replica to arrive starts the next generation
+// and wakes the others. Published handles live in two slot arrays used by alternate
+// generations: a replica can only be one generation ahead of the slowest reader, so the
+// array it writes is never the one still being read. Completing a generation clears the
+// previous one's slots.
+//
+// Failure: the group can be aborted (a replica failed, or someone called abort); every
+// wait then ends with an Error quoting the first reason, now and forever after. A replica
+// that waits longer than the timeout aborts the group naming the replicas that did not
+// arrive, so one missing replica never hangs the others.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "engine/tensor.h"
+
+namespace dpcore::comm {
+
+// What a replica publishes at a rendezvous: a buffer for its neighbours to read, and/or a
+// description of the collective it is in (checked to be the same on every replica).
+struct Slot {
+  Tensor tensor;
+  std::string call;
+};
+
+class Rendezvous {
+ public:
+  Rendezvous(int size, std::chrono::milliseconds timeout);
+  int size() const { return size_; }
+
+  // Publishes `mine`, waits for every replica, returns all their slots in rank order.
+  // `op` names the collective in errors ("local allreduce").
+  std::vector<Slot> exchange(int rank, Slot mine, const std::string& op);
+  void barrier(int rank, const std::string& op) { exchange(rank, Slot{}, op); }
+
+  // The first reason wins; later calls keep it.
+  void abort(const std::string& reason);
+  bool aborted();
+
+ private:
+  [[noreturn]] void fail_timeout(const std::string& op);
+
+  const int size_;
+  const std::chrono::milliseconds timeout_;
+  std::mutex mutex_;
+  std::condition_variable next_generation_;
+  uint64_t generation_ = 0;
+  int arrived_count_ = 0;
+  std::vector<bool> arrived_;
+  std::vector<Slot> slots_[2];
+  std::string abort_reason_;  // empty while the group is healthy
+};
+
+}  // namespace dpcore::comm

@@ -1,0 +1,92 @@
+#include "comm/ring.h"
+
+#include "engine/backend.h"
+
+namespace dpcore::comm::ring {
+
+namespace {
+
+int wrap(int i, int n) { return ((i % n) + n) % n; }
+
+// dst <- mine + incoming. `incoming` may live on another device: it is then first copied
+// next to `mine`, into the staging buffer (sized by the largest chunk, so that it stays in
+// place for the whole collective).
+void add_chunk(Peer& peer, const Tensor& mine, const Tensor& incoming, Tensor dst, int64_t largest_chunk) {
+  if (mine.numel() == 0) return;
+  Tensor left = incoming;
+  if (incoming.device() != mine.device()) {
+    left = peer.workspace.get(Workspace::kStaging, largest_chunk, mine.dtype(), mine.device()).narrow0(0, mine.numel());
+    left.copy_(incoming);
+  }
+  backend_for(mine.device()).add(mine, left, dst);
+}
+
+}  // namespace
+
+Range chunk_range(int64_t count, int n, int c) {
+  int64_t base = count / n, extra = count % n;
+  int64_t begin = c * base + (c < extra ? c : extra);
+  return {begin, begin + base + (c < extra ? 1 : 0)};
+}
+
+std::vector<Tensor> split(const Tensor& flat, int n) {
+  std::vector<Tensor> chunks;
+  for (int c = 0; c < n; ++c) {
+    Range range = chunk_range(flat.numel(), n, c);
+    chunks.push_back(flat.narrow0(range.begin, range.end));
+  }
+  return chunks;
+}
+
+Tensor Workspace::get(Buffer which, int64_t numel, DType dtype, Device device) {
+  Tensor& buffer = buffers_[which];
+  if (!buffer.defined() || buffer.numel() < numel || buffer.dtype() != dtype || buffer.device() != device) {
+    buffer = Tensor::empty({numel}, dtype, device);
+  }
+  return buffer.narrow0(0, numel);
+}
+
+std::vector<Slot> Peer::meet(Slot outgoing) {
+  backend_for(device).synchronize(device.index);
+  return rendezvous.exchange(rank, std::move(outgoing), op);
+}
+
+Tensor Peer::pass_right(const Tensor& outgoing) {
+  std::vector<Slot> slots = meet(Slot{outgoing, ""});
+  return slots[size_t(wrap(rank - 1, size()))].tensor;
+}
+
+void reduce_scatter(Peer& peer, const std::vector<Tensor>& chunks, bool in_place, const Tensor& result) {
+  const int n = peer.size(), r = peer.rank;
+  // Chunk 0 is the largest: sizing the scratch by it keeps it in place for every step.
+  const Tensor& largest = chunks[0];
+  Tensor partials[2];  // used from 3 ranks on: with 2, the only step writes `result`
+  if (!in_place && n > 2) {
+    partials[0] = peer.workspace.get(Workspace::kPartialEven, largest.numel(), largest.dtype(), largest.device());
+    partials[1] = peer.workspace.get(Workspace::kPartialOdd, largest.numel(), largest.dtype(), largest.device());
+  }
+  Tensor outgoing = chunks[size_t(wrap(r - 1, n))];
+  for (int s = 0; s < n - 1; ++s) {
+    Tensor incoming = peer.pass_right(outgoing);
+    const Tensor& mine = chunks[size_t(wrap(r - 2 - s, n))];
+    // Not in place, partial sums alternate between two buffers: the right neighbour is
+    // still reading the previous step's while this step's is written.
+    Tensor dst = s == n - 2 ? result : in_place ? mine : partials[s % 2].narrow0(0, mine.numel());
+    add_chunk(peer, mine, incoming, dst, largest.numel());
+    outgoing = dst;
+  }
+  if (n == 1) result.copy_(chunks[0]);  // a no-op when in place
+}
+
+void allgather(Peer& peer, const std::vector<Tensor>& chunks) {
+  const int n = peer.size(), r = peer.rank;
+  Tensor outgoing = chunks[size_t(r)];
+  for (int s = 0; s < n - 1; ++s) {
+    Tensor incoming = peer.pass_right(outgoing);
+    const Tensor& chunk = chunks[size_t(wrap(r - 1 - s, n))];
+    chunk.copy_(incoming);
+    outgoing = chunk;
+  }
+}
+
+}  // namespace dpcore::comm::ring

@@ -1,0 +1,76 @@
+// The nccl backend on real GPUs: one rank on cuda:0 (NCCL supports world size 1), and a
+// group over every GPU when there are two or more. Skipped on machines without a GPU; the
+// device-list checks that need none are in choose_test.cpp.
+#include <gtest/gtest.h>
+
+#include "collective_reference.h"
+#include "comm/communicator.h"
+#include "engine/runtime.h"
+#include "replicas.h"
+
+namespace dpcore::testing {
+namespace {
+
+using comm::Communicator;
+using comm::ReduceOp;
+
+Tensor on_gpu(const std::vector<float>& values, int device) {
+  return Tensor::from_vector(values, {int64_t(values.size())}, Device::cuda(device));
+}
+
+TEST(NcclCollectives, WorldSizeOneOnEveryCollective) {
+  if (!cuda_available()) GTEST_SKIP() << "no usable CUDA device on this machine";
+  auto group = comm::make_nccl_group({Device::cuda(0)});
+  Communicator& c = *group[0];
+  EXPECT_EQ(c.backend(), "nccl");
+  EXPECT_EQ(c.size(), 1);
+  std::vector<float> x = rank_input<float>(0, 1001);
+  Tensor t = on_gpu(x, 0);
+  c.allreduce(t).wait();
+  c.allreduce(t, ReduceOp::Average).wait();
+  c.broadcast(t, 0).wait();
+  c.reduce(t, 0).wait();
+  EXPECT_TRUE(bit_identical(t.to_vector<float>(), x));
+  Tensor out = Tensor::empty({1001}, DType::Float32, Device::cuda(0));
+  c.allgather(t, out).wait();
+  EXPECT_TRUE(bit_identical(out.to_vector<float>(), x));
+  c.reduce_scatter(t, out).wait();
+  EXPECT_TRUE(bit_identical(out.to_vector<float>(), x));
+  c.barrier();
+}
+
+TEST(NcclCollectives, TensorOnAnotherDeviceIsRefused) {
+  if (!cuda_available()) GTEST_SKIP() << "no usable CUDA device on this machine";
+  auto group = comm::make_nccl_group({Device::cuda(0)});
+  Tensor host = Tensor::zeros({4});
+  try {
+    group[0]->allreduce(host).wait();
+    ADD_FAILURE() << "allreduce of a CPU tensor on an NCCL communicator succeeded";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()), "nccl allreduce: float32[4] on cpu is not on this rank's device cuda:0");
+  }
+}
+
+TEST(NcclCollectives, GroupOverEveryGpu) {
+  int gpus = runtime::cuda_device_count();
+  if (gpus < 2) GTEST_SKIP() << "needs 2 or more GPUs (NCCL refuses two ranks on one GPU); this machine has " << gpus;
+  auto group = comm::make_nccl_group(comm::place_replicas(gpus, Device::Type::CUDA));
+  const int64_t count = 1000001;
+  auto inputs = all_inputs<float>(gpus, count);
+  std::vector<float> serial = serial_reduction(inputs, ReduceOp::Sum);
+  std::vector<std::vector<float>> results(static_cast<size_t>(gpus));
+  run_replicas(group, [&](Communicator& c) {
+    Tensor a = on_gpu(inputs[size_t(c.rank())], c.rank());
+    Tensor b = on_gpu(inputs[size_t(c.rank())], c.rank());
+    comm::Work wa = c.allreduce(a), wb = c.allreduce(b, ReduceOp::Average);  // two in flight
+    wb.wait();
+    wa.wait();
+    results[size_t(c.rank())] = a.to_vector<float>();
+    c.barrier();
+  });
+  EXPECT_LE(max_relative_error(results[0].data(), serial.data(), serial.size()), 1e-3);
+  for (int r = 1; r < gpus; ++r) EXPECT_TRUE(bit_identical(results[size_t(r)], results[0])) << "rank " << r;
+}
+
+}  // namespace
+}  // namespace dpcore::testing
