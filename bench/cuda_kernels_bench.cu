@@ -13,9 +13,7 @@
 
 #include <cstdio>
 #include <functional>
-#include <random>
 #include <string>
-#include <vector>
 
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/cublas_linear.h"
@@ -35,16 +33,29 @@ using dpcore::kernels::Pool2dShape;
 constexpr double kCopyCeilingBytesPerSecond = 4.25e12;
 constexpr double kFp32CeilingFlopsPerSecond = 51e12;
 
-// Device memory for a benchmark, random in [-1, 1), freed at the end of its scope.
+// Each benchmark runs this many timed launches (their mean is reported): enough for a
+// stable mean, few enough that the whole suite fits in a short session on the GPU.
+constexpr int kRepeats = 20;
+
+// Values in [-1, 1) from a hash of the index: filling on the device keeps the setup of
+// the 64M-element buffers fast.
+__global__ void fill_pseudo_random(float* p, size_t n) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+    uint32_t h = uint32_t(i) * 2654435761u;
+    h ^= h >> 16;
+    h *= 2246822519u;
+    h ^= h >> 13;
+    p[i] = float(h >> 8) / float(1 << 23) - 1.f;
+  }
+}
+
+// Device memory for a benchmark, pseudo-random in [-1, 1), freed at the end of its scope.
 class Buffer {
  public:
-  explicit Buffer(size_t floats) : floats_(floats) {
+  explicit Buffer(size_t floats) {
     CUDA_CHECK(cudaMalloc(&ptr_, std::max<size_t>(floats, 1) * sizeof(float)));
-    std::vector<float> host(floats);
-    std::mt19937 rng(42);
-    std::uniform_real_distribution<float> dist(-1.f, 1.f);
-    for (float& v : host) v = dist(rng);
-    CUDA_CHECK(cudaMemcpy(ptr_, host.data(), floats * sizeof(float), cudaMemcpyHostToDevice));
+    fill_pseudo_random<<<1024, 256>>>(f(), floats);
+    CUDA_LAUNCH_CHECK();
   }
   ~Buffer() { cudaFree(ptr_); }
   Buffer(const Buffer&) = delete;
@@ -55,7 +66,6 @@ class Buffer {
 
  private:
   void* ptr_ = nullptr;
-  size_t floats_;
 };
 
 // Overwriting twice the L2 evicts every input of the previous run.
@@ -113,7 +123,10 @@ void run_timed(benchmark::State& state, const Work& work, const std::function<vo
 }
 
 void add(const std::string& name, std::function<void(benchmark::State&)> body) {
-  benchmark::RegisterBenchmark(name.c_str(), std::move(body))->UseManualTime()->Unit(benchmark::kMicrosecond);
+  benchmark::RegisterBenchmark(name.c_str(), std::move(body))
+      ->UseManualTime()
+      ->Iterations(kRepeats)
+      ->Unit(benchmark::kMicrosecond);
 }
 
 // ---- the reference models' layers ----

@@ -111,7 +111,7 @@ nn::StepStats DataParallelRunner::step(const data::Batch& batch) {
   const Device root = replicas_[0].device();
   std::vector<double> seconds(R, 0.0);
   std::vector<int64_t> computed(R, 0);
-  double loss_sum = 0;
+  Tensor loss_sum = Tensor::zeros({}, DType::Float32, root);
 
   pool_->run([this](int r) { replicas_[size_t(r)].model->zero_grad(); });
   int64_t begin = 0;
@@ -131,7 +131,7 @@ nn::StepStats DataParallelRunner::step(const data::Batch& batch) {
     Tensor y = Tensor::from_host(batch.labels + begin, {micro}, DType::Int64, root);
     Tensor loss = ops::cross_entropy(logits, y, ops::Reduction::Sum);
     loss.backward(Tensor::full({}, 1.0 / double(n), loss.dtype(), root));
-    loss_sum += loss.item();
+    backend_for(root).add(loss_sum, loss.detach(), loss_sum);
     // scatter the loss gradient back; parallel_apply: backward
     Tensor dlogits = logits.grad();
     pool_->run([&](int r) {
@@ -151,7 +151,7 @@ nn::StepStats DataParallelRunner::step(const data::Batch& batch) {
     replicas_[size_t(r)].sgd->step();
   });
   splitter_.observe(seconds, computed);
-  return {loss_sum / double(n), n};
+  return {loss_sum, n};
 }
 
 std::string DataParallelRunner::describe() const {

@@ -124,7 +124,7 @@ nn::StepStats DistributedRunner::step(const data::Batch& batch) {
   const int64_t n = batch.size;
   std::vector<int64_t> shares = splitter_.shares(n);  // the same on every rank
   std::vector<double> seconds(size_t(world_size_), 0.0);
-  std::vector<double> loss(replicas_.size(), 0.0);
+  Tensor global_loss;
 
   pool_->run([&](int local) {
     Replica& rep = replicas_[size_t(local)];
@@ -155,7 +155,7 @@ nn::StepStats DistributedRunner::step(const data::Batch& batch) {
 
     // Bookkeeping all ranks must agree on: the global loss, and (adaptive) the timings.
     rep.comm->allreduce(loss_sum, ReduceOp::Sum).wait();
-    loss[size_t(local)] = loss_sum.item();
+    if (local == 0) global_loss = loss_sum;
     if (splitter_.adaptive()) {
       Tensor mine = Tensor::full({1}, seconds[size_t(rank)], DType::Float32, rep.device());
       Tensor all = Tensor::empty({world_size_}, DType::Float32, rep.device());
@@ -167,7 +167,7 @@ nn::StepStats DistributedRunner::step(const data::Batch& batch) {
     }
   });
   splitter_.observe(seconds, shares);
-  return {loss[0] / double(n), n};
+  return {global_loss, n};
 }
 
 bool DistributedRunner::is_primary() const { return replicas_[0].rank() == 0; }

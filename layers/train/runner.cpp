@@ -15,7 +15,7 @@ SingleDeviceRunner::SingleDeviceRunner(std::unique_ptr<Model> model, const SgdCo
 StepStats SingleDeviceRunner::step(const data::Batch& batch) {
   auto [x, y] = batch_tensors(batch, model_->device());
   int64_t accum = std::min<int64_t>(accum_, batch.size);  // a short last batch may hold fewer samples than A
-  return {train_step(*model_, *sgd_, x, y, accum), batch.size};
+  return {accumulate_and_step(*model_, *sgd_, x, y, accum), batch.size};
 }
 
 std::string SingleDeviceRunner::describe() const {

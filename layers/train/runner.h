@@ -28,8 +28,8 @@ struct ParallelOptions {
 };
 
 struct StepStats {
-  double loss = 0;       // mean over the global batch
-  int64_t samples = 0;
+  Tensor loss_sum;       // summed loss over the global batch, one element, on the root device
+  int64_t samples = 0;   // (read it only when needed: reading synchronises with the device)
 };
 
 class StepRunner {

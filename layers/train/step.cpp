@@ -1,6 +1,7 @@
 #include "layers/train/step.h"
 
 #include "engine/autograd.h"
+#include "engine/backend.h"
 #include "engine/ops.h"
 
 namespace dpcore::nn {
@@ -20,22 +21,26 @@ Tensor forward_backward(Model& model, const Tensor& x, const Tensor& y, double g
   return loss_sum.detach();
 }
 
-double train_step(Model& model, Sgd& optimizer, const Tensor& x, const Tensor& y, int64_t accum) {
+Tensor accumulate_and_step(Model& model, Sgd& optimizer, const Tensor& x, const Tensor& y, int64_t accum) {
   DPCORE_CHECK(x.dim() >= 1 && y.dim() == 1 && x.size(0) == y.size(0), "train step: inputs ", x.str(),
                " and targets ", y.str(), " disagree on the batch size");
   int64_t n = x.size(0);
   DPCORE_CHECK(accum >= 1 && accum <= n, "train step: cannot split a batch of ", n, " into ", accum,
                " micro-batches");
   model.zero_grad();
-  double loss = 0;
+  Tensor loss_sum = Tensor::zeros({}, model.dtype(), model.device());
   int64_t begin = 0;
   for (int64_t size : even_split(n, accum)) {
-    Tensor part_loss = forward_backward(model, x.narrow0(begin, begin + size), y.narrow0(begin, begin + size), 1.0 / double(n));
-    loss += part_loss.item();
+    Tensor part = forward_backward(model, x.narrow0(begin, begin + size), y.narrow0(begin, begin + size), 1.0 / double(n));
+    backend_for(loss_sum.device()).add(loss_sum, part, loss_sum);
     begin += size;
   }
   optimizer.step();
-  return loss / double(n);
+  return loss_sum;
+}
+
+double train_step(Model& model, Sgd& optimizer, const Tensor& x, const Tensor& y, int64_t accum) {
+  return accumulate_and_step(model, optimizer, x, y, accum).item() / double(x.size(0));
 }
 
 EvalResult evaluate_batch(Model& model, const Tensor& x, const Tensor& y) {

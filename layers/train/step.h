@@ -29,7 +29,11 @@ std::vector<int64_t> even_split(int64_t n, int64_t parts);
 Tensor forward_backward(Model& model, const Tensor& x, const Tensor& y, double grad_scale);
 
 // A whole step on one model: zero the gradients, run the `accum` micro-batches of
-// (x, y), step the optimizer. Returns the mean loss over the batch.
+// (x, y), step the optimizer. Returns the summed loss of the batch as a one-element tensor
+// on the model's device, without reading it back: the whole step queues device work only,
+// so it can be captured into a CUDA graph.
+Tensor accumulate_and_step(Model& model, Sgd& optimizer, const Tensor& x, const Tensor& y, int64_t accum = 1);
+// The same, returning the mean loss over the batch (reads it back: synchronises).
 double train_step(Model& model, Sgd& optimizer, const Tensor& x, const Tensor& y, int64_t accum = 1);
 
 struct EvalResult {

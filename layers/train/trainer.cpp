@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "engine/backend.h"
 #include "engine/data/spec.h"
 #include "engine/runtime.h"
 #include "layers/train/checkpoint.h"
@@ -149,7 +150,8 @@ TrainResult train(const TrainOptions& o, std::ostream& primary_out) {
   MetricsLog metrics(primary ? o.metrics : "", o.resume);
   TrainResult result;
 
-  double loss_sum = 0;
+  // The epoch's summed loss stays on the device; it is read only when reported.
+  Tensor loss_sum = Tensor::zeros({}, DType::Float32, runner->model().device());
   int64_t samples = 0;
   double train_seconds = 0;
   Clock::time_point run_start = Clock::now();
@@ -159,7 +161,7 @@ TrainResult train(const TrainOptions& o, std::ostream& primary_out) {
   auto end_epoch = [&](int64_t epoch) {
     EpochMetrics m = evaluate_dataset(runner->model(), data.test, 256);
     m.epoch = epoch + 1, m.step = progress.step;
-    m.train_loss = samples ? loss_sum / double(samples) : 0;
+    m.train_loss = samples ? loss_sum.item() / double(samples) : 0;
     m.seconds = train_seconds;
     m.samples_per_s = train_seconds > 0 ? double(samples) / train_seconds : 0;
     m.peak_bytes = runtime::peak_bytes(device);
@@ -170,7 +172,8 @@ TrainResult train(const TrainOptions& o, std::ostream& primary_out) {
         << " s, peak memory " << format_bytes(m.peak_bytes) << std::endl;
     metrics.write(m);
     result.epochs.push_back(m);
-    loss_sum = 0, samples = 0, train_seconds = 0;
+    loss_sum.zero_();
+    samples = 0, train_seconds = 0;
   };
   auto checkpoint = [&] {
     if (o.checkpoint_dir.empty() || !primary) return;
@@ -189,7 +192,8 @@ TrainResult train(const TrainOptions& o, std::ostream& primary_out) {
     Clock::time_point t = Clock::now();
     StepStats s = runner->step(batch);
     train_seconds += seconds_since(t);
-    loss_sum += s.loss * double(s.samples), samples += s.samples;
+    backend_for(loss_sum.device()).add(loss_sum, s.loss_sum, loss_sum);
+    samples += s.samples;
     ++progress.step;
     progress.position = loader.position();
     if (o.checkpoint_every > 0 && progress.step % o.checkpoint_every == 0) checkpoint();
@@ -200,7 +204,7 @@ TrainResult train(const TrainOptions& o, std::ostream& primary_out) {
       double rate = double(progress.step - steps_at_start) / std::max(elapsed, 1e-9);
       std::ostringstream line;
       line << std::fixed << "step " << progress.step << "/" << total_steps << "  epoch " << epoch + 1 << "  loss "
-           << std::setprecision(4) << s.loss << "  " << std::setprecision(0)
+           << std::setprecision(4) << s.loss_sum.item() / double(s.samples) << "  " << std::setprecision(0)
            << (train_seconds > 0 ? double(samples) / train_seconds : 0) << " samples/s  ETA "
            << format_duration(double(total_steps - progress.step) / std::max(rate, 1e-9));
       if (bar) out << "\r" << line.str() << "   " << std::flush;

@@ -1,0 +1,223 @@
+#!/usr/bin/python3
+"""dpcore's training step against PyTorch's on the CPU, side by side on one machine.
+
+One step = zero grads, forward, NLL loss (mean), backward, SGD (lr 0.01, momentum 0.9), on
+a random batch made once before the clock starts. Both sides run as fresh processes with
+the same thread count, alternating (dpcore, PyTorch, dpcore, PyTorch, ...) so that a burst
+of load from other work on the machine hits both; each round's ratio compares two runs
+next to each other in time, and the table reports the median over the rounds.
+
+    /usr/bin/python3 bench/compare_cpu.py --bench BUILD/bench/dpcore_step_bench \
+        --threads 1 2 --rounds 3 --json cpu.json
+
+Run it with Debian's PyTorch 1.13 (/usr/bin/python3). The PyTorch side is this same file
+started with --torch-worker, so that it also starts cold, in its own process.
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+# Steps per run: enough for a stable median, few enough that 3 rounds x 2 engines x
+# 2 thread counts stay within minutes on a 2-core machine (vggs is ~20x simplenet).
+PLAN = {  # model: (batch, warmup, steps)
+    "simplenet": (64, 5, 40),
+    "fashioncnn": (64, 3, 15),
+    "vggs": (64, 2, 6),
+}
+INPUT = {"simplenet": (3, 32, 32), "fashioncnn": (1, 28, 28), "vggs": (3, 32, 32)}
+
+
+# ---------------------------------------------------------------------------------------
+# The PyTorch side (shared/reference/models.md, with PyTorch's state_dict names)
+# ---------------------------------------------------------------------------------------
+def build_torch_model(name):
+    import torch.nn as nn
+    import torch.nn.functional as F
+
+    def conv(cin, cout):
+        return nn.Conv2d(cin, cout, 3, stride=1, padding=1)
+
+    class SimpleNet(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = conv(3, 16)
+            self.fc = nn.Linear(16 * 16 * 16, 10)
+
+        def forward(self, x):
+            x = F.max_pool2d(F.relu(self.conv(x)), 2, 2)
+            return F.log_softmax(self.fc(x.flatten(1)), dim=1)
+
+    class FashionCNN(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.c1, self.c2 = conv(1, 32), conv(32, 64)
+            self.f1, self.f2 = nn.Linear(64 * 7 * 7, 128), nn.Linear(128, 10)
+
+        def forward(self, x):
+            x = F.max_pool2d(F.relu(self.c1(x)), 2, 2)
+            x = F.max_pool2d(F.relu(self.c2(x)), 2, 2)
+            x = F.relu(self.f1(x.flatten(1)))
+            return F.log_softmax(self.f2(x), dim=1)
+
+    class VggS(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.c1, self.c2, self.c3 = conv(3, 64), conv(64, 128), conv(128, 256)
+            self.fc = nn.Linear(256 * 4 * 4, 10)
+
+        def forward(self, x):
+            for c in (self.c1, self.c2, self.c3):
+                x = F.max_pool2d(F.relu(c(x)), 2, 2)
+            return F.log_softmax(self.fc(x.flatten(1)), dim=1)
+
+    return {"simplenet": SimpleNet, "fashioncnn": FashionCNN, "vggs": VggS}[name]()
+
+
+def torch_worker(args):
+    """Times PyTorch's step in this process; prints one JSON line like dpcore_step_bench."""
+    import torch
+    import torch.nn.functional as F
+
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+    model = build_torch_model(args.model)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    x = torch.rand(args.batch, *INPUT[args.model]) * 2 - 1
+    y = torch.randint(0, 10, (args.batch,))
+    if args.batch % args.accum:
+        sys.exit(f"--batch {args.batch} is not a multiple of --accum {args.accum}")
+    xs, ys = x.chunk(args.accum), y.chunk(args.accum)
+
+    def step():
+        opt.zero_grad()
+        for xc, yc in zip(xs, ys):
+            loss = F.nll_loss(model(xc), yc) / args.accum  # equal chunks: the mean over the batch
+            loss.backward()
+        opt.step()
+        return loss
+
+    for _ in range(args.warmup):
+        step()
+    times = []
+    for _ in range(args.steps):
+        t0 = time.perf_counter()
+        step()
+        times.append((time.perf_counter() - t0) * 1e6)
+    times.sort()
+    med = statistics.median(times)
+    print(json.dumps({"engine": "pytorch", "version": torch.__version__, "model": args.model,
+                      "batch": args.batch, "accum": args.accum, "threads": torch.get_num_threads(),
+                      "steps": args.steps, "warmup": args.warmup, "median_us": med,
+                      "p10_us": percentile(times, 10), "p90_us": percentile(times, 90),
+                      "samples_per_s": args.batch / (med * 1e-6)}))
+
+
+def percentile(sorted_values, p):
+    """Nearest rank, as dpcore_step_bench computes it."""
+    rank = -(-len(sorted_values) * p // 100)  # ceil
+    return sorted_values[min(max(int(rank), 1), len(sorted_values)) - 1]
+
+
+# ---------------------------------------------------------------------------------------
+# The driver
+# ---------------------------------------------------------------------------------------
+def run_json(cmd, env):
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    if done.returncode != 0:
+        sys.exit(f"failed ({done.returncode}): {' '.join(cmd)}\n{done.stderr.strip()}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def environment(policy):
+    """The environment both sides run in: the same OpenMP wait policy for both (PyTorch
+    1.13 and dpcore both use libgomp), and no thread count from the outside."""
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "OMP_WAIT_POLICY")}
+    if policy != "default":
+        env["OMP_WAIT_POLICY"] = policy.upper()
+    return env
+
+
+def compare(args, model, threads):
+    batch, warmup, steps = PLAN[model]
+    steps = args.steps or steps
+    common = ["--model", model, "--batch", str(batch), "--threads", str(threads),
+              "--warmup", str(warmup), "--steps", str(steps)]
+    dpcore_cmd = [args.bench, "--device", "cpu"] + common
+    torch_cmd = [sys.executable, os.path.abspath(__file__), "--torch-worker"] + common
+    env = environment(args.omp_wait_policy)
+    rounds = []
+    for r in range(args.rounds):
+        # Alternate which side goes first, so neither always runs on a warmer machine.
+        first, second = (dpcore_cmd, torch_cmd) if r % 2 == 0 else (torch_cmd, dpcore_cmd)
+        a, b = run_json(first, env), run_json(second, env)
+        d, t = (a, b) if a["engine"] == "dpcore" else (b, a)
+        rounds.append({"dpcore": d, "pytorch": t, "ratio": d["samples_per_s"] / t["samples_per_s"]})
+        print(f"  {model} b{batch} t{threads} round {r + 1}: dpcore {d['median_us'] / 1e3:8.2f} ms, "
+              f"pytorch {t['median_us'] / 1e3:8.2f} ms", file=sys.stderr)
+    med = lambda key: statistics.median(x[key]["samples_per_s"] for x in rounds)
+    return {"model": model, "batch": batch, "threads": threads, "steps": steps, "warmup": warmup,
+            "pytorch_samples_per_s": med("pytorch"), "dpcore_samples_per_s": med("dpcore"),
+            "ratio": statistics.median(x["ratio"] for x in rounds),
+            "ratio_min": min(x["ratio"] for x in rounds), "ratio_max": max(x["ratio"] for x in rounds),
+            "rounds": rounds}
+
+
+def print_table(rows):
+    print(f"{'model':<11} {'batch':>5} {'thr':>3} {'PyTorch samples/s':>18} {'dpcore samples/s':>17} "
+          f"{'dpcore/PyTorch':>15} {'(min-max)':>12}")
+    for r in rows:
+        print(f"{r['model']:<11} {r['batch']:>5} {r['threads']:>3} {r['pytorch_samples_per_s']:>18.0f} "
+              f"{r['dpcore_samples_per_s']:>17.0f} {r['ratio']:>14.2f}x "
+              f"{r['ratio_min']:>5.2f}-{r['ratio_max']:.2f}")
+
+
+def write_json(path, doc):
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(doc, f, indent=1)
+    os.replace(tmp, path)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--bench", default="build/bench/dpcore_step_bench", help="path of dpcore_step_bench")
+    p.add_argument("--models", nargs="+", default=["simplenet", "fashioncnn"], choices=sorted(PLAN),
+                   help="models to compare (vggs is optional: about 20x slower a step)")
+    p.add_argument("--threads", nargs="+", type=int, default=[1], help="thread counts, e.g. 1 2")
+    p.add_argument("--rounds", type=int, default=3, help="interleaved runs of each engine")
+    p.add_argument("--steps", type=int, default=0, help="timed steps per run (0: the per-model default)")
+    p.add_argument("--omp-wait-policy", choices=["passive", "active", "default"], default="passive",
+                   help="OMP_WAIT_POLICY for both engines (see docs/benchmarks.md for why passive)")
+    p.add_argument("--json", help="also write the results here")
+    # The PyTorch worker (internal).
+    p.add_argument("--torch-worker", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--model", help=argparse.SUPPRESS)
+    p.add_argument("--batch", type=int, help=argparse.SUPPRESS)
+    p.add_argument("--accum", type=int, default=1, help=argparse.SUPPRESS)
+    p.add_argument("--warmup", type=int, help=argparse.SUPPRESS)
+    p.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.torch_worker:
+        args.threads = args.threads[0]
+        return torch_worker(args)
+    if not os.access(args.bench, os.X_OK):
+        sys.exit(f"--bench {args.bench}: not an executable (build the dpcore_step_bench target)")
+
+    load_before = os.getloadavg()
+    rows = [compare(args, m, t) for t in args.threads for m in args.models]
+    load_after = os.getloadavg()
+    print(f"load average (1, 5, 15 min) before {load_before[0]:.2f} {load_before[1]:.2f} {load_before[2]:.2f}, "
+          f"after {load_after[0]:.2f} {load_after[1]:.2f} {load_after[2]:.2f}; "
+          f"OMP_WAIT_POLICY={args.omp_wait_policy}; {os.cpu_count()} CPUs")
+    print_table(rows)
+    if args.json:
+        write_json(args.json, {"load_before": load_before, "load_after": load_after, "cpus": os.cpu_count(),
+                               "omp_wait_policy": args.omp_wait_policy, "results": rows})
+
+
+if __name__ == "__main__":
+    main()

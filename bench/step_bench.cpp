@@ -1,0 +1,265 @@
+// dpcore_step_bench: the time of one whole training step of a reference model, measured
+// the way the PyTorch side of bench/compare_cpu.py and bench/compare_gpu.py measures it.
+//
+// One step = zero the gradients, forward, NLL loss (mean over the batch), backward, SGD
+// (lr 0.01, momentum 0.9). The batch is random (fixed seed) and made once, before the
+// clock starts, on the device the model lives on, exactly as PyTorch's side keeps its
+// tensors on the GPU: no data loading is timed. With --replicas R > 1 the step goes
+// through the data-parallel runner (--mode dp|ddp), which takes its batch from host
+// memory by design (it scatters it to the replicas), so that copy is part of the step.
+//
+// W warm-up steps (they fill caches and allocators, pick cuDNN algorithms and, with
+// --cuda-graph on, let the backend capture), then S timed steps, each between two
+// device synchronisations. Prints ONE JSON line: median, p10 and p90 of the step times in
+// microseconds, samples/s at the median, and the device allocator's peak bytes from just
+// before the warm-up to the end (parameters, gradients, momentum and the batch included,
+// as in torch.cuda.max_memory_allocated after torch.cuda.reset_peak_memory_stats()).
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <iostream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "engine/backend.h"
+#include "engine/error.h"
+#include "engine/random.h"
+#include "engine/runtime.h"
+#include "layers/train/runner.h"
+#include "layers/train/step.h"
+#include "layers/zoo.h"
+#include "bench/timing_backend.h"
+
+namespace {
+
+using namespace dpcore;
+
+struct BenchOptions {
+  std::string model = "simplenet";
+  int64_t batch = 64, accum = 1;
+  int steps = 100, warmup = 20;
+  std::string device = "cpu";
+  int threads = 0;
+  uint64_t seed = 0;
+  bool profile = false;
+  nn::ParallelOptions parallel;
+};
+
+// The CUDA backend's settings (layers/cli/main.cpp's BackendFlags). Only the flags given
+// on the command line are passed on, so that an absent flag means the backend's default.
+struct CudaFlags {
+  std::string conv_engine = "auto", gemm_engine = "auto", cuda_graph = "on";
+  bool tf32 = false;
+  std::vector<std::pair<std::string, CLI::Option*>> given;  // backend option name -> flag
+
+  void add_to(CLI::App& app) {
+    given = {
+        {"conv-engine", app.add_option("--conv-engine", conv_engine, "CUDA convolution engine: hand, cudnn or auto")
+                            ->check(CLI::IsMember({"hand", "cudnn", "auto"}))},
+        {"gemm-engine", app.add_option("--gemm-engine", gemm_engine, "CUDA matrix-product engine: hand, cublas or auto")
+                            ->check(CLI::IsMember({"hand", "cublas", "auto"}))},
+        {"tf32", app.add_flag("--tf32", tf32, "allow TF32 tensor-core math in cuDNN and cuBLAS (FP32 by default)")},
+        {"cuda-graph", app.add_option("--cuda-graph", cuda_graph, "capture the training step into a CUDA graph: on or off")
+                           ->check(CLI::IsMember({"on", "off"}))},
+    };
+  }
+  std::string value_of(const std::string& name) const {
+    if (name == "conv-engine") return conv_engine;
+    if (name == "gemm-engine") return gemm_engine;
+    if (name == "tf32") return tf32 ? "on" : "off";
+    return cuda_graph;
+  }
+  // Hands the given flags to the CUDA backend; they mean nothing for a CPU run.
+  nlohmann::json apply(Device device) const {
+    nlohmann::json applied = nlohmann::json::object();
+    for (const auto& [name, flag] : given) {
+      if (flag->count() == 0) continue;
+      DPCORE_CHECK(device.is_cuda(), "--", name, " configures the CUDA backend; it needs --device cuda");
+      backend_for(device).set_option(name, value_of(name));
+      applied[name] = value_of(name);
+    }
+    return applied;
+  }
+};
+
+// A random batch: pixels uniform in [-1, 1), labels uniform over the classes.
+struct HostBatch {
+  std::vector<float> images;
+  std::vector<int64_t> labels;
+  data::Batch view;
+};
+
+HostBatch random_batch(const Shape& sample, int64_t n, int64_t classes, uint64_t seed) {
+  HostBatch b;
+  Generator gen(seed);
+  b.images.resize(size_t(n * shape_numel(sample)));
+  for (float& v : b.images) v = float(gen.uniform(-1.0, 1.0));
+  b.labels.resize(size_t(n));
+  for (int64_t& v : b.labels) v = int64_t(gen.below(uint64_t(classes)));
+  b.view.size = n;
+  b.view.c = sample[0];
+  b.view.h = sample[1];
+  b.view.w = sample[2];
+  b.view.images = b.images.data();
+  b.view.labels = b.labels.data();
+  return b;
+}
+
+// Per op: calls and microseconds per timed step, then what the kernels and allocations
+// leave of the mean step: the engine around them (autograd, checks, tensor handles).
+nlohmann::json profile_json(const bench::OpTimes& times, int steps, double mean_step_us) {
+  nlohmann::json j = nlohmann::json::object();
+  double inside = 0;
+  for (const auto& [name, t] : times) {
+    const double us = t.seconds * 1e6 / steps;
+    j[name] = {{"us_per_step", us}, {"calls_per_step", double(t.calls) / steps}};
+    inside += us;
+  }
+  j["outside kernels (engine)"] = {{"us_per_step", mean_step_us - inside}};
+  return j;
+}
+
+// Nearest-rank percentile of sorted values.
+double percentile(const std::vector<double>& sorted, double p) {
+  size_t rank = size_t(std::ceil(p / 100.0 * double(sorted.size())));
+  return sorted[std::clamp<size_t>(rank, 1, sorted.size()) - 1];
+}
+
+double median(const std::vector<double>& sorted) {
+  size_t n = sorted.size();
+  return n % 2 ? sorted[n / 2] : 0.5 * (sorted[n / 2 - 1] + sorted[n / 2]);
+}
+
+Device parse_device(const std::string& text) {
+  try {
+    return Device::parse(text);
+  } catch (const std::invalid_argument& e) {
+    fail("--device: ", e.what());
+  }
+}
+
+nlohmann::json run(const BenchOptions& o, const CudaFlags& cuda) {
+  DPCORE_CHECK(o.batch >= o.accum * o.parallel.replicas, "--batch ", o.batch, " cannot be split into --accum ", o.accum,
+               " x --replicas ", o.parallel.replicas, " micro-batches");
+  const Device device = parse_device(o.device);
+  backend_for(device);  // fails here, naming the device, when it is not compiled in or not present
+  if (o.threads > 0) runtime::set_cpu_threads(o.threads);
+  nlohmann::json backend_options = cuda.apply(device);
+  DPCORE_CHECK(!o.profile || (device.is_cpu() && o.parallel.replicas == 1),
+               "--profile times CPU kernel calls of one replica: it needs --device cpu and --replicas 1");
+  bench::TimingBackend* timing = o.profile ? &bench::TimingBackend::install() : nullptr;
+
+  nn::ModelDef def = nn::reference_model(o.model);
+  auto model = std::make_unique<nn::Model>(std::move(def.net), def.input_shape, device, DType::Float32, o.seed);
+  HostBatch host = random_batch(model->input_shape(), o.batch, model->num_classes(), o.seed + 1);
+  SgdConfig sgd;  // torch.optim.SGD(lr=0.01, momentum=0.9), the reference's optimizer
+  sgd.lr = 0.01;
+  sgd.momentum = 0.9;
+
+  // One model: train_step on tensors already on the device. Replicas: the runner, which
+  // scatters the host batch itself.
+  std::unique_ptr<nn::StepRunner> runner;
+  std::unique_ptr<Sgd> optimizer;
+  Tensor x, y;
+  if (o.parallel.replicas == 1) {
+    std::tie(x, y) = nn::batch_tensors(host.view, device);
+    optimizer = std::make_unique<Sgd>(model->parameters(), sgd);
+  } else {
+    runner = nn::make_runner(std::move(model), sgd, o.accum, o.parallel);
+  }
+  auto step = [&]() -> double {
+    return runner ? runner->step(host.view).loss : nn::train_step(*model, *optimizer, x, y, o.accum);
+  };
+
+  runtime::synchronize(device);
+  runtime::reset_peak_bytes(device);
+  double first_loss = 0, last_loss = 0;
+  for (int i = 0; i < o.warmup; ++i) {
+    double loss = step();
+    if (i == 0) first_loss = loss;
+  }
+  if (timing) timing->times().clear();
+  std::vector<double> us(size_t(o.steps));
+  for (int i = 0; i < o.steps; ++i) {
+    runtime::synchronize(device);
+    auto t0 = std::chrono::steady_clock::now();
+    last_loss = step();
+    runtime::synchronize(device);
+    us[size_t(i)] = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+    if (o.warmup == 0 && i == 0) first_loss = last_loss;
+  }
+  std::sort(us.begin(), us.end());
+  const double med = median(us);
+
+  nlohmann::json j = {{"engine", "dpcore"},
+                      {"model", o.model},
+                      {"batch", o.batch},
+                      {"accum", o.accum},
+                      {"replicas", o.parallel.replicas},
+                      {"device", device.str()},
+                      {"threads", o.threads > 0 ? o.threads : runtime::cpu_threads()},
+                      {"steps", o.steps},
+                      {"warmup", o.warmup},
+                      {"median_us", med},
+                      {"p10_us", percentile(us, 10)},
+                      {"p90_us", percentile(us, 90)},
+                      {"samples_per_s", double(o.batch) / (med * 1e-6)},
+                      {"peak_bytes", runtime::peak_bytes(device)},
+                      {"first_loss", first_loss},
+                      {"last_loss", last_loss},
+                      {"backend_options", backend_options}};
+  if (o.parallel.replicas > 1) j["mode"] = o.parallel.mode;
+  if (timing) {
+    double mean = 0;
+    for (double v : us) mean += v / double(o.steps);
+    j["mean_us"] = mean;
+    j["profile"] = profile_json(timing->times(), o.steps, mean);
+  }
+  return j;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"dpcore_step_bench: times dpcore's training step (zero grads, forward, NLL loss, backward, SGD) "
+               "on random data already on the device; prints one JSON line"};
+  BenchOptions o;
+  CudaFlags cuda;
+  app.add_option("--model", o.model, "simplenet, fashioncnn or vggs")
+      ->check(CLI::IsMember(dpcore::nn::reference_model_names()))
+      ->capture_default_str();
+  app.add_option("--batch", o.batch, "samples per step")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--accum", o.accum, "gradient accumulation micro-batches per step")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--steps", o.steps, "timed steps")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--warmup", o.warmup, "untimed steps first")->check(CLI::NonNegativeNumber)->capture_default_str();
+  app.add_option("--device", o.device, "cpu, cuda or cuda:N")->capture_default_str();
+  app.add_option("--threads", o.threads, "CPU threads for the kernels (0: all cores)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_option("--seed", o.seed, "seed of the initial weights and the random batch")->capture_default_str();
+  app.add_option("--replicas", o.parallel.replicas, "data-parallel replicas on the device")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--mode", o.parallel.mode, "with --replicas > 1: dp or ddp")
+      ->check(CLI::IsMember({"dp", "ddp"}))
+      ->capture_default_str();
+  app.add_flag("--profile", o.profile,
+               "also time every kernel call and allocation (CPU, one replica): per-op microseconds per step");
+  cuda.add_to(app);
+  CLI11_PARSE(app, argc, argv);
+
+  try {
+    std::cout << run(o, cuda).dump() << std::endl;
+  } catch (const dpcore::Error& e) {
+    std::cerr << "dpcore_step_bench: error: " << e.what() << "\n";
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,165 @@
+// TimingBackend: the CPU backend with a stopwatch around every kernel call and every
+// allocation, for `dpcore_step_bench --profile`: where a training step's time goes, op by
+// op. It changes nothing in the engine: it wraps the registered CPU backend and takes its
+// place through the public register_backend, so every op dispatched afterwards passes
+// through it. CPU only (a CUDA kernel call returns before the GPU has run it) and one
+// thread calling in (one replica): the counters are plain numbers.
+//
+// What the stopwatch does not see is the engine around the kernels (building and walking
+// the autograd graph, shape checks, tensor handles): the caller gets it as the step time
+// minus the sum of these.
+#pragma once
+
+#include <chrono>
+#include <map>
+#include <string>
+
+#include "engine/backend.h"
+
+namespace dpcore::bench {
+
+struct OpTime {
+  int64_t calls = 0;
+  double seconds = 0;
+};
+using OpTimes = std::map<std::string, OpTime>;
+
+// Adds the time `f` takes to times[name].
+template <class F>
+void timed(OpTimes& times, const char* name, F&& f) {
+  auto t0 = std::chrono::steady_clock::now();
+  f();
+  OpTime& t = times[name];
+  t.calls++;
+  t.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// malloc and free, timed. Page faults on first touch of new memory are not in here: they
+// land in the first kernel that writes the memory.
+class TimingAllocator : public Allocator {
+ public:
+  TimingAllocator(Allocator& inner, OpTimes& times) : inner_(inner), times_(times) {}
+  void* allocate(size_t bytes) override {
+    void* p = nullptr;
+    timed(times_, "allocate", [&] { p = inner_.allocate(bytes); });
+    return p;
+  }
+  void deallocate(void* ptr, size_t bytes) override {
+    timed(times_, "free", [&] { inner_.deallocate(ptr, bytes); });
+  }
+  size_t bytes_in_use() const override { return inner_.bytes_in_use(); }
+  size_t peak_bytes() const override { return inner_.peak_bytes(); }
+  void reset_peak() override { inner_.reset_peak(); }
+
+ private:
+  Allocator& inner_;
+  OpTimes& times_;
+};
+
+class TimingBackend : public Backend {
+ public:
+  explicit TimingBackend(Backend& inner) : inner_(inner), allocator_(inner.allocator(0), times_) {}
+
+  // Registers a TimingBackend in place of the CPU backend; it lives until the process
+  // ends, since tensors made from now on keep pointers to its allocator.
+  static TimingBackend& install() {
+    static TimingBackend timing(backend_for(Device::cpu()));
+    register_backend(Device::Type::CPU, &timing);
+    return timing;
+  }
+
+  OpTimes& times() { return times_; }
+
+  std::string name() const override { return inner_.name(); }
+  int device_count() const override { return inner_.device_count(); }
+  Allocator& allocator(int) override { return allocator_; }
+  void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes) override {
+    timed(times_, "copy", [&] { inner_.copy_bytes(dst, dst_device, src, src_device, bytes); });
+  }
+  void synchronize(int device_index) override { inner_.synchronize(device_index); }
+  void set_option(const std::string& name, const std::string& value) override { inner_.set_option(name, value); }
+
+  void conv2d_forward(const kernels::Conv2dShape& s, const Tensor& x, const Tensor& w, const Tensor* bias,
+                      Tensor& y) override {
+    timed(times_, "conv2d forward", [&] { inner_.conv2d_forward(s, x, w, bias, y); });
+  }
+  void conv2d_backward_data(const kernels::Conv2dShape& s, const Tensor& dy, const Tensor& w, Tensor& dx) override {
+    timed(times_, "conv2d backward data", [&] { inner_.conv2d_backward_data(s, dy, w, dx); });
+  }
+  void conv2d_backward_weight(const kernels::Conv2dShape& s, const Tensor& x, const Tensor& dy, Tensor& dw,
+                              Tensor* dbias, bool accumulate) override {
+    timed(times_, "conv2d backward weight", [&] { inner_.conv2d_backward_weight(s, x, dy, dw, dbias, accumulate); });
+  }
+  void linear_forward(const kernels::LinearShape& s, const Tensor& x, const Tensor& w, const Tensor* bias,
+                      Tensor& y) override {
+    timed(times_, "linear forward", [&] { inner_.linear_forward(s, x, w, bias, y); });
+  }
+  void linear_backward_data(const kernels::LinearShape& s, const Tensor& dy, const Tensor& w, Tensor& dx) override {
+    timed(times_, "linear backward data", [&] { inner_.linear_backward_data(s, dy, w, dx); });
+  }
+  void linear_backward_weight(const kernels::LinearShape& s, const Tensor& x, const Tensor& dy, Tensor& dw,
+                              Tensor* dbias, bool accumulate) override {
+    timed(times_, "linear backward weight", [&] { inner_.linear_backward_weight(s, x, dy, dw, dbias, accumulate); });
+  }
+  void max_pool2d_forward(const kernels::Pool2dShape& s, const Tensor& x, Tensor& y, Tensor& argmax) override {
+    timed(times_, "max_pool2d forward", [&] { inner_.max_pool2d_forward(s, x, y, argmax); });
+  }
+  void max_pool2d_backward(const kernels::Pool2dShape& s, const Tensor& dy, const Tensor& argmax, Tensor& dx) override {
+    timed(times_, "max_pool2d backward", [&] { inner_.max_pool2d_backward(s, dy, argmax, dx); });
+  }
+  void relu_forward(const Tensor& x, Tensor& y) override {
+    timed(times_, "relu forward", [&] { inner_.relu_forward(x, y); });
+  }
+  void relu_backward(const Tensor& dy, const Tensor& y, Tensor& dx) override {
+    timed(times_, "relu backward", [&] { inner_.relu_backward(dy, y, dx); });
+  }
+  void log_softmax_forward(const Tensor& x, Tensor& y) override {
+    timed(times_, "log_softmax forward", [&] { inner_.log_softmax_forward(x, y); });
+  }
+  void log_softmax_backward(const Tensor& dy, const Tensor& y, Tensor& dx) override {
+    timed(times_, "log_softmax backward", [&] { inner_.log_softmax_backward(dy, y, dx); });
+  }
+  void nll_loss_forward(const Tensor& logp, const Tensor& target, Tensor& loss_sum) override {
+    timed(times_, "nll_loss forward", [&] { inner_.nll_loss_forward(logp, target, loss_sum); });
+  }
+  void nll_loss_backward(const Tensor& grad_per_row, const Tensor& target, Tensor& dlogp) override {
+    timed(times_, "nll_loss backward", [&] { inner_.nll_loss_backward(grad_per_row, target, dlogp); });
+  }
+  void cross_entropy_forward_backward(const Tensor& logits, const Tensor& target, double grad_scale,
+                                      Tensor& loss_sum, Tensor& dlogits) override {
+    timed(times_, "cross_entropy (fused loss)",
+          [&] { inner_.cross_entropy_forward_backward(logits, target, grad_scale, loss_sum, dlogits); });
+  }
+  void check_targets(const char* op, const Tensor& target, int64_t classes) override {
+    timed(times_, "check targets", [&] { inner_.check_targets(op, target, classes); });
+  }
+  void fill(Tensor& y, double value) override {
+    timed(times_, "fill (zero grads, seeds)", [&] { inner_.fill(y, value); });
+  }
+  void add(const Tensor& a, const Tensor& b, Tensor& y) override {
+    timed(times_, "add", [&] { inner_.add(a, b, y); });
+  }
+  void axpy(double alpha, const Tensor& x, Tensor& y) override {
+    timed(times_, "axpy", [&] { inner_.axpy(alpha, x, y); });
+  }
+  void scale(double alpha, const Tensor& x, Tensor& y) override {
+    timed(times_, "scale", [&] { inner_.scale(alpha, x, y); });
+  }
+  void scale_by(const Tensor& s, const Tensor& x, Tensor& y) override {
+    timed(times_, "scale", [&] { inner_.scale_by(s, x, y); });
+  }
+  void sum(const Tensor& x, Tensor& out) override {
+    timed(times_, "sum", [&] { inner_.sum(x, out); });
+  }
+  void sgd_step(const kernels::SgdConfig& cfg, bool first_step, Tensor& param, const Tensor& grad,
+                Tensor& momentum) override {
+    timed(times_, "sgd", [&] { inner_.sgd_step(cfg, first_step, param, grad, momentum); });
+  }
+
+ private:
+  Backend& inner_;
+  OpTimes times_;
+  TimingAllocator allocator_;
+};
+
+}  // namespace dpcore::bench

@@ -1,0 +1,240 @@
+// The CUDA backend: binds the Backend interface (engine/backend.h) to the hand kernels
+// and the cuDNN/cuBLAS engines of this folder, for Device::Type::CUDA.
+//
+// Every op runs on the current device's current stream (kernels/cuda/stream.h) and
+// returns without waiting, so consecutive ops pipeline on the GPU and a whole step can be
+// captured as a CUDA graph. Failures that only the GPU can see (a class target out of
+// range) are recorded on the device and raised at the next synchronize() or
+// device-to-host copy (kernels/cuda/target_check.h).
+//
+// The CUDA kernels are float32 only: float64 tensors on a GPU fail with a clear message
+// (float64 exists for the CPU's finite-difference gradient checks).
+#include <cstring>
+#include <initializer_list>
+
+#include "engine/backend.h"
+#include "engine/error.h"
+#include "kernels/cuda/caching_allocator.h"
+#include "kernels/cuda/check.h"
+#include "kernels/cuda/devices.h"
+#include "kernels/cuda/engine_select.h"
+#include "kernels/cuda/engines.h"
+#include "kernels/cuda/kernels.h"
+#include "kernels/cuda/stream.h"
+#include "kernels/cuda/target_check.h"
+
+namespace dpcore {
+namespace {
+
+namespace k = kernels::cuda;
+
+// Checks that every given float tensor is float32, switches to the device of the first
+// one and returns that device's current stream.
+cudaStream_t begin_op(const char* op, std::initializer_list<const Tensor*> floats) {
+  const Tensor* first = nullptr;
+  for (const Tensor* t : floats) {
+    if (!t || !t->defined()) continue;
+    if (t->dtype() == DType::Float64) fail(op, ": float64 is not supported on cuda; the CUDA kernels are float32");
+    DPCORE_CHECK(t->dtype() == DType::Float32, op, ": expected a float32 tensor, got ", t->str());
+    if (!first) first = t;
+  }
+  DPCORE_CHECK(first, op, ": no tensor to run on");
+  cuda::set_device(first->device().index);
+  return cuda::current_stream(first->device().index);
+}
+
+float* f32(const Tensor& t) { return t.data<float>(); }
+float* f32(const Tensor* t) { return t && t->defined() ? t->data<float>() : nullptr; }
+
+class CudaBackend : public Backend {
+ public:
+  std::string name() const override { return "cuda"; }
+  int device_count() const override { return cuda::device_count(); }
+  Allocator& allocator(int device_index) override { return cuda::device_allocator(device_index); }
+
+  void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes) override {
+    if (bytes == 0) return;
+    if (dst_device.is_cuda() && src_device.is_cuda()) {
+      copy_device_to_device(dst, dst_device.index, src, src_device.index, bytes);
+    } else if (dst_device.is_cuda()) {
+      // Pageable sources are staged by the driver before cudaMemcpyAsync returns, so the
+      // caller may reuse them at once. Pinned sources (pinned_alloc) are read later by the
+      // copy engine: the caller keeps them unchanged until the stream has passed the copy.
+      const int device = dst_device.index;
+      cuda::set_device(device);
+      CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, cuda::current_stream(device)));
+    } else if (src_device.is_cuda()) {
+      const int device = src_device.index;
+      cuda::set_device(device);
+      cudaStream_t stream = cuda::current_stream(device);
+      CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream));
+      CUDA_CHECK(cudaStreamSynchronize(stream));
+      // Reading results back means the queued work ran: report a bad target now.
+      cuda::raise_pending_target_error(device);
+    } else {
+      std::memmove(dst, src, bytes);
+    }
+  }
+
+  void synchronize(int device_index) override {
+    cuda::set_device(device_index);
+    CUDA_CHECK(cudaDeviceSynchronize());
+    cuda::raise_pending_target_error(device_index);
+  }
+
+  // conv-engine = hand|cudnn|auto, gemm-engine = hand|cublas|auto, tf32 = on|off
+  // (kernels/cuda/engine_select.h); the CLI's --conv-engine, --gemm-engine and --tf32.
+  void set_option(const std::string& name, const std::string& value) override {
+    cuda::EngineConfig config = cuda::engine_config();
+    if (name == "conv-engine") {
+      config.conv = cuda::parse_conv_engine(value, "--" + name);
+    } else if (name == "gemm-engine") {
+      config.gemm = cuda::parse_gemm_engine(value, "--" + name);
+    } else if (name == "tf32") {
+      DPCORE_CHECK(value == "on" || value == "off", "--tf32: expected on or off, got '", value, "'");
+      config.tf32 = value == "on";
+    } else {
+      fail("the cuda backend has no option '", name, "' (it has conv-engine, gemm-engine and tf32)");
+    }
+    cuda::set_engine_config(config);
+  }
+
+  // ---- conv2d and linear: through the engine selection ----
+  void conv2d_forward(const kernels::Conv2dShape& s, const Tensor& x, const Tensor& w, const Tensor* bias,
+                      Tensor& y) override {
+    cudaStream_t stream = begin_op("conv2d", {&x, &w, bias, &y});
+    cuda::conv2d_forward(s, f32(x), f32(w), f32(bias), false, f32(y), stream);
+  }
+  void conv2d_backward_data(const kernels::Conv2dShape& s, const Tensor& dy, const Tensor& w, Tensor& dx) override {
+    cudaStream_t stream = begin_op("conv2d backward", {&dy, &w, &dx});
+    cuda::conv2d_backward_data(s, f32(dy), f32(w), f32(dx), stream);
+  }
+  void conv2d_backward_weight(const kernels::Conv2dShape& s, const Tensor& x, const Tensor& dy, Tensor& dw,
+                              Tensor* dbias, bool accumulate) override {
+    cudaStream_t stream = begin_op("conv2d backward", {&x, &dy, &dw, dbias});
+    cuda::conv2d_backward_weight(s, f32(x), f32(dy), f32(dw), f32(dbias), accumulate, stream);
+  }
+
+  void linear_forward(const kernels::LinearShape& s, const Tensor& x, const Tensor& w, const Tensor* bias,
+                      Tensor& y) override {
+    cudaStream_t stream = begin_op("linear", {&x, &w, bias, &y});
+    cuda::linear_forward(s, f32(x), f32(w), f32(bias), f32(y), stream);
+  }
+  void linear_backward_data(const kernels::LinearShape& s, const Tensor& dy, const Tensor& w, Tensor& dx) override {
+    cudaStream_t stream = begin_op("linear backward", {&dy, &w, &dx});
+    cuda::linear_backward_data(s, f32(dy), f32(w), f32(dx), stream);
+  }
+  void linear_backward_weight(const kernels::LinearShape& s, const Tensor& x, const Tensor& dy, Tensor& dw,
+                              Tensor* dbias, bool accumulate) override {
+    cudaStream_t stream = begin_op("linear backward", {&x, &dy, &dw, dbias});
+    cuda::linear_backward_weight(s, f32(x), f32(dy), f32(dw), f32(dbias), accumulate, stream);
+  }
+
+  // ---- the rest: hand kernels ----
+  void max_pool2d_forward(const kernels::Pool2dShape& s, const Tensor& x, Tensor& y, Tensor& argmax) override {
+    cudaStream_t stream = begin_op("max_pool2d", {&x, &y});
+    k::max_pool2d_forward(s, f32(x), f32(y), argmax.data<int32_t>(), stream);
+  }
+  void max_pool2d_backward(const kernels::Pool2dShape& s, const Tensor& dy, const Tensor& argmax,
+                           Tensor& dx) override {
+    cudaStream_t stream = begin_op("max_pool2d backward", {&dy, &dx});
+    k::max_pool2d_backward(s, f32(dy), argmax.data<int32_t>(), f32(dx), stream);
+  }
+
+  void relu_forward(const Tensor& x, Tensor& y) override {
+    cudaStream_t stream = begin_op("relu", {&x, &y});
+    k::relu_forward(x.numel(), f32(x), f32(y), stream);
+  }
+  void relu_backward(const Tensor& dy, const Tensor& y, Tensor& dx) override {
+    cudaStream_t stream = begin_op("relu backward", {&dy, &y, &dx});
+    k::relu_backward(dy.numel(), f32(dy), f32(y), f32(dx), stream);
+  }
+
+  void log_softmax_forward(const Tensor& x, Tensor& y) override {
+    cudaStream_t stream = begin_op("log_softmax", {&x, &y});
+    k::log_softmax_forward(x.size(0), x.size(1), f32(x), f32(y), stream);
+  }
+  void log_softmax_backward(const Tensor& dy, const Tensor& y, Tensor& dx) override {
+    cudaStream_t stream = begin_op("log_softmax backward", {&dy, &y, &dx});
+    k::log_softmax_backward(dy.size(0), dy.size(1), f32(dy), f32(y), f32(dx), stream);
+  }
+  void nll_loss_forward(const Tensor& logp, const Tensor& target, Tensor& loss_sum) override {
+    cudaStream_t stream = begin_op("nll_loss", {&logp, &loss_sum});
+    k::nll_loss_forward(logp.size(0), logp.size(1), f32(logp), target.data<int64_t>(), f32(loss_sum), stream);
+  }
+  void nll_loss_backward(const Tensor& grad_per_row, const Tensor& target, Tensor& dlogp) override {
+    cudaStream_t stream = begin_op("nll_loss backward", {&grad_per_row, &dlogp});
+    k::nll_loss_backward(dlogp.size(0), dlogp.size(1), f32(grad_per_row), target.data<int64_t>(), f32(dlogp), stream);
+  }
+  void cross_entropy_forward_backward(const Tensor& logits, const Tensor& target, double grad_scale, Tensor& loss_sum,
+                                      Tensor& dlogits) override {
+    cudaStream_t stream = begin_op("cross_entropy", {&logits, &loss_sum, &dlogits});
+    k::cross_entropy_forward_backward(logits.size(0), logits.size(1), f32(logits), target.data<int64_t>(),
+                                      float(grad_scale), f32(loss_sum), f32(dlogits), stream);
+  }
+  void check_targets(const char* op, const Tensor& target, int64_t classes) override {
+    const int device = target.device().index;
+    cuda::set_device(device);
+    cuda::check_targets_async(device, op, target.data<int64_t>(), target.numel(), classes,
+                              cuda::current_stream(device));
+  }
+
+  void fill(Tensor& y, double value) override {
+    const int device = y.device().index;
+    cuda::set_device(device);
+    cudaStream_t stream = cuda::current_stream(device);
+    switch (y.dtype()) {
+      case DType::Float32: k::fill<float>(y.numel(), float(value), y.data<float>(), stream); return;
+      case DType::Int32: k::fill<int32_t>(y.numel(), int32_t(value), y.data<int32_t>(), stream); return;
+      case DType::Int64: k::fill<int64_t>(y.numel(), int64_t(value), y.data<int64_t>(), stream); return;
+      case DType::Float64: fail("fill: float64 is not supported on cuda; the CUDA kernels are float32");
+    }
+  }
+  void add(const Tensor& a, const Tensor& b, Tensor& y) override {
+    cudaStream_t stream = begin_op("add", {&a, &b, &y});
+    k::add(a.numel(), f32(a), f32(b), f32(y), stream);
+  }
+  void axpy(double alpha, const Tensor& x, Tensor& y) override {
+    cudaStream_t stream = begin_op("axpy", {&x, &y});
+    k::axpy(x.numel(), float(alpha), f32(x), f32(y), stream);
+  }
+  void scale(double alpha, const Tensor& x, Tensor& y) override {
+    cudaStream_t stream = begin_op("scale", {&x, &y});
+    k::scale(x.numel(), float(alpha), f32(x), f32(y), stream);
+  }
+  void scale_by(const Tensor& s, const Tensor& x, Tensor& y) override {
+    cudaStream_t stream = begin_op("scale", {&s, &x, &y});
+    k::scale_by(x.numel(), f32(s), f32(x), f32(y), stream);
+  }
+  void sum(const Tensor& x, Tensor& out) override {
+    cudaStream_t stream = begin_op("sum", {&x, &out});
+    k::sum(x.numel(), f32(x), f32(out), stream);
+  }
+  void sgd_step(const kernels::SgdConfig& cfg, bool first_step, Tensor& param, const Tensor& grad,
+                Tensor& momentum) override {
+    cudaStream_t stream = begin_op("sgd", {&param, &grad, &momentum});
+    k::sgd_step(param.numel(), cfg, first_step, f32(param), f32(grad), f32(momentum), stream);
+  }
+
+ private:
+  // On the source device's stream, ordered after the work queued on the destination's
+  // stream (which may still use dst) and before anything queued there afterwards.
+  static void copy_device_to_device(void* dst, int dst_index, const void* src, int src_index, size_t bytes) {
+    if (dst_index == src_index) {
+      cuda::set_device(src_index);
+      CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, cuda::current_stream(src_index)));
+      return;
+    }
+    cudaStream_t src_stream = cuda::current_stream(src_index), dst_stream = cuda::current_stream(dst_index);
+    cuda::wait_stream(src_index, src_stream, dst_index, dst_stream);
+    cuda::set_device(src_index);
+    CUDA_CHECK(cudaMemcpyPeerAsync(dst, dst_index, src, src_index, bytes, src_stream));
+    cuda::wait_stream(dst_index, dst_stream, src_index, src_stream);
+  }
+};
+
+CudaBackend cuda_backend;
+const bool registered = (register_backend(Device::Type::CUDA, &cuda_backend), true);
+
+}  // namespace
+}  // namespace dpcore

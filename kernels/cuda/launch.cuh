@@ -1,0 +1,44 @@
+// Small helpers shared by the kernel files: grid sizes, alignment tests, index-range checks.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstdint>
+
+#include "engine/error.h"
+#include "kernels/cuda/devices.h"
+#include "kernels/shapes.h"
+
+namespace dpcore::kernels::cuda {
+
+// Elementwise kernels use this many threads per block and grid-stride loops.
+constexpr int kElementwiseThreads = 256;
+
+// Blocks for `work` items at `per_block` items per block, capped: grid-stride loops cover
+// the rest, and a cap independent of the GPU keeps reduction partitions fixed.
+inline unsigned blocks_for(int64_t work, int64_t per_block, int64_t cap = 4096) {
+  return unsigned(std::max<int64_t>(1, std::min<int64_t>((work + per_block - 1) / per_block, cap)));
+}
+
+// 16-byte aligned, so float4 loads and stores are legal.
+inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
+
+// The kernels index with int; anything larger fails here with the op's name instead of
+// silently wrapping around.
+inline void check_int32(const char* op, const char* what, int64_t value) {
+  DPCORE_CHECK(value >= 0 && value <= INT_MAX, op, ": ", what, " = ", value,
+               " is outside the int32 range the CUDA kernels index with");
+}
+
+inline void check_conv_shape(const char* op, const Conv2dShape& s) {
+  check_int32(op, "input elements", s.x_size());
+  check_int32(op, "weight elements", s.w_size());
+  check_int32(op, "output elements", s.y_size());
+}
+
+// Streaming multiprocessors of the current device (grids and split-K are sized by it).
+inline int sm_count() { return dpcore::cuda::multiprocessor_count(dpcore::cuda::current_device()); }
+
+}  // namespace dpcore::kernels::cuda

@@ -1,0 +1,43 @@
+// The deterministic sum of a flat array, in two passes: a partition of x into at most
+// kMaxBlocks block sums that depends on n only (not on the GPU), then one block adds the
+// block sums in a fixed tree. No atomics, so the result has the same bits on every run.
+#include "kernels/cuda/block_reduce.cuh"
+#include "kernels/cuda/caching_allocator.h"
+#include "kernels/cuda/check.h"
+#include "kernels/cuda/kernels.h"
+#include "kernels/cuda/launch.cuh"
+
+namespace dpcore::kernels::cuda {
+
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int64_t kPerBlock = 16 * kThreads;  // elements per block before the cap kicks in
+constexpr int64_t kMaxBlocks = 1024;
+
+// out[blockIdx.x] = sum of x[i] over this block's grid-stride share.
+__global__ void block_sums_kernel(int64_t n, const float* x, float* out) {
+  float partial = 0.f;
+  for (int64_t i = blockIdx.x * int64_t(kThreads) + threadIdx.x; i < n; i += int64_t(gridDim.x) * kThreads)
+    partial += x[i];
+  const float total = block_sum(partial);
+  if (threadIdx.x == 0) out[blockIdx.x] = total;
+}
+
+}  // namespace
+
+void sum(int64_t n, const float* x, float* out, cudaStream_t stream) {
+  const unsigned blocks = blocks_for(n, kPerBlock, kMaxBlocks);
+  if (blocks == 1) {
+    block_sums_kernel<<<1, kThreads, 0, stream>>>(n, x, out);
+    CUDA_LAUNCH_CHECK();
+    return;
+  }
+  dpcore::cuda::Workspace partial(blocks * sizeof(float), stream);
+  block_sums_kernel<<<blocks, kThreads, 0, stream>>>(n, x, partial.floats());
+  CUDA_LAUNCH_CHECK();
+  block_sums_kernel<<<1, kThreads, 0, stream>>>(blocks, partial.floats(), out);
+  CUDA_LAUNCH_CHECK();
+}
+
+}  // namespace dpcore::kernels::cuda
