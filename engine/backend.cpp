@@ -1,10 +1,20 @@
 #include "engine/backend.h"
 
 #include <array>
+#include <cstdlib>
 
 #include "engine/runtime.h"
 
 namespace dpcore {
+
+std::unique_ptr<Backend::Captured> Backend::capture(int, const std::function<void()>&) { return nullptr; }
+void Backend::use_thread_stream(int, int) {}
+void* Backend::alloc_host(size_t bytes) {
+  void* p = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
+  if (!p) fail("host allocation of ", bytes, " bytes failed");
+  return p;
+}
+void Backend::free_host(void* ptr) { std::free(ptr); }
 
 namespace {
 // One slot per device type, filled by static registrars at library load time.

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -35,6 +36,23 @@ class Backend {
   // Backend-specific settings from the command line ("conv-engine" = "cudnn", "tf32" =
   // "on", ...). Fails naming the option when the backend has no such setting or value.
   virtual void set_option(const std::string& name, const std::string& value) = 0;
+
+  // ---- execution: graphs, streams, host memory (the defaults are the CPU's answers) ----
+  // Device work recorded once and replayed as one launch (a CUDA graph).
+  class Captured {
+   public:
+    virtual ~Captured() = default;
+    virtual void replay() = 0;
+  };
+  // Records, without running, the device work `body` queues. Null when this backend cannot
+  // capture or capturing is switched off (--cuda-graph off): the caller then runs eagerly.
+  virtual std::unique_ptr<Captured> capture(int device_index, const std::function<void()>& body);
+  // From now on the calling thread queues its work on its own stream number `index` of the
+  // device, so that replicas sharing one GPU run concurrently. Nothing to do on the CPU.
+  virtual void use_thread_stream(int device_index, int index);
+  // Host memory the device copies from asynchronously (pinned); plain memory by default.
+  virtual void* alloc_host(size_t bytes);
+  virtual void free_host(void* ptr);
 
   // ---- kernels ----
   virtual void conv2d_forward(const kernels::Conv2dShape& s, const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y) = 0;

@@ -15,6 +15,8 @@ class Sgd {
   Sgd(FlatParameters& params, const SgdConfig& config);
 
   void step();
+  // Counts a step taken by replaying a captured CUDA graph that contains step().
+  void count_replayed_step() { ++steps_; }
   const SgdConfig& config() const { return config_; }
   void set_lr(double lr) { config_.lr = lr; }
   int64_t steps_taken() const { return steps_; }

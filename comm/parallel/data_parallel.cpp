@@ -4,6 +4,7 @@
 
 #include "engine/autograd.h"
 #include "engine/backend.h"
+#include "engine/runtime.h"
 #include "engine/ops.h"
 #include "layers/train/step.h"
 
@@ -80,6 +81,15 @@ std::vector<Device> replica_devices(const nn::ParallelOptions& options, Device m
   return place_replicas(options.replicas, model_device.type);
 }
 
+void use_replica_streams(ReplicaPool& pool, std::vector<Replica>& replicas) {
+  pool.run([&](int r) {
+    Device d = replicas[size_t(r)].device();
+    backend_for(d).use_thread_stream(d.index, r);
+  });
+}
+
+void finish_device_work(Replica& r) { runtime::synchronize(r.device()); }
+
 void abort_all(std::vector<Replica>& replicas, int failed, const std::string& message) {
   for (Replica& r : replicas) r.comm->abort("replica " + std::to_string(failed) + " failed: " + message);
 }
@@ -97,6 +107,7 @@ DataParallelRunner::DataParallelRunner(std::unique_ptr<nn::Model> model, const S
   replicas_ = replicate(std::move(model), devices_, make_communicators(config), sgd);
   pool_ = std::make_unique<ReplicaPool>(int(replicas_.size()),
                                         [this](int r, const std::string& m) { abort_all(replicas_, r, m); });
+  use_replica_streams(*pool_, replicas_);
   sync_replicas();
 }
 
@@ -124,6 +135,7 @@ nn::StepStats DataParallelRunner::step(const data::Batch& batch) {
     pool_->run([&](int r) {
       auto t0 = std::chrono::steady_clock::now();
       if (shards[size_t(r)].size > 0) outputs[size_t(r)] = replicas_[size_t(r)].model->forward_logits(shards[size_t(r)].x);
+      finish_device_work(replicas_[size_t(r)]);  // gather reads the outputs from another thread
       seconds[size_t(r)] += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     });
     // gather, and the loss on the root
@@ -134,12 +146,14 @@ nn::StepStats DataParallelRunner::step(const data::Batch& batch) {
     backend_for(root).add(loss_sum, loss.detach(), loss_sum);
     // scatter the loss gradient back; parallel_apply: backward
     Tensor dlogits = logits.grad();
+    runtime::synchronize(root);  // the replicas' streams read what the root's stream wrote
     pool_->run([&](int r) {
       const Shard& s = shards[size_t(r)];
       if (s.size == 0) return;
       auto t0 = std::chrono::steady_clock::now();
       Tensor d = dlogits.narrow0(s.begin - begin, s.begin - begin + s.size).to(replicas_[size_t(r)].device());
       outputs[size_t(r)].backward(d);
+      finish_device_work(replicas_[size_t(r)]);
       seconds[size_t(r)] += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       computed[size_t(r)] += s.size;
     });
@@ -149,6 +163,7 @@ nn::StepStats DataParallelRunner::step(const data::Batch& batch) {
   pool_->run([this](int r) {
     reduce_gradients(replicas_[size_t(r)]);
     replicas_[size_t(r)].sgd->step();
+    finish_device_work(replicas_[size_t(r)]);
   });
   splitter_.observe(seconds, computed);
   return {loss_sum, n};

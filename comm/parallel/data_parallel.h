@@ -84,6 +84,11 @@ class DataParallelRunner : public nn::StepRunner {
 // Device of each replica for the options: --replicas R local replicas on the model's
 // device type (round-robin over GPUs), or the explicit list.
 std::vector<Device> replica_devices(const nn::ParallelOptions& options, Device model_device);
+// Puts each replica's device work on its own stream (replica r's thread, stream r), so
+// replicas sharing a GPU run concurrently. Nothing to do on the CPU.
+void use_replica_streams(ReplicaPool& pool, std::vector<Replica>& replicas);
+// Waits for the device work this replica queued (before another thread reads its results).
+void finish_device_work(Replica& r);
 // Aborts every communicator of `replicas` (a replica failed: wake the others).
 void abort_all(std::vector<Replica>& replicas, int failed, const std::string& message);
 

@@ -112,6 +112,7 @@ DistributedRunner::DistributedRunner(std::unique_ptr<nn::Model> model, const Sgd
   }
   pool_ = std::make_unique<ReplicaPool>(int(replicas_.size()),
                                         [this](int r, const std::string& m) { abort_all(replicas_, r, m); });
+  use_replica_streams(*pool_, replicas_);
   sync_replicas();
 }
 
@@ -155,6 +156,7 @@ nn::StepStats DistributedRunner::step(const data::Batch& batch) {
 
     // Bookkeeping all ranks must agree on: the global loss, and (adaptive) the timings.
     rep.comm->allreduce(loss_sum, ReduceOp::Sum).wait();
+    finish_device_work(rep);
     if (local == 0) global_loss = loss_sum;
     if (splitter_.adaptive()) {
       Tensor mine = Tensor::full({1}, seconds[size_t(rank)], DType::Float32, rep.device());

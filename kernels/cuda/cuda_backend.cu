@@ -19,7 +19,9 @@
 #include "kernels/cuda/devices.h"
 #include "kernels/cuda/engine_select.h"
 #include "kernels/cuda/engines.h"
+#include "kernels/cuda/graph.h"
 #include "kernels/cuda/kernels.h"
+#include "kernels/cuda/pinned.h"
 #include "kernels/cuda/stream.h"
 #include "kernels/cuda/target_check.h"
 
@@ -43,8 +45,24 @@ cudaStream_t begin_op(const char* op, std::initializer_list<const Tensor*> float
   return cuda::current_stream(first->device().index);
 }
 
+// Side stream numbers: replicas use 0, 1, ...; uploads use one far above them.
+constexpr int kCopyStreamIndex = 1 << 20;
+
 float* f32(const Tensor& t) { return t.data<float>(); }
 float* f32(const Tensor* t) { return t && t->defined() ? t->data<float>() : nullptr; }
+
+// A batch upload from pinned memory runs on the device's copy stream, so it overlaps the
+// compute still queued from the previous step; the compute stream waits for it through an
+// event. The host waits for the copy alone (microseconds), after which the loader may refill
+// the pinned buffer.
+void upload_pinned(void* dst, int device, const void* src, size_t bytes) {
+  cuda::set_device(device);
+  cudaStream_t copy = cuda::side_stream(device, kCopyStreamIndex);
+  cudaStream_t compute = cuda::current_stream(device);
+  CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, copy));
+  cuda::wait_stream(device, compute, device, copy);
+  CUDA_CHECK(cudaStreamSynchronize(copy));
+}
 
 class CudaBackend : public Backend {
  public:
@@ -56,10 +74,11 @@ class CudaBackend : public Backend {
     if (bytes == 0) return;
     if (dst_device.is_cuda() && src_device.is_cuda()) {
       copy_device_to_device(dst, dst_device.index, src, src_device.index, bytes);
+    } else if (dst_device.is_cuda() && cuda::is_pinned(src)) {
+      upload_pinned(dst, dst_device.index, src, bytes);
     } else if (dst_device.is_cuda()) {
       // Pageable sources are staged by the driver before cudaMemcpyAsync returns, so the
-      // caller may reuse them at once. Pinned sources (pinned_alloc) are read later by the
-      // copy engine: the caller keeps them unchanged until the stream has passed the copy.
+      // caller may reuse them at once.
       const int device = dst_device.index;
       cuda::set_device(device);
       CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, cuda::current_stream(device)));
@@ -83,9 +102,14 @@ class CudaBackend : public Backend {
   }
 
   // conv-engine = hand|cudnn|auto, gemm-engine = hand|cublas|auto, tf32 = on|off
-  // (kernels/cuda/engine_select.h); the CLI's --conv-engine, --gemm-engine and --tf32.
+  // (kernels/cuda/engine_select.h), cuda-graph = on|off; the CLI's flags of those names.
   void set_option(const std::string& name, const std::string& value) override {
     cuda::EngineConfig config = cuda::engine_config();
+    if (name == "cuda-graph") {
+      DPCORE_CHECK(value == "on" || value == "off", "--cuda-graph: expected on or off, got '", value, "'");
+      graphs_enabled_ = value == "on";
+      return;
+    }
     if (name == "conv-engine") {
       config.conv = cuda::parse_conv_engine(value, "--" + name);
     } else if (name == "gemm-engine") {
@@ -94,10 +118,28 @@ class CudaBackend : public Backend {
       DPCORE_CHECK(value == "on" || value == "off", "--tf32: expected on or off, got '", value, "'");
       config.tf32 = value == "on";
     } else {
-      fail("the cuda backend has no option '", name, "' (it has conv-engine, gemm-engine and tf32)");
+      fail("the cuda backend has no option '", name, "' (it has conv-engine, gemm-engine, tf32 and cuda-graph)");
     }
     cuda::set_engine_config(config);
   }
+
+  // ---- graphs, streams, pinned host memory ----
+  std::unique_ptr<Captured> capture(int device_index, const std::function<void()>& body) override {
+    if (!graphs_enabled_) return nullptr;
+    struct Graph : Captured {
+      explicit Graph(int device) : graph(device) {}
+      void replay() override { graph.replay(); }
+      cuda::CudaGraph graph;
+    };
+    auto g = std::make_unique<Graph>(device_index);
+    g->graph.capture(body);
+    return g;
+  }
+  void use_thread_stream(int device_index, int index) override {
+    cuda::set_current_stream(device_index, cuda::side_stream(device_index, index));
+  }
+  void* alloc_host(size_t bytes) override { return cuda::pinned_alloc(bytes); }
+  void free_host(void* ptr) override { cuda::pinned_free(ptr); }
 
   // ---- conv2d and linear: through the engine selection ----
   void conv2d_forward(const kernels::Conv2dShape& s, const Tensor& x, const Tensor& w, const Tensor* bias,
@@ -217,6 +259,8 @@ class CudaBackend : public Backend {
   }
 
  private:
+  bool graphs_enabled_ = true;  // --cuda-graph
+
   // On the source device's stream, ordered after the work queued on the destination's
   // stream (which may still use dst) and before anything queued there afterwards.
   static void copy_device_to_device(void* dst, int dst_index, const void* src, int src_index, size_t bytes) {

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/backend.h"
 #include "engine/data/loader.h"
 #include "engine/sgd.h"
 #include "layers/model.h"
@@ -50,19 +51,34 @@ class StepRunner {
 };
 
 // One model, one device: zero, A micro-batches, one fused SGD step.
+//
+// On a backend that can capture (CUDA, unless --cuda-graph off), after kWarmupSteps eager
+// steps the whole step (zeroing, every micro-batch's forward and backward, the SGD update)
+// is captured once into a graph over fixed input buffers and replayed from then on: each
+// step is then one copy of the batch into those buffers and one launch. A batch of another
+// size (the last, partial one of an epoch) runs eagerly.
 class SingleDeviceRunner : public StepRunner {
  public:
   SingleDeviceRunner(std::unique_ptr<Model> model, const SgdConfig& sgd, int64_t accum);
+  ~SingleDeviceRunner() override;
   StepStats step(const data::Batch& batch) override;
   Model& model() override { return *model_; }
   Sgd& optimizer() override { return *sgd_; }
   void sync_replicas() override {}
   std::string describe() const override;
+  bool replaying() const { return graph_ != nullptr; }
+
+  static constexpr int kWarmupSteps = 2;
 
  private:
   std::unique_ptr<Model> model_;
   std::unique_ptr<Sgd> sgd_;
   int64_t accum_;
+  int64_t graph_batch_ = 0;   // the batch size the graph is (to be) captured at
+  int warmup_steps_ = 0;      // eager steps taken at that size
+  bool capture_tried_ = false;
+  std::unique_ptr<Backend::Captured> graph_;  // declared first: destroyed after its buffers
+  Tensor static_x_, static_y_, static_loss_;  // the graph's fixed input and output buffers
 };
 
 using RunnerFactory = std::function<std::unique_ptr<StepRunner>(std::unique_ptr<Model>, const SgdConfig&,

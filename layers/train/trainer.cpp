@@ -140,6 +140,10 @@ TrainResult train(const TrainOptions& o, std::ostream& primary_out) {
 
   data::LoaderOptions lo;
   lo.batch_size = o.batch, lo.shuffle = o.shuffle, lo.drop_last = o.drop_last, lo.seed = o.seed;
+  // Batches in memory the device can copy from asynchronously (pinned, on a GPU).
+  Backend& host_memory = backend_for(device);
+  lo.allocator = {[&host_memory](size_t bytes) { return host_memory.alloc_host(bytes); },
+                  [&host_memory](void* p) { host_memory.free_host(p); }};
   data::DataLoader loader(data.train, lo, progress.position);
   const int64_t per_epoch = loader.batches_per_epoch();
   const int64_t total_steps = o.steps > 0 ? o.steps : o.epochs * per_epoch;

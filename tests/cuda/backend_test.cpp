@@ -123,7 +123,9 @@ TEST(CudaBackend, OptionsSetTheEngineConfig) {
             "--conv-engine: unknown convolution engine 'cublas' (expected hand, cudnn or auto)");
   EXPECT_EQ(message_of([&] { cuda_backend->set_option("tf32", "yes"); }), "--tf32: expected on or off, got 'yes'");
   EXPECT_EQ(message_of([&] { cuda_backend->set_option("fast", "on"); }),
-            "the cuda backend has no option 'fast' (it has conv-engine, gemm-engine and tf32)");
+            "the cuda backend has no option 'fast' (it has conv-engine, gemm-engine, tf32 and cuda-graph)");
+  EXPECT_EQ(message_of([&] { cuda_backend->set_option("cuda-graph", "maybe"); }),
+            "--cuda-graph: expected on or off, got 'maybe'");
   cuda::set_engine_config(saved);
 }
 
