@@ -21,6 +21,8 @@ import subprocess
 import sys
 import time
 
+from torch_models import build_torch_model, make_step, random_batch, sgd, summarize
+
 # Steps per run: enough for a stable median, few enough that 3 rounds x 2 engines x
 # 2 thread counts stay within minutes on a 2-core machine (vggs is ~20x simplenet).
 PLAN = {  # model: (batch, warmup, steps)
@@ -28,78 +30,20 @@ PLAN = {  # model: (batch, warmup, steps)
     "fashioncnn": (64, 3, 15),
     "vggs": (64, 2, 6),
 }
-INPUT = {"simplenet": (3, 32, 32), "fashioncnn": (1, 28, 28), "vggs": (3, 32, 32)}
 
 
 # ---------------------------------------------------------------------------------------
-# The PyTorch side (shared/reference/models.md, with PyTorch's state_dict names)
+# The PyTorch side (bench/torch_models.py), in a process of its own
 # ---------------------------------------------------------------------------------------
-def build_torch_model(name):
-    import torch.nn as nn
-    import torch.nn.functional as F
-
-    def conv(cin, cout):
-        return nn.Conv2d(cin, cout, 3, stride=1, padding=1)
-
-    class SimpleNet(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.conv = conv(3, 16)
-            self.fc = nn.Linear(16 * 16 * 16, 10)
-
-        def forward(self, x):
-            x = F.max_pool2d(F.relu(self.conv(x)), 2, 2)
-            return F.log_softmax(self.fc(x.flatten(1)), dim=1)
-
-    class FashionCNN(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.c1, self.c2 = conv(1, 32), conv(32, 64)
-            self.f1, self.f2 = nn.Linear(64 * 7 * 7, 128), nn.Linear(128, 10)
-
-        def forward(self, x):
-            x = F.max_pool2d(F.relu(self.c1(x)), 2, 2)
-            x = F.max_pool2d(F.relu(self.c2(x)), 2, 2)
-            x = F.relu(self.f1(x.flatten(1)))
-            return F.log_softmax(self.f2(x), dim=1)
-
-    class VggS(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.c1, self.c2, self.c3 = conv(3, 64), conv(64, 128), conv(128, 256)
-            self.fc = nn.Linear(256 * 4 * 4, 10)
-
-        def forward(self, x):
-            for c in (self.c1, self.c2, self.c3):
-                x = F.max_pool2d(F.relu(c(x)), 2, 2)
-            return F.log_softmax(self.fc(x.flatten(1)), dim=1)
-
-    return {"simplenet": SimpleNet, "fashioncnn": FashionCNN, "vggs": VggS}[name]()
-
-
 def torch_worker(args):
     """Times PyTorch's step in this process; prints one JSON line like dpcore_step_bench."""
     import torch
-    import torch.nn.functional as F
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     model = build_torch_model(args.model)
-    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    x = torch.rand(args.batch, *INPUT[args.model]) * 2 - 1
-    y = torch.randint(0, 10, (args.batch,))
-    if args.batch % args.accum:
-        sys.exit(f"--batch {args.batch} is not a multiple of --accum {args.accum}")
-    xs, ys = x.chunk(args.accum), y.chunk(args.accum)
-
-    def step():
-        opt.zero_grad()
-        for xc, yc in zip(xs, ys):
-            loss = F.nll_loss(model(xc), yc) / args.accum  # equal chunks: the mean over the batch
-            loss.backward()
-        opt.step()
-        return loss
-
+    x, y = random_batch(args.model, args.batch, "cpu", args.seed)
+    step = make_step(model, sgd(model), x, y, args.accum)
     for _ in range(args.warmup):
         step()
     times = []
@@ -107,19 +51,9 @@ def torch_worker(args):
         t0 = time.perf_counter()
         step()
         times.append((time.perf_counter() - t0) * 1e6)
-    times.sort()
-    med = statistics.median(times)
     print(json.dumps({"engine": "pytorch", "version": torch.__version__, "model": args.model,
                       "batch": args.batch, "accum": args.accum, "threads": torch.get_num_threads(),
-                      "steps": args.steps, "warmup": args.warmup, "median_us": med,
-                      "p10_us": percentile(times, 10), "p90_us": percentile(times, 90),
-                      "samples_per_s": args.batch / (med * 1e-6)}))
-
-
-def percentile(sorted_values, p):
-    """Nearest rank, as dpcore_step_bench computes it."""
-    rank = -(-len(sorted_values) * p // 100)  # ceil
-    return sorted_values[min(max(int(rank), 1), len(sorted_values)) - 1]
+                      "steps": args.steps, "warmup": args.warmup, **summarize(times, args.batch)}))
 
 
 # ---------------------------------------------------------------------------------------

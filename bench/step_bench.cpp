@@ -161,8 +161,9 @@ nlohmann::json run(const BenchOptions& o, const CudaFlags& cuda) {
   sgd.lr = 0.01;
   sgd.momentum = 0.9;
 
-  // One model: train_step on tensors already on the device. Replicas: the runner, which
-  // scatters the host batch itself.
+  // One model: accumulate_and_step on tensors already on the device, which queues the
+  // whole step without reading anything back (as PyTorch's step does not). Replicas: the
+  // runner, which scatters the host batch itself.
   std::unique_ptr<nn::StepRunner> runner;
   std::unique_ptr<Sgd> optimizer;
   Tensor x, y;
@@ -172,27 +173,49 @@ nlohmann::json run(const BenchOptions& o, const CudaFlags& cuda) {
   } else {
     runner = nn::make_runner(std::move(model), sgd, o.accum, o.parallel);
   }
-  auto step = [&]() -> double {
-    return runner ? runner->step(host.view).loss : nn::train_step(*model, *optimizer, x, y, o.accum);
+  // The summed loss of the batch, one element on the device.
+  auto eager_step = [&]() -> Tensor {
+    return runner ? runner->step(host.view).loss_sum : nn::accumulate_and_step(*model, *optimizer, x, y, o.accum);
   };
+  auto mean_loss = [&](const Tensor& loss_sum) { return loss_sum.item() / double(o.batch); };
 
   runtime::synchronize(device);
   runtime::reset_peak_bytes(device);
-  double first_loss = 0, last_loss = 0;
+  double first_loss = 0;
   for (int i = 0; i < o.warmup; ++i) {
-    double loss = step();
-    if (i == 0) first_loss = loss;
+    Tensor loss_sum = eager_step();
+    if (i == 0) first_loss = mean_loss(loss_sum);
   }
+
+  // After the warm-up (which chose algorithms and filled the allocator, as a capture
+  // needs), one model's step is recorded once where the backend can (CUDA, unless
+  // --cuda-graph off) and replayed over the same x and y: PyTorch's torch.cuda.CUDAGraph
+  // mode. Elsewhere the timed steps run eagerly. (The runners capture by themselves.)
+  std::unique_ptr<Backend::Captured> graph;
+  Tensor graph_loss_sum;
+  if (!runner && o.warmup > 0) {
+    graph = backend_for(device).capture(device.index, [&] {
+      graph_loss_sum = nn::accumulate_and_step(*model, *optimizer, x, y, o.accum);
+    });
+  }
+  auto step = [&]() -> Tensor {
+    if (!graph) return eager_step();
+    graph->replay();
+    return graph_loss_sum;
+  };
+
   if (timing) timing->times().clear();
   std::vector<double> us(size_t(o.steps));
+  Tensor last_loss_sum;
   for (int i = 0; i < o.steps; ++i) {
     runtime::synchronize(device);
     auto t0 = std::chrono::steady_clock::now();
-    last_loss = step();
+    last_loss_sum = step();
     runtime::synchronize(device);
     us[size_t(i)] = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
-    if (o.warmup == 0 && i == 0) first_loss = last_loss;
+    if (o.warmup == 0 && i == 0) first_loss = mean_loss(last_loss_sum);
   }
+  const double last_loss = mean_loss(last_loss_sum);
   std::sort(us.begin(), us.end());
   const double med = median(us);
 
@@ -212,6 +235,7 @@ nlohmann::json run(const BenchOptions& o, const CudaFlags& cuda) {
                       {"peak_bytes", runtime::peak_bytes(device)},
                       {"first_loss", first_loss},
                       {"last_loss", last_loss},
+                      {"cuda_graph", graph != nullptr},
                       {"backend_options", backend_options}};
   if (o.parallel.replicas > 1) j["mode"] = o.parallel.mode;
   if (timing) {

@@ -78,6 +78,12 @@ class TimingBackend : public Backend {
   }
   void synchronize(int device_index) override { inner_.synchronize(device_index); }
   void set_option(const std::string& name, const std::string& value) override { inner_.set_option(name, value); }
+  std::unique_ptr<Captured> capture(int device_index, const std::function<void()>& body) override {
+    return inner_.capture(device_index, body);
+  }
+  void use_thread_stream(int device_index, int index) override { inner_.use_thread_stream(device_index, index); }
+  void* alloc_host(size_t bytes) override { return inner_.alloc_host(bytes); }
+  void free_host(void* ptr) override { inner_.free_host(ptr); }
 
   void conv2d_forward(const kernels::Conv2dShape& s, const Tensor& x, const Tensor& w, const Tensor* bias,
                       Tensor& y) override {

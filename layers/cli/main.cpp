@@ -23,7 +23,9 @@ const char* kDataHelp =
 // Backend-specific options (CUDA engines, TF32, CUDA graphs), handed to the backend of
 // the chosen device. A backend rejects options it does not know, naming them.
 struct BackendFlags {
-  std::string conv_engine = "auto", gemm_engine = "auto", cuda_graph = "on";
+  // The defaults are the backend's own (kernels/cuda/engine_select.h): cuDNN and cuBLAS in FP32,
+  // deterministic algorithms only.
+  std::string conv_engine = "cudnn", gemm_engine = "cublas", cuda_graph = "on";
   bool tf32 = false;
   void add_to(CLI::App& cmd) {
     cmd.add_option("--conv-engine", conv_engine, "CUDA convolution engine: hand (our kernels), cudnn, or auto (time both once per shape)")
