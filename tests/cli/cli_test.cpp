@@ -12,6 +12,7 @@
 #include <sstream>
 #include <thread>
 
+#include "data/data_files.h"
 #include "engine/io/safetensors.h"
 #include "support/test_support.h"
 
@@ -170,6 +171,59 @@ TEST(Cli, KillingTheProcessNeverLeavesABrokenCheckpoint) {
     auto file = dpcore::io::load_safetensors(ckpt_dir + "/checkpoint.safetensors");
     EXPECT_GT(std::stoll(file.metadata().at("step")), 0);
   }
+}
+
+TEST(Cli, EveryTrainingFlagIsAccepted) {
+  dpcore::testing::TempDir dir;
+  std::string init = dir.file("init.safetensors");
+  ASSERT_EQ(run(kJob + " --steps 1 --lr 0 --save " + init).status, 0);
+  const std::string base = "train --data " + kData + " --model " + kSpec + " --device cpu";
+  CommandResult r = run(base + " --epochs 2 --steps 0 --batch 10 --accum 2 --lr 0.05 --momentum 0.8 --dampening 0.1 " +
+                        "--weight-decay 0.001 --seed 3 --no-shuffle --no-normalize --drop-last --threads 1 --init " +
+                        init + " --save " + dir.file("out.safetensors") + " --checkpoint " + dir.file("ck") +
+                        " --checkpoint-every 5 --metrics " + dir.file("m.jsonl") +
+                        " --replicas 2 --mode dp --backend local --split weights:1,2 --replica-timeout 30 --progress 1");
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find('\r'), std::string::npos) << "--progress 1 draws a bar";
+  EXPECT_NE(r.output.find("20 steps per epoch"), std::string::npos) << r.output;  // 200 / 10, --drop-last
+  EXPECT_NE(r.output.find("weights [1, 2]"), std::string::npos) << r.output;
+  CommandResult n = run(kJob + " --steps 3 --nesterov --momentum 0.9 --replicas 3 --mode ddp --bucket-mb 1");
+  ASSERT_EQ(n.status, 0) << n.output;
+  EXPECT_NE(n.output.find("ddp, local) over 3 replicas"), std::string::npos) << n.output;
+}
+
+TEST(Cli, NoShuffleNoNormalizeRunIsReproducibleInPyTorch) {
+  if (std::system("/usr/bin/python3 -c 'import torch' > /dev/null 2>&1") != 0) {
+    GTEST_SKIP() << "/usr/bin/python3 cannot import torch (Debian's python3-torch is not installed)";
+  }
+  // A small Fashion-MNIST-shaped dataset in raw IDX files: 100 train and 20 test images.
+  dpcore::testing::TempDir dir;
+  auto write_split = [&](const std::string& prefix, uint32_t n, uint32_t salt) {
+    dpcore::testing::Bytes labels(n);
+    for (uint32_t i = 0; i < n; ++i) labels[i] = uint8_t((i * 7 + salt) % 10);
+    dpcore::testing::write_bytes(dir.file(prefix + "-images-idx3-ubyte"),
+                                 dpcore::testing::idx_bytes(0x803, {n, 28, 28}, dpcore::testing::pattern_bytes(n * 784, salt)));
+    dpcore::testing::write_bytes(dir.file(prefix + "-labels-idx1-ubyte"), dpcore::testing::idx_bytes(0x801, {n}, labels));
+  };
+  write_split("train", 100, 1);
+  write_split("t10k", 20, 2);
+  std::string data = " --data fashion-mnist:" + dir.path() + " --model fashioncnn --threads 1 --progress 0";
+  std::string init = dir.file("init.safetensors"), result = dir.file("result.safetensors");
+  ASSERT_EQ(run("train" + data + " --steps 1 --lr 0 --save " + init).status, 0);
+  // 100 samples in batches of 32: the 4th step is the short last batch, the 5th starts epoch 2.
+  CommandResult r = run("train" + data + " --no-shuffle --no-normalize --batch 32 --steps 5 --lr 0.05 --momentum 0.9 " +
+                        "--init " + init + " --save " + result);
+  ASSERT_EQ(r.status, 0) << r.output;
+  std::string replay = "/usr/bin/python3 " + dpcore::testing::source_dir() + "/tests/cli/torch_replay.py --data " +
+                       dir.path() + " --model fashioncnn --init " + init + " --result " + result +
+                       " --batch 32 --steps 5 --lr 0.05 --momentum 0.9 2>&1";
+  FILE* pipe = popen(replay.c_str(), "r");
+  std::string out;
+  char buf[4096];
+  while (size_t k = fread(buf, 1, sizeof buf, pipe)) out.append(buf, k);
+  int status = pclose(pipe);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << out;
+  std::cout << out;
 }
 
 }  // namespace

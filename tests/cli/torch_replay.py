@@ -1,0 +1,75 @@
+#!/usr/bin/python3
+"""Replays in PyTorch what `dpcore train --no-shuffle --no-normalize` did, and compares.
+
+With those two flags dpcore feeds the training images in file order, as pixels / 255 and
+nothing else, so a plain PyTorch loop over the same IDX files, from the same initial
+weights, with the same SGD settings, must end with the same weights (to float32 rounding).
+Used by tests/cli/cli_test.cpp (Cli.NoShuffleNoNormalizeRunIsReproducibleInPyTorch):
+
+    /usr/bin/python3 tests/cli/torch_replay.py --data DIR --model fashioncnn --init INIT \\
+        --result RESULT --batch B --steps S --lr LR --momentum M
+
+Exits 0 when every parameter matches to 1e-5 of its largest magnitude, 1 otherwise.
+"""
+import argparse
+import os
+import struct
+import sys
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+from make_fixtures import load_safetensors  # noqa: E402  (spec-checked reader)
+from torch_models import build_torch_model  # noqa: E402  (the reference models)
+
+
+def read_idx(path):
+    with open(path, "rb") as f:
+        magic, = struct.unpack(">I", f.read(4))
+        dims = struct.unpack(">" + "I" * (magic & 0xFF), f.read(4 * (magic & 0xFF)))
+        return np.frombuffer(f.read(), np.uint8).reshape(dims)
+
+
+def main():
+    p = argparse.ArgumentParser()
+    for flag in ("--data", "--model", "--init", "--result"):
+        p.add_argument(flag, required=True)
+    p.add_argument("--batch", type=int, required=True)
+    p.add_argument("--steps", type=int, required=True)
+    p.add_argument("--lr", type=float, required=True)
+    p.add_argument("--momentum", type=float, required=True)
+    a = p.parse_args()
+
+    torch.set_num_threads(1)
+    images = torch.from_numpy(read_idx(os.path.join(a.data, "train-images-idx3-ubyte")).astype(np.float32) / 255)
+    labels = torch.from_numpy(read_idx(os.path.join(a.data, "train-labels-idx1-ubyte")).astype(np.int64))
+    images = images.unsqueeze(1)  # [N, 1, 28, 28]
+    model = build_torch_model(a.model)
+    model.load_state_dict(load_safetensors(a.init), strict=True)
+    sgd = torch.optim.SGD(model.parameters(), lr=a.lr, momentum=a.momentum)
+    n, begin = len(labels), 0
+    for _ in range(a.steps):
+        if begin >= n:  # a new epoch, in file order again
+            begin = 0
+        end = min(begin + a.batch, n)  # the last batch of an epoch may be short (kept)
+        sgd.zero_grad()
+        F.nll_loss(model(images[begin:end]), labels[begin:end]).backward()
+        sgd.step()
+        begin = end
+
+    result = load_safetensors(a.result)
+    worst = 0.0
+    for name, value in model.state_dict().items():
+        diff = (result[name] - value).abs().max().item() / max(value.abs().max().item(), 1e-30)
+        worst = max(worst, diff)
+        print(f"{name}: relative difference {diff:.2e}")
+    print(f"worst {worst:.2e}")
+    return 0 if worst <= 1e-5 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
