@@ -60,6 +60,10 @@ class Backend {
   virtual void conv2d_backward_weight(const kernels::Conv2dShape& s, const Tensor& x, const Tensor& dy, Tensor& dw,
                                       Tensor* dbias, bool accumulate) = 0;
 
+  // conv2d with the relu fused into its epilogue: y = relu(conv(x, w) + bias), one pass over y.
+  virtual void conv2d_relu_forward(const kernels::Conv2dShape& s, const Tensor& x, const Tensor& w, const Tensor* bias,
+                                   Tensor& y) = 0;
+
   virtual void linear_forward(const kernels::LinearShape& s, const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y) = 0;
   virtual void linear_backward_data(const kernels::LinearShape& s, const Tensor& dy, const Tensor& w, Tensor& dx) = 0;
   virtual void linear_backward_weight(const kernels::LinearShape& s, const Tensor& x, const Tensor& dy, Tensor& dw,
@@ -67,6 +71,10 @@ class Backend {
 
   virtual void max_pool2d_forward(const kernels::Pool2dShape& s, const Tensor& x, Tensor& y, Tensor& argmax) = 0;
   virtual void max_pool2d_backward(const kernels::Pool2dShape& s, const Tensor& dy, const Tensor& argmax, Tensor& dx) = 0;
+  // The pool's backward fused with the backward of the relu that produced its input:
+  // dx = gather(dy) * (relu_y > 0), relu_y being the pool's input.
+  virtual void max_pool2d_relu_backward(const kernels::Pool2dShape& s, const Tensor& dy, const Tensor& argmax,
+                                        const Tensor& relu_y, Tensor& dx) = 0;
 
   virtual void relu_forward(const Tensor& x, Tensor& y) = 0;
   virtual void relu_backward(const Tensor& dy, const Tensor& y, Tensor& dx) = 0;

@@ -71,7 +71,10 @@ struct Conv2dBackward : Node {
   Tensor x, w;
   bool has_bias = false;
   const char* name() const override { return "Conv2dBackward"; }
-  std::vector<Tensor> apply(const Tensor& dy) override {
+  std::vector<Tensor> apply(const Tensor& dy) override { return conv_grads(dy); }
+
+  // Gradients for (x, w, bias) from the gradient of the convolution's output.
+  std::vector<Tensor> conv_grads(const Tensor& dy) {
     std::vector<Tensor> grads(3);
     if (needs_grad(*this, 0)) {
       grads[0] = empty_like(x);
@@ -83,6 +86,30 @@ struct Conv2dBackward : Node {
       return_weight_grads(*this, g, grads);
     }
     return grads;
+  }
+};
+
+// relu(conv): the relu's mask (its output y > 0) first, then the convolution's backward.
+struct Conv2dReluBackward : Conv2dBackward {
+  Tensor y;
+  const char* name() const override { return "Conv2dReluBackward"; }
+  std::vector<Tensor> apply(const Tensor& dy) override {
+    Tensor masked = empty_like(dy);
+    backend(dy).relu_backward(dy, y, masked);
+    return conv_grads(masked);
+  }
+};
+
+// max_pool2d(relu(conv)): the pooling's gather with the relu's mask folded in, then the
+// convolution's backward.
+struct Conv2dReluPoolBackward : Conv2dBackward {
+  Tensor y, argmax;  // the relu's output (the pool's input) and the pool's choices
+  Pool2dShape pool;
+  const char* name() const override { return "Conv2dReluPoolBackward"; }
+  std::vector<Tensor> apply(const Tensor& dout) override {
+    Tensor dy = empty_like(y);
+    backend(dout).max_pool2d_relu_backward(pool, dout, argmax, y, dy);
+    return conv_grads(dy);
   }
 };
 
@@ -213,7 +240,10 @@ struct SumBackward : Node {
 
 // =========================================================================== forward ops
 
-Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dOptions& opt) {
+static Pool2dShape pool2d_shape(const Tensor& x, const Pool2dOptions& opt);
+
+// Checks conv2d's inputs and works out its shape.
+static Conv2dShape conv2d_shape(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dOptions& opt) {
   check_float_tensor("conv2d", "input", x, 4);
   check_float_tensor("conv2d", "weight", w, 4);
   check_same_device_dtype("conv2d", x, w);
@@ -235,11 +265,40 @@ Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2d
   s.Q = kernels::conv_out_size(s.W, s.S, s.stride_w, s.pad_w);
   DPCORE_CHECK(s.P > 0 && s.Q > 0, "conv2d: kernel ", s.R, "x", s.S, " with padding (", s.pad_h, ", ", s.pad_w,
                ") does not fit input ", shape_str(x.shape()));
+  return s;
+}
+
+Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dOptions& opt) {
+  Conv2dShape s = conv2d_shape(x, w, bias, opt);
   Tensor y = Tensor::empty({s.N, s.K, s.P, s.Q}, x.dtype(), x.device());
   backend(x).conv2d_forward(s, x, w, bias.defined() ? &bias : nullptr, y);
   auto node = std::make_shared<Conv2dBackward>();
   node->s = s, node->x = x.detach(), node->w = w.detach(), node->has_bias = bias.defined();
   return record(node, y, {x, w, bias});
+}
+
+Tensor conv2d_relu(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dOptions& opt) {
+  Conv2dShape s = conv2d_shape(x, w, bias, opt);
+  Tensor y = Tensor::empty({s.N, s.K, s.P, s.Q}, x.dtype(), x.device());
+  backend(x).conv2d_relu_forward(s, x, w, bias.defined() ? &bias : nullptr, y);
+  auto node = std::make_shared<Conv2dReluBackward>();
+  node->s = s, node->x = x.detach(), node->w = w.detach(), node->has_bias = bias.defined(), node->y = y.detach();
+  return record(node, y, {x, w, bias});
+}
+
+Tensor conv2d_relu_max_pool2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dOptions& conv,
+                              const Pool2dOptions& pool) {
+  Conv2dShape s = conv2d_shape(x, w, bias, conv);
+  Tensor y = Tensor::empty({s.N, s.K, s.P, s.Q}, x.dtype(), x.device());
+  backend(x).conv2d_relu_forward(s, x, w, bias.defined() ? &bias : nullptr, y);
+  Pool2dShape ps = pool2d_shape(y, pool);
+  Tensor out = Tensor::empty({ps.N, ps.C, ps.P, ps.Q}, x.dtype(), x.device());
+  Tensor argmax = Tensor::empty({ps.N, ps.C, ps.P, ps.Q}, DType::Int32, x.device());
+  backend(x).max_pool2d_forward(ps, y, out, argmax);
+  auto node = std::make_shared<Conv2dReluPoolBackward>();
+  node->s = s, node->x = x.detach(), node->w = w.detach(), node->has_bias = bias.defined(), node->y = y.detach();
+  node->pool = ps, node->argmax = argmax;
+  return record(node, out, {x, w, bias});
 }
 
 Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias) {
@@ -261,7 +320,8 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias) {
   return record(node, y, {x, w, bias});
 }
 
-Tensor max_pool2d(const Tensor& x, const Pool2dOptions& opt) {
+// Checks max_pool2d's input and works out its shape.
+static Pool2dShape pool2d_shape(const Tensor& x, const Pool2dOptions& opt) {
   check_float_tensor("max_pool2d", "input", x, 4);
   DPCORE_CHECK(opt.kernel_h > 0 && opt.kernel_w > 0 && opt.stride_h > 0 && opt.stride_w > 0, "max_pool2d: kernel (",
                opt.kernel_h, ", ", opt.kernel_w, ") and stride (", opt.stride_h, ", ", opt.stride_w,
@@ -278,6 +338,11 @@ Tensor max_pool2d(const Tensor& x, const Pool2dOptions& opt) {
   s.Q = kernels::conv_out_size(s.W, s.kernel_w, s.stride_w, s.pad_w);
   DPCORE_CHECK(s.P > 0 && s.Q > 0, "max_pool2d: kernel ", s.kernel_h, "x", s.kernel_w, " does not fit input ",
                shape_str(x.shape()));
+  return s;
+}
+
+Tensor max_pool2d(const Tensor& x, const Pool2dOptions& opt) {
+  Pool2dShape s = pool2d_shape(x, opt);
   Tensor y = Tensor::empty({s.N, s.C, s.P, s.Q}, x.dtype(), x.device());
   Tensor argmax = Tensor::empty({s.N, s.C, s.P, s.Q}, DType::Int32, x.device());
   backend(x).max_pool2d_forward(s, x, y, argmax);

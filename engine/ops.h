@@ -22,6 +22,14 @@ enum class Reduction { Mean, Sum };
 
 // x[N,C,H,W], w[K,C,R,S], bias[K] or undefined -> y[N,K,P,Q]
 Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dOptions& opt);
+// Fused blocks, the same mathematics as the composition in fewer passes over memory:
+//   conv2d_relu:            relu(conv2d(x, w, bias)), the relu in the convolution's epilogue;
+//   conv2d_relu_max_pool2d: max_pool2d(relu(conv2d(...))), and in backward the relu's mask is
+//                           folded into the pooling's gather.
+// nn::Sequential runs conv, relu[, pool] children through these (layers/module.cpp).
+Tensor conv2d_relu(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dOptions& opt);
+Tensor conv2d_relu_max_pool2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dOptions& conv,
+                              const Pool2dOptions& pool);
 // x[N,in], w[out,in], bias[out] or undefined -> y[N,out]
 Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias);
 Tensor max_pool2d(const Tensor& x, const Pool2dOptions& opt);

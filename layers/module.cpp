@@ -1,5 +1,7 @@
 #include "layers/module.h"
 
+#include <algorithm>
+
 #include "kernels/shapes.h"
 
 namespace dpcore::nn {
@@ -22,6 +24,14 @@ Conv2d::Conv2d(int64_t in_channels, int64_t out_channels, int64_t kernel, int64_
 Tensor Conv2d::forward(const Tensor& x) {
   ops::Conv2dOptions opt{stride_, stride_, padding_, padding_};
   return ops::conv2d(x, weight_, bias_, opt);
+}
+
+Tensor Conv2d::forward_relu(const Tensor& x) {
+  return ops::conv2d_relu(x, weight_, bias_, {stride_, stride_, padding_, padding_});
+}
+
+Tensor Conv2d::forward_relu_pool(const Tensor& x, const ops::Pool2dOptions& pool) {
+  return ops::conv2d_relu_max_pool2d(x, weight_, bias_, {stride_, stride_, padding_, padding_}, pool);
 }
 
 Shape Conv2d::output_shape(const Shape& in) const {
@@ -121,9 +131,33 @@ Sequential& Sequential::add(std::unique_ptr<Module> module) { return add(std::to
 
 Tensor Sequential::forward(const Tensor& x) { return forward_prefix(x, children_.size()); }
 
+namespace {
+using Children = std::vector<std::pair<std::string, std::unique_ptr<Module>>>;
+// Child i as an M, or null when it is not one or lies past `count`.
+template <class M>
+M* child_as(const Children& children, size_t i, size_t count) {
+  return i < count ? dynamic_cast<M*>(children[i].second.get()) : nullptr;
+}
+}  // namespace
+
 Tensor Sequential::forward_prefix(const Tensor& x, size_t count) {
+  count = std::min(count, children_.size());
   Tensor h = x;
-  for (size_t i = 0; i < count && i < children_.size(); ++i) h = children_[i].second->forward(h);
+  for (size_t i = 0; i < count;) {
+    auto* conv = child_as<Conv2d>(children_, i, count);
+    if (conv && child_as<ReLU>(children_, i + 1, count)) {
+      if (auto* pool = child_as<MaxPool2d>(children_, i + 2, count)) {
+        h = conv->forward_relu_pool(h, pool->options());
+        i += 3;
+      } else {
+        h = conv->forward_relu(h);
+        i += 2;
+      }
+      continue;
+    }
+    h = children_[i].second->forward(h);
+    ++i;
+  }
   return h;
 }
 

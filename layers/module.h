@@ -42,6 +42,9 @@ class Conv2d : public Module {
  public:
   Conv2d(int64_t in_channels, int64_t out_channels, int64_t kernel, int64_t stride = 1, int64_t padding = 0);
   Tensor forward(const Tensor& x) override;
+  // This convolution followed by relu (and a max-pool), as one fused op (engine/ops.h).
+  Tensor forward_relu(const Tensor& x);
+  Tensor forward_relu_pool(const Tensor& x, const ops::Pool2dOptions& pool);
   Shape output_shape(const Shape& input) const override;
   std::string describe() const override;
   std::unique_ptr<Module> clone() const override;
@@ -73,6 +76,7 @@ class MaxPool2d : public Module {
   Shape output_shape(const Shape& input) const override;
   std::string describe() const override;
   std::unique_ptr<Module> clone() const override;
+  const ops::Pool2dOptions& options() const { return opt_; }
 
  private:
   ops::Pool2dOptions opt_;
@@ -127,7 +131,8 @@ class Sequential : public Module {
 
   Tensor forward(const Tensor& x) override;
   // Runs children [0, count) only (the trainer stops before the final LogSoftmax to use the
-  // fused cross-entropy).
+  // fused cross-entropy). A conv followed by relu (and a max-pool) runs as one fused op:
+  // the same mathematics in fewer passes (engine/ops.h, conv2d_relu_max_pool2d).
   Tensor forward_prefix(const Tensor& x, size_t count);
   Shape output_shape(const Shape& input) const override;
   std::string describe() const override;

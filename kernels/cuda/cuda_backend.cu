@@ -147,6 +147,11 @@ class CudaBackend : public Backend {
     cudaStream_t stream = begin_op("conv2d", {&x, &w, bias, &y});
     cuda::conv2d_forward(s, f32(x), f32(w), f32(bias), false, f32(y), stream);
   }
+  void conv2d_relu_forward(const kernels::Conv2dShape& s, const Tensor& x, const Tensor& w, const Tensor* bias,
+                           Tensor& y) override {
+    cudaStream_t stream = begin_op("conv2d", {&x, &w, bias, &y});
+    cuda::conv2d_forward(s, f32(x), f32(w), f32(bias), true, f32(y), stream);
+  }
   void conv2d_backward_data(const kernels::Conv2dShape& s, const Tensor& dy, const Tensor& w, Tensor& dx) override {
     cudaStream_t stream = begin_op("conv2d backward", {&dy, &w, &dx});
     cuda::conv2d_backward_data(s, f32(dy), f32(w), f32(dx), stream);
@@ -176,6 +181,11 @@ class CudaBackend : public Backend {
   void max_pool2d_forward(const kernels::Pool2dShape& s, const Tensor& x, Tensor& y, Tensor& argmax) override {
     cudaStream_t stream = begin_op("max_pool2d", {&x, &y});
     k::max_pool2d_forward(s, f32(x), f32(y), argmax.data<int32_t>(), stream);
+  }
+  void max_pool2d_relu_backward(const kernels::Pool2dShape& s, const Tensor& dy, const Tensor& argmax,
+                                const Tensor& relu_y, Tensor& dx) override {
+    cudaStream_t stream = begin_op("max_pool2d backward", {&dy, &relu_y, &dx});
+    k::max_pool2d_relu_backward(s, f32(dy), argmax.data<int32_t>(), f32(relu_y), f32(dx), stream);
   }
   void max_pool2d_backward(const kernels::Pool2dShape& s, const Tensor& dy, const Tensor& argmax,
                            Tensor& dx) override {

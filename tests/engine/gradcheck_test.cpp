@@ -126,3 +126,47 @@ TEST(Gradcheck, InputUsedTwiceAccumulates) {
 
 }  // namespace
 }  // namespace dpcore
+
+namespace dpcore {
+namespace {
+
+TEST(Gradcheck, FusedConvReluAndConvReluPool) {
+  ops::Conv2dOptions conv{1, 1, 1, 1};
+  ops::Pool2dOptions pool{2, 2, 2, 2, 0, 0};
+  Tensor x = testing::random_leaf({2, 3, 6, 6}, 21), w = testing::random_leaf({4, 3, 3, 3}, 22);
+  Tensor b = testing::random_leaf({4}, 23);
+  auto r1 = testing::gradcheck(
+      [&](const std::vector<Tensor>& in) { return weighted_sum(ops::conv2d_relu(in[0], in[1], in[2], conv), 24); },
+      {x, w, b});
+  expect_passes(r1, (x.numel() + w.numel() + b.numel()) * 8 / 10);
+  Tensor x2 = testing::random_leaf({2, 3, 6, 6}, 25), w2 = testing::random_leaf({4, 3, 3, 3}, 26);
+  Tensor b2 = testing::random_leaf({4}, 27);
+  auto r2 = testing::gradcheck(
+      [&](const std::vector<Tensor>& in) {
+        return weighted_sum(ops::conv2d_relu_max_pool2d(in[0], in[1], in[2], conv, pool), 28);
+      },
+      {x2, w2, b2});
+  expect_passes(r2, (x2.numel() + w2.numel() + b2.numel()) * 8 / 10);
+}
+
+TEST(FusedOps, EqualTheComposition) {
+  ops::Conv2dOptions conv{2, 2, 1, 1};
+  ops::Pool2dOptions pool{3, 3, 2, 2, 1, 1};
+  auto run = [&](bool fused) {
+    Tensor x = testing::random_leaf({3, 2, 9, 8}, 31), w = testing::random_leaf({5, 2, 3, 3}, 32);
+    Tensor b = testing::random_leaf({5}, 33);
+    Tensor y = fused ? ops::conv2d_relu_max_pool2d(x, w, b, conv, pool)
+                     : ops::max_pool2d(ops::relu(ops::conv2d(x, w, b, conv)), pool);
+    weighted_sum(y, 34).backward();
+    std::vector<double> all = y.to_vector<double>();
+    for (const Tensor& t : {x, w, b}) {
+      auto g = t.grad().to_vector<double>();
+      all.insert(all.end(), g.begin(), g.end());
+    }
+    return all;
+  };
+  EXPECT_EQ(run(true), run(false));  // bit-identical on the CPU
+}
+
+}  // namespace
+}  // namespace dpcore
