@@ -192,6 +192,21 @@ TEST(Cli, EveryTrainingFlagIsAccepted) {
   EXPECT_NE(n.output.find("ddp, local) over 3 replicas"), std::string::npos) << n.output;
 }
 
+TEST(Cli, TrainsOnCifar10BinaryBatches) {
+  dpcore::testing::TempDir dir;
+  for (std::string name : {"data_batch_1", "data_batch_2", "data_batch_3", "data_batch_4", "data_batch_5", "test_batch"}) {
+    dpcore::testing::Bytes labels;
+    for (uint8_t i = 0; i < 8; ++i) labels.push_back(uint8_t((i * 3 + name.size()) % 10));
+    dpcore::testing::write_bytes(dir.file(name + ".bin"), dpcore::testing::cifar10_bytes(
+                                                              labels, dpcore::testing::pattern_bytes(8 * 3072, uint32_t(name.size()))));
+  }
+  CommandResult r = run("train --data cifar10:" + dir.path() + " --model simplenet --batch 8 --steps 6 --device cpu " +
+                        "--threads 1 --progress 0");
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("40 x 3 x 32 x 32"), std::string::npos) << r.output;  // 5 batches of 8 records
+  EXPECT_NE(r.output.find("test accuracy"), std::string::npos) << r.output;
+}
+
 TEST(Cli, NoShuffleNoNormalizeRunIsReproducibleInPyTorch) {
   if (std::system("/usr/bin/python3 -c 'import torch' > /dev/null 2>&1") != 0) {
     GTEST_SKIP() << "/usr/bin/python3 cannot import torch (Debian's python3-torch is not installed)";
