@@ -6,7 +6,7 @@
 #include <numeric>
 #include <random>
 
-#include "engine/data/random.h"
+#include "engine/random.h"
 #include "engine/error.h"
 
 namespace dpcore::data {

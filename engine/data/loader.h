@@ -2,7 +2,7 @@
 // batches into contiguous buffers while the current step runs.
 //
 // Order. Epoch e visits the samples in file order (no shuffle) or in the order Fisher-Yates
-// gives when run over 0..n-1 with std::mt19937_64 seeded by derive_seed(seed, e) (random.h):
+// gives when run over 0..n-1 with std::mt19937_64 seeded by derive_seed(seed, e) (engine/random.h):
 // for i = n-1 down to 1, swap element i with element uniform_below(rng, i + 1). Both the
 // generator's output and this algorithm are fixed, so the order depends only on
 // (n, shuffle, seed, e) and is the same on every platform and after any restart.

@@ -6,7 +6,7 @@
 
 #include "engine/data/cifar10.h"
 #include "engine/data/fashion_mnist.h"
-#include "engine/data/random.h"
+#include "engine/random.h"
 #include "engine/error.h"
 
 namespace dpcore::data {

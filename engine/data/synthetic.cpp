@@ -3,7 +3,7 @@
 #include <random>
 #include <vector>
 
-#include "engine/data/random.h"
+#include "engine/random.h"
 #include "engine/error.h"
 
 namespace dpcore::data {
