@@ -8,12 +8,14 @@
 // through the data-parallel runner (--mode dp|ddp), which takes its batch from host
 // memory by design (it scatters it to the replicas), so that copy is part of the step.
 //
-// W warm-up steps (they fill caches and allocators, pick cuDNN algorithms and, with
-// --cuda-graph on, let the backend capture), then S timed steps, each between two
-// device synchronisations. Prints ONE JSON line: median, p10 and p90 of the step times in
-// microseconds, samples/s at the median, and the device allocator's peak bytes from just
-// before the warm-up to the end (parameters, gradients, momentum and the batch included,
-// as in torch.cuda.max_memory_allocated after torch.cuda.reset_peak_memory_stats()).
+// W warm-up steps (they fill caches and allocators and pick cuDNN algorithms), then S
+// timed steps, each between two device synchronisations; where the backend can capture
+// (CUDA, unless --cuda-graph off) one replica's timed steps replay a graph of the whole
+// step recorded after the warm-up, as PyTorch's torch.cuda.CUDAGraph. Prints ONE JSON
+// line: median, p10 and p90 of the step times in microseconds, samples/s at the median,
+// and the device allocator's peak bytes from just before the warm-up to the end
+// (parameters, gradients, momentum and the batch included, as in
+// torch.cuda.max_memory_allocated after torch.cuda.reset_peak_memory_stats()).
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -24,8 +26,10 @@
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <string>
+#include <tuple>
 #include <vector>
 
+#include "bench/timing_backend.h"
 #include "engine/backend.h"
 #include "engine/error.h"
 #include "engine/random.h"
@@ -33,7 +37,6 @@
 #include "layers/train/runner.h"
 #include "layers/train/step.h"
 #include "layers/zoo.h"
-#include "bench/timing_backend.h"
 
 namespace {
 
@@ -64,7 +67,7 @@ struct CudaFlags {
         {"gemm-engine", app.add_option("--gemm-engine", gemm_engine, "CUDA matrix-product engine: hand, cublas or auto")
                             ->check(CLI::IsMember({"hand", "cublas", "auto"}))},
         {"tf32", app.add_flag("--tf32", tf32, "allow TF32 tensor-core math in cuDNN and cuBLAS (FP32 by default)")},
-        {"cuda-graph", app.add_option("--cuda-graph", cuda_graph, "capture the training step into a CUDA graph: on or off")
+        {"cuda-graph", app.add_option("--cuda-graph", cuda_graph, "replay the step from a CUDA graph: on or off")
                            ->check(CLI::IsMember({"on", "off"}))},
     };
   }
@@ -190,7 +193,7 @@ nlohmann::json run(const BenchOptions& o, const CudaFlags& cuda) {
   // After the warm-up (which chose algorithms and filled the allocator, as a capture
   // needs), one model's step is recorded once where the backend can (CUDA, unless
   // --cuda-graph off) and replayed over the same x and y: PyTorch's torch.cuda.CUDAGraph
-  // mode. Elsewhere the timed steps run eagerly. (The runners capture by themselves.)
+  // mode. Elsewhere, and for the replicas' runner, the timed steps run as the warm-up did.
   std::unique_ptr<Backend::Captured> graph;
   Tensor graph_loss_sum;
   if (!runner && o.warmup > 0) {

@@ -5,9 +5,10 @@
 // through it. CPU only (a CUDA kernel call returns before the GPU has run it) and one
 // thread calling in (one replica): the counters are plain numbers.
 //
-// What the stopwatch does not see is the engine around the kernels (building and walking
-// the autograd graph, shape checks, tensor handles): the caller gets it as the step time
-// minus the sum of these.
+// Every method of Backend is forwarded (a new pure virtual there must be added here; the
+// compiler says so). What the stopwatch does not see is the engine around the kernels
+// (building and walking the autograd graph, shape checks, tensor handles): the caller gets
+// it as the step time minus the sum of these.
 #pragma once
 
 #include <chrono>
@@ -96,6 +97,10 @@ class TimingBackend : public Backend {
                               Tensor* dbias, bool accumulate) override {
     timed(times_, "conv2d backward weight", [&] { inner_.conv2d_backward_weight(s, x, dy, dw, dbias, accumulate); });
   }
+  void conv2d_relu_forward(const kernels::Conv2dShape& s, const Tensor& x, const Tensor& w, const Tensor* bias,
+                           Tensor& y) override {
+    timed(times_, "conv2d+relu forward", [&] { inner_.conv2d_relu_forward(s, x, w, bias, y); });
+  }
   void linear_forward(const kernels::LinearShape& s, const Tensor& x, const Tensor& w, const Tensor* bias,
                       Tensor& y) override {
     timed(times_, "linear forward", [&] { inner_.linear_forward(s, x, w, bias, y); });
@@ -112,6 +117,10 @@ class TimingBackend : public Backend {
   }
   void max_pool2d_backward(const kernels::Pool2dShape& s, const Tensor& dy, const Tensor& argmax, Tensor& dx) override {
     timed(times_, "max_pool2d backward", [&] { inner_.max_pool2d_backward(s, dy, argmax, dx); });
+  }
+  void max_pool2d_relu_backward(const kernels::Pool2dShape& s, const Tensor& dy, const Tensor& argmax,
+                                const Tensor& relu_y, Tensor& dx) override {
+    timed(times_, "max_pool2d+relu backward", [&] { inner_.max_pool2d_relu_backward(s, dy, argmax, relu_y, dx); });
   }
   void relu_forward(const Tensor& x, Tensor& y) override {
     timed(times_, "relu forward", [&] { inner_.relu_forward(x, y); });

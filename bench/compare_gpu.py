@@ -1,0 +1,340 @@
+#!/usr/bin/env python3
+"""dpcore's training step against PyTorch's on one GPU (the H200 machine), in one run.
+
+One step = zero grads, forward, NLL loss (mean), backward, SGD (lr 0.01, momentum 0.9), on
+a random batch made once, already on the GPU. Every measurement is W warm-up steps, then S
+timed steps, each between two device synchronisations, timed on the host clock: the same
+method for both engines (dpcore_step_bench does exactly this), so the ratio compares like
+with like. Per case and math mode it measures
+
+  PyTorch  eager     the step as written (bench/torch_models.py)
+           graph     the whole step (micro-batches and optimizer step included) captured once
+                     with torch.cuda.CUDAGraph and replayed; SGD keeps no step counter on
+                     the host, so it captures as is (it has no `capturable` flag: that is
+                     Adam's)
+           compile   torch.compile(model) (inductor, default mode), eager optimizer; only
+                     on the large batches of PyTorch's reference table, in its default
+                     math mode, and on simplenet 4096 (where it is PyTorch's fastest mode)
+                     in both (COMPILE): at small batches the graph beats it by far, and
+                     each compile costs seconds of the ~3 minutes; compile time is
+                     reported apart
+  dpcore   dpcore_step_bench --device cuda --conv-engine auto --gemm-engine auto
+                     --cuda-graph on [--tf32]
+
+in two math modes: "tf32" = PyTorch's default (TF32 for cuDNN convolutions, FP32 matmul)
+against dpcore --tf32, and "fp32" = TF32 off everywhere against dpcore without --tf32.
+torch.backends.cudnn.benchmark stays at PyTorch's default (off) unless --cudnn-benchmark.
+The ratio is (fastest PyTorch mode) / dpcore in the same math mode: above 1, dpcore is faster.
+
+    python3 bench/compare_gpu.py --bench build/bench/dpcore_step_bench --json gpu.json
+    python3 bench/compare_gpu.py --dry-run      # the plan; touches no GPU, imports no torch
+"""
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from torch_models import build_torch_model, make_step, random_batch, sgd, summarize
+
+# (model, batch, accum): simplenet's batch sweep and accumulation, the two conv models.
+CASES = [
+    ("simplenet", 64, 1), ("simplenet", 256, 1), ("simplenet", 1024, 1), ("simplenet", 4096, 1),
+    ("simplenet", 256, 4),
+    ("fashioncnn", 64, 1), ("fashioncnn", 512, 1),
+    ("vggs", 256, 1),
+]
+MATH_MODES = ["tf32", "fp32"]
+COMPILE = {("simplenet", 4096, 1): ["tf32", "fp32"], ("fashioncnn", 512, 1): ["tf32"], ("vggs", 256, 1): ["tf32"]}
+COMPILE_RESERVE_S = 45  # no compile starts with less of the --budget-s left
+DPCORE_TIMEOUT_S = 90
+# Targets for fastest PyTorch / dpcore (docs/benchmarks.md), and for the memory ratio.
+TARGETS = {("simplenet", 64, 1): 4.0, ("simplenet", 4096, 1): 2.0, ("simplenet", 256, 4): 4.0,
+           ("fashioncnn", 512, 1): 2.0, ("vggs", 256, 1): 1.0}
+MEMORY_CASE, MEMORY_TARGET = ("simplenet", 4096, 1), 0.5  # dpcore peak / PyTorch peak <= 0.5
+
+
+def case_name(case):
+    model, batch, accum = case
+    return f"{model} {accum}x{batch // accum}" if accum > 1 else f"{model} {batch}"
+
+
+# ---------------------------------------------------------------------------------------
+# PyTorch
+# ---------------------------------------------------------------------------------------
+def set_math_mode(torch, mode):
+    """tf32: PyTorch's default (TF32 convolutions in cuDNN, FP32 matmul); fp32: no TF32.
+    Uses the fp32_precision settings where this PyTorch has them (the allow_tf32 flags are
+    deprecated there, and the two must not be mixed), else the allow_tf32 flags."""
+    conv = "tf32" if mode == "tf32" else "ieee"
+    cudnn_conv = getattr(torch.backends.cudnn, "conv", None)
+    if cudnn_conv is not None and hasattr(cudnn_conv, "fp32_precision"):
+        cudnn_conv.fp32_precision = conv
+        torch.backends.cuda.matmul.fp32_precision = "ieee"
+    else:
+        torch.backends.cudnn.allow_tf32 = mode == "tf32"
+        torch.backends.cuda.matmul.allow_tf32 = False
+
+
+def timed_steps(torch, run, warmup, steps):
+    """Step times in microseconds, each between two synchronisations."""
+    for _ in range(warmup):
+        run()
+    times = []
+    for _ in range(steps):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        run()
+        torch.cuda.synchronize()
+        times.append((time.perf_counter() - t0) * 1e6)
+    return times
+
+
+def torch_setup(torch, case, seed=0):
+    model_name, batch, accum = case
+    torch.manual_seed(seed)
+    model = build_torch_model(model_name).cuda()
+    optimizer = sgd(model)
+    x, y = random_batch(model_name, batch, "cuda", seed)
+    return model, optimizer, x, y
+
+
+def torch_eager(torch, case, args):
+    model, optimizer, x, y = torch_setup(torch, case)
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()  # parameters and batch stay counted, as in dpcore's peak
+    times = timed_steps(torch, make_step(model, optimizer, x, y, case[2]), args.warmup, args.steps)
+    return {**summarize(times, case[1]), "peak_bytes": torch.cuda.max_memory_allocated()}
+
+
+def torch_graph(torch, case, args):
+    model, optimizer, x, y = torch_setup(torch, case)
+    step = make_step(model, optimizer, x, y, case[2])
+    # Warm up on a side stream (cuDNN picks algorithms, the optimizer makes its momentum
+    # buffers), then capture one whole step; replays reuse x, y and every buffer in place.
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            step()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        step()  # zero_grad(set_to_none) inside: backward then writes fresh grads from the graph's pool
+    times = timed_steps(torch, graph.replay, args.warmup, args.steps)
+    return summarize(times, case[1])
+
+
+def torch_compile(torch, case, args):
+    torch._dynamo.reset()  # a fresh compile per case and math mode
+    model, optimizer, x, y = torch_setup(torch, case)
+    compiled = torch.compile(model)
+    step = make_step(compiled, optimizer, x, y, case[2])
+    t0 = time.perf_counter()
+    step()
+    torch.cuda.synchronize()
+    compile_s = time.perf_counter() - t0
+    times = timed_steps(torch, step, args.warmup, args.steps)
+    return {**summarize(times, case[1]), "compile_s": compile_s}
+
+
+TORCH_MODES = {"eager": torch_eager, "graph": torch_graph, "compile": torch_compile}
+
+
+def torch_modes_for(case, math, args):
+    modes = ["eager", "graph"]
+    if math in COMPILE.get(case, []) and not args.no_compile:
+        modes.append("compile")
+    return modes
+
+
+# ---------------------------------------------------------------------------------------
+# dpcore
+# ---------------------------------------------------------------------------------------
+def dpcore_command(args, case, mode):
+    model, batch, accum = case
+    cmd = [args.bench, "--device", "cuda", "--model", model, "--batch", str(batch), "--accum", str(accum),
+           "--warmup", str(args.warmup), "--steps", str(args.steps),
+           "--conv-engine", "auto", "--gemm-engine", "auto", "--cuda-graph", "on"]
+    if mode == "tf32":
+        cmd.append("--tf32")
+    return cmd
+
+
+def run_dpcore(args, case, mode):
+    """dpcore_step_bench's JSON line."""
+    done = subprocess.run(dpcore_command(args, case, mode), capture_output=True, text=True, timeout=DPCORE_TIMEOUT_S)
+    if done.returncode != 0:
+        lines = done.stderr.strip().splitlines()
+        raise RuntimeError(lines[-1] if lines else f"exit status {done.returncode}")
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    if not result.get("cuda_graph"):
+        result["note"] = "ran eagerly: the backend did not capture the step"
+    return result
+
+
+# ---------------------------------------------------------------------------------------
+# The run
+# ---------------------------------------------------------------------------------------
+def measure(label, fn):
+    """fn()'s result, or its error: one failed mode must not lose the other numbers."""
+    t0 = time.perf_counter()
+    try:
+        result = fn()
+    except Exception as e:  # noqa: BLE001 - any failure is reported in the table
+        result = {"error": f"{type(e).__name__}: {e}".splitlines()[0][:200]}
+    result["wall_s"] = time.perf_counter() - t0
+    status = f"{result['median_us']:9.1f} us" if "median_us" in result else result["error"]
+    print(f"  {label:<40} {status}", file=sys.stderr, flush=True)
+    return result
+
+
+class OutOfTime(BaseException):  # not an Exception: measure() must not swallow it
+    """SIGTERM (scripts/gpu-check's timeout): stop measuring, report what there is."""
+
+
+def on_sigterm(signum, frame):
+    raise OutOfTime()
+
+
+def run_all(args, doc):
+    """Fills doc["rows"] case by case, so that an interrupted run still has its rows."""
+    import torch
+
+    if not torch.cuda.is_available():
+        sys.exit("no CUDA device visible to PyTorch: run this on the GPU machine (or use --dry-run)")
+    torch.backends.cudnn.benchmark = args.cudnn_benchmark
+    doc.update(gpu=torch.cuda.get_device_name(), torch=torch.__version__, cuda=torch.version.cuda,
+               cudnn_benchmark=args.cudnn_benchmark)
+    start = time.perf_counter()
+    left = lambda: args.budget_s - (time.perf_counter() - start)
+    for case in CASES:
+        for math in MATH_MODES:
+            set_math_mode(torch, math)
+            row = {"case": case_name(case), "model": case[0], "batch": case[1], "accum": case[2], "math": math,
+                   "pytorch": {}}
+            for name in torch_modes_for(case, math, args):
+                if name == "compile" and left() < COMPILE_RESERVE_S:
+                    row["pytorch"][name] = {"error": f"skipped: less than {COMPILE_RESERVE_S} s of --budget-s left"}
+                    continue
+                row["pytorch"][name] = measure(f"{case_name(case)} {math} pytorch {name}",
+                                               lambda: TORCH_MODES[name](torch, case, args))
+            row["dpcore"] = measure(f"{case_name(case)} {math} dpcore", lambda: run_dpcore(args, case, math))
+            doc["rows"].append(finish_row(row, case))
+
+
+def finish_row(row, case):
+    timed = {k: v["median_us"] for k, v in row["pytorch"].items() if "median_us" in v}
+    if timed:
+        row["pytorch_fastest"] = min(timed, key=timed.get)
+        row["pytorch_fastest_us"] = timed[row["pytorch_fastest"]]
+    if timed and "median_us" in row["dpcore"]:
+        row["ratio"] = row["pytorch_fastest_us"] / row["dpcore"]["median_us"]
+    row["target"] = TARGETS.get(case)
+    return row
+
+
+def memory_summary(rows):
+    """Peak bytes at simplenet 4096, FP32: PyTorch eager's max_memory_allocated vs dpcore's."""
+    for r in rows:
+        if (r["model"], r["batch"], r["accum"]) == MEMORY_CASE and r["math"] == "fp32":
+            torch_peak = r["pytorch"].get("eager", {}).get("peak_bytes")
+            dpcore_peak = r["dpcore"].get("peak_bytes")
+            if torch_peak and dpcore_peak:
+                return {"case": r["case"], "pytorch_bytes": torch_peak, "dpcore_bytes": dpcore_peak,
+                        "ratio": dpcore_peak / torch_peak, "target": MEMORY_TARGET}
+    return {"case": case_name(MEMORY_CASE), "error": "not measured (a run failed)"}
+
+
+def print_table(doc):
+    us = lambda d: f"{d['median_us']:.0f}" if "median_us" in d else "err"
+    print(f"{doc.get('gpu', '?')}, PyTorch {doc.get('torch', '?')} (CUDA {doc.get('cuda', '?')}); median step in us, "
+          f"{doc['warmup']} warm-up + {doc['steps']} timed steps")
+    print(f"{'model/batch':<16} {'math':<5} {'eager':>7} {'graph':>7} {'compile':>8} {'fastest':>8} {'dpcore':>7} "
+          f"{'ratio':>7} {'target':>7}")
+    for r in doc["rows"]:
+        p = r["pytorch"]
+        cell = lambda m: us(p[m]) if m in p else "-"
+        fastest = f"{r['pytorch_fastest_us']:.0f}" if "pytorch_fastest_us" in r else "err"
+        ratio = f"{r['ratio']:.2f}x" if "ratio" in r else "-"
+        target = f">={r['target']:g}x" if r["target"] else ""
+        met = "" if "ratio" not in r or not r["target"] else (" ok" if r["ratio"] >= r["target"] else " MISS")
+        print(f"{r['case']:<16} {r['math']:<5} {cell('eager'):>7} {cell('graph'):>7} {cell('compile'):>8} "
+              f"{fastest:>8} {us(r['dpcore']):>7} {ratio:>7} {target:>7}{met}")
+    for r in doc["rows"]:
+        for name, d in list(r["pytorch"].items()) + [("dpcore", r["dpcore"])]:
+            if "error" in d or "note" in d:
+                print(f"  {r['case']} {r['math']} {name}: {d.get('error') or d.get('note')}")
+    m = doc["memory"]
+    if "ratio" in m:
+        met = "ok" if m["ratio"] <= m["target"] else "MISS"
+        print(f"peak memory {m['case']} (fp32): PyTorch eager {m['pytorch_bytes'] / 2**20:.0f} MiB, dpcore "
+              f"{m['dpcore_bytes'] / 2**20:.0f} MiB, ratio {m['ratio']:.2f} (target <= {m['target']}) {met}")
+    else:
+        print(f"peak memory {m['case']}: {m['error']}")
+
+
+def print_plan(args):
+    print(f"plan: {len(CASES)} cases x {len(MATH_MODES)} math modes ({', '.join(MATH_MODES)}), "
+          f"{args.warmup} warm-up + {args.steps} timed steps each")
+    runs = 0
+    for case in CASES:
+        modes = {math: torch_modes_for(case, math, args) for math in MATH_MODES}
+        runs += sum(len(m) + 1 for m in modes.values())
+        listed = "; ".join(f"{math}: {', '.join(m)}" for math, m in modes.items())
+        print(f"  {case_name(case):<16} pytorch {listed:<48} target: "
+              f"{'>= %gx' % TARGETS[case] if case in TARGETS else '-'}")
+    print(f"  {runs} measurements; dpcore runs as, e.g.:")
+    print("    " + " ".join(dpcore_command(args, CASES[0], "tf32")))
+    print(f"  peak memory: {case_name(MEMORY_CASE)} fp32, dpcore / PyTorch eager <= {MEMORY_TARGET}")
+    print(f"  budget {args.budget_s:g} s: no torch.compile starts with less than {COMPILE_RESERVE_S} s left; "
+          "SIGTERM prints the rows measured so far")
+    if args.no_compile:
+        print("  torch.compile skipped (--no-compile)")
+
+
+def write_json(path, doc):
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(doc, f, indent=1)
+    os.replace(tmp, path)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--bench", default="build/bench/dpcore_step_bench", help="path of dpcore_step_bench (CUDA build)")
+    p.add_argument("--warmup", type=int, default=20, help="untimed steps per measurement")
+    p.add_argument("--steps", type=int, default=100, help="timed steps per measurement")
+    p.add_argument("--no-compile", action="store_true", help="skip torch.compile (the slowest part of the run)")
+    p.add_argument("--budget-s", type=float, default=170,
+                   help="seconds the run should take: no torch.compile starts with less than %d s of it left"
+                        % COMPILE_RESERVE_S)
+    p.add_argument("--cudnn-benchmark", action="store_true",
+                   help="let PyTorch time cuDNN's algorithms per shape (torch.backends.cudnn.benchmark)")
+    p.add_argument("--json", help="also write the results here")
+    p.add_argument("--dry-run", action="store_true", help="print the plan only; touches no GPU")
+    args = p.parse_args()
+    if args.dry_run:
+        return print_plan(args)
+    if not os.access(args.bench, os.X_OK):
+        sys.exit(f"--bench {args.bench}: not an executable (build the dpcore_step_bench target with CUDA)")
+    t0 = time.perf_counter()
+    doc = {"warmup": args.warmup, "steps": args.steps, "rows": []}
+    signal.signal(signal.SIGTERM, on_sigterm)
+    try:
+        run_all(args, doc)
+    except OutOfTime:
+        doc["interrupted"] = True
+        print(f"interrupted by SIGTERM after {time.perf_counter() - t0:.0f} s: partial results", flush=True)
+    doc["memory"] = memory_summary(doc["rows"])
+    doc["total_s"] = time.perf_counter() - t0
+    print_table(doc)
+    print(f"total {doc['total_s']:.0f} s")
+    if args.json:
+        write_json(args.json, doc)
+
+
+if __name__ == "__main__":
+    main()
