@@ -59,7 +59,6 @@ import sys
 
 import numpy as np
 import torch
-import torch.nn as nn
 import torch.nn.functional as F
 
 INIT_SEED = 1
@@ -81,61 +80,14 @@ class FixtureError(Exception):
 
 
 # ---------------------------------------------------------------------------------------
-# The reference models, exactly as models.md writes them.
+# The reference models, exactly as models.md writes them: one definition for every script
+# (bench/torch_models.py).
 # ---------------------------------------------------------------------------------------
 
-def conv3x3(cin, cout):
-    return nn.Conv2d(cin, cout, kernel_size=3, stride=1, padding=1, bias=True)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "bench"))
+from torch_models import INPUT, build_torch_model  # noqa: E402
 
 
-def relu_pool(x):
-    return F.max_pool2d(F.relu(x), kernel_size=2, stride=2)
-
-
-class SimpleNet(nn.Module):
-    input_chw = (3, 32, 32)
-
-    def __init__(self):
-        super().__init__()
-        self.conv = conv3x3(3, 16)
-        self.fc = nn.Linear(16 * 16 * 16, 10)
-
-    def forward(self, x):
-        x = relu_pool(self.conv(x)).flatten(1)
-        return F.log_softmax(self.fc(x), dim=1)
-
-
-class FashionCNN(nn.Module):
-    input_chw = (1, 28, 28)
-
-    def __init__(self):
-        super().__init__()
-        self.c1 = conv3x3(1, 32)
-        self.c2 = conv3x3(32, 64)
-        self.f1 = nn.Linear(64 * 7 * 7, 128)
-        self.f2 = nn.Linear(128, 10)
-
-    def forward(self, x):
-        x = relu_pool(self.c2(relu_pool(self.c1(x)))).flatten(1)
-        return F.log_softmax(self.f2(F.relu(self.f1(x))), dim=1)
-
-
-class VGGS(nn.Module):
-    input_chw = (3, 32, 32)
-
-    def __init__(self):
-        super().__init__()
-        self.c1 = conv3x3(3, 64)
-        self.c2 = conv3x3(64, 128)
-        self.c3 = conv3x3(128, 256)
-        self.fc = nn.Linear(256 * 4 * 4, 10)
-
-    def forward(self, x):
-        x = relu_pool(self.c3(relu_pool(self.c2(relu_pool(self.c1(x)))))).flatten(1)
-        return F.log_softmax(self.fc(x), dim=1)
-
-
-MODELS = {"simplenet": SimpleNet, "fashioncnn": FashionCNN, "vggs": VGGS}
 
 
 # ---------------------------------------------------------------------------------------
@@ -294,7 +246,7 @@ def load_safetensors(path):
 # ---------------------------------------------------------------------------------------
 
 def fresh_model(name, initial):
-    model = MODELS[name]()
+    model = build_torch_model(name)
     model.load_state_dict(initial, strict=True)
     return model
 
@@ -319,12 +271,12 @@ def check_accumulation(name, accumulated, full_batch):
 
 
 def fixture_tensors(name):
-    model = MODELS[name]()
+    model = build_torch_model(name)
     init_with_formula(model)
     initial = {n: p.detach().clone() for n, p in model.named_parameters()}
 
     gen = torch.Generator().manual_seed(DATA_SEED)
-    x = torch.randn(BATCH, *model.input_chw, generator=gen)
+    x = torch.randn(BATCH, *INPUT[name], generator=gen)
     y = torch.randint(0, 10, (BATCH,), generator=gen)
 
     logits = model(x)
@@ -361,7 +313,7 @@ def metadata(name, initial):
 
 def make_fixtures():
     os.makedirs(FIXTURE_DIR, exist_ok=True)
-    for name in MODELS:
+    for name in INPUT:
         tensors, meta = fixture_tensors(name)
         path = os.path.normpath(os.path.join(FIXTURE_DIR, f"{name}.safetensors"))
         save_safetensors(tensors, path, meta)
@@ -375,7 +327,7 @@ def make_fixtures():
 def check_load(path, name):
     tensors = load_safetensors(path)
     x, expected = tensors.pop("input", None), tensors.pop("logits", None)
-    model = MODELS[name]()
+    model = build_torch_model(name)
     want = model.state_dict()
     missing, unexpected = sorted(want.keys() - tensors.keys()), sorted(tensors.keys() - want.keys())
     if missing or unexpected:
@@ -389,7 +341,7 @@ def check_load(path, name):
     if expected is not None and x is None:
         raise FixtureError(f"{path}: has logits but no input to reproduce them from")
     if x is None:
-        x = torch.randn(2, *model.input_chw, generator=torch.Generator().manual_seed(DATA_SEED))
+        x = torch.randn(2, *INPUT[name], generator=torch.Generator().manual_seed(DATA_SEED))
     with torch.no_grad():
         out = model(x)
     if not torch.isfinite(out).all():
@@ -408,15 +360,15 @@ def check_load(path, name):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--check-load", nargs=2, metavar=("FILE", "MODEL"),
-                        help=f"load FILE into MODEL ({', '.join(MODELS)}) and run a forward pass")
+                        help=f"load FILE into MODEL ({', '.join(INPUT)}) and run a forward pass")
     args = parser.parse_args()
     torch.use_deterministic_algorithms(True)
     torch.set_num_threads(1)
     try:
         if args.check_load:
             path, name = args.check_load
-            if name not in MODELS:
-                raise FixtureError(f"unknown model '{name}' (known: {', '.join(MODELS)})")
+            if name not in INPUT:
+                raise FixtureError(f"unknown model '{name}' (known: {', '.join(INPUT)})")
             check_load(path, name)
         else:
             make_fixtures()

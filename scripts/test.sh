@@ -6,4 +6,5 @@ cd "$(dirname "$0")/.."
 scripts/install-deps.sh
 scripts/build.sh
 cd build
+export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE}  # CI shares its two cores between tests
 ctest --output-on-failure -j"$(nproc)" --timeout 900 "$@"
