@@ -17,7 +17,7 @@ struct TrainOptions {
   int64_t steps = 0;          // total optimizer steps; 0: run `epochs` epochs
   int64_t batch = 64;         // samples per optimizer step (split over micro-batches and replicas)
   int64_t accum = 1;
-  SgdConfig sgd{0.05, 0.9, 0.0, 0.0, false};
+  SgdConfig sgd{0.03, 0.9, 0.0, 0.0, false};
   uint64_t seed = 0;
   bool shuffle = true;
   bool normalize = true;
