@@ -76,6 +76,9 @@ class DistributedRunner : public nn::StepRunner {
   bool is_primary() const override;
   std::string describe() const override;
   const BucketReducer& reducer(size_t replica) const { return *reducers_[replica]; }
+  // This process's replica number `replica` (0 is model()).
+  const nn::Model& replica_model(size_t replica) const { return *replicas_[replica].model; }
+  size_t local_replicas() const { return replicas_.size(); }
   const Splitter& splitter() const { return splitter_; }
 
  private:

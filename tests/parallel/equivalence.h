@@ -26,9 +26,9 @@ inline HostBatch make_batch(int64_t n, uint64_t seed) {
   return h;
 }
 
-inline std::unique_ptr<nn::Model> simplenet(uint64_t seed = 5) {
+inline std::unique_ptr<nn::Model> simplenet(uint64_t seed = 5, Device device = Device::cpu()) {
   nn::ModelDef def = nn::reference_model("simplenet");
-  return std::make_unique<nn::Model>(std::move(def.net), def.input_shape, Device::cpu(), DType::Float32, seed);
+  return std::make_unique<nn::Model>(std::move(def.net), def.input_shape, device, DType::Float32, seed);
 }
 
 const SgdConfig kSgd{0.05, 0.9, 0.0, 0.001, true};
@@ -42,8 +42,8 @@ inline std::vector<float> train_with(nn::StepRunner& runner, int64_t n, int step
   return runner.model().parameters().values().to_vector<float>();
 }
 
-inline std::vector<float> reference_params(int64_t n, int steps) {
-  nn::SingleDeviceRunner single(simplenet(), kSgd, 1);
+inline std::vector<float> reference_params(int64_t n, int steps, Device device = Device::cpu()) {
+  nn::SingleDeviceRunner single(simplenet(5, device), kSgd, 1);
   return train_with(single, n, steps);
 }
 
