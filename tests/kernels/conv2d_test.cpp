@@ -1,6 +1,9 @@
 // conv2d fast paths (im2col + BLAS) against the loop-nest reference.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
+#include <limits>
 #include <sstream>
 
 #include "kernel_checks.h"
@@ -63,6 +66,28 @@ TYPED_TEST(Conv2dTest, ForwardMatchesReference) {
         cpu::conv2d_forward(s, x.data(), w.data(), bias, y.data());
         cpu::naive::conv2d_forward(s, x.data(), w.data(), bias, expected.data());
         EXPECT_KERNEL_CLOSE(T, y, expected) << (bias ? "with bias" : "without bias");
+      }
+    }
+  }
+}
+
+TYPED_TEST(Conv2dTest, FusedReluEqualsConvThenReluBitForBit) {
+  using T = TypeParam;
+  for (const Conv2dShape& s : conv_shapes()) {
+    for (int threads : kernel_thread_counts()) {
+      SCOPED_TRACE(describe(s, threads));
+      ScopedKernelThreads scope(threads);
+      auto x = random_vector<T>(s.x_size(), 12), w = random_vector<T>(s.w_size(), 13), b = random_vector<T>(s.K, 14);
+      x[s.x_size() / 2] = std::numeric_limits<T>::quiet_NaN();  // relu passes the NaN outputs through
+      for (const T* bias : {static_cast<const T*>(b.data()), static_cast<const T*>(nullptr)}) {
+        auto y = nan_filled<T>(s.y_size()), expected = nan_filled<T>(s.y_size());
+        cpu::conv2d_relu_forward(s, x.data(), w.data(), bias, y.data());
+        cpu::conv2d_forward(s, x.data(), w.data(), bias, expected.data());
+        cpu::relu_forward(s.y_size(), expected.data(), expected.data());
+        EXPECT_TRUE(bitwise_equal(y, expected)) << (bias ? "with bias" : "without bias");
+        // The case must exercise the relu: some outputs clamped to zero, some NaN let through.
+        EXPECT_GT(std::count(expected.begin(), expected.end(), T(0)), 0);
+        EXPECT_GT(std::count_if(expected.begin(), expected.end(), [](T v) { return std::isnan(v); }), 0);
       }
     }
   }

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <string>
 #include <type_traits>
@@ -43,6 +44,19 @@ double normwise_error(const std::vector<T>& actual, const std::vector<T>& expect
 
 #define EXPECT_KERNEL_CLOSE(T, actual, expected) \
   EXPECT_LE(::dpcore::testing::normwise_error(actual, expected), ::dpcore::testing::kernel_tolerance<T>())
+
+// Bit-for-bit equality, NaN payloads and the sign of zero included: what a fused kernel
+// owes the composition of the kernels it replaces.
+template <class T>
+::testing::AssertionResult bitwise_equal(const std::vector<T>& actual, const std::vector<T>& expected) {
+  if (actual.size() != expected.size())
+    return ::testing::AssertionFailure() << "sizes differ: " << actual.size() << " vs " << expected.size();
+  for (size_t i = 0; i < actual.size(); ++i)
+    if (std::memcmp(&actual[i], &expected[i], sizeof(T)) != 0)
+      return ::testing::AssertionFailure() << "element " << i << " is " << actual[i] << ", expected " << expected[i]
+                                           << " bit for bit";
+  return ::testing::AssertionSuccess();
+}
 
 // Sets the kernels' thread count for one scope and restores the default afterwards.
 class ScopedKernelThreads {

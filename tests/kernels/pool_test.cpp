@@ -32,7 +32,10 @@ std::vector<Pool2dShape> pool_shapes() {
       pool_shape(1, 2, 7, 9, 2, 2, 2, 2, 0, 0),  // odd sizes: floor drops the last row and column
       pool_shape(3, 2, 9, 6, 3, 3, 2, 2, 1, 1),  // overlapping windows with padding
       pool_shape(2, 1, 5, 8, 3, 2, 1, 2, 1, 0),  // non-square kernel, per-axis stride and padding
-      pool_shape(4, 16, 28, 28, 2, 2, 2, 2, 0, 0),  // enough planes to run in parallel
+      pool_shape(4, 16, 28, 28, 2, 2, 2, 2, 0, 0),  // enough planes to run in parallel; 14-wide rows
+      pool_shape(2, 3, 14, 14, 2, 2, 2, 2, 0, 0),   // fashioncnn's second pool: 7-wide rows
+      pool_shape(2, 2, 11, 13, 2, 2, 2, 2, 0, 0),   // 6-wide rows, odd height and width
+      pool_shape(3, 2, 5, 7, 2, 2, 2, 2, 0, 0),     // rows narrower than a vector (3 outputs)
   };
 }
 
@@ -78,6 +81,23 @@ TYPED_TEST(MaxPoolTest, ForwardAndBackwardMatchReference) {
         EXPECT_KERNEL_CLOSE(T, dx, expected_dx);
       }
     }
+  }
+}
+
+// The 2x2 fast path splits each row into whole vectors and a last, overlapping one: every
+// row width from 1 to 12 outputs, even and odd, against the reference.
+TYPED_TEST(MaxPoolTest, TwoByTwoMatchesReferenceAtEveryRowWidth) {
+  using T = TypeParam;
+  for (int64_t W = 2; W <= 25; ++W) {
+    const Pool2dShape s = pool_shape(2, 3, 5, W, 2, 2, 2, 2, 0, 0);
+    SCOPED_TRACE(describe(s));
+    const auto x = tie_heavy_input<T>(s.x_size(), uint64_t(W));
+    auto y = nan_filled<T>(s.y_size()), expected_y = nan_filled<T>(s.y_size());
+    std::vector<int32_t> argmax(s.y_size(), -7), expected_argmax(s.y_size(), -7);
+    cpu::max_pool2d_forward(s, x.data(), y.data(), argmax.data());
+    cpu::naive::max_pool2d_forward(s, x.data(), expected_y.data(), expected_argmax.data());
+    EXPECT_EQ(y, expected_y);
+    EXPECT_EQ(argmax, expected_argmax);
   }
 }
 
@@ -151,6 +171,61 @@ TYPED_TEST(MaxPoolTest, BackwardAccumulatesOverlappingWindows) {
   std::vector<T> expected(12, T(0));
   expected[6] = T(0.75);
   EXPECT_EQ(dx, expected);
+}
+
+// The pool's input as a relu's output: zeros (tied within many windows), positive values
+// and a few NaN, which relu lets through.
+template <class T>
+std::vector<T> relu_output(size_t n, bool ties, uint64_t seed) {
+  auto v = ties ? tie_heavy_input<T>(n, seed) : random_vector<T>(n, seed);
+  for (T& x : v) x = x < T(0) ? T(0) : x;
+  for (size_t i = 5; i < n; i += 23) v[i] = std::numeric_limits<T>::quiet_NaN();
+  return v;
+}
+
+TYPED_TEST(MaxPoolTest, FusedReluBackwardEqualsBackwardThenReluBackwardBitForBit) {
+  using T = TypeParam;
+  for (const Pool2dShape& s : pool_shapes()) {
+    for (int threads : kernel_thread_counts()) {
+      for (bool ties : {false, true}) {
+        SCOPED_TRACE(describe(s) + (ties ? ", tied values" : ", random values") + ", " + std::to_string(threads) +
+                     " threads");
+        ScopedKernelThreads scope(threads);
+        const auto relu_y = relu_output<T>(s.x_size(), ties, 3);
+        std::vector<T> y(s.y_size());
+        std::vector<int32_t> argmax(s.y_size());
+        cpu::max_pool2d_forward(s, relu_y.data(), y.data(), argmax.data());
+        auto dy = random_vector<T>(s.y_size(), 4);
+        dy[0] = -T(0);  // the scatter adds it to zero: +0 where it is not masked
+        dy[s.y_size() - 1] = std::numeric_limits<T>::quiet_NaN();
+
+        auto dx = nan_filled<T>(s.x_size()), expected = nan_filled<T>(s.x_size());
+        cpu::max_pool2d_relu_backward(s, dy.data(), argmax.data(), relu_y.data(), dx.data());
+        cpu::max_pool2d_backward(s, dy.data(), argmax.data(), expected.data());
+        cpu::relu_backward(s.x_size(), expected.data(), relu_y.data(), expected.data());
+        EXPECT_TRUE(bitwise_equal(dx, expected));
+      }
+    }
+  }
+}
+
+TYPED_TEST(MaxPoolTest, FusedReluBackwardMasksWhereTheReluOutputIsNotPositive) {
+  using T = TypeParam;
+  const T nan = std::numeric_limits<T>::quiet_NaN();
+  const Pool2dShape s = pool_shape(1, 1, 2, 6, 2, 2, 2, 2, 0, 0);
+  // Window 0 is won by a NaN (its gradient passes), window 1 is all zeros (the tie goes to
+  // its first element, whose relu output is 0: masked), window 2 by the positive 4.
+  std::vector<T> relu_y = {1, nan, 0, 0, 2, 4,
+                           0, 3,   0, 0, 1, 0};
+  std::vector<T> y(3), dy = {T(0.5), T(0.25), T(-2)}, dx = nan_filled<T>(12);
+  std::vector<int32_t> argmax(3);
+  cpu::max_pool2d_forward(s, relu_y.data(), y.data(), argmax.data());
+  ASSERT_EQ(argmax, (std::vector<int32_t>{1, 2, 5}));
+  cpu::max_pool2d_relu_backward(s, dy.data(), argmax.data(), relu_y.data(), dx.data());
+  std::vector<T> expected(12, T(0));
+  expected[1] = T(0.5);
+  expected[5] = T(-2);
+  EXPECT_TRUE(bitwise_equal(dx, expected));
 }
 
 TEST(MaxPoolShapeTest, RejectsPaddingBeyondHalfTheKernel) {
