@@ -73,11 +73,13 @@ class CpuBackend : public Backend {
       k::conv2d_forward<T>(s, ptr<T>(x), ptr<T>(w), ptr<T>(bias), ptr<T>(y));
     });
   }
-  // The reference for the fused op is the composition (relu in place over y).
+  // Bit for bit conv2d_forward then relu_forward in place, in one pass over y.
   void conv2d_relu_forward(const kernels::Conv2dShape& s, const Tensor& x, const Tensor& w, const Tensor* bias,
                            Tensor& y) override {
-    conv2d_forward(s, x, w, bias, y);
-    relu_forward(y, y);
+    dispatch_float("conv2d", x, [&](auto t) {
+      using T = decltype(t);
+      k::conv2d_relu_forward<T>(s, ptr<T>(x), ptr<T>(w), ptr<T>(bias), ptr<T>(y));
+    });
   }
   void conv2d_backward_data(const kernels::Conv2dShape& s, const Tensor& dy, const Tensor& w, Tensor& dx) override {
     dispatch_float("conv2d backward", dy, [&](auto t) {
@@ -127,10 +129,13 @@ class CpuBackend : public Backend {
     });
   }
 
+  // Bit for bit max_pool2d_backward then relu_backward in place, in one pass over dx.
   void max_pool2d_relu_backward(const kernels::Pool2dShape& s, const Tensor& dy, const Tensor& argmax,
                                 const Tensor& relu_y, Tensor& dx) override {
-    max_pool2d_backward(s, dy, argmax, dx);
-    relu_backward(dx, relu_y, dx);
+    dispatch_float("max_pool2d backward", dy, [&](auto t) {
+      using T = decltype(t);
+      k::max_pool2d_relu_backward<T>(s, ptr<T>(dy), argmax.data<int32_t>(), ptr<T>(relu_y), ptr<T>(dx));
+    });
   }
 
   void relu_forward(const Tensor& x, Tensor& y) override {

@@ -18,6 +18,7 @@
 #include "kernels/cpu/im2col.h"
 #include "kernels/cpu/kernels.h"
 #include "kernels/cpu/parallel.h"
+#include "kernels/cpu/relu.h"
 
 namespace dpcore::kernels::cpu {
 
@@ -48,8 +49,13 @@ void im2col_images(const Conv2dShape& s, const T* x, int64_t n0, int64_t images,
 
 }  // namespace
 
+namespace {
+
+// The forward, with the relu (when `relu`) applied to each image's output right after its
+// GEMM has written it, while it is still in cache: a separate relu pass over the whole
+// output cost a quarter as much as the convolutions of a fashioncnn step.
 template <class T>
-void conv2d_forward(const Conv2dShape& s, const T* x, const T* w, const T* bias, T* y) {
+void conv2d_forward_images(const Conv2dShape& s, const T* x, const T* w, const T* bias, bool relu, T* y) {
   const ConvDims d(s);
   const int64_t depth = d.crs + (bias ? 1 : 0);
   std::vector<T> w_and_bias;  // [W | b], row k = w[k, :], bias[k]
@@ -64,9 +70,26 @@ void conv2d_forward(const Conv2dShape& s, const T* x, const T* w, const T* bias,
 #pragma omp parallel for num_threads(batch_threads(s)) schedule(static)
   for (int64_t n = 0; n < s.N; ++n) {
     T* col = thread_scratch<T>(depth * d.pq, 0);
+    T* y_n = y + n * d.image_out;
     im2col_images(s, x, n, 1, bias != nullptr, col);
-    gemm_parallel(false, false, s.K, d.pq, depth, T(1), w_mat, depth, col, d.pq, T(0), y + n * d.image_out, d.pq);
+    gemm_parallel(false, false, s.K, d.pq, depth, T(1), w_mat, depth, col, d.pq, T(0), y_n, d.pq);
+    if (relu) {
+#pragma omp simd
+      for (int64_t i = 0; i < d.image_out; ++i) y_n[i] = relu_value(y_n[i]);
+    }
   }
+}
+
+}  // namespace
+
+template <class T>
+void conv2d_forward(const Conv2dShape& s, const T* x, const T* w, const T* bias, T* y) {
+  conv2d_forward_images(s, x, w, bias, false, y);
+}
+
+template <class T>
+void conv2d_relu_forward(const Conv2dShape& s, const T* x, const T* w, const T* bias, T* y) {
+  conv2d_forward_images(s, x, w, bias, true, y);
 }
 
 template <class T>
@@ -146,6 +169,7 @@ void conv2d_backward_weight(const Conv2dShape& s, const T* x, const T* dy, T* dw
 
 #define DPCORE_INSTANTIATE(T)                                                                         \
   template void conv2d_forward<T>(const Conv2dShape&, const T*, const T*, const T*, T*);              \
+  template void conv2d_relu_forward<T>(const Conv2dShape&, const T*, const T*, const T*, T*);         \
   template void conv2d_backward_data<T>(const Conv2dShape&, const T*, const T*, T*);                  \
   template void conv2d_backward_weight<T>(const Conv2dShape&, const T*, const T*, T*, T*, bool);
 DPCORE_INSTANTIATE(float)

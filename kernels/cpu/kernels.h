@@ -20,6 +20,8 @@ namespace dpcore::kernels::cpu {
 
 // ---- conv2d (im2col + GEMM through BLAS) ----
 template <class T> void conv2d_forward(const Conv2dShape& s, const T* x, const T* w, const T* bias, T* y);  // bias may be null
+// y = relu(conv2d(x)), bit for bit conv2d_forward then relu_forward, in one pass over y.
+template <class T> void conv2d_relu_forward(const Conv2dShape& s, const T* x, const T* w, const T* bias, T* y);
 template <class T> void conv2d_backward_data(const Conv2dShape& s, const T* dy, const T* w, T* dx);
 template <class T> void conv2d_backward_weight(const Conv2dShape& s, const T* x, const T* dy, T* dw, T* dbias, bool accumulate);  // dbias may be null
 
@@ -34,6 +36,11 @@ template <class T> void linear_backward_weight(const LinearShape& s, const T* x,
 // fixed order (overlapping windows accumulate). ----
 template <class T> void max_pool2d_forward(const Pool2dShape& s, const T* x, T* y, int32_t* argmax);
 template <class T> void max_pool2d_backward(const Pool2dShape& s, const T* dy, const int32_t* argmax, T* dx);
+// The gradient of max_pool2d(relu(.)) given relu's output relu_y (the pool's input): bit for
+// bit max_pool2d_backward then relu_backward(dx, relu_y, dx), masking each plane as it is
+// scattered. argmax as max_pool2d_forward wrote it.
+template <class T> void max_pool2d_relu_backward(const Pool2dShape& s, const T* dy, const int32_t* argmax,
+                                                 const T* relu_y, T* dx);
 
 // ---- relu: backward masks with the forward OUTPUT (y > 0), so x need not be kept ----
 template <class T> void relu_forward(int64_t n, const T* x, T* y);

@@ -188,7 +188,8 @@ TrainResult train(const TrainOptions& o, std::ostream& primary_out) {
   int64_t epoch = progress.position.epoch;
   while (progress.step < total_steps) {
     if (!loader.next(batch)) {
-      end_epoch(epoch);
+      // (Nothing to report when a resumed run starts exactly at an epoch's end.)
+      if (samples > 0) end_epoch(epoch);
       progress.position = loader.position();
       ++epoch;
       continue;
