@@ -47,13 +47,10 @@ void im2col_images(const Conv2dShape& s, const T* x, int64_t n0, int64_t images,
   if (ones_row) std::fill(col + d.crs * ld, col + (d.crs + 1) * ld, T(1));
 }
 
-}  // namespace
-
-namespace {
-
 // The forward, with the relu (when `relu`) applied to each image's output right after its
-// GEMM has written it, while it is still in cache: a separate relu pass over the whole
-// output cost a quarter as much as the convolutions of a fashioncnn step.
+// GEMM has written it, while it is still in cache, instead of in a second pass over the
+// whole batch's output. (When the GEMMs are split across the threads instead of the batch,
+// the relu of an image runs on one thread; those are batches smaller than the team.)
 template <class T>
 void conv2d_forward_images(const Conv2dShape& s, const T* x, const T* w, const T* bias, bool relu, T* y) {
   const ConvDims d(s);

@@ -38,7 +38,7 @@ template <class T> void max_pool2d_forward(const Pool2dShape& s, const T* x, T* 
 template <class T> void max_pool2d_backward(const Pool2dShape& s, const T* dy, const int32_t* argmax, T* dx);
 // The gradient of max_pool2d(relu(.)) given relu's output relu_y (the pool's input): bit for
 // bit max_pool2d_backward then relu_backward(dx, relu_y, dx), masking each plane as it is
-// scattered. argmax as max_pool2d_forward wrote it.
+// scattered.
 template <class T> void max_pool2d_relu_backward(const Pool2dShape& s, const T* dy, const int32_t* argmax,
                                                  const T* relu_y, T* dx);
 

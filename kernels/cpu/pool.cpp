@@ -55,8 +55,8 @@ static void pool_plane(const Pool2dShape& s, const T* x, T* y, int32_t* argmax) 
 // Outputs [q_begin, q_end) of one output row, whose windows start in row `top`. Always
 // inlined: as a call, three per row, it cost 15% on 16-wide rows.
 template <class T>
-[[gnu::always_inline]] inline void pool_outputs_2x2(const T* top, const T* bottom, int32_t W, int32_t row_start,
-                                                    int64_t q_begin, int64_t q_end, T* y, int32_t* argmax) {
+[[gnu::always_inline]] static inline void pool_outputs_2x2(const T* top, const T* bottom, int32_t W, int32_t row_start,
+                                                           int64_t q_begin, int64_t q_end, T* y, int32_t* argmax) {
 #pragma omp simd
   for (int64_t q = q_begin; q < q_end; ++q) {
     T best = top[2 * q];
