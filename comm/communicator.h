@@ -18,6 +18,7 @@
 
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -98,6 +99,14 @@ std::unique_ptr<Communicator> make_nccl_communicator(int rank, int size, Device 
 // on one GPU — use --backend local for several replicas on one GPU"). Needs no GPU.
 void check_nccl_devices(const std::vector<Device>& devices);
 
+// ---- processes started by mpirun ----
+// This process's place in a job started by mpirun/mpiexec (Open MPI's OMPI_COMM_WORLD_*
+// or the PMI_* variables of MPICH's launchers); absent when not started by one.
+struct Launch {
+  int rank = 0, size = 1, local_rank = 0;  // local_rank: among the processes on this host
+};
+std::optional<Launch> mpirun_launch();
+
 // ---- choosing by name ----
 // Where `replicas` replicas of one process go on devices of `type`: CPU replicas all on
 // the CPU; CUDA replicas round-robin over the usable GPUs (several per GPU when there are
@@ -106,7 +115,8 @@ std::vector<Device> place_replicas(int replicas, Device::Type type);
 
 struct CommConfig {
   std::string backend = "local";  // "local", "mpi" or "nccl"
-  // One entry per replica of THIS process (see place_replicas). mpi: exactly one; the
+  // One entry per replica of THIS process (see place_replicas). mpi, and nccl in a job
+  // started by mpirun (one process per GPU, NCCL's id shared over MPI): exactly one; the
   // number of processes comes from mpirun.
   std::vector<Device> devices = {Device::cpu()};
   LocalOptions local;

@@ -2,6 +2,9 @@
 // mpi and nccl files are compiled only when their libraries were found (comm/CMakeLists
 // defines DPCORE_COMM_MPI / DPCORE_COMM_NCCL for this file); without them, their entry
 // points fail with a message that says how to get them.
+#include <cstdlib>
+#include <string>
+
 #include "comm/checks.h"
 #include "comm/communicator.h"
 #include "engine/runtime.h"
@@ -58,12 +61,43 @@ std::vector<Device> place_replicas(int replicas, Device::Type type) {
   return devices;
 }
 
+std::optional<Launch> mpirun_launch() {
+  auto number = [](const char* name) -> std::optional<int> {
+    const char* v = std::getenv(name);
+    if (!v || !*v) return std::nullopt;
+    try {
+      return std::stoi(v);
+    } catch (const std::exception&) {
+      return std::nullopt;
+    }
+  };
+  for (const char* prefix : {"OMPI_COMM_WORLD_", "PMI_"}) {
+    std::string p = prefix;
+    auto size = number((p + "SIZE").c_str()), rank = number((p + "RANK").c_str());
+    if (!size || !rank) continue;
+    auto local = number((p + "LOCAL_RANK").c_str());
+    if (!local) local = number("MPI_LOCALRANKID");
+    return Launch{*rank, *size, local.value_or(0)};
+  }
+  return std::nullopt;
+}
+
 std::vector<std::unique_ptr<Communicator>> make_communicators(const CommConfig& config) {
   const std::string& name = config.backend;
   const size_t replicas = config.devices.size();
   DPCORE_CHECK(replicas >= 1, name, ": no replicas (the device list is empty)");
   if (name == "local") return make_local_group(int(replicas), config.local);
-  if (name == "nccl") return make_nccl_group(config.devices);
+  if (name == "nccl") {
+    // Under mpirun: one rank per process, NCCL's unique id shared over MPI.
+    std::optional<Launch> launch = mpirun_launch();
+    if (launch && launch->size > 1) {
+      DPCORE_CHECK(replicas == 1, "nccl under mpirun: one replica per process, not ", replicas);
+      std::vector<std::unique_ptr<Communicator>> group;
+      group.push_back(make_nccl_communicator(launch->rank, launch->size, config.devices[0]));
+      return group;
+    }
+    return make_nccl_group(config.devices);
+  }
   if (name == "mpi") {
     DPCORE_CHECK(replicas == 1, "mpi: one replica per process, not ", replicas,
                  " — start N processes with mpirun -np N, or use --backend local for replicas in one process");

@@ -3,6 +3,7 @@
 #include <chrono>
 
 #include "engine/backend.h"
+#include "engine/runtime.h"
 #include "layers/train/step.h"
 
 namespace dpcore::comm {
@@ -98,12 +99,21 @@ DistributedRunner::DistributedRunner(std::unique_ptr<nn::Model> model, const Sgd
     : splitter_(options.split, options.replicas), accum_(accum) {
   CommConfig config;
   config.backend = options.backend;
-  // With mpi, this process holds one replica; mpirun decides how many there are.
-  config.devices = options.backend == "mpi" ? std::vector<Device>{model->device()} : replica_devices(options, model->device());
+  // In a job started by mpirun (--backend mpi, or nccl with one process per GPU), this
+  // process holds one replica and mpirun decides how many there are; a GPU replica goes to
+  // the GPU of its rank on this host.
+  std::optional<Launch> launch = mpirun_launch();
+  if (options.backend == "mpi" || (options.backend == "nccl" && launch && launch->size > 1)) {
+    Device d = model->device();
+    if (d.is_cuda() && launch) d = Device::cuda(launch->local_rank % std::max(1, runtime::cuda_device_count()));
+    config.devices = {d};
+  } else {
+    config.devices = replica_devices(options, model->device());
+  }
   config.local.timeout = std::chrono::milliseconds(int64_t(options.timeout_s * 1000));
   auto comms = make_communicators(config);
   world_size_ = comms[0]->size();
-  if (options.backend == "mpi") splitter_ = Splitter(options.split, world_size_);
+  if (world_size_ != options.replicas) splitter_ = Splitter(options.split, world_size_);  // set by mpirun
   replicas_ = replicate(std::move(model), config.devices, std::move(comms), sgd);
   size_t mib = size_t(1) << 20;
   for (Replica& r : replicas_) {

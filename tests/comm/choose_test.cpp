@@ -112,3 +112,39 @@ TEST(PlaceReplicas, CudaReplicasRoundRobinOverTheGpus) {
 
 }  // namespace
 }  // namespace dpcore::testing
+
+namespace dpcore::comm {
+namespace {
+
+// A process started by mpirun learns its rank, the world size and its rank on this host
+// from the launcher's environment (Open MPI's, or the PMI variables of MPICH's).
+TEST(MpirunLaunch, ReadFromTheLaunchersEnvironment) {
+  const char* names[] = {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
+                         "PMI_RANK", "PMI_SIZE", "PMI_LOCAL_RANK", "MPI_LOCALRANKID"};
+  std::vector<std::pair<std::string, std::string>> saved;
+  for (const char* n : names) {
+    if (const char* v = std::getenv(n)) saved.emplace_back(n, v);
+    unsetenv(n);
+  }
+  EXPECT_FALSE(mpirun_launch().has_value());
+  setenv("OMPI_COMM_WORLD_RANK", "3", 1);
+  setenv("OMPI_COMM_WORLD_SIZE", "4", 1);
+  setenv("OMPI_COMM_WORLD_LOCAL_RANK", "1", 1);
+  auto launch = mpirun_launch();
+  ASSERT_TRUE(launch.has_value());
+  EXPECT_EQ(launch->rank, 3);
+  EXPECT_EQ(launch->size, 4);
+  EXPECT_EQ(launch->local_rank, 1);
+  for (const char* n : names) unsetenv(n);
+  setenv("PMI_RANK", "0", 1);
+  setenv("PMI_SIZE", "2", 1);
+  launch = mpirun_launch();
+  ASSERT_TRUE(launch.has_value());
+  EXPECT_EQ(launch->size, 2);
+  EXPECT_EQ(launch->local_rank, 0);
+  for (const char* n : names) unsetenv(n);
+  for (auto& [n, v] : saved) setenv(n.c_str(), v.c_str(), 1);
+}
+
+}  // namespace
+}  // namespace dpcore::comm
