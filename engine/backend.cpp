@@ -1,6 +1,7 @@
 #include "engine/backend.h"
 
 #include <array>
+#include <map>
 #include <cstdlib>
 
 #include "engine/runtime.h"
@@ -39,6 +40,25 @@ Backend& backend_for(Device device) {
 
 namespace runtime {
 
+namespace {
+std::map<std::pair<int, int>, Allocator*>& plugged_allocators() {
+  static std::map<std::pair<int, int>, Allocator*> allocators;
+  return allocators;
+}
+}  // namespace
+
+Allocator& allocator_for(Device device) {
+  auto& plugged = plugged_allocators();
+  auto it = plugged.find({int(device.type), device.is_cpu() ? 0 : device.index});
+  return it != plugged.end() ? *it->second : backend_for(device).allocator(device.index);
+}
+
+void set_allocator(Device device, Allocator* allocator) {
+  std::pair<int, int> key{int(device.type), device.is_cpu() ? 0 : device.index};
+  if (allocator) plugged_allocators()[key] = allocator;
+  else plugged_allocators().erase(key);
+}
+
 int cuda_device_count() {
   Backend* cuda = find_backend(Device::Type::CUDA);
   return cuda ? cuda->device_count() : 0;
@@ -48,9 +68,9 @@ Device best_device() { return cuda_device_count() > 0 ? Device::cuda(0) : Device
 
 void synchronize(Device device) { backend_for(device).synchronize(device.index); }
 
-size_t peak_bytes(Device device) { return backend_for(device).allocator(device.index).peak_bytes(); }
+size_t peak_bytes(Device device) { return allocator_for(device).peak_bytes(); }
 
-void reset_peak_bytes(Device device) { backend_for(device).allocator(device.index).reset_peak(); }
+void reset_peak_bytes(Device device) { allocator_for(device).reset_peak(); }
 
 }  // namespace runtime
 }  // namespace dpcore

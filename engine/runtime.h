@@ -5,6 +5,7 @@
 #include <cstddef>
 
 #include "engine/device.h"
+#include "engine/storage.h"
 
 namespace dpcore::runtime {
 
@@ -14,6 +15,12 @@ int cuda_device_count();
 Device best_device();
 // Waits for all queued work on the device.
 void synchronize(Device device);
+// The allocator new tensors on `device` take their storage from: the backend's own unless
+// one was plugged in with set_allocator.
+Allocator& allocator_for(Device device);
+// Plugs in an allocator for a device (null restores the backend's own). It must outlive
+// every tensor allocated through it. Not for use while other threads allocate.
+void set_allocator(Device device, Allocator* allocator);
 // Allocator statistics for a device.
 size_t peak_bytes(Device device);
 void reset_peak_bytes(Device device);

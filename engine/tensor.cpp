@@ -4,6 +4,7 @@
 
 #include "engine/autograd.h"
 #include "engine/backend.h"
+#include "engine/runtime.h"
 
 namespace dpcore {
 
@@ -19,7 +20,7 @@ static void check_shape(const Shape& shape) {
 
 Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
   check_shape(shape);
-  Allocator& alloc = backend_for(device).allocator(device.index);
+  Allocator& alloc = runtime::allocator_for(device);
   auto storage = std::make_shared<Storage>(size_t(shape_numel(shape)) * dtype_size(dtype), device, &alloc);
   return view_of(std::move(storage), 0, shape, dtype);
 }

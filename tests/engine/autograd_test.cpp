@@ -7,6 +7,7 @@
 #include "engine/autograd.h"
 #include "engine/flat_parameters.h"
 #include "engine/ops.h"
+#include "engine/runtime.h"
 #include "support/gradcheck.h"
 #include "support/test_support.h"
 
@@ -116,6 +117,47 @@ TEST(FlatParameters, DuplicateNamesAndUnknownNamesAreErrors) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("'v'"), std::string::npos) << e.what();
   }
+}
+
+}  // namespace
+}  // namespace dpcore
+
+namespace dpcore {
+namespace {
+
+// An allocator that counts, around the CPU backend's own.
+class CountingAllocator : public Allocator {
+ public:
+  explicit CountingAllocator(Allocator& inner) : inner_(inner) {}
+  void* allocate(size_t bytes) override {
+    ++allocations;
+    return inner_.allocate(bytes);
+  }
+  void deallocate(void* p, size_t bytes) override {
+    ++deallocations;
+    inner_.deallocate(p, bytes);
+  }
+  size_t bytes_in_use() const override { return inner_.bytes_in_use(); }
+  size_t peak_bytes() const override { return inner_.peak_bytes(); }
+  void reset_peak() override { inner_.reset_peak(); }
+  int allocations = 0, deallocations = 0;
+
+ private:
+  Allocator& inner_;
+};
+
+TEST(Storage, AllocatorsArePluggable) {
+  CountingAllocator counting(runtime::allocator_for(Device::cpu()));
+  runtime::set_allocator(Device::cpu(), &counting);
+  {
+    Tensor a = Tensor::zeros({3, 4});
+    Tensor b = ops::relu(a);
+    EXPECT_EQ(counting.allocations, 2);
+  }
+  EXPECT_EQ(counting.deallocations, 2);
+  runtime::set_allocator(Device::cpu(), nullptr);
+  Tensor c = Tensor::zeros({2});
+  EXPECT_EQ(counting.allocations, 2);  // back to the backend's own
 }
 
 }  // namespace
