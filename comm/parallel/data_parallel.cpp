@@ -130,6 +130,9 @@ nn::StepStats DataParallelRunner::step(const data::Batch& batch) {
     // scatter
     std::vector<int64_t> shares = splitter_.shares(micro);
     std::vector<Shard> shards = scatter(batch, begin, shares, devices_);
+    // The shards were copied on this thread's stream; the replicas read them on their own
+    // (non-blocking) streams, which a pageable copy still in flight would not wait for.
+    for (const Device& d : devices_) runtime::synchronize(d);
     // parallel_apply: forward
     std::vector<Tensor> outputs(R);
     pool_->run([&](int r) {

@@ -179,7 +179,12 @@ nn::StepStats DistributedRunner::step(const data::Batch& batch) {
     }
   });
   splitter_.observe(seconds, shares);
-  return {global_loss, n};
+  // global_loss was allocated on replica 0's stream, but the caller reads it on its own: it
+  // gets a copy made on its stream, and the original goes back to replica 0's free list
+  // only once that copy has run (the allocator reuses blocks per stream).
+  Tensor loss = global_loss.clone();
+  runtime::synchronize(loss.device());
+  return {loss, n};
 }
 
 bool DistributedRunner::is_primary() const { return replicas_[0].rank() == 0; }

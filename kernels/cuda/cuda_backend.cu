@@ -45,23 +45,19 @@ cudaStream_t begin_op(const char* op, std::initializer_list<const Tensor*> float
   return cuda::current_stream(first->device().index);
 }
 
-// Side stream numbers: replicas use 0, 1, ...; uploads use one far above them.
-constexpr int kCopyStreamIndex = 1 << 20;
-
 float* f32(const Tensor& t) { return t.data<float>(); }
 float* f32(const Tensor* t) { return t && t->defined() ? t->data<float>() : nullptr; }
 
-// A batch upload from pinned memory runs on the device's copy stream, so it overlaps the
-// compute still queued from the previous step; the compute stream waits for it through an
-// event. The host waits for the copy alone (microseconds), after which the loader may refill
-// the pinned buffer.
+// A batch upload from pinned memory goes on the compute stream, NOT on a side copy stream:
+// dst may still be read by work queued there (the previous step's graph replay reads its
+// fixed input buffer; a fresh tensor may get a block that queued kernels still use), and a
+// copy on another stream would overwrite it under them. The host then waits for the copy,
+// after which the loader may refill the pinned buffer.
 void upload_pinned(void* dst, int device, const void* src, size_t bytes) {
   cuda::set_device(device);
-  cudaStream_t copy = cuda::side_stream(device, kCopyStreamIndex);
   cudaStream_t compute = cuda::current_stream(device);
-  CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, copy));
-  cuda::wait_stream(device, compute, device, copy);
-  CUDA_CHECK(cudaStreamSynchronize(copy));
+  CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, compute));
+  CUDA_CHECK(cudaStreamSynchronize(compute));
 }
 
 class CudaBackend : public Backend {
@@ -265,7 +261,7 @@ class CudaBackend : public Backend {
   void sgd_step(const kernels::SgdConfig& cfg, bool first_step, Tensor& param, const Tensor& grad,
                 Tensor& momentum) override {
     cudaStream_t stream = begin_op("sgd", {&param, &grad, &momentum});
-    k::sgd_step(param.numel(), cfg, first_step, f32(param), f32(grad), f32(momentum), stream);
+    k::sgd_step(param.numel(), cfg, first_step, f32(param), f32(grad), f32(&momentum), stream);  // no momentum: undefined
   }
 
  private:

@@ -57,7 +57,7 @@ CudaGraph::~CudaGraph() {
   cudaDeviceSynchronize();
   if (exec_) cudaGraphExecDestroy(exec_);
   if (graph_) cudaGraphDestroy(graph_);
-  device_allocator(device_).release_private_pool(pool_);
+  if (pool_) device_allocator(device_).release_private_pool(pool_);  // null when capture() failed before making it
   release_capture_stream(device_, stream_);
 }
 

@@ -67,7 +67,8 @@ function(dpcore_add_fuzzer name)
     list(APPEND headers ${near})
   endforeach()
 
-  set(exe ${CMAKE_CURRENT_BINARY_DIR}/fuzz_${name})
+  # The executable is named apart from its target: Ninja refuses a target and a file of one name.
+  set(exe ${CMAKE_CURRENT_BINARY_DIR}/fuzz_${name}.bin)
   add_custom_command(
     OUTPUT ${exe}
     COMMAND ${DPCORE_FUZZ_CXX} -std=c++17 -O1 -g -fno-omit-frame-pointer
