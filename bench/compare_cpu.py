@@ -21,7 +21,7 @@ import subprocess
 import sys
 import time
 
-from torch_models import build_torch_model, make_step, random_batch, sgd, summarize
+from torch_models import build_torch_model, make_step, random_batch, sgd, summarize, write_json
 
 # Steps per run: enough for a stable median, few enough that 3 rounds x 2 engines x
 # 2 thread counts stay within minutes on a 2-core machine (vggs is ~20x simplenet).
@@ -107,13 +107,6 @@ def print_table(rows):
         print(f"{r['model']:<11} {r['batch']:>5} {r['threads']:>3} {r['pytorch_samples_per_s']:>18.0f} "
               f"{r['dpcore_samples_per_s']:>17.0f} {r['ratio']:>14.2f}x "
               f"{r['ratio_min']:>5.2f}-{r['ratio_max']:.2f}")
-
-
-def write_json(path, doc):
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(doc, f, indent=1)
-    os.replace(tmp, path)
 
 
 def main():

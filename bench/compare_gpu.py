@@ -37,7 +37,7 @@ import subprocess
 import sys
 import time
 
-from torch_models import build_torch_model, make_step, random_batch, sgd, summarize
+from torch_models import build_torch_model, make_step, random_batch, sgd, summarize, write_json
 
 # (model, batch, accum): simplenet's batch sweep and accumulation, the two conv models.
 CASES = [
@@ -293,13 +293,6 @@ def print_plan(args):
           "SIGTERM prints the rows measured so far")
     if args.no_compile:
         print("  torch.compile skipped (--no-compile)")
-
-
-def write_json(path, doc):
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(doc, f, indent=1)
-    os.replace(tmp, path)
 
 
 def main():

@@ -104,3 +104,15 @@ def summarize(times_us, batch):
     med = statistics.median(times)
     return {"median_us": med, "p10_us": percentile(times, 10), "p90_us": percentile(times, 90),
             "samples_per_s": batch / (med * 1e-6)}
+
+
+def write_json(path, doc):
+    """Writes doc as JSON to a temporary name, then renames it over path."""
+    import json
+    import os
+
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(doc, f, indent=1)
+    os.replace(tmp, path)
+
