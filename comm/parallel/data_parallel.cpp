@@ -94,26 +94,39 @@ void abort_all(std::vector<Replica>& replicas, int failed, const std::string& me
   for (Replica& r : replicas) r.comm->abort("replica " + std::to_string(failed) + " failed: " + message);
 }
 
-// ----------------------------------------------------------------------------- --mode dp
-
-DataParallelRunner::DataParallelRunner(std::unique_ptr<nn::Model> model, const SgdConfig& sgd, int64_t accum,
-                                       const nn::ParallelOptions& options)
-    : splitter_(options.split, options.replicas), accum_(accum) {
-  DPCORE_CHECK(options.backend != "mpi", "--mode dp runs its replicas in one process; with --backend mpi use --mode ddp");
-  devices_ = replica_devices(options, model->device());
+CommConfig comm_config(const nn::ParallelOptions& options, std::vector<Device> devices) {
   CommConfig config;
-  config.backend = options.backend, config.devices = devices_;
+  config.backend = options.backend;
+  config.devices = std::move(devices);
   config.local.timeout = std::chrono::milliseconds(int64_t(options.timeout_s * 1000));
-  replicas_ = replicate(std::move(model), devices_, make_communicators(config), sgd);
+  return config;
+}
+
+ReplicatedRunner::ReplicatedRunner(const nn::ParallelOptions& options, int64_t accum)
+    : splitter_(options.split, options.replicas), accum_(accum) {}
+
+void ReplicatedRunner::start(std::unique_ptr<nn::Model> model, const std::vector<Device>& devices,
+                             std::vector<std::unique_ptr<Communicator>> comms, const SgdConfig& sgd) {
+  replicas_ = replicate(std::move(model), devices, std::move(comms), sgd);
   pool_ = std::make_unique<ReplicaPool>(int(replicas_.size()),
                                         [this](int r, const std::string& m) { abort_all(replicas_, r, m); });
   use_replica_streams(*pool_, replicas_);
   sync_replicas();
 }
 
-void DataParallelRunner::sync_replicas() {
+void ReplicatedRunner::sync_replicas() {
   int64_t steps = replicas_[0].sgd->steps_taken();
   pool_->run([this, steps](int r) { broadcast_state(replicas_[size_t(r)], steps); });
+}
+
+// ----------------------------------------------------------------------------- --mode dp
+
+DataParallelRunner::DataParallelRunner(std::unique_ptr<nn::Model> model, const SgdConfig& sgd, int64_t accum,
+                                       const nn::ParallelOptions& options)
+    : ReplicatedRunner(options, accum) {
+  DPCORE_CHECK(options.backend != "mpi", "--mode dp runs its replicas in one process; with --backend mpi use --mode ddp");
+  devices_ = replica_devices(options, model->device());
+  start(std::move(model), devices_, make_communicators(comm_config(options, devices_)), sgd);
 }
 
 nn::StepStats DataParallelRunner::step(const data::Batch& batch) {

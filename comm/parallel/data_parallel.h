@@ -61,25 +61,46 @@ Tensor gather(const std::vector<Tensor>& parts, Device device);
 // Sums the flat gradient buffers of all replicas into every replica (runs on replica r's thread).
 void reduce_gradients(Replica& r);
 
-// --mode dp: one process, R replicas; the loss is computed on the root from gathered outputs.
-class DataParallelRunner : public nn::StepRunner {
+// What both data-parallel runners share: this process's replicas, one thread each
+// (ReplicaPool), and the splitter that shares out each batch.
+class ReplicatedRunner : public nn::StepRunner {
  public:
-  DataParallelRunner(std::unique_ptr<nn::Model> model, const SgdConfig& sgd, int64_t accum,
-                     const nn::ParallelOptions& options);
-  nn::StepStats step(const data::Batch& batch) override;
   nn::Model& model() override { return *replicas_[0].model; }
   Sgd& optimizer() override { return *replicas_[0].sgd; }
+  // Rank 0's parameters and optimizer state to every replica.
   void sync_replicas() override;
-  std::string describe() const override;
   const Splitter& splitter() const { return splitter_; }
+  // This process's replica number `replica` (0 is model()).
+  const nn::Model& replica_model(size_t replica) const { return *replicas_[replica].model; }
+  size_t local_replicas() const { return replicas_.size(); }
 
- private:
+ protected:
+  ReplicatedRunner(const nn::ParallelOptions& options, int64_t accum);
+  // Replicates `model` over `devices` with `comms`, starts one thread per replica, each on
+  // its own stream, and broadcasts rank 0's state.
+  void start(std::unique_ptr<nn::Model> model, const std::vector<Device>& devices,
+             std::vector<std::unique_ptr<Communicator>> comms, const SgdConfig& sgd);
+
   std::vector<Replica> replicas_;
-  std::vector<Device> devices_;
   std::unique_ptr<ReplicaPool> pool_;
   Splitter splitter_;
   int64_t accum_;
 };
+
+// --mode dp: one process, R replicas; the loss is computed on the root from gathered outputs.
+class DataParallelRunner : public ReplicatedRunner {
+ public:
+  DataParallelRunner(std::unique_ptr<nn::Model> model, const SgdConfig& sgd, int64_t accum,
+                     const nn::ParallelOptions& options);
+  nn::StepStats step(const data::Batch& batch) override;
+  std::string describe() const override;
+
+ private:
+  std::vector<Device> devices_;
+};
+
+// The communicator settings for `devices` under the options (backend, timeout).
+CommConfig comm_config(const nn::ParallelOptions& options, std::vector<Device> devices);
 
 // Device of each replica for the options: --replicas R local replicas on the model's
 // device type (round-robin over GPUs), or the explicit list.

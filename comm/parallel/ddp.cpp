@@ -96,39 +96,28 @@ void BucketReducer::finish() {
 
 DistributedRunner::DistributedRunner(std::unique_ptr<nn::Model> model, const SgdConfig& sgd, int64_t accum,
                                      const nn::ParallelOptions& options)
-    : splitter_(options.split, options.replicas), accum_(accum) {
-  CommConfig config;
-  config.backend = options.backend;
+    : ReplicatedRunner(options, accum) {
   // In a job started by mpirun (--backend mpi, or nccl with one process per GPU), this
   // process holds one replica and mpirun decides how many there are; a GPU replica goes to
   // the GPU of its rank on this host.
+  std::vector<Device> devices;
   std::optional<Launch> launch = mpirun_launch();
   if (options.backend == "mpi" || (options.backend == "nccl" && launch && launch->size > 1)) {
     Device d = model->device();
     if (d.is_cuda() && launch) d = Device::cuda(launch->local_rank % std::max(1, runtime::cuda_device_count()));
-    config.devices = {d};
+    devices = {d};
   } else {
-    config.devices = replica_devices(options, model->device());
+    devices = replica_devices(options, model->device());
   }
-  config.local.timeout = std::chrono::milliseconds(int64_t(options.timeout_s * 1000));
-  auto comms = make_communicators(config);
+  auto comms = make_communicators(comm_config(options, devices));
   world_size_ = comms[0]->size();
   if (world_size_ != options.replicas) splitter_ = Splitter(options.split, world_size_);  // set by mpirun
-  replicas_ = replicate(std::move(model), config.devices, std::move(comms), sgd);
+  start(std::move(model), devices, std::move(comms), sgd);
   size_t mib = size_t(1) << 20;
   for (Replica& r : replicas_) {
     reducers_.push_back(std::make_unique<BucketReducer>(
         r, make_buckets(r.model->parameters(), mib, size_t(options.bucket_mb * double(mib)))));
   }
-  pool_ = std::make_unique<ReplicaPool>(int(replicas_.size()),
-                                        [this](int r, const std::string& m) { abort_all(replicas_, r, m); });
-  use_replica_streams(*pool_, replicas_);
-  sync_replicas();
-}
-
-void DistributedRunner::sync_replicas() {
-  int64_t steps = replicas_[0].sgd->steps_taken();
-  pool_->run([this, steps](int r) { broadcast_state(replicas_[size_t(r)], steps); });
 }
 
 nn::StepStats DistributedRunner::step(const data::Batch& batch) {

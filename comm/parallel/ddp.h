@@ -65,28 +65,17 @@ class BucketReducer {
   double exposed_seconds_ = 0;
 };
 
-class DistributedRunner : public nn::StepRunner {
+class DistributedRunner : public ReplicatedRunner {
  public:
   DistributedRunner(std::unique_ptr<nn::Model> model, const SgdConfig& sgd, int64_t accum,
                     const nn::ParallelOptions& options);
   nn::StepStats step(const data::Batch& batch) override;
-  nn::Model& model() override { return *replicas_[0].model; }
-  Sgd& optimizer() override { return *replicas_[0].sgd; }
-  void sync_replicas() override;
   bool is_primary() const override;
   std::string describe() const override;
   const BucketReducer& reducer(size_t replica) const { return *reducers_[replica]; }
-  // This process's replica number `replica` (0 is model()).
-  const nn::Model& replica_model(size_t replica) const { return *replicas_[replica].model; }
-  size_t local_replicas() const { return replicas_.size(); }
-  const Splitter& splitter() const { return splitter_; }
 
  private:
-  std::vector<Replica> replicas_;
   std::vector<std::unique_ptr<BucketReducer>> reducers_;
-  std::unique_ptr<ReplicaPool> pool_;
-  Splitter splitter_;
-  int64_t accum_;
   int world_size_ = 1;
 };
 
