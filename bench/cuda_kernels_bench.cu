@@ -15,17 +15,18 @@
 #include <functional>
 #include <string>
 
-#include "kernels/cuda/check.h"
-#include "kernels/cuda/cublas_linear.h"
-#include "kernels/cuda/cudnn_conv.h"
-#include "kernels/cuda/devices.h"
-#include "kernels/cuda/engine_select.h"
+#include "kernels/cuda_runtime/check.h"
+#include "kernels/cuda_libraries/cublas_linear.h"
+#include "kernels/cuda_libraries/cudnn_conv2d.h"
+#include "kernels/cuda_runtime/devices.h"
+#include "kernels/cuda_libraries/engine_config.h"
 #include "kernels/cuda/kernels.h"
 
 namespace {
 
 namespace hand = dpcore::kernels::cuda;
-namespace cuda = dpcore::cuda;
+namespace cuda_runtime = dpcore::kernels::cuda_runtime;
+namespace cuda_libraries = dpcore::kernels::cuda_libraries;
 using dpcore::kernels::Conv2dShape;
 using dpcore::kernels::LinearShape;
 using dpcore::kernels::Pool2dShape;
@@ -89,9 +90,9 @@ struct Work {
 // Times `launch` once per benchmark iteration (manual time) and sets the counters.
 void run_timed(benchmark::State& state, const Work& work, const std::function<void()>& launch,
                bool tf32 = false) {
-  cuda::EngineConfig config;
+  cuda_libraries::EngineConfig config;
   config.tf32 = tf32;
-  cuda::set_engine_config(config);
+  cuda_libraries::set_engine_config(config);
   launch();
   CUDA_CHECK(cudaDeviceSynchronize());
   cudaEvent_t start, stop;
@@ -111,7 +112,7 @@ void run_timed(benchmark::State& state, const Work& work, const std::function<vo
   }
   CUDA_CHECK(cudaEventDestroy(start));
   CUDA_CHECK(cudaEventDestroy(stop));
-  cuda::set_engine_config(cuda::EngineConfig{});
+  cuda_libraries::set_engine_config(cuda_libraries::EngineConfig{});
   const double runs = double(state.iterations());
   const double mean = seconds / std::max(runs, 1.0);
   if (work.flops > 0) {
@@ -162,9 +163,9 @@ void register_conv(const ConvLayer& l) {
       Buffer bx(s.x_size()), bw(s.w_size()), bb(s.K), by(s.y_size());
       run_timed(state, {s.flops(), x + w + y}, [&] {
         if (e.hand) {
-          hand::conv2d_bias_relu_forward(s, bx.f(), bw.f(), bb.f(), by.f(), nullptr);
+          hand::conv2d_relu_forward(s, bx.f(), bw.f(), bb.f(), by.f(), nullptr);
         } else {
-          cuda::cudnn::conv2d_forward(s, bx.f(), bw.f(), by.f(), nullptr);
+          cuda_libraries::cudnn::conv2d_forward(s, bx.f(), bw.f(), by.f(), nullptr);
           hand::bias_activation(s.N, s.K, s.P * s.Q, bb.f(), true, by.f(), nullptr);
         }
       }, e.tf32);
@@ -175,7 +176,7 @@ void register_conv(const ConvLayer& l) {
         if (e.hand) {
           hand::conv2d_backward_data(s, bdy.f(), bw.f(), bdx.f(), nullptr);
         } else {
-          cuda::cudnn::conv2d_backward_data(s, bdy.f(), bw.f(), bdx.f(), nullptr);
+          cuda_libraries::cudnn::conv2d_backward_data(s, bdy.f(), bw.f(), bdx.f(), nullptr);
         }
       }, e.tf32);
     });
@@ -185,7 +186,7 @@ void register_conv(const ConvLayer& l) {
         if (e.hand) {
           hand::conv2d_backward_weight(s, bx.f(), bdy.f(), bdw.f(), bdb.f(), false, nullptr);
         } else {
-          cuda::cudnn::conv2d_backward_weight(s, bx.f(), bdy.f(), bdw.f(), false, nullptr);
+          cuda_libraries::cudnn::conv2d_backward_weight(s, bx.f(), bdy.f(), bdw.f(), false, nullptr);
           hand::channel_sum(s.N, s.K, s.P * s.Q, bdy.f(), bdb.f(), false, nullptr);
         }
       }, e.tf32);
@@ -212,7 +213,7 @@ void register_linear(const LinearLayer& l) {
     const char* name;
     hand::SgemmFn gemm;
   };
-  for (Engine e : {Engine{"hand", hand::sgemm}, Engine{"cublas", cuda::cublas::sgemm}}) {
+  for (Engine e : {Engine{"hand", hand::sgemm}, Engine{"cublas", cuda_libraries::cublas::sgemm}}) {
     const std::string suffix = std::string("/") + e.name + "/" + l.name;
     add("linear_fwd" + suffix, [s, e, x, w, y](benchmark::State& state) {
       Buffer bx(s.N * s.in), bw(s.out * s.in), bb(s.out), by(s.N * s.out);
@@ -240,8 +241,8 @@ void register_sgemm() {
     hand::SgemmFn gemm;
     bool tf32;
   };
-  for (Engine e : {Engine{"hand", hand::sgemm, false}, Engine{"cublas", cuda::cublas::sgemm, false},
-                   Engine{"cublas_tf32", cuda::cublas::sgemm, true}}) {
+  for (Engine e : {Engine{"hand", hand::sgemm, false}, Engine{"cublas", cuda_libraries::cublas::sgemm, false},
+                   Engine{"cublas_tf32", cuda_libraries::cublas::sgemm, true}}) {
     add(std::string("sgemm_4096/") + e.name, [=](benchmark::State& state) {
       Buffer a(n * n), b(n * n), c(n * n);
       run_timed(state, {flops, bytes},
@@ -350,7 +351,7 @@ void register_flat() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (cuda::device_count() == 0) {
+  if (cuda_runtime::device_count() == 0) {
     std::printf("no CUDA device: skipping the CUDA kernel benchmarks\n");
     return 0;
   }

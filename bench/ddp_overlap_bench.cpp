@@ -17,7 +17,7 @@
 #include <thread>
 
 #include "comm/communicator.h"
-#include "comm/parallel/ddp.h"
+#include "train/ddp.h"
 #include "engine/random.h"
 #include "engine/runtime.h"
 #include "layers/zoo.h"
@@ -32,13 +32,13 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-std::unique_ptr<nn::Model> build(const std::string& name, Device device) {
-  nn::ModelDef def = nn::reference_model(name);
-  return std::make_unique<nn::Model>(std::move(def.net), def.input_shape, device, DType::Float32, 1);
+std::unique_ptr<layers::Model> build(const std::string& name, Device device) {
+  layers::ModelDef def = layers::reference_model(name);
+  return std::make_unique<layers::Model>(std::move(def.net), def.input_shape, device, DType::Float32, 1);
 }
 
 // Median seconds per step of `runner` on a fixed random batch.
-double time_steps(nn::StepRunner& runner, const data::Batch& batch, int steps, Device device) {
+double time_steps(train::StepRunner& runner, const data::Batch& batch, int steps, Device device) {
   for (int i = 0; i < 3; ++i) runner.step(batch);  // warm-up
   std::vector<double> times;
   for (int i = 0; i < steps; ++i) {
@@ -88,7 +88,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   try {
     Device device = Device::parse(device_flag);
-    Shape in = nn::reference_model(model).input_shape;
+    Shape in = layers::reference_model(model).input_shape;
     Generator gen(7);
     std::vector<float> images(size_t(batch * in[0] * in[1] * in[2]));
     for (float& v : images) v = float(gen.uniform(-1, 1));
@@ -98,15 +98,15 @@ int main(int argc, char** argv) {
     b.size = batch, b.c = in[0], b.h = in[1], b.w = in[2], b.images = images.data(), b.labels = labels.data();
     SgdConfig sgd{0.01, 0.9, 0.0, 0.0, false};
 
-    nn::SingleDeviceRunner one(build(model, device), sgd, 1);
+    train::SingleDeviceRunner one(build(model, device), sgd, 1);
     double t_one = time_steps(one, b, steps, device);
-    nn::ParallelOptions o;
+    train::ParallelOptions o;
     o.replicas = replicas, o.bucket_mb = bucket_mb;
     o.mode = "dp";
-    comm::DataParallelRunner dp(build(model, device), sgd, 1, o);
+    train::DataParallelRunner dp(build(model, device), sgd, 1, o);
     double t_dp = time_steps(dp, b, steps, device);
     o.mode = "ddp";
-    comm::DistributedRunner ddp(build(model, device), sgd, 1, o);
+    train::DistributedRunner ddp(build(model, device), sgd, 1, o);
     std::vector<double> exposed;
     for (int i = 0; i < 3; ++i) ddp.step(b);
     std::vector<double> t_ddp_all;

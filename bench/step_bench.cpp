@@ -31,11 +31,11 @@
 
 #include "bench/timing_backend.h"
 #include "engine/backend.h"
-#include "engine/error.h"
+#include "kernels/error.h"
 #include "engine/random.h"
 #include "engine/runtime.h"
-#include "layers/train/runner.h"
-#include "layers/train/step.h"
+#include "train/runner.h"
+#include "train/step.h"
 #include "layers/zoo.h"
 
 namespace {
@@ -50,10 +50,10 @@ struct BenchOptions {
   int threads = 0;
   uint64_t seed = 0;
   bool profile = false;
-  nn::ParallelOptions parallel;
+  train::ParallelOptions parallel;
 };
 
-// The CUDA backend's settings (layers/cli/main.cpp's BackendFlags). Only the flags given
+// The CUDA backend's settings (cli/main.cpp's BackendFlags). Only the flags given
 // on the command line are passed on, so that an absent flag means the backend's default.
 struct CudaFlags {
   std::string conv_engine = "auto", gemm_engine = "auto", cuda_graph = "on";
@@ -157,8 +157,8 @@ nlohmann::json run(const BenchOptions& o, const CudaFlags& cuda) {
                "--profile times CPU kernel calls of one replica: it needs --device cpu and --replicas 1");
   bench::TimingBackend* timing = o.profile ? &bench::TimingBackend::install() : nullptr;
 
-  nn::ModelDef def = nn::reference_model(o.model);
-  auto model = std::make_unique<nn::Model>(std::move(def.net), def.input_shape, device, DType::Float32, o.seed);
+  layers::ModelDef def = layers::reference_model(o.model);
+  auto model = std::make_unique<layers::Model>(std::move(def.net), def.input_shape, device, DType::Float32, o.seed);
   HostBatch host = random_batch(model->input_shape(), o.batch, model->num_classes(), o.seed + 1);
   SgdConfig sgd;  // torch.optim.SGD(lr=0.01, momentum=0.9), the reference's optimizer
   sgd.lr = 0.01;
@@ -167,18 +167,18 @@ nlohmann::json run(const BenchOptions& o, const CudaFlags& cuda) {
   // One model: accumulate_and_step on tensors already on the device, which queues the
   // whole step without reading anything back (as PyTorch's step does not). Replicas: the
   // runner, which scatters the host batch itself.
-  std::unique_ptr<nn::StepRunner> runner;
+  std::unique_ptr<train::StepRunner> runner;
   std::unique_ptr<Sgd> optimizer;
   Tensor x, y;
   if (o.parallel.replicas == 1) {
-    std::tie(x, y) = nn::batch_tensors(host.view, device);
+    std::tie(x, y) = train::batch_tensors(host.view, device);
     optimizer = std::make_unique<Sgd>(model->parameters(), sgd);
   } else {
-    runner = nn::make_runner(std::move(model), sgd, o.accum, o.parallel);
+    runner = train::make_runner(std::move(model), sgd, o.accum, o.parallel);
   }
   // The summed loss of the batch, one element on the device.
   auto eager_step = [&]() -> Tensor {
-    return runner ? runner->step(host.view).loss_sum : nn::accumulate_and_step(*model, *optimizer, x, y, o.accum);
+    return runner ? runner->step(host.view).loss_sum : train::accumulate_and_step(*model, *optimizer, x, y, o.accum);
   };
   auto mean_loss = [&](const Tensor& loss_sum) { return loss_sum.item() / double(o.batch); };
 
@@ -198,7 +198,7 @@ nlohmann::json run(const BenchOptions& o, const CudaFlags& cuda) {
   Tensor graph_loss_sum;
   if (!runner && o.warmup > 0) {
     graph = backend_for(device).capture(device.index, [&] {
-      graph_loss_sum = nn::accumulate_and_step(*model, *optimizer, x, y, o.accum);
+      graph_loss_sum = train::accumulate_and_step(*model, *optimizer, x, y, o.accum);
     });
   }
   auto step = [&]() -> Tensor {
@@ -258,7 +258,7 @@ int main(int argc, char** argv) {
   BenchOptions o;
   CudaFlags cuda;
   app.add_option("--model", o.model, "simplenet, fashioncnn or vggs")
-      ->check(CLI::IsMember(dpcore::nn::reference_model_names()))
+      ->check(CLI::IsMember(dpcore::layers::reference_model_names()))
       ->capture_default_str();
   app.add_option("--batch", o.batch, "samples per step")->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--accum", o.accum, "gradient accumulation micro-batches per step")

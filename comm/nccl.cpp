@@ -3,7 +3,7 @@
 //
 // Ordering with the caller's work: each collective first makes the communication stream
 // wait (through an event) for everything queued so far on the caller's current stream
-// (kernels/cuda/stream.h), so NCCL reads finished data while later compute overlaps with
+// (kernels/cuda_runtime/stream.h), so NCCL reads finished data while later compute overlaps with
 // it; Work::wait() then blocks the host until the collective's completion event.
 // In-flight collectives keep their tensors alive until they complete, even when the
 // caller drops the Work.
@@ -22,9 +22,9 @@
 #include "comm/checks.h"
 #include "comm/communicator.h"
 #include "engine/io/atomic_file.h"
-#include "kernels/cuda/check.h"
-#include "kernels/cuda/devices.h"
-#include "kernels/cuda/stream.h"
+#include "kernels/cuda_runtime/check.h"
+#include "kernels/cuda_runtime/devices.h"
+#include "kernels/cuda_runtime/stream.h"
 
 namespace dpcore::comm {
 namespace {
@@ -62,11 +62,11 @@ struct NcclState {
   std::string abort_reason;  // set by abort(): the communicator is unusable
 
   NcclState(ncclComm_t c, int d) : comm(c), device(d) {
-    cuda::DeviceGuard guard(device);
+    kernels::cuda_runtime::DeviceGuard guard(device);
     CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   }
   ~NcclState() {
-    cuda::DeviceGuard guard(device);
+    kernels::cuda_runtime::DeviceGuard guard(device);
     if (abort_reason.empty()) {
       cudaStreamSynchronize(stream);
       ncclCommDestroy(comm);
@@ -91,7 +91,7 @@ class NcclWork : public Work::Impl {
     return true;
   }
   void wait() override {
-    cuda::DeviceGuard guard(state_->device);
+    kernels::cuda_runtime::DeviceGuard guard(state_->device);
     CUDA_CHECK(cudaEventSynchronize(finished_));
     {
       std::lock_guard<std::mutex> lock(state_->mutex);
@@ -201,9 +201,9 @@ class NcclCommunicator : public Communicator {
       std::lock_guard<std::mutex> lock(state_->mutex);
       DPCORE_CHECK(state_->abort_reason.empty(), op, ": the communicator was aborted: ", state_->abort_reason);
     }
-    cuda::DeviceGuard guard(state_->device);
+    kernels::cuda_runtime::DeviceGuard guard(state_->device);
     cudaEvent_t ready = new_event();
-    CUDA_CHECK(cudaEventRecord(ready, cuda::current_stream(state_->device)));
+    CUDA_CHECK(cudaEventRecord(ready, kernels::cuda_runtime::current_stream(state_->device)));
     CUDA_CHECK(cudaStreamWaitEvent(state_->stream, ready, 0));
     CUDA_CHECK(cudaEventDestroy(ready));  // released once it has fired
     check_nccl(call(state_->comm, state_->stream), op, state_->comm);
@@ -224,7 +224,7 @@ class NcclCommunicator : public Communicator {
 };
 
 void check_usable(int rank, Device device) {
-  int usable = cuda::device_count();
+  int usable = kernels::cuda_runtime::device_count();
   DPCORE_CHECK(device.index < usable, "nccl: rank ", rank, " wants ", device.str(), " but ", usable,
                " CUDA device(s) are usable on this machine");
 }
@@ -285,7 +285,7 @@ std::unique_ptr<Communicator> make_nccl_communicator(int rank, int size, Device 
   } else {
     id = read_id_file(rank, exchange);
   }
-  cuda::DeviceGuard guard(device.index);
+  kernels::cuda_runtime::DeviceGuard guard(device.index);
   ncclComm_t comm;
   check_nccl(ncclCommInitRank(&comm, size, id, rank), "nccl: ncclCommInitRank");
   return std::make_unique<NcclCommunicator>(comm, device.index);

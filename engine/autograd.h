@@ -1,6 +1,6 @@
 // Reverse-mode automatic differentiation.
 //
-// Every op that records (engine/ops.cpp) gives its output a Node: the op's backward,
+// Every op that records (engine/ops/) gives its output a Node: the op's backward,
 // holding what it saved from the forward and one Edge per input. Leaves that require a
 // gradient get an AccumulateGrad node, which adds into the leaf's .grad buffer in place
 // and then runs the leaf's post-accumulate hooks. backward() walks the graph in reverse

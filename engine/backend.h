@@ -1,11 +1,11 @@
 // Backend: the one interface through which every op reaches a kernel, with one
 // implementation per device type (Caffe's CPU/GPU twin layers, PyTorch's dispatch, made
 // small). engine/cpu_backend.cpp binds the reference CPU kernels; the CUDA backend
-// (kernels/cuda/cuda_backend.cu) binds the hand-written kernels and the cuDNN/cuBLAS
+// (engine/cuda_backend.cu) binds the hand-written kernels and the cuDNN/cuBLAS
 // engines. backend_for(device) is the ONLY place that chooses between them: ops never
 // test for CUDA themselves.
 //
-// Ops (engine/ops.cpp) validate shapes, dtypes and devices and allocate outputs before
+// Ops (engine/ops/) validate shapes, dtypes and devices and allocate outputs before
 // calling in here; a backend may assume its arguments are consistent. Output tensors are
 // fully overwritten unless `accumulate` says otherwise (see kernels/cpu/kernels.h).
 #pragma once
@@ -16,6 +16,7 @@
 #include <string>
 
 #include "engine/tensor.h"
+#include "kernels/sgd_config.h"
 #include "kernels/shapes.h"
 
 namespace dpcore {

@@ -26,13 +26,17 @@ Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2d
 //   conv2d_relu:            relu(conv2d(x, w, bias)), the relu in the convolution's epilogue;
 //   conv2d_relu_max_pool2d: max_pool2d(relu(conv2d(...))), and in backward the relu's mask is
 //                           folded into the pooling's gather.
-// nn::Sequential runs conv, relu[, pool] children through these (layers/module.cpp).
+// layers::Sequential runs conv, relu[, pool] children through these (layers/module.cpp).
 Tensor conv2d_relu(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dOptions& opt);
 Tensor conv2d_relu_max_pool2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dOptions& conv,
                               const Pool2dOptions& pool);
 // x[N,in], w[out,in], bias[out] or undefined -> y[N,out]
 Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias);
 Tensor max_pool2d(const Tensor& x, const Pool2dOptions& opt);
+// max_pool2d's rules for its options (positive kernel and stride; padding at most half the
+// kernel, PyTorch's rule, so that no window is padding only). max_pool2d checks them; a
+// module can check them early, when the model is built.
+void check_max_pool2d_options(const Pool2dOptions& opt);
 Tensor relu(const Tensor& x);
 // Same elements, new shape; one entry may be -1 (inferred). An inferred LEADING entry is
 // the batch idiom x.view(-1, F): if it would change the batch size the op fails, naming

@@ -4,6 +4,7 @@
 #pragma once
 
 #include "engine/flat_parameters.h"
+#include "kernels/sgd_config.h"
 #include "kernels/shapes.h"
 
 namespace dpcore {
@@ -18,7 +19,6 @@ class Sgd {
   // Counts a step taken by replaying a captured CUDA graph that contains step().
   void count_replayed_step() { ++steps_; }
   const SgdConfig& config() const { return config_; }
-  void set_lr(double lr) { config_.lr = lr; }
   int64_t steps_taken() const { return steps_; }
 
   // State for checkpoints: the momentum buffer (same layout as the parameters; undefined

@@ -11,7 +11,7 @@
 
 #include "engine/device.h"
 #include "engine/dtype.h"
-#include "engine/error.h"
+#include "kernels/error.h"
 #include "engine/storage.h"
 
 namespace dpcore {

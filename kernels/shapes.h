@@ -1,9 +1,11 @@
-// Shapes shared by every kernel implementation (CPU reference, hand CUDA, cuDNN/cuBLAS).
+// Shapes shared by every kernel implementation (naive reference, fast CPU, hand CUDA,
+// cuDNN/cuBLAS).
 //
 // Kernels take raw pointers plus one of these plain structs, never a Tensor: that keeps
 // kernels/ free of the engine, so each kernel file reads like a textbook loop nest and can
-// be tested and benchmarked on its own. The engine (engine/backend_*.cpp) turns tensors
-// into these structs after it has checked them.
+// be tested and benchmarked on its own. The engine's ops (engine/ops/) check tensors and
+// work out these structs; the backends (engine/cpu_backend.cpp, engine/cuda_backend.cu)
+// pass them on to the kernels.
 #pragma once
 
 #include <cstdint>
@@ -25,9 +27,11 @@ struct Conv2dShape {
   double flops() const { return 2.0 * double(N) * K * P * Q * C * R * S; }
 };
 
-// Output size along one dimension, PyTorch's floor rule.
+// Output size along one dimension, PyTorch's floor rule; 0 when the window is larger than
+// the padded input (C++ division truncates toward zero, which would give 1 there).
 inline int64_t conv_out_size(int64_t in, int64_t kernel, int64_t stride, int64_t pad) {
-  return (in + 2 * pad - kernel) / stride + 1;
+  const int64_t span = in + 2 * pad - kernel;
+  return span < 0 ? 0 : span / stride + 1;
 }
 
 // max_pool2d over x[N,C,H,W] -> y[N,C,P,Q]; padding counts as -infinity.
@@ -46,15 +50,6 @@ struct Pool2dShape {
 struct LinearShape {
   int64_t N = 0, in = 0, out = 0;
   double flops() const { return 2.0 * double(N) * in * out; }
-};
-
-// Hyper-parameters of torch.optim.SGD, applied in PyTorch's order (see docs/architecture.md).
-struct SgdConfig {
-  double lr = 0.01;
-  double momentum = 0.0;
-  double dampening = 0.0;
-  double weight_decay = 0.0;
-  bool nesterov = false;
 };
 
 }  // namespace dpcore::kernels

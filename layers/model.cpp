@@ -5,14 +5,22 @@
 
 #include "engine/random.h"
 
-namespace dpcore::nn {
+namespace dpcore::layers {
 
 Model::Model(std::unique_ptr<Sequential> net, Shape input_shape, Device device, DType dtype, uint64_t seed)
     : net_(std::move(net)), input_shape_(std::move(input_shape)) {
   DPCORE_CHECK(input_shape_.size() == 3, "model: the input shape must be {C, H, W}, got ", shape_str(input_shape_));
+  for (int64_t d : input_shape_) {
+    DPCORE_CHECK(d > 0, "model: the input shape ", shape_str(input_shape_), " is empty");
+  }
   Shape batch_shape{1};
   batch_shape.insert(batch_shape.end(), input_shape_.begin(), input_shape_.end());
-  Shape out = net_->output_shape(batch_shape);
+  Shape out;
+  try {
+    out = net_->output_shape(batch_shape);  // names the layer and the shapes that do not fit
+  } catch (const Error& e) {
+    fail("model: ", e.what());
+  }
   DPCORE_CHECK(out.size() == 2, "model: the network must end in [N, classes], but ", shape_str(batch_shape),
                " comes out as ", shape_str(out));
   num_classes_ = out[1];
@@ -66,4 +74,4 @@ std::string Model::summary() const {
   return os.str();
 }
 
-}  // namespace dpcore::nn
+}  // namespace dpcore::layers

@@ -12,7 +12,7 @@
 #include "engine/flat_parameters.h"
 #include "layers/module.h"
 
-namespace dpcore::nn {
+namespace dpcore::layers {
 
 class Model {
  public:
@@ -55,4 +55,4 @@ class Model {
   std::unique_ptr<FlatParameters> params_;
 };
 
-}  // namespace dpcore::nn
+}  // namespace dpcore::layers

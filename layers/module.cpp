@@ -4,13 +4,24 @@
 
 #include "kernels/shapes.h"
 
-namespace dpcore::nn {
+namespace dpcore::layers {
 
 namespace {
 std::string join(const std::string& prefix, const std::string& name) { return prefix.empty() ? name : prefix + "." + name; }
 
 void check_rank(const char* layer, const Shape& input, size_t rank, const std::string& what) {
-  DPCORE_CHECK(input.size() == rank, layer, ": expects ", what, ", got input ", shape_str(input));
+  DPCORE_CHECK(input.size() == rank, layer, " expects ", what, ", got input ", shape_str(input));
+}
+
+// A window (conv kernel or pool) that must fit the padded input; names both shapes.
+void check_window_fits(const char* what, const Shape& in, const Shape& out, int64_t kernel, int64_t pad) {
+  int64_t h = in[2] + 2 * pad, w = in[3] + 2 * pad;
+  if (kernel <= h && kernel <= w && shape_numel(out) > 0) return;
+  std::string padded = pad ? " (" + std::to_string(h) + "x" + std::to_string(w) + " with padding " +
+                                 std::to_string(pad) + ")"
+                           : "";
+  fail("input ", shape_str(in), " would give an empty output ", shape_str(out), ": the ", kernel, "x", kernel, " ",
+       what, " is larger than the ", in[2], "x", in[3], " input", padded);
 }
 }  // namespace
 
@@ -36,11 +47,11 @@ Tensor Conv2d::forward_relu_pool(const Tensor& x, const ops::Pool2dOptions& pool
 
 Shape Conv2d::output_shape(const Shape& in) const {
   check_rank("conv", in, 4, "a batch of images [N, C, H, W]");
-  DPCORE_CHECK(in[1] == in_, describe(), ": input ", shape_str(in), " has ", in[1], " channels, expected ", in_);
-  int64_t p = kernels::conv_out_size(in[2], kernel_, stride_, padding_);
-  int64_t q = kernels::conv_out_size(in[3], kernel_, stride_, padding_);
-  DPCORE_CHECK(p > 0 && q > 0, describe(), ": kernel does not fit input ", shape_str(in));
-  return {in[0], out_, p, q};
+  DPCORE_CHECK(in[1] == in_, "input ", shape_str(in), " has ", in[1], " channels but the convolution takes ", in_);
+  Shape out{in[0], out_, kernels::conv_out_size(in[2], kernel_, stride_, padding_),
+            kernels::conv_out_size(in[3], kernel_, stride_, padding_)};
+  check_window_fits("kernel", in, out, kernel_, padding_);
+  return out;
 }
 
 std::string Conv2d::describe() const {
@@ -65,7 +76,8 @@ Tensor Linear::forward(const Tensor& x) { return ops::linear(x, weight_, bias_);
 
 Shape Linear::output_shape(const Shape& in) const {
   check_rank("linear", in, 2, "[N, features] (flatten first)");
-  DPCORE_CHECK(in[1] == in_, describe(), ": input ", shape_str(in), " has ", in[1], " features, expected ", in_);
+  DPCORE_CHECK(in[1] == in_, "input ", shape_str(in), " has ", in[1], " features but the layer takes ", in_,
+               " (in_features), so it cannot give output ", shape_str(Shape{in[0], out_}));
   return {in[0], out_};
 }
 
@@ -82,18 +94,17 @@ void Linear::collect_parameters(const std::string& prefix, std::vector<ParamSlot
 MaxPool2d::MaxPool2d(int64_t kernel, int64_t stride, int64_t padding) {
   if (stride < 0) stride = kernel;
   opt_ = {kernel, kernel, stride, stride, padding, padding};
-  DPCORE_CHECK(kernel > 0 && stride > 0 && padding >= 0 && 2 * padding <= kernel, "pool: invalid configuration ",
-               describe());
+  ops::check_max_pool2d_options(opt_);
 }
 
 Tensor MaxPool2d::forward(const Tensor& x) { return ops::max_pool2d(x, opt_); }
 
 Shape MaxPool2d::output_shape(const Shape& in) const {
   check_rank("pool", in, 4, "a batch of images [N, C, H, W]");
-  int64_t p = kernels::conv_out_size(in[2], opt_.kernel_h, opt_.stride_h, opt_.pad_h);
-  int64_t q = kernels::conv_out_size(in[3], opt_.kernel_w, opt_.stride_w, opt_.pad_w);
-  DPCORE_CHECK(p > 0 && q > 0, describe(), ": window does not fit input ", shape_str(in));
-  return {in[0], in[1], p, q};
+  Shape out{in[0], in[1], kernels::conv_out_size(in[2], opt_.kernel_h, opt_.stride_h, opt_.pad_h),
+            kernels::conv_out_size(in[3], opt_.kernel_w, opt_.stride_w, opt_.pad_w)};
+  check_window_fits("window", in, out, opt_.kernel_h, opt_.pad_h);
+  return out;
 }
 
 std::string MaxPool2d::describe() const {
@@ -161,9 +172,29 @@ Tensor Sequential::forward_prefix(const Tensor& x, size_t count) {
   return h;
 }
 
+std::string Sequential::layer_label(size_t i) const {
+  const std::string& name = children_[i].first;
+  std::string label = "layer " + std::to_string(i);
+  if (name != std::to_string(i)) label += " '" + name + "'";
+  return label + " (" + children_[i].second->describe() + ")";
+}
+
+Shape checked_output_shape(const Module& layer, const Shape& input, const std::string& label) {
+  Shape out;
+  try {
+    out = layer.output_shape(input);
+  } catch (const Error& e) {
+    fail(label, ": ", e.what());
+  }
+  for (size_t d = 1; d < out.size(); ++d) {
+    DPCORE_CHECK(out[d] > 0, label, ": input ", shape_str(input), " gives an empty output ", shape_str(out));
+  }
+  return out;
+}
+
 Shape Sequential::output_shape(const Shape& input) const {
   Shape s = input;
-  for (auto& c : children_) s = c.second->output_shape(s);
+  for (size_t i = 0; i < children_.size(); ++i) s = checked_output_shape(*children_[i].second, s, layer_label(i));
   return s;
 }
 
@@ -183,4 +214,4 @@ void Sequential::collect_parameters(const std::string& prefix, std::vector<Param
   for (auto& c : children_) c.second->collect_parameters(join(prefix, c.first), out);
 }
 
-}  // namespace dpcore::nn
+}  // namespace dpcore::layers

@@ -14,7 +14,7 @@
 #include "engine/ops.h"
 #include "engine/tensor.h"
 
-namespace dpcore::nn {
+namespace dpcore::layers {
 
 struct ParamSlot {
   std::string name;    // full state_dict name, e.g. "c1.weight"
@@ -28,14 +28,16 @@ class Module {
   virtual ~Module() = default;
   virtual Tensor forward(const Tensor& x) = 0;
   // The output shape for an input shape (batch included), failing with a message that
-  // names the layer and the shapes when they don't fit. Used to check a model when it is
-  // built, before any data flows.
+  // names the shapes when they don't fit (a window larger than its padded input, features
+  // or channels that do not match, a view that does not fit); Sequential adds which layer.
+  // Used to check a model when it is built, before any data flows.
   virtual Shape output_shape(const Shape& input) const = 0;
   // A short description: "conv(3->16, k3, s1, p1)".
   virtual std::string describe() const = 0;
   // A copy of the structure with unbound parameters (for replicas on other devices).
   virtual std::unique_ptr<Module> clone() const = 0;
-  virtual void collect_parameters(const std::string& prefix, std::vector<ParamSlot>& out) {}
+  // Modules without parameters (relu, pooling, flatten, ...) add nothing.
+  virtual void collect_parameters(const std::string& /*prefix*/, std::vector<ParamSlot>& /*out*/) {}
 };
 
 class Conv2d : public Module {
@@ -139,6 +141,9 @@ class Sequential : public Module {
   std::unique_ptr<Module> clone() const override;
   void collect_parameters(const std::string& prefix, std::vector<ParamSlot>& out) override;
 
+  // "layer 3 'c2' (conv(32->64, k3, s1, p1))": how shape errors name child i.
+  std::string layer_label(size_t i) const;
+
   size_t size() const { return children_.size(); }
   Module& child(size_t i) const { return *children_[i].second; }
   const std::string& child_name(size_t i) const { return children_[i].first; }
@@ -147,4 +152,10 @@ class Sequential : public Module {
   std::vector<std::pair<std::string, std::unique_ptr<Module>>> children_;
 };
 
-}  // namespace dpcore::nn
+// layer.output_shape(input), with `label` (which layer: index, name or spec text) put in
+// front of any error, and an error naming both shapes when a dimension other than the
+// batch comes out as 0: a network that collapses its input to nothing is refused when it
+// is built, as PyTorch refuses it, instead of training on nothing.
+Shape checked_output_shape(const Module& layer, const Shape& input, const std::string& label);
+
+}  // namespace dpcore::layers

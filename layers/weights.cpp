@@ -2,7 +2,7 @@
 
 #include <vector>
 
-namespace dpcore::nn {
+namespace dpcore::layers {
 
 void save_weights(const Model& model, const std::string& path, const std::map<std::string, std::string>& metadata) {
   const FlatParameters& params = model.parameters();
@@ -51,4 +51,4 @@ void load_weights(Model& model, const std::string& path) {
   load_weights(model, file, "");
 }
 
-}  // namespace dpcore::nn
+}  // namespace dpcore::layers

@@ -8,7 +8,7 @@
 #include "engine/io/safetensors.h"
 #include "layers/model.h"
 
-namespace dpcore::nn {
+namespace dpcore::layers {
 
 // Writes every parameter (float32 or float64, as the model holds them), atomically.
 void save_weights(const Model& model, const std::string& path, const std::map<std::string, std::string>& metadata = {});
@@ -21,4 +21,4 @@ void load_weights(Model& model, const std::string& path);
 // those are checked (other tensors in the file are allowed).
 void load_weights(Model& model, const io::SafetensorsFile& file, const std::string& prefix);
 
-}  // namespace dpcore::nn
+}  // namespace dpcore::layers

@@ -3,7 +3,7 @@
 #include <cctype>
 #include <sstream>
 
-namespace dpcore::nn {
+namespace dpcore::layers {
 
 namespace {
 
@@ -46,6 +46,7 @@ namespace {
 struct LayerToken {
   std::string name;
   std::vector<std::string> args;
+  std::string text;  // as written in the spec: "pool(2, s1)"
 };
 
 std::vector<LayerToken> tokenize(const std::string& spec) {
@@ -58,6 +59,7 @@ std::vector<LayerToken> tokenize(const std::string& spec) {
     skip_space();
     if (i >= spec.size()) break;
     LayerToken t;
+    size_t start = i;
     while (i < spec.size() && (std::isalnum(static_cast<unsigned char>(spec[i])) || spec[i] == '_')) t.name += spec[i++];
     DPCORE_CHECK(!t.name.empty(), "layer spec \"", spec, "\": unexpected '", spec[i], "' at position ", i);
     skip_space();
@@ -72,12 +74,13 @@ std::vector<LayerToken> tokenize(const std::string& spec) {
       }
       i = close + 1;
     }
+    t.text = spec.substr(start, i - start);
     out.push_back(std::move(t));
   }
   return out;
 }
 
-int64_t parse_int(const std::string& spec, const LayerToken& t, const std::string& text) {
+int64_t parse_int(const LayerToken& t, const std::string& text) {
   size_t used = 0;
   int64_t v = -1;
   try {
@@ -85,8 +88,7 @@ int64_t parse_int(const std::string& spec, const LayerToken& t, const std::strin
   } catch (const std::exception&) {
     used = 0;
   }
-  DPCORE_CHECK(used == text.size() && !text.empty(), "layer spec \"", spec, "\": ", t.name, "(...) has a bad number '",
-               text, "'");
+  DPCORE_CHECK(used == text.size() && !text.empty(), t.name, "(...) has a bad number '", text, "'");
   return v;
 }
 
@@ -95,16 +97,60 @@ struct WindowArgs {
   std::vector<int64_t> positional;
   int64_t stride = -1, padding = 0;
 };
-WindowArgs window_args(const std::string& spec, const LayerToken& t) {
+WindowArgs window_args(const LayerToken& t) {
   WindowArgs w;
   for (const std::string& a : t.args) {
     if (!a.empty() && (a[0] == 's' || a[0] == 'p')) {
-      (a[0] == 's' ? w.stride : w.padding) = parse_int(spec, t, a.substr(1));
+      (a[0] == 's' ? w.stride : w.padding) = parse_int(t, a.substr(1));
     } else {
-      w.positional.push_back(parse_int(spec, t, a));
+      w.positional.push_back(parse_int(t, a));
     }
   }
   return w;
+}
+
+// One layer from its token, for inputs of `shape` (channels and features are inferred).
+std::unique_ptr<Module> make_layer(const LayerToken& t, const Shape& shape) {
+  auto expect_args = [&](size_t lo, size_t hi, const char* usage) {
+    DPCORE_CHECK(t.args.size() >= lo && t.args.size() <= hi, usage);
+  };
+  if (t.name == "conv") {
+    WindowArgs w = window_args(t);
+    DPCORE_CHECK(w.positional.size() == 2 && shape.size() == 4,
+                 "conv takes conv(OUT,K[,sS][,pP]) after an image-shaped input, at shape ", shape_str(shape));
+    return std::make_unique<Conv2d>(shape[1], w.positional[0], w.positional[1], w.stride < 0 ? 1 : w.stride,
+                                    w.padding);
+  }
+  if (t.name == "pool") {
+    WindowArgs w = window_args(t);
+    DPCORE_CHECK(w.positional.size() == 1, "pool takes pool(K[,sS][,pP])");
+    return std::make_unique<MaxPool2d>(w.positional[0], w.stride, w.padding);
+  }
+  if (t.name == "linear") {
+    expect_args(1, 1, "linear takes linear(OUT)");
+    DPCORE_CHECK(shape.size() == 2, "linear needs [N, features] input, got ", shape_str(shape),
+                 " (add flatten before it)");
+    return std::make_unique<Linear>(shape[1], parse_int(t, t.args[0]));
+  }
+  if (t.name == "relu") {
+    expect_args(0, 0, "relu takes no arguments");
+    return std::make_unique<ReLU>();
+  }
+  if (t.name == "flatten") {
+    expect_args(0, 0, "flatten takes no arguments");
+    return std::make_unique<Flatten>();
+  }
+  if (t.name == "view") {
+    DPCORE_CHECK(!t.args.empty(), "view takes view(D1,D2,...)");
+    Shape dims;
+    for (const std::string& a : t.args) dims.push_back(parse_int(t, a));
+    return std::make_unique<View>(dims);
+  }
+  if (t.name == "logsoftmax") {
+    expect_args(0, 0, "logsoftmax takes no arguments");
+    return std::make_unique<LogSoftmax>();
+  }
+  fail("unknown layer '", t.name, "' (known: conv, pool, linear, relu, flatten, view, logsoftmax)");
 }
 
 }  // namespace
@@ -113,50 +159,33 @@ std::unique_ptr<Sequential> parse_layer_spec(const std::string& spec, const Shap
   auto net = std::make_unique<Sequential>();
   Shape shape{1};
   shape.insert(shape.end(), input_shape.begin(), input_shape.end());
+  for (int64_t d : input_shape) DPCORE_CHECK(d > 0, "layer spec \"", spec, "\": the input shape ", shape_str(input_shape), " is empty");
   auto tokens = tokenize(spec);
   DPCORE_CHECK(!tokens.empty(), "layer spec is empty");
-  for (const LayerToken& t : tokens) {
-    auto expect_args = [&](size_t lo, size_t hi, const char* usage) {
-      DPCORE_CHECK(t.args.size() >= lo && t.args.size() <= hi, "layer spec \"", spec, "\": ", usage);
-    };
-    std::unique_ptr<Module> layer;
-    if (t.name == "conv") {
-      WindowArgs w = window_args(spec, t);
-      DPCORE_CHECK(w.positional.size() == 2 && shape.size() == 4, "layer spec \"", spec,
-                   "\": conv takes conv(OUT,K[,sS][,pP]) after an image-shaped input, at shape ", shape_str(shape));
-      layer = std::make_unique<Conv2d>(shape[1], w.positional[0], w.positional[1], w.stride < 0 ? 1 : w.stride,
-                                       w.padding);
-    } else if (t.name == "pool") {
-      WindowArgs w = window_args(spec, t);
-      DPCORE_CHECK(w.positional.size() == 1, "layer spec \"", spec, "\": pool takes pool(K[,sS][,pP])");
-      layer = std::make_unique<MaxPool2d>(w.positional[0], w.stride, w.padding);
-    } else if (t.name == "linear") {
-      expect_args(1, 1, "linear takes linear(OUT)");
-      DPCORE_CHECK(shape.size() == 2, "layer spec \"", spec, "\": linear needs [N, features] input, got ",
-                   shape_str(shape), " (add flatten before it)");
-      layer = std::make_unique<Linear>(shape[1], parse_int(spec, t, t.args[0]));
-    } else if (t.name == "relu") {
-      expect_args(0, 0, "relu takes no arguments");
-      layer = std::make_unique<ReLU>();
-    } else if (t.name == "flatten") {
-      expect_args(0, 0, "flatten takes no arguments");
-      layer = std::make_unique<Flatten>();
-    } else if (t.name == "view") {
-      DPCORE_CHECK(!t.args.empty(), "layer spec \"", spec, "\": view takes view(D1,D2,...)");
-      Shape dims;
-      for (const std::string& a : t.args) dims.push_back(parse_int(spec, t, a));
-      layer = std::make_unique<View>(dims);
-    } else if (t.name == "logsoftmax") {
-      expect_args(0, 0, "logsoftmax takes no arguments");
-      layer = std::make_unique<LogSoftmax>();
-    } else {
-      fail("layer spec \"", spec, "\": unknown layer '", t.name,
-           "' (known: conv, pool, linear, relu, flatten, view, logsoftmax)");
+  // Each layer is built and its output shape worked out at once, so that a layer that does
+  // not fit (or a network that collapses its input to nothing) fails here, naming the
+  // layer as written and the shapes, as PyTorch refuses it, rather than training on nothing.
+  auto add = [&](std::unique_ptr<Module> layer, const std::string& label) {
+    try {
+      shape = checked_output_shape(*layer, shape, label);
+    } catch (const Error& e) {
+      fail("layer spec \"", spec, "\": ", e.what());
     }
-    shape = layer->output_shape(shape);
     net->add(std::move(layer));
+  };
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    std::string label = "layer " + std::to_string(i) + " '" + tokens[i].text + "'";
+    std::unique_ptr<Module> layer;
+    try {
+      layer = make_layer(tokens[i], shape);
+    } catch (const Error& e) {
+      fail("layer spec \"", spec, "\": ", label, ": ", e.what());
+    }
+    add(std::move(layer), label);
   }
-  if (!dynamic_cast<LogSoftmax*>(&net->child(net->size() - 1))) net->add(std::make_unique<LogSoftmax>());
+  if (!dynamic_cast<LogSoftmax*>(&net->child(net->size() - 1))) {
+    add(std::make_unique<LogSoftmax>(), "the logsoftmax appended as layer " + std::to_string(tokens.size()));
+  }
   return net;
 }
 
@@ -170,4 +199,4 @@ ModelDef model_from_flag(const std::string& model, const Shape& input_shape) {
   return {parse_layer_spec(model, input_shape), input_shape};
 }
 
-}  // namespace dpcore::nn
+}  // namespace dpcore::layers

@@ -1,6 +1,12 @@
 #!/usr/bin/env bash
 # Installs everything dpcore needs from Debian's packages. Idempotent: packages
-# already present are left alone, so this is cheap to run before every build.
+# already present are left alone, so this is cheap to run before every build (it prints
+# nothing when there is nothing to do).
+#
+# Quiet: one line per step. apt's own output goes to a log file, a fresh
+# ${TMPDIR:-/tmp}/dpcore-install-deps.XXXXXX.log named in the first line (outside the tree,
+# so that a run as root leaves nothing root-owned in the checkout), and is shown (its last
+# lines, and its path) only when a step fails. Runs as root, or as a user with sudo.
 set -euo pipefail
 
 packages=(
@@ -18,12 +24,44 @@ missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
+[ ${#missing[@]} -gt 0 ] || exit 0
 
-if [ ${#missing[@]} -gt 0 ]; then
-  echo "dpcore: installing ${missing[*]}"
-  sudo_cmd=""
-  [ "$(id -u)" -eq 0 ] || sudo_cmd="sudo"
-  export DEBIAN_FRONTEND=noninteractive
-  $sudo_cmd apt-get update -qq
-  $sudo_cmd apt-get install -y -qq --no-install-recommends "${missing[@]}"
+# apt-get as root. sudo resets the environment, so DEBIAN_FRONTEND goes through env(1);
+# a password prompt, if any, still reaches the terminal (sudo asks on /dev/tty).
+if [ "$(id -u)" -eq 0 ]; then
+  as_root=(env DEBIAN_FRONTEND=noninteractive)
+elif command -v sudo > /dev/null; then
+  as_root=(sudo env DEBIAN_FRONTEND=noninteractive)
+else
+  echo "dpcore: missing packages (${missing[*]}) and not root, and sudo is not installed: run $0 as root" >&2
+  exit 1
 fi
+apt_options=(-q -o Dpkg::Use-Pty=0 -o APT::Color=0)
+
+log=$(mktemp "${TMPDIR:-/tmp}/dpcore-install-deps.XXXXXX.log")
+
+# step DESCRIPTION COMMAND...: one line, the command's output to the log; on failure, the
+# log's tail and path, and the command's exit status.
+step() {
+  local what=$1
+  shift
+  echo "dpcore: $what"
+  echo "=== $what: $*" >> "$log"
+  local status=0
+  "$@" >> "$log" 2>&1 < /dev/null || status=$?
+  if [ "$status" -ne 0 ]; then
+    {
+      echo "dpcore: failed (exit $status): ${what% ...}. The last lines of $log:"
+      tail -n 30 "$log" | sed 's/^/  | /'
+      echo "dpcore: the whole output is in $log"
+    } >&2
+    exit "$status"
+  fi
+}
+
+count="${#missing[@]} package$([ ${#missing[@]} -eq 1 ] || echo s)"
+echo "dpcore: $count missing; apt's output goes to $log"
+step "apt-get update ..." "${as_root[@]}" apt-get "${apt_options[@]}" update
+step "installing $count: ${missing[*]} ..." \
+  "${as_root[@]}" apt-get "${apt_options[@]}" install -y --no-install-recommends "${missing[@]}"
+echo "dpcore: installed $count"

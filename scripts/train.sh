@@ -8,4 +8,4 @@ scripts/build.sh
 # Idle OpenMP threads sleep instead of spinning: on a machine shared with other work,
 # spinning turns a 5 ms step into 90 (docs/benchmarks.md). Override by setting it yourself.
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE}
-exec build/layers/dpcore train "$@"
+exec build/bin/dpcore train "$@"

@@ -3,10 +3,7 @@
 #include <cstdio>
 #include <vector>
 
-#include "engine/sgd.h"
-#include "layers/train/step.h"
-#include "layers/weights.h"
-#include "layers/zoo.h"
+#include <dpcore/dpcore.h>
 
 int main(int argc, char** argv) {
   using namespace dpcore;
@@ -15,8 +12,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   // A model from a layer spec; reference_model("simplenet") would do as well.
-  auto net = nn::parse_layer_spec("conv(8,3,p1) relu pool(2) flatten linear(3)", {1, 8, 8});
-  nn::Model model(std::move(net), {1, 8, 8}, Device::cpu(), DType::Float32, /*seed=*/1);
+  auto net = layers::parse_layer_spec("conv(8,3,p1) relu pool(2) flatten linear(3)", {1, 8, 8});
+  layers::Model model(std::move(net), {1, 8, 8}, Device::cpu(), DType::Float32, /*seed=*/1);
   Sgd sgd(model.parameters(), SgdConfig{0.1, 0.9, 0.0, 0.0, false});
 
   // Three classes told apart by which third of the image is bright.
@@ -32,10 +29,10 @@ int main(int argc, char** argv) {
 
   double first = 0, last = 0;
   for (int step = 0; step < 20; ++step) {
-    last = nn::train_step(model, sgd, x, y, /*accum=*/2);
+    last = train::train_step(model, sgd, x, y, /*accum=*/2);
     if (step == 0) first = last;
   }
   std::printf("loss %.4f -> %.4f\n", first, last);
-  nn::save_weights(model, argv[1]);
+  layers::save_weights(model, argv[1]);
   return last < first ? 0 : 1;
 }

@@ -4,7 +4,7 @@
 #include <vector>
 
 #include "engine/data/bytes.h"
-#include "engine/error.h"
+#include "kernels/error.h"
 
 namespace dpcore::data {
 

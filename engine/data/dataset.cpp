@@ -1,6 +1,6 @@
 #include "engine/data/dataset.h"
 
-#include "engine/error.h"
+#include "kernels/error.h"
 
 namespace dpcore::data {
 

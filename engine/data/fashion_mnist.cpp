@@ -2,7 +2,7 @@
 
 #include <filesystem>
 
-#include "engine/error.h"
+#include "kernels/error.h"
 
 namespace dpcore::data {
 

@@ -7,7 +7,7 @@
 #include <random>
 
 #include "engine/random.h"
-#include "engine/error.h"
+#include "kernels/error.h"
 
 namespace dpcore::data {
 

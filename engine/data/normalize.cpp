@@ -2,7 +2,7 @@
 
 #include <cmath>
 
-#include "engine/error.h"
+#include "kernels/error.h"
 
 namespace dpcore::data {
 

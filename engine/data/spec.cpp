@@ -7,7 +7,7 @@
 #include "engine/data/cifar10.h"
 #include "engine/data/fashion_mnist.h"
 #include "engine/random.h"
-#include "engine/error.h"
+#include "kernels/error.h"
 
 namespace dpcore::data {
 

@@ -8,7 +8,7 @@
 #include <cstring>
 #include <vector>
 
-#include "engine/error.h"
+#include "kernels/error.h"
 
 namespace dpcore::io {
 

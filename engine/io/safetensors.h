@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "engine/dtype.h"
-#include "engine/error.h"
+#include "kernels/error.h"
 
 namespace dpcore::io {
 

@@ -8,7 +8,7 @@
 #include <algorithm>
 #include <climits>
 
-#include "engine/error.h"
+#include "kernels/error.h"
 #include "kernels/cpu/parallel.h"
 
 namespace dpcore::kernels::cpu {

@@ -8,12 +8,13 @@
 //     false overwrites them;
 //   * every reduction runs in a fixed order, so results are bit-reproducible run to run
 //     for a given thread count.
-// Simple loop-nest versions of the same functions live in kernels/cpu/naive.h; the tests
+// Simple loop-nest versions of the same functions live in kernels/naive/naive.h; the tests
 // hold the fast paths here against them.
 #pragma once
 
 #include <cstdint>
 
+#include "kernels/sgd_config.h"
 #include "kernels/shapes.h"
 
 namespace dpcore::kernels::cpu {

@@ -2,7 +2,7 @@
 // to T once and each operation is rounded as in PyTorch's single-tensor path:
 //   g = grad + wd*p;  buf = first ? g : mu*buf + (1-dampening)*g;  g = nesterov ? g + mu*buf : buf;
 //   p = p - lr*g
-#include "engine/error.h"
+#include "kernels/error.h"
 #include "kernels/cpu/kernels.h"
 #include "kernels/cpu/parallel.h"
 

@@ -6,7 +6,7 @@
 
 #include <atomic>
 
-#include "engine/error.h"
+#include "kernels/error.h"
 #include "kernels/cpu/kernels.h"
 #include "kernels/cpu/parallel.h"
 

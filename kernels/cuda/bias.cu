@@ -1,7 +1,7 @@
 // Bias and bias-gradient kernels used around the GEMMs of linear and conv2d, by the hand
 // engines and the library (cuBLAS, cuDNN) engines alike.
 #include "kernels/cuda/block_reduce.cuh"
-#include "kernels/cuda/check.h"
+#include "kernels/cuda_runtime/check.h"
 #include "kernels/cuda/kernels.h"
 #include "kernels/cuda/launch.cuh"
 

@@ -4,7 +4,7 @@
 // fall inside the output; other terms are zero. GEMM with M = N*H*W, N = C, reduction
 // K*R*S. Every dx element is produced by exactly one thread, so no col2im scatter and no
 // atomics: the result is deterministic.
-#include "kernels/cuda/check.h"
+#include "kernels/cuda_runtime/check.h"
 #include "kernels/cuda/gemm_plan.h"
 #include "kernels/cuda/gemm_tile.cuh"
 #include "kernels/cuda/kernels.h"

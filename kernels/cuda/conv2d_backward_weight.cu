@@ -4,8 +4,8 @@
 // layer against a 16 x 27 output). So few output tiles cannot fill the GPU: the reduction
 // is split (split-K, gemm_plan.h), each slice writes a partial dw, and the slices are added
 // in a fixed order, which also applies `accumulate`. No float atomics: deterministic.
-#include "kernels/cuda/caching_allocator.h"
-#include "kernels/cuda/check.h"
+#include "kernels/cuda_runtime/caching_allocator.h"
+#include "kernels/cuda_runtime/check.h"
 #include "kernels/cuda/gemm_plan.h"
 #include "kernels/cuda/gemm_tile.cuh"
 #include "kernels/cuda/kernels.h"
@@ -95,7 +95,7 @@ void launch_backward_weight(const GradGather& a, const InputGather& b, const Gem
   const dim3 grid(unsigned((a.K + Cfg::BM - 1) / Cfg::BM), unsigned((b.CRS + Cfg::BN - 1) / Cfg::BN),
                   unsigned(plan.slices));
   const size_t dw_size = size_t(a.K) * b.CRS;
-  dpcore::cuda::Workspace partial(plan.slices > 1 ? plan.slices * dw_size * sizeof(float) : 0, stream);
+  dpcore::kernels::cuda_runtime::Workspace partial(plan.slices > 1 ? plan.slices * dw_size * sizeof(float) : 0, stream);
   const float beta = accumulate ? 1.f : 0.f;
   conv2d_backward_weight_kernel<Cfg>
       <<<grid, Cfg::THREADS, 0, stream>>>(a, b, int(plan.chunk), beta, dw, partial.floats());

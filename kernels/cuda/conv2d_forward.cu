@@ -4,7 +4,7 @@
 // never stored: ForwardGather reads it from x on the fly, so the kernel moves x once per
 // tile column instead of materializing the R*S times larger im2col buffer. The epilogue
 // adds the bias and applies relu, so a fused conv+bias+relu writes y exactly once.
-#include "kernels/cuda/check.h"
+#include "kernels/cuda_runtime/check.h"
 #include "kernels/cuda/gemm_plan.h"
 #include "kernels/cuda/gemm_tile.cuh"
 #include "kernels/cuda/kernels.h"
@@ -111,7 +111,7 @@ void conv2d_forward(const Conv2dShape& s, const float* x, const float* w, const 
   forward(s, x, w, bias, false, y, stream);
 }
 
-void conv2d_bias_relu_forward(const Conv2dShape& s, const float* x, const float* w, const float* bias, float* y,
+void conv2d_relu_forward(const Conv2dShape& s, const float* x, const float* w, const float* bias, float* y,
                               cudaStream_t stream) {
   forward(s, x, w, bias, true, y, stream);
 }

@@ -12,6 +12,7 @@
 
 #include <cstdint>
 
+#include "kernels/sgd_config.h"
 #include "kernels/shapes.h"
 
 namespace dpcore::kernels::cuda {
@@ -21,7 +22,7 @@ namespace dpcore::kernels::cuda {
 // trans_a), op(B) = B[K,N] (or B[N,K] transposed). beta == 0 never reads C.
 void sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
            const float* B, int64_t ldb, float beta, float* C, int64_t ldc, cudaStream_t stream);
-// Anything with sgemm's signature: the hand kernel above, or cuBLAS (kernels/cuda/cublas_linear.h).
+// Anything with sgemm's signature: the hand kernel above, or cuBLAS (kernels/cuda_libraries/cublas_linear.h).
 using SgemmFn = void (*)(bool, bool, int64_t, int64_t, int64_t, float, const float*, int64_t, const float*, int64_t,
                          float, float*, int64_t, cudaStream_t);
 
@@ -37,7 +38,7 @@ void linear_backward_weight(const LinearShape& s, const float* x, const float* d
 void conv2d_forward(const Conv2dShape& s, const float* x, const float* w, const float* bias, float* y,
                     cudaStream_t stream);  // bias may be null
 // The same with relu applied in the epilogue: y = relu(conv(x, w) + bias), one pass over y.
-void conv2d_bias_relu_forward(const Conv2dShape& s, const float* x, const float* w, const float* bias, float* y,
+void conv2d_relu_forward(const Conv2dShape& s, const float* x, const float* w, const float* bias, float* y,
                               cudaStream_t stream);
 void conv2d_backward_data(const Conv2dShape& s, const float* dy, const float* w, float* dx, cudaStream_t stream);
 void conv2d_backward_weight(const Conv2dShape& s, const float* x, const float* dy, float* dw, float* dbias,
@@ -74,7 +75,7 @@ void log_softmax_forward(int64_t rows, int64_t cols, const float* x, float* y, c
 void log_softmax_backward(int64_t rows, int64_t cols, const float* dy, const float* y, float* dx,
                           cudaStream_t stream);
 // loss_sum[0] = sum_n -logp[n, target[n]]. A target outside [0, cols) gives NaN here; the
-// backend reports it through kernels/cuda/target_check.h.
+// backend reports it through kernels/cuda_runtime/target_check.h.
 void nll_loss_forward(int64_t rows, int64_t cols, const float* logp, const int64_t* target, float* loss_sum,
                       cudaStream_t stream);
 // dlogp = -grad_per_row[0] at each target, 0 elsewhere; grad_per_row lives on the device.

@@ -7,8 +7,8 @@
 #include <climits>
 #include <cstdint>
 
-#include "engine/error.h"
-#include "kernels/cuda/devices.h"
+#include "kernels/error.h"
+#include "kernels/cuda_runtime/devices.h"
 #include "kernels/shapes.h"
 
 namespace dpcore::kernels::cuda {
@@ -39,6 +39,6 @@ inline void check_conv_shape(const char* op, const Conv2dShape& s) {
 }
 
 // Streaming multiprocessors of the current device (grids and split-K are sized by it).
-inline int sm_count() { return dpcore::cuda::multiprocessor_count(dpcore::cuda::current_device()); }
+inline int sm_count() { return dpcore::kernels::cuda_runtime::multiprocessor_count(dpcore::kernels::cuda_runtime::current_device()); }
 
 }  // namespace dpcore::kernels::cuda

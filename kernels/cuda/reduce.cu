@@ -2,8 +2,8 @@
 // kMaxBlocks block sums that depends on n only (not on the GPU), then one block adds the
 // block sums in a fixed tree. No atomics, so the result has the same bits on every run.
 #include "kernels/cuda/block_reduce.cuh"
-#include "kernels/cuda/caching_allocator.h"
-#include "kernels/cuda/check.h"
+#include "kernels/cuda_runtime/caching_allocator.h"
+#include "kernels/cuda_runtime/check.h"
 #include "kernels/cuda/kernels.h"
 #include "kernels/cuda/launch.cuh"
 
@@ -33,7 +33,7 @@ void sum(int64_t n, const float* x, float* out, cudaStream_t stream) {
     CUDA_LAUNCH_CHECK();
     return;
   }
-  dpcore::cuda::Workspace partial(blocks * sizeof(float), stream);
+  dpcore::kernels::cuda_runtime::Workspace partial(blocks * sizeof(float), stream);
   block_sums_kernel<<<blocks, kThreads, 0, stream>>>(n, x, partial.floats());
   CUDA_LAUNCH_CHECK();
   block_sums_kernel<<<1, kThreads, 0, stream>>>(blocks, partial.floats(), out);

@@ -5,8 +5,8 @@
 // Every operation is rounded on its own (__fmul_rn, __fadd_rn: no fused multiply-add),
 // exactly like the CPU reference kernels/cpu/sgd.cpp, so both give the same bits:
 //   g = grad + wd*p;  buf = first ? g : mu*buf + (1-dampening)*g;  g = nesterov ? g + mu*buf : buf;  p = p - lr*g
-#include "engine/error.h"
-#include "kernels/cuda/check.h"
+#include "kernels/error.h"
+#include "kernels/cuda_runtime/check.h"
 #include "kernels/cuda/kernels.h"
 #include "kernels/cuda/launch.cuh"
 

@@ -7,10 +7,10 @@
 #include <algorithm>
 #include <type_traits>
 
-#include "engine/error.h"
-#include "kernels/cuda/caching_allocator.h"
-#include "kernels/cuda/check.h"
-#include "kernels/cuda/devices.h"
+#include "kernels/error.h"
+#include "kernels/cuda_runtime/caching_allocator.h"
+#include "kernels/cuda_runtime/check.h"
+#include "kernels/cuda_runtime/devices.h"
 #include "kernels/cuda/gemm_plan.h"
 #include "kernels/cuda/gemm_tile.cuh"
 #include "kernels/cuda/kernels.h"
@@ -68,7 +68,7 @@ template <class Cfg>
 void launch_sgemm(bool trans_a, bool trans_b, GemmArgs g, const GemmPlan& plan, cudaStream_t stream) {
   const dim3 grid(unsigned((g.M + Cfg::BM - 1) / Cfg::BM), unsigned((g.N + Cfg::BN - 1) / Cfg::BN), unsigned(plan.slices));
   DPCORE_CHECK(grid.y <= 65535, "sgemm: N = ", g.N, " needs more than 65535 column tiles");
-  dpcore::cuda::Workspace partial(plan.slices > 1 ? size_t(plan.slices) * g.M * g.N * sizeof(float) : 0, stream);
+  dpcore::kernels::cuda_runtime::Workspace partial(plan.slices > 1 ? size_t(plan.slices) * g.M * g.N * sizeof(float) : 0, stream);
   g.partial = partial.floats();
   g.chunk = int(plan.chunk);
   if (!trans_a && !trans_b) sgemm_kernel<Cfg, false, false><<<grid, Cfg::THREADS, 0, stream>>>(g);

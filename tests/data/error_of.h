@@ -5,7 +5,7 @@
 
 #include <string>
 
-#include "engine/error.h"
+#include "kernels/error.h"
 
 namespace dpcore::testing {
 

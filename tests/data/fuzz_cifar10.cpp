@@ -3,7 +3,7 @@
 #include <cstdint>
 
 #include "engine/data/cifar10.h"
-#include "engine/error.h"
+#include "kernels/error.h"
 
 using namespace dpcore::data;
 

@@ -6,7 +6,7 @@
 
 #include "engine/data/fashion_mnist.h"
 #include "engine/data/idx.h"
-#include "engine/error.h"
+#include "kernels/error.h"
 
 using namespace dpcore::data;
 

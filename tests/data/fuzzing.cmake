@@ -3,7 +3,7 @@
 # A fuzzer is compiled by clang++-14 straight from the parser sources it names
 # (-fsanitize=fuzzer,address,undefined), not linked to libdpcore: instrumenting the whole
 # library would slow the build and fuzz nothing more. Parsers that are fuzzed therefore
-# depend only on engine/error.h (and error.cpp), header-only code and zlib.
+# depend only on kernels/error.h (and error.cpp), header-only code and zlib.
 #
 #   dpcore_add_fuzzer(<name> SOURCES <file>... [SEEDS <dir>] [LIBS <flag>...]
 #                     [DEPENDS <target>...] [MALLOC_LIMIT_MB <n>])
@@ -58,7 +58,7 @@ function(dpcore_add_fuzzer name)
   # Sources, and the headers beside them and in engine/ as dependencies: the compiler is
   # run by hand, so CMake does not scan includes.
   set(sources)
-  set(headers ${PROJECT_SOURCE_DIR}/engine/error.h)
+  set(headers ${PROJECT_SOURCE_DIR}/kernels/error.h)
   foreach(src ${FZ_SOURCES})
     get_filename_component(src ${src} ABSOLUTE BASE_DIR ${PROJECT_SOURCE_DIR})
     list(APPEND sources ${src})

@@ -6,7 +6,7 @@
 #include <functional>
 #include <vector>
 
-#include "kernel_checks.h"
+#include "support/kernel_checks.h"
 #include "kernels/cpu/kernels.h"
 
 namespace dpcore::testing {

@@ -9,7 +9,7 @@
 #include "support/gradcheck.h"
 #include "support/test_support.h"
 
-namespace dpcore::nn {
+namespace dpcore::layers {
 namespace {
 
 class ModelGradcheck : public ::testing::TestWithParam<std::string> {};
@@ -40,4 +40,4 @@ TEST_P(ModelGradcheck, LossWithRespectToEveryParameter) {
 INSTANTIATE_TEST_SUITE_P(ReferenceModels, ModelGradcheck, ::testing::Values("simplenet", "fashioncnn", "vggs"));
 
 }  // namespace
-}  // namespace dpcore::nn
+}  // namespace dpcore::layers

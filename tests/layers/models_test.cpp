@@ -5,7 +5,7 @@
 #include "layers/zoo.h"
 #include "support/test_support.h"
 
-namespace dpcore::nn {
+namespace dpcore::layers {
 namespace {
 
 std::vector<std::pair<std::string, Shape>> names_and_shapes(const Model& m) {
@@ -95,6 +95,94 @@ TEST(LayerSpec, ErrorsNameTheProblem) {
   EXPECT_NE(m.find("1024"), std::string::npos) << m;
 }
 
+// The error a spec gives for inputs of `input_shape`, or "no error".
+std::string spec_error(const std::string& spec, const Shape& input_shape) {
+  try {
+    parse_layer_spec(spec, input_shape);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+void expect_parts(const std::string& message, const std::vector<std::string>& parts) {
+  for (const std::string& part : parts) EXPECT_NE(message.find(part), std::string::npos) << part << "\n" << message;
+}
+
+TEST(LayerSpec, ShapesThatCollapseAreRefusedNamingTheLayerAndShapes) {
+  // Enough pooling to take 28x28 to nothing: 28 14 7 3 1, then a 2x2 window on 1x1. (C++'s
+  // truncating division used to make that 1x1 again, and the model trained without a word.)
+  expect_parts(spec_error("conv(8,3,p1) relu pool(2) pool(2) pool(2) pool(2) pool(2) flatten linear(3)", {1, 28, 28}),
+               {"layer 6 'pool(2)'", "input [1, 8, 1, 1]", "empty output [1, 8, 0, 0]",
+                "the 2x2 window is larger than the 1x1 input"});
+  // A pool window larger than its input.
+  expect_parts(spec_error("pool(29) flatten linear(3)", {1, 28, 28}),
+               {"layer 0 'pool(29)'", "input [1, 1, 28, 28]", "empty output [1, 1, 0, 0]", "29x29 window"});
+  // A conv kernel larger than its input, padded or not; with a stride too (truncation again).
+  expect_parts(spec_error("conv(8,30) flatten linear(3)", {1, 28, 28}),
+               {"layer 0 'conv(8,30)'", "input [1, 1, 28, 28]", "empty output [1, 8, 0, 0]", "30x30 kernel"});
+  expect_parts(spec_error("relu conv(4,5,p1) flatten linear(3)", {2, 2, 2}),
+               {"layer 1 'conv(4,5,p1)'", "input [1, 2, 2, 2]", "[1, 4, 0, 0]", "(4x4 with padding 1)"});
+  expect_parts(spec_error("conv(4,3,s3) flatten linear(3)", {1, 1, 1}),
+               {"layer 0 'conv(4,3,s3)'", "input [1, 1, 1, 1]", "empty output [1, 4, 0, 0]"});
+  // Only one side too small still collapses.
+  expect_parts(spec_error("pool(3) flatten linear(3)", {1, 2, 9}), {"layer 0 'pool(3)'", "[1, 1, 0, 3]"});
+  // A view that does not fit names the layer too.
+  expect_parts(spec_error("conv(4,3,p1) view(-1,100) linear(3)", {1, 8, 8}),
+               {"layer 1 'view(-1,100)'", "[1, 4, 8, 8]", "[-1, 100]"});
+  // Bad layer arguments name the layer as written.
+  expect_parts(spec_error("conv(4,3) pool(0) flatten linear(3)", {1, 8, 8}), {"layer 1 'pool(0)'"});
+  // An empty input.
+  expect_parts(spec_error("flatten linear(3)", {1, 0, 8}), {"input shape [1, 0, 8] is empty"});
+  // Shapes that just fit are fine: 2x2 pooled by 2 is 1x1.
+  EXPECT_EQ(spec_error("pool(2) pool(2) flatten linear(3)", {1, 4, 4}), "no error");
+}
+
+// Networks built by hand (not from a spec, so nothing is inferred) are checked when the
+// Model is built, naming the layer by index, name and description, and the shapes.
+TEST(ModelShapes, LayersThatDoNotFitAreRefusedWhenTheModelIsBuilt) {
+  auto message = [](std::unique_ptr<Sequential> net, const Shape& input) {
+    try {
+      Model m(std::move(net), input);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  {  // a linear whose in_features do not match: 4 x 8 x 8 = 256 features, not 100
+    auto net = std::make_unique<Sequential>();
+    net->add("c1", std::make_unique<Conv2d>(1, 4, 3, 1, 1)).add(std::make_unique<Flatten>());
+    net->add("fc", std::make_unique<Linear>(100, 10));
+    expect_parts(message(std::move(net), {1, 8, 8}),
+                 {"layer 2 'fc' (linear(100->10))", "input [1, 256] has 256 features", "takes 100", "[1, 10]"});
+  }
+  {  // a conv kernel larger than what is left after pooling: 6 -> 4 -> 2, then 3x3
+    auto net = std::make_unique<Sequential>();
+    net->add("c1", std::make_unique<Conv2d>(1, 4, 3)).add(std::make_unique<ReLU>()).add(std::make_unique<MaxPool2d>(2));
+    net->add("c2", std::make_unique<Conv2d>(4, 4, 3)).add(std::make_unique<Flatten>());
+    net->add("fc", std::make_unique<Linear>(4, 10));
+    expect_parts(message(std::move(net), {1, 6, 6}),
+                 {"layer 3 'c2' (conv(4->4, k3, s1, p0))", "input [1, 4, 2, 2]", "empty output [1, 4, 0, 0]",
+                  "3x3 kernel is larger than the 2x2 input"});
+  }
+  {  // channels that do not match
+    auto net = std::make_unique<Sequential>();
+    net->add("c1", std::make_unique<Conv2d>(3, 4, 3, 1, 1)).add(std::make_unique<Flatten>());
+    expect_parts(message(std::move(net), {1, 8, 8}), {"layer 0 'c1'", "input [1, 1, 8, 8] has 1 channels", "takes 3"});
+  }
+  {  // a pool that collapses 1x1 (unnamed children are named by index, so just "layer 1")
+    auto net = std::make_unique<Sequential>();
+    net->add(std::make_unique<MaxPool2d>(2)).add(std::make_unique<MaxPool2d>(2)).add(std::make_unique<Flatten>());
+    expect_parts(message(std::move(net), {1, 3, 3}), {"layer 1 (pool(k2, s2, p0))", "input [1, 1, 1, 1]",
+                                                      "empty output [1, 1, 0, 0]"});
+  }
+  {  // an empty input shape
+    auto net = std::make_unique<Sequential>();
+    net->add(std::make_unique<Flatten>()).add(std::make_unique<Linear>(1, 2));
+    expect_parts(message(std::move(net), {1, 0, 1}), {"input shape [1, 0, 1] is empty"});
+  }
+}
+
 TEST(Weights, SaveLoadRoundTripAndStrictness) {
   testing::TempDir dir;
   Model a = build("simplenet", 1), b = build("simplenet", 2);
@@ -118,4 +206,4 @@ TEST(Weights, ReplicateCopiesTheParameters) {
 }
 
 }  // namespace
-}  // namespace dpcore::nn
+}  // namespace dpcore::layers

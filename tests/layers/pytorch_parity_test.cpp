@@ -10,12 +10,12 @@
 
 #include "engine/io/safetensors.h"
 #include "engine/ops.h"
-#include "layers/train/step.h"
+#include "train/step.h"
 #include "layers/zoo.h"
 #include "support/fixture_weights.h"
 #include "support/test_support.h"
 
-namespace dpcore::nn {
+namespace dpcore::layers {
 namespace {
 
 constexpr double kTolerance = 1e-5;
@@ -105,7 +105,7 @@ TEST_P(Parity, FusedCrossEntropyStepGivesTheSameGradients) {
   auto m = model();
   Tensor x = tensor("input"), y = tensor("target");
   m->zero_grad();
-  Tensor loss_sum = forward_backward(*m, x, y, 1.0 / double(x.size(0)));
+  Tensor loss_sum = train::forward_backward(*m, x, y, 1.0 / double(x.size(0)));
   expect_close("loss", {float(loss_sum.item() / double(x.size(0)))});
   for (const auto& e : m->parameters().entries()) expect_close("grad." + e.name, param(*m, e, m->parameters().grads()));
 }
@@ -114,7 +114,7 @@ TEST_P(Parity, ThreeSgdStepsWithMomentumNesterovAndWeightDecay) {
   auto m = model();
   Sgd sgd(m->parameters(), sgd_config("after3"));
   Tensor x = tensor("input"), y = tensor("target");
-  for (int i = 0; i < std::stoi(meta_.at("after3.steps")); ++i) train_step(*m, sgd, x, y, 1);
+  for (int i = 0; i < std::stoi(meta_.at("after3.steps")); ++i) train::train_step(*m, sgd, x, y, 1);
   for (const auto& e : m->parameters().entries()) expect_close("after3." + e.name, param(*m, e, m->parameters().values()));
 }
 
@@ -122,11 +122,11 @@ TEST_P(Parity, OneStepWithThreeAccumulationMicroBatches) {
   auto m = model();
   Sgd sgd(m->parameters(), sgd_config("accum3"));
   Tensor x = tensor("input"), y = tensor("target");
-  train_step(*m, sgd, x, y, std::stoi(meta_.at("accum")));
+  train::train_step(*m, sgd, x, y, std::stoi(meta_.at("accum")));
   for (const auto& e : m->parameters().entries()) expect_close("accum3." + e.name, param(*m, e, m->parameters().values()));
 }
 
 INSTANTIATE_TEST_SUITE_P(ReferenceModels, Parity, ::testing::Values("simplenet", "fashioncnn", "vggs"));
 
 }  // namespace
-}  // namespace dpcore::nn
+}  // namespace dpcore::layers

@@ -1,0 +1,319 @@
+// The dpcore command line: `dpcore train` and `dpcore eval`. Flags are parsed by CLI11;
+// everything they set is a field of train::TrainOptions / train::EvalOptions.
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <cstdlib>
+#include <functional>
+#include <iostream>
+#include <limits>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "engine/backend.h"
+#include "engine/device.h"
+#include "kernels/error.h"
+#include "train/trainer.h"
+
+namespace {
+
+using dpcore::train::EvalOptions;
+using dpcore::train::TrainOptions;
+
+const char* kModelHelp =
+    "simplenet, fashioncnn, vggs, or a layer spec such as \"conv(16,3,p1) relu pool(2) flatten linear(10)\" "
+    "(layers: conv(OUT,K[,sS][,pP]) pool(K[,sS][,pP]) linear(OUT) relu flatten view(D1,...) logsoftmax)";
+const char* kDataHelp =
+    "fashion-mnist[:DIR] (IDX files, gzipped or not; default DIR /usr/share/datasets/fashion-mnist), "
+    "cifar10:DIR (data_batch_*.bin, test_batch.bin), or synthetic:C,H,W,CLASSES,N";
+
+// ---------------------------------------------------------------- flag rules
+// Every flag value is checked here, before anything runs, and a rejected one is refused
+// in words: "--batch 0: must be a whole number of at least 1". The rules run on the text
+// of the value, before CLI11 converts it, so no value ever reaches CLI11's own range or
+// conversion messages ("Value 0 not in range 0.000000 to 1797693134862315...").
+
+// Thrown by a rule. Not a CLI::ValidationError (CLI11 would put "--batch: " in front of
+// the message): a ParseError of its own, so CLI11_PARSE prints it as it is and exits non-zero.
+class FlagError : public CLI::ParseError {
+ public:
+  explicit FlagError(const std::string& message)
+      : CLI::ParseError("FlagError", message, CLI::ExitCodes::ValidationError) {}
+};
+
+// What a flag needs, in words ("a whole number of at least 1"), by flag name: also used to
+// explain a flag given without a value.
+std::map<std::string, std::string>& flag_needs() {
+  static std::map<std::string, std::string> needs;
+  return needs;
+}
+
+// A rule: the words for what the flag needs; check(value) returns "" when the value is
+// accepted, else those words (or more precise ones, such as the upper end of a range).
+struct Rule {
+  std::string needs;
+  std::string help;  // shown after the type in --help: "INT:POSITIVE"
+  std::function<std::string(const std::string&)> check;
+};
+
+std::string shown(const std::string& value) { return value.empty() ? "\"\"" : value; }
+
+CLI::Option* with_rule(CLI::Option* option, const Rule& rule) {
+  const std::string flag = option->get_name();
+  flag_needs()[flag] = rule.needs;
+  option->check(CLI::Validator(
+      [flag, rule](std::string& value) -> std::string {
+        std::string needs = rule.check(value);
+        if (!needs.empty()) throw FlagError(flag + " " + shown(value) + ": must be " + needs);
+        return "";
+      },
+      rule.help));
+  return option;
+}
+
+// A whole number in [lo, hi] (hi: the largest value the option's field can hold).
+template <class Int>
+Rule whole(Int lo, Int hi = std::numeric_limits<Int>::max()) {
+  std::string at_least = "a whole number of at least " + std::to_string(lo);
+  std::string range = "a whole number from " + std::to_string(lo) + " to " + std::to_string(hi);
+  bool bounded = hi != std::numeric_limits<Int>::max();
+  std::string needs = bounded ? range : at_least;
+  std::string help = lo == 0 ? "NONNEGATIVE" : lo == 1 ? "POSITIVE" : "";
+  return {needs, help, [=](const std::string& text) -> std::string {
+            Int v{};
+            const char* end = text.data() + text.size();
+            auto [stop, err] = std::from_chars(text.data(), end, v);
+            if (text.empty() || stop != end) return needs;
+            if (err == std::errc::result_out_of_range) {  // all digits, too large (or too small)
+              return text[0] == '-' ? needs : range;
+            }
+            if (err != std::errc() || v < lo) return needs;
+            if (v > hi) return range;
+            return "";
+          }};
+}
+
+// A finite number >= lo (or > lo), and at most hi.
+Rule number(double lo, bool lo_allowed, double hi = HUGE_VAL, const std::string& unit = "") {
+  std::ostringstream words;
+  words.precision(15);  // 1048576, not 1.04858e+06
+  words << "a finite number" << unit << (lo_allowed ? " >= " : " > ") << lo;
+  if (hi != HUGE_VAL) words << " and at most " << hi;
+  std::string needs = words.str();
+  std::string help = lo == 0 ? (lo_allowed ? "NONNEGATIVE" : "POSITIVE") : "";
+  return {needs, help, [=](const std::string& text) -> std::string {
+            const char* begin = text.c_str();
+            char* end = nullptr;
+            double v = std::strtod(begin, &end);  // overflow gives inf: refused below
+            bool parsed = !text.empty() && end == begin + text.size() && !std::isspace(static_cast<unsigned char>(text[0]));
+            if (!parsed || !std::isfinite(v)) return needs;
+            if (lo_allowed ? v < lo : v <= lo) return needs;
+            if (v > hi) return needs;
+            return "";
+          }};
+}
+
+// One of a few words (listed in `needs` when it is empty).
+Rule one_of(const std::vector<std::string>& choices, std::string needs = "") {
+  std::string help = "{";
+  for (size_t i = 0; i < choices.size(); ++i) help += (i ? "," : "") + choices[i];
+  help += "}";
+  if (needs.empty()) {
+    needs = "one of ";
+    for (size_t i = 0; i < choices.size(); ++i) needs += (i ? ", " : "") + choices[i];
+  }
+  return {needs, help, [=](const std::string& text) -> std::string {
+            return std::find(choices.begin(), choices.end(), text) == choices.end() ? needs : "";
+          }};
+}
+
+// cpu, cuda, cuda:N or auto: what dpcore::Device::parse takes, plus auto.
+Rule device_rule() {
+  std::string needs = "cpu, cuda, cuda:N (N a GPU index from 0) or auto";
+  return {needs, "", [=](const std::string& text) -> std::string {
+            if (text == "auto") return "";
+            try {
+              dpcore::Device::parse(text);
+              return "";
+            } catch (const std::exception&) {
+              return needs;
+            }
+          }};
+}
+
+// CLI11's own parse errors (a flag without its value, given twice, a switch given a value,
+// a required flag missing), in the same words as the rules.
+std::string explain_parse_error(const CLI::App* app, const CLI::Error& e) {
+  std::string message = e.what();
+  auto flag_before = [&](char stop) { return message.substr(0, message.find(stop)); };
+  auto needs_of = [&](const std::string& flag) {
+    auto it = flag_needs().find(flag);
+    return it == flag_needs().end() ? std::string() : ": " + it->second;
+  };
+  if (dynamic_cast<const CLI::ArgumentMismatch*>(&e)) {
+    std::string flag = flag_before(':');
+    if (message.find("At Most") != std::string::npos) {
+      message = flag + " is given more than once: give it once";
+    } else if (message.find("missing") != std::string::npos || message.find("required") != std::string::npos) {
+      message = flag + " needs a value" + needs_of(flag);
+    }
+  } else if (dynamic_cast<const CLI::ConversionError*>(&e)) {
+    // "Could not convert: --nesterov = maybe" (only switches get here: rules check the rest)
+    const std::string prefix = "Could not convert: ";
+    if (message.rfind(prefix, 0) == 0) {
+      std::string rest = message.substr(prefix.size());
+      size_t eq = rest.find(" = ");
+      std::string flag = rest.substr(0, eq), value = eq == std::string::npos ? "" : rest.substr(eq + 3);
+      message = flag + "=" + value + ": must be given alone (a switch takes no value)";
+    } else if (message.find("Should be true/false") != std::string::npos) {
+      message = flag_before(':') + ": must be given alone (a switch takes no value)";
+    }
+  } else if (dynamic_cast<const CLI::RequiredError*>(&e)) {
+    // "--init is required": say what it takes.
+    for (const CLI::App* sub : app->get_subcommands()) {
+      for (const CLI::Option* option : sub->get_options()) {
+        if (message == option->get_name() + " is required") message += ": " + option->get_description();
+      }
+    }
+  }
+  return "dpcore: error: " + message + "\nRun with --help for more information.\n";
+}
+
+// Backend-specific options (CUDA engines, TF32, CUDA graphs), handed to the backend of
+// the chosen device. A backend rejects options it does not know, naming them.
+struct BackendFlags {
+  // The defaults are the backend's own (kernels/cuda_libraries/engine_config.h): cuDNN and cuBLAS in FP32,
+  // deterministic algorithms only.
+  std::string conv_engine = "cudnn", gemm_engine = "cublas", cuda_graph = "on";
+  bool tf32 = false;
+  void add_to(CLI::App& cmd) {
+    with_rule(cmd.add_option("--conv-engine", conv_engine,
+                             "CUDA convolution engine: hand (our kernels), cudnn, or auto (time both once per shape)"),
+              one_of({"hand", "cudnn", "auto"}))
+        ->capture_default_str();
+    with_rule(cmd.add_option("--gemm-engine", gemm_engine, "CUDA matrix-product engine: hand, cublas, or auto"),
+              one_of({"hand", "cublas", "auto"}))
+        ->capture_default_str();
+    cmd.add_flag("--tf32", tf32, "allow TF32 tensor-core math in cuDNN and cuBLAS (FP32 by default)");
+    with_rule(cmd.add_option("--cuda-graph", cuda_graph, "capture the whole training step into a CUDA graph after warm-up"),
+              one_of({"on", "off"}))
+        ->capture_default_str();
+  }
+  void apply(const std::string& device) const {
+    dpcore::Backend* cuda = dpcore::find_backend(dpcore::Device::Type::CUDA);
+    if (!cuda) return;  // a CPU-only build: the flags have nothing to configure
+    cuda->set_option("conv-engine", conv_engine);
+    cuda->set_option("gemm-engine", gemm_engine);
+    cuda->set_option("tf32", tf32 ? "on" : "off");
+    cuda->set_option("cuda-graph", cuda_graph);
+  }
+};
+
+void add_train_flags(CLI::App& cmd, TrainOptions& o, BackendFlags& b) {
+  const Rule rate = number(0, true);  // PyTorch's SGD refuses negative values; nan and inf make no sense
+  cmd.add_option("--model", o.model, kModelHelp)->capture_default_str();
+  cmd.add_option("--data", o.data, kDataHelp)->capture_default_str();
+  with_rule(cmd.add_option("--epochs", o.epochs, "passes over the training set"), whole<int64_t>(1))->capture_default_str();
+  with_rule(cmd.add_option("--steps", o.steps, "total optimizer steps (overrides --epochs; with --resume, the total to reach)"),
+            whole<int64_t>(0));
+  with_rule(cmd.add_option("--batch", o.batch, "samples per optimizer step; --accum and --replicas split it, never change it"),
+            whole<int64_t>(1))
+      ->capture_default_str();
+  with_rule(cmd.add_option("--accum", o.accum, "gradient accumulation micro-batches per step"), whole<int64_t>(1))
+      ->capture_default_str();
+  with_rule(cmd.add_option("--lr", o.sgd.lr, "SGD learning rate"), rate)->capture_default_str();
+  with_rule(cmd.add_option("--momentum", o.sgd.momentum, "SGD momentum"), rate)->capture_default_str();
+  with_rule(cmd.add_option("--dampening", o.sgd.dampening, "SGD momentum dampening"), rate)->capture_default_str();
+  cmd.add_flag("--nesterov", o.sgd.nesterov, "Nesterov momentum (needs --momentum > 0 and --dampening 0)");
+  with_rule(cmd.add_option("--weight-decay", o.sgd.weight_decay, "L2 penalty added to the gradient (PyTorch's weight_decay)"),
+            rate)
+      ->capture_default_str();
+  with_rule(cmd.add_option("--seed", o.seed, "seed for initialisation and shuffling"), whole<uint64_t>(0))
+      ->capture_default_str();
+  cmd.add_flag_callback("--no-shuffle", [&o] { o.shuffle = false; }, "take samples in file order");
+  cmd.add_flag_callback("--no-normalize", [&o] { o.normalize = false; },
+               "feed pixels scaled to [0, 1] (default: standardise each channel with the train set's statistics)");
+  cmd.add_flag("--drop-last", o.drop_last, "drop the last partial batch of each epoch (default: keep it)");
+  with_rule(cmd.add_option("--device", o.device, "cpu, cuda, cuda:N, or auto (the best device present)"), device_rule())
+      ->capture_default_str();
+  with_rule(cmd.add_option("--threads", o.threads, "CPU threads for the kernels (0: all cores)"), whole<int>(0));
+  cmd.add_option("--init", o.init, "start from these weights (safetensors, PyTorch state_dict names)");
+  cmd.add_option("--save", o.save, "write the final weights here (safetensors)");
+  cmd.add_option("--checkpoint", o.checkpoint_dir, "directory for DIR/checkpoint.safetensors (written at the end)");
+  with_rule(cmd.add_option("--checkpoint-every", o.checkpoint_every, "also write a checkpoint every N steps (0: only at the end)"),
+            whole<int64_t>(0));
+  cmd.add_flag("--resume", o.resume, "continue exactly where the checkpoint in --checkpoint DIR stopped");
+  cmd.add_option("--metrics", o.metrics, "append one JSON object per epoch to this JSONL file");
+  with_rule(cmd.add_option("--progress", o.progress, "1: progress bar, 0: plain lines, -1: bar on a terminal"),
+            one_of({"-1", "0", "1"}, "-1 (a bar on a terminal), 0 (plain lines) or 1 (a bar)"));
+  with_rule(cmd.add_option("--replicas", o.parallel.replicas, "data-parallel replicas (R)"), whole<int>(1))
+      ->capture_default_str();
+  with_rule(cmd.add_option("--mode", o.parallel.mode, "dp (nn.DataParallel made explicit) or ddp (one worker per replica, bucketed overlap)"),
+            one_of({"dp", "ddp"}))
+      ->capture_default_str();
+  with_rule(cmd.add_option("--backend", o.parallel.backend, "communicator: local (threads in this process), nccl, or mpi (under mpirun)"),
+            one_of({"local", "nccl", "mpi"}))
+      ->capture_default_str();
+  cmd.add_option("--split", o.parallel.split, "how the batch is shared: even, weights:3,1,..., or adaptive")->capture_default_str();
+  // Upper ends keep the arithmetic in range: MiB -> bytes in a size_t, seconds -> int64 milliseconds.
+  with_rule(cmd.add_option("--bucket-mb", o.parallel.bucket_mb, "DDP allreduce bucket cap in MiB (the first bucket is 1 MiB)"),
+            number(0, false, 1048576, " of MiB"))
+      ->capture_default_str();
+  with_rule(cmd.add_option("--replica-timeout", o.parallel.timeout_s, "seconds before a silent replica fails the run"),
+            number(0, false, 1e9, " of seconds"))
+      ->capture_default_str();
+  b.add_to(cmd);
+}
+
+// Rules across flags, refused in the same words before anything runs.
+void check_flag_combinations(const TrainOptions& o) {
+  if (o.sgd.nesterov && (o.sgd.momentum <= 0 || o.sgd.dampening != 0)) {
+    dpcore::fail("--nesterov: needs --momentum > 0 and --dampening 0 (as in PyTorch), got --momentum ", o.sgd.momentum,
+                 " and --dampening ", o.sgd.dampening);
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"dpcore: a lean data-parallel training engine (C++17/CUDA, no framework inside)"};
+  app.require_subcommand(1);
+  app.failure_message(explain_parse_error);
+
+  TrainOptions train;
+  BackendFlags train_backend;
+  CLI::App* train_cmd = app.add_subcommand("train", "train a model (default: fashioncnn on Fashion-MNIST, best device)");
+  add_train_flags(*train_cmd, train, train_backend);
+
+  EvalOptions eval;
+  BackendFlags eval_backend;
+  CLI::App* eval_cmd = app.add_subcommand("eval", "print test loss and accuracy of saved weights");
+  eval_cmd->add_option("--model", eval.model, kModelHelp)->capture_default_str();
+  eval_cmd->add_option("--init", eval.init, "weights to evaluate (safetensors)")->required();
+  eval_cmd->add_option("--data", eval.data, kDataHelp)->capture_default_str();
+  eval_cmd->add_flag_callback("--no-normalize", [&eval] { eval.normalize = false; }, "as for train");
+  with_rule(eval_cmd->add_option("--device", eval.device, "cpu, cuda, cuda:N, or auto"), device_rule())->capture_default_str();
+  with_rule(eval_cmd->add_option("--batch", eval.batch, "evaluation batch size"), whole<int64_t>(1))->capture_default_str();
+  with_rule(eval_cmd->add_option("--threads", eval.threads, "CPU threads (0: all cores)"), whole<int>(0));
+  eval_backend.add_to(*eval_cmd);
+
+  CLI11_PARSE(app, argc, argv);
+  try {
+    if (*train_cmd) {
+      check_flag_combinations(train);
+      train_backend.apply(train.device);
+      dpcore::train::train(train, std::cout);
+    } else {
+      eval_backend.apply(eval.device);
+      dpcore::train::evaluate(eval, std::cout);
+    }
+  } catch (const dpcore::Error& e) {
+    std::cerr << "dpcore: error: " << e.what() << "\n";
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,318 @@
+// The CUDA backend: binds the Backend interface (engine/backend.h) to the hand kernels
+// and the cuDNN/cuBLAS engines of this folder, for Device::Type::CUDA.
+//
+// Every op runs on the current device's current stream (kernels/cuda_runtime/stream.h) and
+// returns without waiting, so consecutive ops pipeline on the GPU and a whole step can be
+// captured as a CUDA graph. Failures that only the GPU can see (a class target out of
+// range) are recorded on the device and raised at the next synchronize() or
+// device-to-host copy (kernels/cuda_runtime/target_check.h).
+//
+// The CUDA kernels are float32 only: float64 tensors on a GPU fail with a clear message
+// (float64 exists for the CPU's finite-difference gradient checks).
+#include <cstring>
+#include <initializer_list>
+#include <map>
+#include <memory>
+#include <mutex>
+
+#include "engine/backend.h"
+#include "kernels/error.h"
+#include "kernels/cuda_runtime/caching_allocator.h"
+#include "kernels/cuda_runtime/check.h"
+#include "kernels/cuda_runtime/devices.h"
+#include "kernels/cuda_libraries/engine_config.h"
+#include "kernels/cuda_libraries/dispatch.h"
+#include "kernels/cuda_runtime/graph.h"
+#include "kernels/cuda/kernels.h"
+#include "kernels/cuda_runtime/pinned.h"
+#include "kernels/cuda_runtime/stream.h"
+#include "kernels/cuda_runtime/target_check.h"
+
+namespace dpcore {
+namespace {
+
+namespace k = kernels::cuda;
+namespace cuda_runtime = kernels::cuda_runtime;
+namespace cuda_libraries = kernels::cuda_libraries;
+
+// Checks that every given float tensor is float32, switches to the device of the first
+// one and returns that device's current stream.
+cudaStream_t begin_op(const char* op, std::initializer_list<const Tensor*> floats) {
+  const Tensor* first = nullptr;
+  for (const Tensor* t : floats) {
+    if (!t || !t->defined()) continue;
+    if (t->dtype() == DType::Float64) fail(op, ": float64 is not supported on cuda; the CUDA kernels are float32");
+    DPCORE_CHECK(t->dtype() == DType::Float32, op, ": expected a float32 tensor, got ", t->str());
+    if (!first) first = t;
+  }
+  DPCORE_CHECK(first, op, ": no tensor to run on");
+  cuda_runtime::set_device(first->device().index);
+  return cuda_runtime::current_stream(first->device().index);
+}
+
+float* f32(const Tensor& t) { return t.data<float>(); }
+float* f32(const Tensor* t) { return t && t->defined() ? t->data<float>() : nullptr; }
+
+// A batch upload from pinned memory goes on the compute stream, NOT on a side copy stream:
+// dst may still be read by work queued there (the previous step's graph replay reads its
+// fixed input buffer; a fresh tensor may get a block that queued kernels still use), and a
+// copy on another stream would overwrite it under them. The host then waits for the copy,
+// after which the loader may refill the pinned buffer.
+void upload_pinned(void* dst, int device, const void* src, size_t bytes) {
+  cuda_runtime::set_device(device);
+  cudaStream_t compute = cuda_runtime::current_stream(device);
+  CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, compute));
+  CUDA_CHECK(cudaStreamSynchronize(compute));
+}
+
+// The engine's Allocator over one GPU's caching allocator (kernels/cuda_runtime).
+class CudaDeviceAllocator : public Allocator {
+ public:
+  explicit CudaDeviceAllocator(cuda_runtime::CachingAllocator& cache) : cache_(cache) {}
+  void* allocate(size_t bytes) override { return cache_.allocate(bytes); }
+  void deallocate(void* ptr, size_t bytes) override { cache_.deallocate(ptr, bytes); }
+  size_t bytes_in_use() const override { return cache_.bytes_in_use(); }
+  size_t peak_bytes() const override { return cache_.peak_bytes(); }
+  void reset_peak() override { cache_.reset_peak(); }
+
+ private:
+  cuda_runtime::CachingAllocator& cache_;
+};
+
+class CudaBackend : public Backend {
+ public:
+  std::string name() const override { return "cuda"; }
+  int device_count() const override { return cuda_runtime::device_count(); }
+  Allocator& allocator(int device_index) override {
+    // One adapter per device, created on first use and kept for the life of the process
+    // (as the caching allocators themselves are).
+    static std::mutex mutex;
+    static std::map<int, std::unique_ptr<CudaDeviceAllocator>> adapters;
+    std::lock_guard<std::mutex> lock(mutex);
+    auto& adapter = adapters[device_index];
+    if (!adapter) adapter = std::make_unique<CudaDeviceAllocator>(cuda_runtime::device_allocator(device_index));
+    return *adapter;
+  }
+
+  void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes) override {
+    if (bytes == 0) return;
+    if (dst_device.is_cuda() && src_device.is_cuda()) {
+      copy_device_to_device(dst, dst_device.index, src, src_device.index, bytes);
+    } else if (dst_device.is_cuda() && cuda_runtime::is_pinned(src)) {
+      upload_pinned(dst, dst_device.index, src, bytes);
+    } else if (dst_device.is_cuda()) {
+      // Pageable sources are staged by the driver before cudaMemcpyAsync returns, so the
+      // caller may reuse them at once.
+      const int device = dst_device.index;
+      cuda_runtime::set_device(device);
+      CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, cuda_runtime::current_stream(device)));
+    } else if (src_device.is_cuda()) {
+      const int device = src_device.index;
+      cuda_runtime::set_device(device);
+      cudaStream_t stream = cuda_runtime::current_stream(device);
+      CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream));
+      CUDA_CHECK(cudaStreamSynchronize(stream));
+      // Reading results back means the queued work ran: report a bad target now.
+      cuda_runtime::raise_pending_target_error(device);
+    } else {
+      std::memmove(dst, src, bytes);
+    }
+  }
+
+  void synchronize(int device_index) override {
+    cuda_runtime::set_device(device_index);
+    CUDA_CHECK(cudaDeviceSynchronize());
+    cuda_runtime::raise_pending_target_error(device_index);
+  }
+
+  // conv-engine = hand|cudnn|auto, gemm-engine = hand|cublas|auto, tf32 = on|off
+  // (kernels/cuda_libraries/engine_config.h), cuda-graph = on|off; the CLI's flags of those names.
+  void set_option(const std::string& name, const std::string& value) override {
+    cuda_libraries::EngineConfig config = cuda_libraries::engine_config();
+    if (name == "cuda-graph") {
+      DPCORE_CHECK(value == "on" || value == "off", "--cuda-graph: expected on or off, got '", value, "'");
+      graphs_enabled_ = value == "on";
+      return;
+    }
+    if (name == "conv-engine") {
+      config.conv = cuda_libraries::parse_conv_engine(value, "--" + name);
+    } else if (name == "gemm-engine") {
+      config.gemm = cuda_libraries::parse_gemm_engine(value, "--" + name);
+    } else if (name == "tf32") {
+      DPCORE_CHECK(value == "on" || value == "off", "--tf32: expected on or off, got '", value, "'");
+      config.tf32 = value == "on";
+    } else {
+      fail("the cuda backend has no option '", name, "' (it has conv-engine, gemm-engine, tf32 and cuda-graph)");
+    }
+    cuda_libraries::set_engine_config(config);
+  }
+
+  // ---- graphs, streams, pinned host memory ----
+  std::unique_ptr<Captured> capture(int device_index, const std::function<void()>& body) override {
+    if (!graphs_enabled_) return nullptr;
+    struct Graph : Captured {
+      explicit Graph(int device) : graph(device) {}
+      void replay() override { graph.replay(); }
+      cuda_runtime::CudaGraph graph;
+    };
+    auto g = std::make_unique<Graph>(device_index);
+    g->graph.capture(body);
+    return g;
+  }
+  void use_thread_stream(int device_index, int index) override {
+    cuda_runtime::set_current_stream(device_index, cuda_runtime::side_stream(device_index, index));
+  }
+  void* alloc_host(size_t bytes) override { return cuda_runtime::pinned_alloc(bytes); }
+  void free_host(void* ptr) override { cuda_runtime::pinned_free(ptr); }
+
+  // ---- conv2d and linear: through the engine selection ----
+  void conv2d_forward(const kernels::Conv2dShape& s, const Tensor& x, const Tensor& w, const Tensor* bias,
+                      Tensor& y) override {
+    cudaStream_t stream = begin_op("conv2d", {&x, &w, bias, &y});
+    cuda_libraries::dispatch_conv2d_forward(s, f32(x), f32(w), f32(bias), false, f32(y), stream);
+  }
+  void conv2d_relu_forward(const kernels::Conv2dShape& s, const Tensor& x, const Tensor& w, const Tensor* bias,
+                           Tensor& y) override {
+    cudaStream_t stream = begin_op("conv2d", {&x, &w, bias, &y});
+    cuda_libraries::dispatch_conv2d_forward(s, f32(x), f32(w), f32(bias), true, f32(y), stream);
+  }
+  void conv2d_backward_data(const kernels::Conv2dShape& s, const Tensor& dy, const Tensor& w, Tensor& dx) override {
+    cudaStream_t stream = begin_op("conv2d backward", {&dy, &w, &dx});
+    cuda_libraries::dispatch_conv2d_backward_data(s, f32(dy), f32(w), f32(dx), stream);
+  }
+  void conv2d_backward_weight(const kernels::Conv2dShape& s, const Tensor& x, const Tensor& dy, Tensor& dw,
+                              Tensor* dbias, bool accumulate) override {
+    cudaStream_t stream = begin_op("conv2d backward", {&x, &dy, &dw, dbias});
+    cuda_libraries::dispatch_conv2d_backward_weight(s, f32(x), f32(dy), f32(dw), f32(dbias), accumulate, stream);
+  }
+
+  void linear_forward(const kernels::LinearShape& s, const Tensor& x, const Tensor& w, const Tensor* bias,
+                      Tensor& y) override {
+    cudaStream_t stream = begin_op("linear", {&x, &w, bias, &y});
+    cuda_libraries::dispatch_linear_forward(s, f32(x), f32(w), f32(bias), f32(y), stream);
+  }
+  void linear_backward_data(const kernels::LinearShape& s, const Tensor& dy, const Tensor& w, Tensor& dx) override {
+    cudaStream_t stream = begin_op("linear backward", {&dy, &w, &dx});
+    cuda_libraries::dispatch_linear_backward_data(s, f32(dy), f32(w), f32(dx), stream);
+  }
+  void linear_backward_weight(const kernels::LinearShape& s, const Tensor& x, const Tensor& dy, Tensor& dw,
+                              Tensor* dbias, bool accumulate) override {
+    cudaStream_t stream = begin_op("linear backward", {&x, &dy, &dw, dbias});
+    cuda_libraries::dispatch_linear_backward_weight(s, f32(x), f32(dy), f32(dw), f32(dbias), accumulate, stream);
+  }
+
+  // ---- the rest: hand kernels ----
+  void max_pool2d_forward(const kernels::Pool2dShape& s, const Tensor& x, Tensor& y, Tensor& argmax) override {
+    cudaStream_t stream = begin_op("max_pool2d", {&x, &y});
+    k::max_pool2d_forward(s, f32(x), f32(y), argmax.data<int32_t>(), stream);
+  }
+  void max_pool2d_relu_backward(const kernels::Pool2dShape& s, const Tensor& dy, const Tensor& argmax,
+                                const Tensor& relu_y, Tensor& dx) override {
+    cudaStream_t stream = begin_op("max_pool2d backward", {&dy, &relu_y, &dx});
+    k::max_pool2d_relu_backward(s, f32(dy), argmax.data<int32_t>(), f32(relu_y), f32(dx), stream);
+  }
+  void max_pool2d_backward(const kernels::Pool2dShape& s, const Tensor& dy, const Tensor& argmax,
+                           Tensor& dx) override {
+    cudaStream_t stream = begin_op("max_pool2d backward", {&dy, &dx});
+    k::max_pool2d_backward(s, f32(dy), argmax.data<int32_t>(), f32(dx), stream);
+  }
+
+  void relu_forward(const Tensor& x, Tensor& y) override {
+    cudaStream_t stream = begin_op("relu", {&x, &y});
+    k::relu_forward(x.numel(), f32(x), f32(y), stream);
+  }
+  void relu_backward(const Tensor& dy, const Tensor& y, Tensor& dx) override {
+    cudaStream_t stream = begin_op("relu backward", {&dy, &y, &dx});
+    k::relu_backward(dy.numel(), f32(dy), f32(y), f32(dx), stream);
+  }
+
+  void log_softmax_forward(const Tensor& x, Tensor& y) override {
+    cudaStream_t stream = begin_op("log_softmax", {&x, &y});
+    k::log_softmax_forward(x.size(0), x.size(1), f32(x), f32(y), stream);
+  }
+  void log_softmax_backward(const Tensor& dy, const Tensor& y, Tensor& dx) override {
+    cudaStream_t stream = begin_op("log_softmax backward", {&dy, &y, &dx});
+    k::log_softmax_backward(dy.size(0), dy.size(1), f32(dy), f32(y), f32(dx), stream);
+  }
+  void nll_loss_forward(const Tensor& logp, const Tensor& target, Tensor& loss_sum) override {
+    cudaStream_t stream = begin_op("nll_loss", {&logp, &loss_sum});
+    k::nll_loss_forward(logp.size(0), logp.size(1), f32(logp), target.data<int64_t>(), f32(loss_sum), stream);
+  }
+  void nll_loss_backward(const Tensor& grad_per_row, const Tensor& target, Tensor& dlogp) override {
+    cudaStream_t stream = begin_op("nll_loss backward", {&grad_per_row, &dlogp});
+    k::nll_loss_backward(dlogp.size(0), dlogp.size(1), f32(grad_per_row), target.data<int64_t>(), f32(dlogp), stream);
+  }
+  void cross_entropy_forward_backward(const Tensor& logits, const Tensor& target, double grad_scale, Tensor& loss_sum,
+                                      Tensor& dlogits) override {
+    cudaStream_t stream = begin_op("cross_entropy", {&logits, &loss_sum, &dlogits});
+    k::cross_entropy_forward_backward(logits.size(0), logits.size(1), f32(logits), target.data<int64_t>(),
+                                      float(grad_scale), f32(loss_sum), f32(dlogits), stream);
+  }
+  void check_targets(const char* op, const Tensor& target, int64_t classes) override {
+    const int device = target.device().index;
+    cuda_runtime::set_device(device);
+    cuda_runtime::check_targets_async(device, op, target.data<int64_t>(), target.numel(), classes,
+                              cuda_runtime::current_stream(device));
+  }
+
+  void fill(Tensor& y, double value) override {
+    const int device = y.device().index;
+    cuda_runtime::set_device(device);
+    cudaStream_t stream = cuda_runtime::current_stream(device);
+    switch (y.dtype()) {
+      case DType::Float32: k::fill<float>(y.numel(), float(value), y.data<float>(), stream); return;
+      case DType::Int32: k::fill<int32_t>(y.numel(), int32_t(value), y.data<int32_t>(), stream); return;
+      case DType::Int64: k::fill<int64_t>(y.numel(), int64_t(value), y.data<int64_t>(), stream); return;
+      case DType::Float64: fail("fill: float64 is not supported on cuda; the CUDA kernels are float32");
+    }
+  }
+  void add(const Tensor& a, const Tensor& b, Tensor& y) override {
+    cudaStream_t stream = begin_op("add", {&a, &b, &y});
+    k::add(a.numel(), f32(a), f32(b), f32(y), stream);
+  }
+  void axpy(double alpha, const Tensor& x, Tensor& y) override {
+    cudaStream_t stream = begin_op("axpy", {&x, &y});
+    k::axpy(x.numel(), float(alpha), f32(x), f32(y), stream);
+  }
+  void scale(double alpha, const Tensor& x, Tensor& y) override {
+    cudaStream_t stream = begin_op("scale", {&x, &y});
+    k::scale(x.numel(), float(alpha), f32(x), f32(y), stream);
+  }
+  void scale_by(const Tensor& s, const Tensor& x, Tensor& y) override {
+    cudaStream_t stream = begin_op("scale", {&s, &x, &y});
+    k::scale_by(x.numel(), f32(s), f32(x), f32(y), stream);
+  }
+  void sum(const Tensor& x, Tensor& out) override {
+    cudaStream_t stream = begin_op("sum", {&x, &out});
+    k::sum(x.numel(), f32(x), f32(out), stream);
+  }
+  void sgd_step(const kernels::SgdConfig& cfg, bool first_step, Tensor& param, const Tensor& grad,
+                Tensor& momentum) override {
+    cudaStream_t stream = begin_op("sgd", {&param, &grad, &momentum});
+    k::sgd_step(param.numel(), cfg, first_step, f32(param), f32(grad), f32(&momentum), stream);  // no momentum: undefined
+  }
+
+ private:
+  bool graphs_enabled_ = true;  // --cuda-graph
+
+  // On the source device's stream, ordered after the work queued on the destination's
+  // stream (which may still use dst) and before anything queued there afterwards.
+  static void copy_device_to_device(void* dst, int dst_index, const void* src, int src_index, size_t bytes) {
+    if (dst_index == src_index) {
+      cuda_runtime::set_device(src_index);
+      CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, cuda_runtime::current_stream(src_index)));
+      return;
+    }
+    cudaStream_t src_stream = cuda_runtime::current_stream(src_index), dst_stream = cuda_runtime::current_stream(dst_index);
+    cuda_runtime::wait_stream(src_index, src_stream, dst_index, dst_stream);
+    cuda_runtime::set_device(src_index);
+    CUDA_CHECK(cudaMemcpyPeerAsync(dst, dst_index, src, src_index, bytes, src_stream));
+    cuda_runtime::wait_stream(dst_index, dst_stream, src_index, src_stream);
+  }
+};
+
+CudaBackend cuda_backend;
+const bool registered = (register_backend(Device::Type::CUDA, &cuda_backend), true);
+
+}  // namespace
+}  // namespace dpcore

@@ -1,0 +1,28 @@
+#include "kernels/cuda_libraries/cublas_linear.h"
+
+#include <cublas_v2.h>
+
+#include "kernels/cuda_runtime/check.h"
+#include "kernels/cuda_runtime/devices.h"
+#include "kernels/cuda_libraries/engine_config.h"
+#include "kernels/cuda/launch.cuh"
+#include "kernels/cuda_runtime/library_handles.h"
+
+namespace dpcore::kernels::cuda_libraries::cublas {
+
+void sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+           const float* B, int64_t ldb, float beta, float* C, int64_t ldc, cudaStream_t stream) {
+  for (int64_t v : {M, N, K, lda, ldb, ldc}) kernels::cuda::check_int32("cublas sgemm", "a dimension", v);
+  if (M == 0 || N == 0) return;
+  cublasHandle_t handle = cuda_runtime::cublas_handle(cuda_runtime::current_device(), stream);
+  // cuBLAS is column-major: the row-major C[M,N] is the column-major C^T[N,M] = op(B)^T op(A)^T,
+  // and a row-major matrix read column-major is its transpose. So swap A and B and keep
+  // each one's transpose flag.
+  const cublasOperation_t op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasComputeType_t compute = engine_config().tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+  CUBLAS_CHECK(cublasGemmEx(handle, op_b, op_a, int(N), int(M), int(K), &alpha, B, CUDA_R_32F, int(ldb), A, CUDA_R_32F,
+                            int(lda), &beta, C, CUDA_R_32F, int(ldc), compute, CUBLAS_GEMM_DEFAULT));
+}
+
+}  // namespace dpcore::kernels::cuda_libraries::cublas

@@ -1,0 +1,199 @@
+#include "kernels/cuda_libraries/cudnn_conv2d.h"
+
+#include <cudnn.h>
+
+#include <array>
+#include <map>
+#include <memory>
+#include <mutex>
+
+#include "kernels/error.h"
+#include "kernels/cuda_runtime/caching_allocator.h"
+#include "kernels/cuda_runtime/check.h"
+#include "kernels/cuda_runtime/devices.h"
+#include "kernels/cuda_libraries/engine_config.h"
+#include "kernels/cuda/launch.cuh"
+#include "kernels/cuda_runtime/library_handles.h"
+
+namespace dpcore::kernels::cuda_libraries::cudnn {
+
+namespace {
+
+constexpr size_t kMaxWorkspace = size_t(1) << 30;  // algorithms wanting more than 1 GiB are skipped
+
+// One direction of one convolution: its descriptor (math type is per direction) and algorithm.
+template <class Algo>
+struct Direction {
+  cudnnConvolutionDescriptor_t conv = nullptr;
+  Algo algo{};
+  size_t workspace = 0;
+  bool ready = false;
+};
+
+struct Plan {
+  cudnnTensorDescriptor_t x = nullptr, y = nullptr;
+  cudnnFilterDescriptor_t w = nullptr;
+  Direction<cudnnConvolutionFwdAlgo_t> forward;
+  Direction<cudnnConvolutionBwdDataAlgo_t> backward_data;
+  Direction<cudnnConvolutionBwdFilterAlgo_t> backward_filter;
+};
+
+using PlanKey = std::array<int64_t, 13>;
+
+cudnnConvolutionDescriptor_t make_conv_desc(const kernels::Conv2dShape& s) {
+  cudnnConvolutionDescriptor_t conv;
+  CUDNN_CHECK(cudnnCreateConvolutionDescriptor(&conv));
+  CUDNN_CHECK(cudnnSetConvolution2dDescriptor(conv, int(s.pad_h), int(s.pad_w), int(s.stride_h), int(s.stride_w), 1, 1,
+                                              CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
+  return conv;
+}
+
+std::unique_ptr<Plan> make_plan(const kernels::Conv2dShape& s) {
+  auto plan = std::make_unique<Plan>();
+  CUDNN_CHECK(cudnnCreateTensorDescriptor(&plan->x));
+  CUDNN_CHECK(cudnnSetTensor4dDescriptor(plan->x, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, int(s.N), int(s.C), int(s.H),
+                                         int(s.W)));
+  CUDNN_CHECK(cudnnCreateTensorDescriptor(&plan->y));
+  CUDNN_CHECK(cudnnSetTensor4dDescriptor(plan->y, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, int(s.N), int(s.K), int(s.P),
+                                         int(s.Q)));
+  CUDNN_CHECK(cudnnCreateFilterDescriptor(&plan->w));
+  CUDNN_CHECK(cudnnSetFilter4dDescriptor(plan->w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, int(s.K), int(s.C), int(s.R),
+                                         int(s.S)));
+  plan->forward.conv = make_conv_desc(s);
+  plan->backward_data.conv = make_conv_desc(s);
+  plan->backward_filter.conv = make_conv_desc(s);
+  int n, c, h, w;
+  CUDNN_CHECK(cudnnGetConvolution2dForwardOutputDim(plan->forward.conv, plan->x, plan->w, &n, &c, &h, &w));
+  DPCORE_CHECK(n == s.N && c == s.K && h == s.P && w == s.Q, "conv2d (cudnn): cuDNN computes output ", n, "x", c, "x",
+               h, "x", w, " for a shape that expects ", s.N, "x", s.K, "x", s.P, "x", s.Q);
+  return plan;
+}
+
+// Descriptors are host objects (valid on any device); algorithms are per device and
+// math mode, so both are part of the key. Plans are never freed: one per layer shape.
+// The returned lock is held while the caller prepares and enqueues (both quick), so that
+// threads of several replicas never set up the same plan at once.
+Plan& plan_for(const kernels::Conv2dShape& s, int device, bool tf32, std::unique_lock<std::mutex>& lock) {
+  static std::mutex mutex;
+  static std::map<PlanKey, std::unique_ptr<Plan>> plans;
+  lock = std::unique_lock<std::mutex>(mutex);
+  const PlanKey key{device, tf32, s.N, s.C, s.H, s.W, s.K, s.R, s.S, s.stride_h, s.stride_w, s.pad_h, s.pad_w};
+  std::unique_ptr<Plan>& plan = plans[key];
+  if (!plan) plan = make_plan(s);
+  return *plan;
+}
+
+// The first heuristic result that works, is deterministic, stays within the workspace cap
+// and, in FP32 mode, does not use tensor cores.
+template <class Perf>
+const Perf* pick(const Perf* results, int count, bool tf32) {
+  for (int i = 0; i < count; ++i) {
+    const Perf& p = results[i];
+    const bool tensor_cores = p.mathType == CUDNN_TENSOR_OP_MATH || p.mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION;
+    if (p.status == CUDNN_STATUS_SUCCESS && p.determinism == CUDNN_DETERMINISTIC && p.memory <= kMaxWorkspace &&
+        (tf32 || !tensor_cores))
+      return &p;
+  }
+  return nullptr;
+}
+
+// FP32 mode restricts cuDNN to FMA kernels (CUDNN_DEFAULT_MATH would allow TF32 on Hopper);
+// TF32 mode allows tensor-core kernels and then runs with the math type of the chosen one.
+cudnnMathType_t query_math(bool tf32) { return tf32 ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH; }
+cudnnMathType_t run_math(bool tf32, cudnnMathType_t chosen) { return tf32 ? chosen : CUDNN_FMA_MATH; }
+
+constexpr int kCandidates = 16;
+
+// Picks and caches the algorithm of one direction. `query` fills cuDNN's ranked
+// candidates (cudnnGet*Algorithm_v7), `workspace_size` the bytes the chosen one needs.
+template <class Perf, class Algo, class Query, class WorkspaceSize>
+void prepare(Direction<Algo>& d, bool tf32, const char* what, const kernels::Conv2dShape& s, Query query,
+             WorkspaceSize workspace_size) {
+  if (d.ready) return;
+  CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv, query_math(tf32)));
+  Perf results[kCandidates];
+  int count = 0;
+  CUDNN_CHECK(query(results, &count));
+  const Perf* best = pick(results, count, tf32);
+  DPCORE_CHECK(best, "conv2d (cudnn): no deterministic ", what, " algorithm for input ", s.N, "x", s.C, "x", s.H, "x",
+               s.W, ", weight ", s.K, "x", s.C, "x", s.R, "x", s.S, (tf32 ? "" : " in FP32"));
+  CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv, run_math(tf32, best->mathType)));
+  d.algo = best->algo;
+  CUDNN_CHECK(workspace_size(d.algo, &d.workspace));
+  d.ready = true;
+}
+
+}  // namespace
+
+void conv2d_forward(const kernels::Conv2dShape& s, const float* x, const float* w, float* y, cudaStream_t stream) {
+  kernels::cuda::check_conv_shape("conv2d", s);
+  if (s.y_size() == 0) return;
+  const int device = cuda_runtime::current_device();
+  const bool tf32 = engine_config().tf32;
+  cudnnHandle_t handle = cuda_runtime::cudnn_handle(device, stream);
+  std::unique_lock<std::mutex> lock;
+  Plan& p = plan_for(s, device, tf32, lock);
+  auto& d = p.forward;
+  prepare<cudnnConvolutionFwdAlgoPerf_t>(
+      d, tf32, "forward", s,
+      [&](cudnnConvolutionFwdAlgoPerf_t* r, int* n) {
+        return cudnnGetConvolutionForwardAlgorithm_v7(handle, p.x, p.w, d.conv, p.y, kCandidates, n, r);
+      },
+      [&](cudnnConvolutionFwdAlgo_t algo, size_t* bytes) {
+        return cudnnGetConvolutionForwardWorkspaceSize(handle, p.x, p.w, d.conv, p.y, algo, bytes);
+      });
+  cuda_runtime::Workspace workspace(d.workspace, stream);
+  const float alpha = 1.f, beta = 0.f;
+  CUDNN_CHECK(cudnnConvolutionForward(handle, &alpha, p.x, x, p.w, w, d.conv, d.algo, workspace.data(), d.workspace,
+                                      &beta, p.y, y));
+}
+
+void conv2d_backward_data(const kernels::Conv2dShape& s, const float* dy, const float* w, float* dx,
+                          cudaStream_t stream) {
+  kernels::cuda::check_conv_shape("conv2d backward", s);
+  if (s.x_size() == 0) return;
+  const int device = cuda_runtime::current_device();
+  const bool tf32 = engine_config().tf32;
+  cudnnHandle_t handle = cuda_runtime::cudnn_handle(device, stream);
+  std::unique_lock<std::mutex> lock;
+  Plan& p = plan_for(s, device, tf32, lock);
+  auto& d = p.backward_data;
+  prepare<cudnnConvolutionBwdDataAlgoPerf_t>(
+      d, tf32, "backward-data", s,
+      [&](cudnnConvolutionBwdDataAlgoPerf_t* r, int* n) {
+        return cudnnGetConvolutionBackwardDataAlgorithm_v7(handle, p.w, p.y, d.conv, p.x, kCandidates, n, r);
+      },
+      [&](cudnnConvolutionBwdDataAlgo_t algo, size_t* bytes) {
+        return cudnnGetConvolutionBackwardDataWorkspaceSize(handle, p.w, p.y, d.conv, p.x, algo, bytes);
+      });
+  cuda_runtime::Workspace workspace(d.workspace, stream);
+  const float alpha = 1.f, beta = 0.f;
+  CUDNN_CHECK(cudnnConvolutionBackwardData(handle, &alpha, p.w, w, p.y, dy, d.conv, d.algo, workspace.data(),
+                                           d.workspace, &beta, p.x, dx));
+}
+
+void conv2d_backward_weight(const kernels::Conv2dShape& s, const float* x, const float* dy, float* dw, bool accumulate,
+                            cudaStream_t stream) {
+  kernels::cuda::check_conv_shape("conv2d backward", s);
+  if (s.w_size() == 0) return;
+  const int device = cuda_runtime::current_device();
+  const bool tf32 = engine_config().tf32;
+  cudnnHandle_t handle = cuda_runtime::cudnn_handle(device, stream);
+  std::unique_lock<std::mutex> lock;
+  Plan& p = plan_for(s, device, tf32, lock);
+  auto& d = p.backward_filter;
+  prepare<cudnnConvolutionBwdFilterAlgoPerf_t>(
+      d, tf32, "backward-filter", s,
+      [&](cudnnConvolutionBwdFilterAlgoPerf_t* r, int* n) {
+        return cudnnGetConvolutionBackwardFilterAlgorithm_v7(handle, p.x, p.y, d.conv, p.w, kCandidates, n, r);
+      },
+      [&](cudnnConvolutionBwdFilterAlgo_t algo, size_t* bytes) {
+        return cudnnGetConvolutionBackwardFilterWorkspaceSize(handle, p.x, p.y, d.conv, p.w, algo, bytes);
+      });
+  cuda_runtime::Workspace workspace(d.workspace, stream);
+  const float alpha = 1.f, beta = accumulate ? 1.f : 0.f;  // beta = 0: dw is not read
+  CUDNN_CHECK(cudnnConvolutionBackwardFilter(handle, &alpha, p.x, x, p.y, dy, d.conv, d.algo, workspace.data(),
+                                             d.workspace, &beta, p.w, dw));
+}
+
+}  // namespace dpcore::kernels::cuda_libraries::cudnn

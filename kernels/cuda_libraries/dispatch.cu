@@ -1,0 +1,157 @@
+#include "kernels/cuda_libraries/dispatch.h"
+
+#include <array>
+#include <functional>
+#include <map>
+#include <mutex>
+
+#include "kernels/cuda_runtime/caching_allocator.h"
+#include "kernels/cuda_runtime/check.h"
+#include "kernels/cuda_libraries/cublas_linear.h"
+#include "kernels/cuda_libraries/cudnn_conv2d.h"
+#include "kernels/cuda_runtime/devices.h"
+#include "kernels/cuda_libraries/engine_config.h"
+#include "kernels/cuda/kernels.h"
+#include "kernels/cuda_runtime/stream.h"
+
+namespace dpcore::kernels::cuda_libraries {
+
+namespace {
+
+namespace hand = kernels::cuda;
+
+enum class Impl { Hand, Library };
+enum class Mode { Hand, Library, Auto };
+enum class Op { ConvForward, ConvBackwardData, ConvBackwardWeight, LinearForward, LinearBackwardData, LinearBackwardWeight };
+
+constexpr int kTimedRuns = 3;
+
+Mode mode_of(ConvEngine e) { return e == ConvEngine::Hand ? Mode::Hand : e == ConvEngine::Cudnn ? Mode::Library : Mode::Auto; }
+Mode mode_of(GemmEngine e) { return e == GemmEngine::Hand ? Mode::Hand : e == GemmEngine::Cublas ? Mode::Library : Mode::Auto; }
+
+// (op, device, tf32, shape): what auto timed and the winner.
+using Key = std::array<int64_t, 14>;
+
+Key conv_key(Op op, const kernels::Conv2dShape& s) {
+  return Key{int64_t(op), cuda_runtime::current_device(), engine_config().tf32, s.N, s.C, s.H, s.W, s.K, s.R, s.S, s.stride_h,
+             s.stride_w, s.pad_h, s.pad_w};
+}
+Key linear_key(Op op, const kernels::LinearShape& s) {
+  return Key{int64_t(op), cuda_runtime::current_device(), engine_config().tf32, s.N, s.in, s.out, 0, 0, 0, 0, 0, 0, 0, 0};
+}
+
+// Mean milliseconds of `runs` calls of `run`, after one untimed call (which also creates
+// library handles, picks cuDNN algorithms and fills the allocator's cache).
+float time_ms(const std::function<void()>& run, cudaStream_t stream) {
+  run();
+  cudaEvent_t start, stop;
+  CUDA_CHECK(cudaEventCreate(&start));
+  CUDA_CHECK(cudaEventCreate(&stop));
+  CUDA_CHECK(cudaEventRecord(start, stream));
+  for (int i = 0; i < kTimedRuns; ++i) run();
+  CUDA_CHECK(cudaEventRecord(stop, stream));
+  CUDA_CHECK(cudaEventSynchronize(stop));
+  float ms = 0.f;
+  CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+  CUDA_CHECK(cudaEventDestroy(start));
+  CUDA_CHECK(cudaEventDestroy(stop));
+  return ms / kTimedRuns;
+}
+
+// The engine to run. For auto, the first call of a (op, shape) times both engines on a
+// scratch output of `out_floats` (never on the real output: a weight gradient that
+// accumulates must be written exactly once) and caches the faster. Timing would
+// synchronize, which a graph capture forbids: an untimed shape under capture takes the
+// library engine without caching the choice.
+Impl choose(Mode mode, const Key& key, size_t out_floats, cudaStream_t stream,
+            const std::function<void(Impl, float*)>& trial) {
+  if (mode != Mode::Auto) return mode == Mode::Hand ? Impl::Hand : Impl::Library;
+  static std::mutex mutex;
+  static std::map<Key, Impl> chosen;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    auto it = chosen.find(key);
+    if (it != chosen.end()) return it->second;
+  }
+  if (cuda_runtime::is_capturing(stream)) return Impl::Library;
+  cuda_runtime::Workspace scratch(out_floats * sizeof(float), stream);
+  const float hand_ms = time_ms([&] { trial(Impl::Hand, scratch.floats()); }, stream);
+  const float library_ms = time_ms([&] { trial(Impl::Library, scratch.floats()); }, stream);
+  const Impl winner = hand_ms < library_ms ? Impl::Hand : Impl::Library;
+  std::lock_guard<std::mutex> lock(mutex);
+  chosen[key] = winner;
+  return winner;
+}
+
+kernels::cuda::SgemmFn gemm_of(Impl impl) { return impl == Impl::Hand ? hand::sgemm : cublas::sgemm; }
+
+}  // namespace
+
+void dispatch_conv2d_forward(const kernels::Conv2dShape& s, const float* x, const float* w, const float* bias, bool relu,
+                    float* y, cudaStream_t stream) {
+  auto run = [&](Impl impl, float* out) {
+    if (impl == Impl::Hand) {
+      if (relu) {
+        hand::conv2d_relu_forward(s, x, w, bias, out, stream);
+      } else {
+        hand::conv2d_forward(s, x, w, bias, out, stream);
+      }
+    } else {
+      cudnn::conv2d_forward(s, x, w, out, stream);
+      hand::bias_activation(s.N, s.K, s.P * s.Q, bias, relu, out, stream);
+    }
+  };
+  run(choose(mode_of(engine_config().conv), conv_key(Op::ConvForward, s), s.y_size(), stream, run), y);
+}
+
+void dispatch_conv2d_backward_data(const kernels::Conv2dShape& s, const float* dy, const float* w, float* dx,
+                          cudaStream_t stream) {
+  auto run = [&](Impl impl, float* out) {
+    if (impl == Impl::Hand) {
+      hand::conv2d_backward_data(s, dy, w, out, stream);
+    } else {
+      cudnn::conv2d_backward_data(s, dy, w, out, stream);
+    }
+  };
+  run(choose(mode_of(engine_config().conv), conv_key(Op::ConvBackwardData, s), s.x_size(), stream, run), dx);
+}
+
+void dispatch_conv2d_backward_weight(const kernels::Conv2dShape& s, const float* x, const float* dy, float* dw, float* dbias,
+                            bool accumulate, cudaStream_t stream) {
+  auto run = [&](Impl impl, float* out, bool acc) {
+    if (impl == Impl::Hand) {
+      hand::conv2d_backward_weight(s, x, dy, out, nullptr, acc, stream);
+    } else {
+      cudnn::conv2d_backward_weight(s, x, dy, out, acc, stream);
+    }
+  };
+  const Impl impl = choose(mode_of(engine_config().conv), conv_key(Op::ConvBackwardWeight, s), s.w_size(), stream,
+                           [&](Impl i, float* out) { run(i, out, false); });
+  run(impl, dw, accumulate);
+  if (dbias) hand::channel_sum(s.N, s.K, s.P * s.Q, dy, dbias, accumulate, stream);
+}
+
+void dispatch_linear_forward(const kernels::LinearShape& s, const float* x, const float* w, const float* bias, float* y,
+                    cudaStream_t stream) {
+  auto run = [&](Impl impl, float* out) { hand::linear_forward(s, x, w, bias, out, stream, gemm_of(impl)); };
+  run(choose(mode_of(engine_config().gemm), linear_key(Op::LinearForward, s), size_t(s.N * s.out), stream, run), y);
+}
+
+void dispatch_linear_backward_data(const kernels::LinearShape& s, const float* dy, const float* w, float* dx,
+                          cudaStream_t stream) {
+  auto run = [&](Impl impl, float* out) { hand::linear_backward_data(s, dy, w, out, stream, gemm_of(impl)); };
+  run(choose(mode_of(engine_config().gemm), linear_key(Op::LinearBackwardData, s), size_t(s.N * s.in), stream, run),
+      dx);
+}
+
+void dispatch_linear_backward_weight(const kernels::LinearShape& s, const float* x, const float* dy, float* dw, float* dbias,
+                            bool accumulate, cudaStream_t stream) {
+  auto run = [&](Impl impl, float* out, float* out_bias, bool acc) {
+    hand::linear_backward_weight(s, x, dy, out, out_bias, acc, stream, gemm_of(impl));
+  };
+  const Impl impl = choose(mode_of(engine_config().gemm), linear_key(Op::LinearBackwardWeight, s),
+                           size_t(s.out * s.in), stream, [&](Impl i, float* out) { run(i, out, nullptr, false); });
+  run(impl, dw, dbias, accumulate);
+}
+
+}  // namespace dpcore::kernels::cuda_libraries

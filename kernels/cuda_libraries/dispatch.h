@@ -1,0 +1,28 @@
+// conv2d and linear routed to the engine engine_config() selects: the hand kernels, or
+// cuDNN / cuBLAS, or (auto) whichever was faster when this op and shape were first seen.
+// The bias and relu around the library calls use the same helper kernels as the hand
+// path, so both engines compute the same function.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include "kernels/shapes.h"
+
+namespace dpcore::kernels::cuda_libraries {
+
+// y = conv(x, w) + bias, then relu when `relu` (fused in the hand kernel's epilogue).
+void dispatch_conv2d_forward(const kernels::Conv2dShape& s, const float* x, const float* w, const float* bias, bool relu,
+                    float* y, cudaStream_t stream);
+void dispatch_conv2d_backward_data(const kernels::Conv2dShape& s, const float* dy, const float* w, float* dx,
+                          cudaStream_t stream);
+void dispatch_conv2d_backward_weight(const kernels::Conv2dShape& s, const float* x, const float* dy, float* dw, float* dbias,
+                            bool accumulate, cudaStream_t stream);
+
+void dispatch_linear_forward(const kernels::LinearShape& s, const float* x, const float* w, const float* bias, float* y,
+                    cudaStream_t stream);
+void dispatch_linear_backward_data(const kernels::LinearShape& s, const float* dy, const float* w, float* dx,
+                          cudaStream_t stream);
+void dispatch_linear_backward_weight(const kernels::LinearShape& s, const float* x, const float* dy, float* dw, float* dbias,
+                            bool accumulate, cudaStream_t stream);
+
+}  // namespace dpcore::kernels::cuda_libraries

@@ -1,0 +1,58 @@
+#include "kernels/cuda_libraries/engine_config.h"
+
+#include <mutex>
+
+#include "kernels/error.h"
+
+namespace dpcore::kernels::cuda_libraries {
+
+namespace {
+
+std::mutex config_mutex;
+EngineConfig current_config;
+
+}  // namespace
+
+void set_engine_config(const EngineConfig& config) {
+  std::lock_guard<std::mutex> lock(config_mutex);
+  current_config = config;
+}
+
+EngineConfig engine_config() {
+  std::lock_guard<std::mutex> lock(config_mutex);
+  return current_config;
+}
+
+ConvEngine parse_conv_engine(const std::string& value, const std::string& flag) {
+  if (value == "hand") return ConvEngine::Hand;
+  if (value == "cudnn") return ConvEngine::Cudnn;
+  if (value == "auto") return ConvEngine::Auto;
+  fail(flag, ": unknown convolution engine '", value, "' (expected hand, cudnn or auto)");
+}
+
+GemmEngine parse_gemm_engine(const std::string& value, const std::string& flag) {
+  if (value == "hand") return GemmEngine::Hand;
+  if (value == "cublas") return GemmEngine::Cublas;
+  if (value == "auto") return GemmEngine::Auto;
+  fail(flag, ": unknown GEMM engine '", value, "' (expected hand, cublas or auto)");
+}
+
+const char* engine_name(ConvEngine engine) {
+  switch (engine) {
+    case ConvEngine::Hand: return "hand";
+    case ConvEngine::Cudnn: return "cudnn";
+    case ConvEngine::Auto: return "auto";
+  }
+  return "?";
+}
+
+const char* engine_name(GemmEngine engine) {
+  switch (engine) {
+    case GemmEngine::Hand: return "hand";
+    case GemmEngine::Cublas: return "cublas";
+    case GemmEngine::Auto: return "auto";
+  }
+  return "?";
+}
+
+}  // namespace dpcore::kernels::cuda_libraries

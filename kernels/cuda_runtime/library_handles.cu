@@ -1,0 +1,49 @@
+#include "kernels/cuda_runtime/library_handles.h"
+
+#include <map>
+#include <mutex>
+#include <utility>
+
+#include "kernels/cuda_runtime/check.h"
+#include "kernels/cuda_runtime/devices.h"
+
+namespace dpcore::kernels::cuda_runtime {
+
+namespace {
+
+constexpr size_t kCublasWorkspace = size_t(32) << 20;  // NVIDIA's recommendation for Hopper
+
+using HandleKey = std::pair<int, cudaStream_t>;
+
+}  // namespace
+
+cudnnHandle_t cudnn_handle(int device, cudaStream_t stream) {
+  static std::mutex mutex;
+  static std::map<HandleKey, cudnnHandle_t> handles;  // never destroyed: see device_allocator
+  std::lock_guard<std::mutex> lock(mutex);
+  cudnnHandle_t& handle = handles[{device, stream}];
+  if (!handle) {
+    DeviceGuard guard(device);
+    CUDNN_CHECK(cudnnCreate(&handle));
+    CUDNN_CHECK(cudnnSetStream(handle, stream));
+  }
+  return handle;
+}
+
+cublasHandle_t cublas_handle(int device, cudaStream_t stream) {
+  static std::mutex mutex;
+  static std::map<HandleKey, cublasHandle_t> handles;
+  std::lock_guard<std::mutex> lock(mutex);
+  cublasHandle_t& handle = handles[{device, stream}];
+  if (!handle) {
+    DeviceGuard guard(device);
+    CUBLAS_CHECK(cublasCreate(&handle));
+    CUBLAS_CHECK(cublasSetStream(handle, stream));
+    void* workspace = nullptr;
+    CUDA_CHECK(cudaMalloc(&workspace, kCublasWorkspace));
+    CUBLAS_CHECK(cublasSetWorkspace(handle, workspace, kCublasWorkspace));
+  }
+  return handle;
+}
+
+}  // namespace dpcore::kernels::cuda_runtime

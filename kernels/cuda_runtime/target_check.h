@@ -1,0 +1,30 @@
+// Class-target validation without a host synchronization.
+//
+// Checking targets on the host would need the targets back from the GPU every step, a
+// sync that also makes the step uncapturable as a CUDA graph. Instead a tiny kernel looks
+// for the first out-of-range target and records it in a per-device error record that
+// lives in mapped host memory; the backend reads the record whenever it waits for the
+// device anyway (synchronize, device-to-host copies) and then throws, naming the op:
+//   "nll_loss: target 12 at row 3 is outside [0, 10)"
+// The loss kernels themselves never read out of bounds: a bad row yields NaN.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace dpcore::kernels::cuda_runtime {
+
+// Queues the check of target[0..rows) against [0, classes) on `stream` of `device`.
+void check_targets_async(int device, const char* op, const int64_t* target, int64_t rows, int64_t classes,
+                         cudaStream_t stream);
+
+// Throws the recorded target error of `device`, if any, and clears it. Call only once the
+// device's queued work is done (after a synchronize or a synchronous copy).
+void raise_pending_target_error(int device);
+
+// Creates the device's error record. Done before a graph capture, which may not allocate
+// host memory; the first check creates it otherwise.
+void prepare_target_checks(int device);
+
+}  // namespace dpcore::kernels::cuda_runtime

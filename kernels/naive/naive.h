@@ -1,0 +1,25 @@
+// Straightforward loop-nest versions of the CPU kernels that have a fast path (conv2d and
+// linear through BLAS, max_pool2d): each output element is computed on its own, from its
+// definition, with a double accumulator. They are slow and obviously right; the tests hold
+// the fast kernels (and other backends) against them. Same signatures and conventions as
+// kernels/cpu/kernels.h.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/shapes.h"
+
+namespace dpcore::kernels::naive {
+
+template <class T> void conv2d_forward(const Conv2dShape& s, const T* x, const T* w, const T* bias, T* y);
+template <class T> void conv2d_backward_data(const Conv2dShape& s, const T* dy, const T* w, T* dx);
+template <class T> void conv2d_backward_weight(const Conv2dShape& s, const T* x, const T* dy, T* dw, T* dbias, bool accumulate);
+
+template <class T> void linear_forward(const LinearShape& s, const T* x, const T* w, const T* bias, T* y);
+template <class T> void linear_backward_data(const LinearShape& s, const T* dy, const T* w, T* dx);
+template <class T> void linear_backward_weight(const LinearShape& s, const T* x, const T* dy, T* dw, T* dbias, bool accumulate);
+
+template <class T> void max_pool2d_forward(const Pool2dShape& s, const T* x, T* y, int32_t* argmax);
+template <class T> void max_pool2d_backward(const Pool2dShape& s, const T* dy, const int32_t* argmax, T* dx);
+
+}  // namespace dpcore::kernels::naive

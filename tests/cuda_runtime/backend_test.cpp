@@ -1,0 +1,161 @@
+// The CUDA backend through the engine's tensors and ops: float64 is refused with a clear
+// message, a bad class target is reported later (at synchronize or on reading a result
+// back) naming the op, copies between host and device round-trip, ops follow the current
+// stream, and the backend's options reach the engine selection.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstring>
+#include <thread>
+
+#include "support/cuda_test_util.h"
+#include "engine/backend.h"
+#include "engine/ops.h"
+#include "engine/runtime.h"
+#include "engine/tensor.h"
+#include "kernels/cuda_libraries/engine_config.h"
+#include "kernels/cuda_runtime/pinned.h"
+#include "kernels/cuda_runtime/stream.h"
+
+namespace dpcore::testing {
+namespace {
+
+const Device kGpu = Device::cuda(0);
+
+std::string message_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+TEST(CudaBackend, Float64ConvFailsClearly) {
+  SKIP_WITHOUT_CUDA();
+  Tensor x = Tensor::zeros({1, 1, 4, 4}, DType::Float64, Device::cpu()).to(kGpu);
+  Tensor w = Tensor::zeros({1, 1, 3, 3}, DType::Float64, Device::cpu()).to(kGpu);
+  EXPECT_EQ(message_of([&] { ops::conv2d(x, w, Tensor(), ops::Conv2dOptions{}); }),
+            "conv2d: float64 is not supported on cuda; the CUDA kernels are float32");
+}
+
+TEST(CudaBackend, BadTargetIsReportedAtSynchronizeNamingTheOp) {
+  SKIP_WITHOUT_CUDA();
+  Tensor logp = Tensor::from_vector(random_floats(5 * 10, 1), {5, 10}, kGpu);
+  Tensor target = Tensor::from_vector(std::vector<int64_t>{1, 2, 3, 12, 4}, {5}, kGpu);
+  // Queued without waiting: the op itself returns normally.
+  Tensor loss = ops::nll_loss(logp, target);
+  EXPECT_EQ(message_of([] { runtime::synchronize(kGpu); }), "nll_loss: target 12 at row 3 is outside [0, 10)");
+  // Reported once: the device is usable again.
+  EXPECT_NO_THROW(runtime::synchronize(kGpu));
+}
+
+TEST(CudaBackend, BadTargetIsReportedOnReadingAResultBack) {
+  SKIP_WITHOUT_CUDA();
+  Tensor logits = Tensor::from_vector(random_floats(4 * 3, 1), {4, 3}, kGpu);
+  Tensor target = Tensor::from_vector(std::vector<int64_t>{0, -1, 2, 7}, {4}, kGpu);
+  Tensor loss = ops::cross_entropy(logits, target);
+  EXPECT_EQ(message_of([&] { loss.item(); }), "cross_entropy: target -1 at row 1 is outside [0, 3)");
+}
+
+TEST(CudaBackend, CopiesRoundTripThroughTheDevice) {
+  SKIP_WITHOUT_CUDA();
+  const std::vector<float> values = random_floats(1001, 1);
+  Tensor host = Tensor::from_vector(values, {1001});
+  Tensor device = host.to(kGpu);
+  Tensor device_copy = device.clone();
+  EXPECT_EQ(device_copy.to(Device::cpu()).to_vector<float>(), values);
+}
+
+TEST(CudaBackend, PinnedHostSourceIsCopied) {
+  SKIP_WITHOUT_CUDA();
+  const std::vector<float> values = random_floats(4096, 2);
+  float* pinned = static_cast<float*>(kernels::cuda_runtime::pinned_alloc(values.size() * sizeof(float)));
+  std::memcpy(pinned, values.data(), values.size() * sizeof(float));
+  Tensor device = Tensor::empty({4096}, DType::Float32, kGpu);
+  backend_for(kGpu).copy_bytes(device.raw_data(), kGpu, pinned, Device::cpu(), values.size() * sizeof(float));
+  EXPECT_EQ(device.to_vector<float>(), values);  // the read-back is ordered after the copy
+  kernels::cuda_runtime::pinned_free(pinned);
+}
+
+// A host callback holds the side stream; an op issued under a StreamGuard for it must
+// wait behind the callback (if it went to another stream it would already have run).
+TEST(CudaBackend, OpsRunOnTheCurrentStream) {
+  SKIP_WITHOUT_CUDA();
+  const int64_t n = 1 << 16;
+  Tensor a = Tensor::from_vector(random_floats(n, 1), {n}, kGpu);
+  Tensor y = Tensor::full({n}, -1.0, DType::Float32, kGpu);
+  runtime::synchronize(kGpu);
+  cudaStream_t side = kernels::cuda_runtime::side_stream(0, 1), reader = kernels::cuda_runtime::side_stream(0, 2);
+  std::atomic<bool> release{false};
+  {
+    kernels::cuda_runtime::StreamGuard guard(0, side);
+    EXPECT_EQ(kernels::cuda_runtime::current_stream(0), side);
+    CUDA_CHECK(cudaLaunchHostFunc(
+        side,
+        [](void* flag) {
+          while (!static_cast<std::atomic<bool>*>(flag)->load()) std::this_thread::yield();
+        },
+        &release));
+    backend_for(kGpu).relu_forward(a, y);
+    std::vector<float> early(n);
+    CUDA_CHECK(cudaMemcpyAsync(early.data(), y.raw_data(), n * sizeof(float), cudaMemcpyDeviceToHost, reader));
+    CUDA_CHECK(cudaStreamSynchronize(reader));
+    release = true;
+    CUDA_CHECK(cudaStreamSynchronize(side));
+    EXPECT_EQ(early, std::vector<float>(n, -1.f)) << "the relu did not wait behind the side stream's callback";
+    for (float v : y.to_vector<float>()) ASSERT_GE(v, 0.f);
+  }
+  EXPECT_EQ(kernels::cuda_runtime::current_stream(0), nullptr);
+}
+
+TEST(CudaBackend, OptionsSetTheEngineConfig) {
+  Backend* cuda_backend = find_backend(Device::Type::CUDA);
+  ASSERT_NE(cuda_backend, nullptr);
+  const kernels::cuda_libraries::EngineConfig saved = kernels::cuda_libraries::engine_config();
+  cuda_backend->set_option("conv-engine", "hand");
+  cuda_backend->set_option("gemm-engine", "auto");
+  cuda_backend->set_option("tf32", "on");
+  EXPECT_EQ(kernels::cuda_libraries::engine_config().conv, kernels::cuda_libraries::ConvEngine::Hand);
+  EXPECT_EQ(kernels::cuda_libraries::engine_config().gemm, kernels::cuda_libraries::GemmEngine::Auto);
+  EXPECT_TRUE(kernels::cuda_libraries::engine_config().tf32);
+  EXPECT_EQ(message_of([&] { cuda_backend->set_option("conv-engine", "cublas"); }),
+            "--conv-engine: unknown convolution engine 'cublas' (expected hand, cudnn or auto)");
+  EXPECT_EQ(message_of([&] { cuda_backend->set_option("tf32", "yes"); }), "--tf32: expected on or off, got 'yes'");
+  EXPECT_EQ(message_of([&] { cuda_backend->set_option("fast", "on"); }),
+            "the cuda backend has no option 'fast' (it has conv-engine, gemm-engine, tf32 and cuda-graph)");
+  EXPECT_EQ(message_of([&] { cuda_backend->set_option("cuda-graph", "maybe"); }),
+            "--cuda-graph: expected on or off, got 'maybe'");
+  kernels::cuda_libraries::set_engine_config(saved);
+}
+
+// The same small network step on the CPU and on the GPU with each engine choice: the
+// engine selection changes the implementation, never the result.
+TEST(CudaBackend, EveryEngineChoiceMatchesTheCpu) {
+  SKIP_WITHOUT_CUDA();
+  const kernels::cuda_libraries::EngineConfig saved = kernels::cuda_libraries::engine_config();
+  auto gradients = [](Device device) {
+    Tensor x = Tensor::from_vector(random_floats(4 * 3 * 12 * 12, 1), {4, 3, 12, 12}, device);
+    Tensor w = Tensor::from_vector(random_floats(8 * 3 * 3 * 3, 2), {8, 3, 3, 3}, device).set_requires_grad(true);
+    Tensor fw = Tensor::from_vector(random_floats(5 * 8 * 6 * 6, 3), {5, 8 * 6 * 6}, device).set_requires_grad(true);
+    Tensor target = Tensor::from_vector(std::vector<int64_t>{0, 4, 2, 1}, {4}, device);
+    Tensor h = ops::max_pool2d(ops::relu(ops::conv2d(x, w, Tensor(), ops::Conv2dOptions{1, 1, 1, 1})),
+                               ops::Pool2dOptions{});
+    ops::cross_entropy(ops::linear(ops::flatten(h), fw, Tensor()), target).backward();
+    std::vector<float> all = w.grad().to(Device::cpu()).to_vector<float>();
+    std::vector<float> fc = fw.grad().to(Device::cpu()).to_vector<float>();
+    all.insert(all.end(), fc.begin(), fc.end());
+    return all;
+  };
+  const std::vector<float> want = gradients(Device::cpu());
+  for (kernels::cuda_libraries::ConvEngine conv : {kernels::cuda_libraries::ConvEngine::Hand, kernels::cuda_libraries::ConvEngine::Cudnn, kernels::cuda_libraries::ConvEngine::Auto})
+    for (kernels::cuda_libraries::GemmEngine gemm : {kernels::cuda_libraries::GemmEngine::Hand, kernels::cuda_libraries::GemmEngine::Cublas, kernels::cuda_libraries::GemmEngine::Auto}) {
+      SCOPED_TRACE(std::string(kernels::cuda_libraries::engine_name(conv)) + " + " + kernels::cuda_libraries::engine_name(gemm));
+      kernels::cuda_libraries::set_engine_config(kernels::cuda_libraries::EngineConfig{conv, gemm, false});
+      EXPECT_LE(scaled_error(gradients(kGpu), want), kFp32Tolerance);
+    }
+  kernels::cuda_libraries::set_engine_config(saved);
+}
+
+}  // namespace
+}  // namespace dpcore::testing

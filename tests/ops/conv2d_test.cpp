@@ -1,0 +1,272 @@
+// conv2d (forward, fused conv+bias+relu, backward data, backward weight) on every backend
+// (tests/support/op_backends.h) against the loop-nest reference of kernels/naive, on one
+// table of shapes: odd sizes, strides, paddings, non-square kernels, batch 1 and the
+// reference models' layers. Then what only the CUDA build has: the hand kernels against
+// cuDNN, and cuDNN in TF32.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "kernels/naive/naive.h"
+#include "support/op_backends.h"
+
+namespace dpcore::testing {
+namespace {
+
+using kernels::Conv2dShape;
+
+struct ConvCase {
+  const char* name;
+  int64_t N, C, H, W, K, R, S, stride_h, stride_w, pad_h, pad_w;
+
+  Conv2dShape shape() const {
+    Conv2dShape s;
+    s.N = N, s.C = C, s.H = H, s.W = W, s.K = K, s.R = R, s.S = S;
+    s.stride_h = stride_h, s.stride_w = stride_w, s.pad_h = pad_h, s.pad_w = pad_w;
+    s.P = kernels::conv_out_size(H, R, stride_h, pad_h);
+    s.Q = kernels::conv_out_size(W, S, stride_w, pad_w);
+    return s;
+  }
+};
+
+//                 name                          N   C   H   W    K  R  S  sh sw ph pw
+const ConvCase kCases[] = {
+    {"odd_nonsquare_3x3_pad1",                   2,  3,  7,  5,   4, 3, 3, 1, 1, 1, 1},  // the models' 3x3/1/1
+    {"odd_3x3_pad1",                             2,  3,  7,  9,   5, 3, 3, 1, 1, 1, 1},
+    {"stride2_pad0_nonsquare_kernel_floor",      3,  2,  9,  8,   5, 3, 2, 2, 2, 0, 0},
+    {"stride2_pad0_batch1",                      1,  4,  8,  8,   6, 3, 3, 2, 2, 0, 0},
+    {"5x5_pad2_batch1",                          1,  4,  6, 11,   3, 5, 5, 1, 1, 2, 2},
+    {"nonsquare_kernel_pad2",                    2,  2,  9,  6,   3, 3, 2, 2, 2, 2, 2},
+    {"per_axis_strides_and_pads",                5,  3, 10,  7,   6, 3, 3, 2, 3, 1, 0},
+    {"mixed_strides_pads",                       2,  3, 11, 10,   4, 3, 3, 1, 2, 0, 1},
+    {"tiny_planes_many_images",                  7,  3,  4,  4,   2, 3, 3, 1, 1, 1, 1},
+    {"1x1_stride2",                              3,  5,  6,  6,   4, 1, 1, 2, 2, 0, 0},
+    {"1x1",                                      3,  5,  5,  5,   7, 1, 1, 1, 1, 0, 0},
+    {"stride1_pad0_narrower_output",             2,  3,  8,  9,   4, 3, 3, 1, 1, 0, 0},
+    {"pad_one_axis_only",                        2,  2,  7,  6,   3, 3, 3, 1, 1, 0, 1},
+    {"width_kept_stride2_rows",                  2,  3,  9,  7,   4, 3, 3, 2, 1, 1, 1},
+    {"5x5_stride3",                              1,  3, 11, 10,   4, 5, 5, 3, 3, 2, 2},
+    {"model_like_channels",                      4, 16, 14, 14,   8, 3, 3, 1, 1, 1, 1},
+    {"one_image_split_gemms",                    1, 32, 16, 16,  64, 3, 3, 1, 1, 1, 1},
+    {"large_tiles",                              2, 16, 10, 10, 130, 3, 3, 1, 1, 1, 1},
+    {"large_weight_tiles",                       1, 20,  6,  6, 130, 3, 3, 1, 1, 1, 1},
+    {"simplenet_conv",                           8,  3, 32, 32,  16, 3, 3, 1, 1, 1, 1},
+    {"fashioncnn_c2",                            4, 32, 14, 14,  64, 3, 3, 1, 1, 1, 1},
+    {"vggs_c3",                                  2, 128, 8,  8, 256, 3, 3, 1, 1, 1, 1},
+};
+
+std::string describe(const ConvCase& c, int threads) {
+  const Conv2dShape s = c.shape();
+  std::ostringstream os;
+  os << c.name << ": x[" << s.N << "," << s.C << "," << s.H << "," << s.W << "] w[" << s.K << "," << s.C << ","
+     << s.R << "," << s.S << "] stride " << s.stride_h << "x" << s.stride_w << " pad " << s.pad_h << "x" << s.pad_w
+     << threads_label(threads);
+  return os.str();
+}
+
+template <class T>
+std::vector<T> with_relu(std::vector<T> y) {
+  for (T& v : y) v = v < T(0) ? T(0) : v;
+  return y;
+}
+
+template <class B>
+class Conv2dTest : public OpTest<B> {};
+TYPED_TEST_SUITE(Conv2dTest, KernelAndLibraryBackends, BackendName);
+
+TYPED_TEST(Conv2dTest, ForwardMatchesReference) {
+  using B = TypeParam;
+  using T = typename B::Scalar;
+  for (const ConvCase& c : kCases) {
+    const Conv2dShape s = c.shape();
+    const auto x = random_vector<T>(s.x_size(), 1), w = random_vector<T>(s.w_size(), 2), b = random_vector<T>(s.K, 3);
+    typename B::template Array<T> dev_x(x), dev_w(w), dev_b(b);
+    for (bool with_bias : {true, false}) {
+      auto want = nan_filled<T>(s.y_size());
+      naive::conv2d_forward(s, x.data(), w.data(), with_bias ? b.data() : nullptr, want.data());
+      for (int threads : B::thread_counts()) {
+        SCOPED_TRACE(describe(c, threads) + (with_bias ? ", with bias" : ", without bias"));
+        ScopedKernelThreads scope(threads);
+        typename B::template Array<T> y(s.y_size());
+        B::conv2d_forward(s, dev_x.get(), dev_w.get(), with_bias ? dev_b.get() : nullptr, y.get());
+        EXPECT_OP_CLOSE(B, y.download(), want);
+      }
+    }
+  }
+}
+
+// conv2d_relu_forward is relu(conv(x) + bias): within tolerance of the reference followed by
+// relu, and bit for bit the backend's own conv2d_forward then relu_forward, NaN included.
+TYPED_TEST(Conv2dTest, FusedReluForwardMatchesReferenceAndEqualsConvThenReluBitForBit) {
+  using B = TypeParam;
+  using T = typename B::Scalar;
+  for (const ConvCase& c : kCases) {
+    const Conv2dShape s = c.shape();
+    auto x = random_vector<T>(s.x_size(), 12), w = random_vector<T>(s.w_size(), 13), b = random_vector<T>(s.K, 14);
+    for (bool with_bias : {true, false}) {
+      auto want = nan_filled<T>(s.y_size());
+      naive::conv2d_forward(s, x.data(), w.data(), with_bias ? b.data() : nullptr, want.data());
+      want = with_relu(want);
+      typename B::template Array<T> dev_x(x), dev_w(w), dev_b(b);
+      for (int threads : B::thread_counts()) {
+        SCOPED_TRACE(describe(c, threads) + (with_bias ? ", with bias" : ", without bias"));
+        ScopedKernelThreads scope(threads);
+        typename B::template Array<T> y(s.y_size());
+        B::conv2d_relu_forward(s, dev_x.get(), dev_w.get(), with_bias ? dev_b.get() : nullptr, y.get());
+        EXPECT_OP_CLOSE(B, y.download(), want);
+      }
+    }
+    // A NaN at the first pixel of the first and the last image, which every shape reads
+    // (strides skip pixels in the middle): relu passes the NaN outputs through.
+    x[0] = x[(s.N - 1) * s.C * s.H * s.W] = std::numeric_limits<T>::quiet_NaN();
+    typename B::template Array<T> dev_x(x), dev_w(w), dev_b(b);
+    for (int threads : B::thread_counts()) {
+      ScopedKernelThreads scope(threads);
+      for (bool with_bias : {true, false}) {
+        SCOPED_TRACE(describe(c, threads) + ", NaN inputs" + (with_bias ? ", with bias" : ", without bias"));
+        const T* bias = with_bias ? dev_b.get() : nullptr;
+        typename B::template Array<T> fused(s.y_size()), separate(s.y_size());
+        B::conv2d_relu_forward(s, dev_x.get(), dev_w.get(), bias, fused.get());
+        B::conv2d_forward(s, dev_x.get(), dev_w.get(), bias, separate.get());
+        B::relu_forward(s.y_size(), separate.get(), separate.get());
+        const std::vector<T> expected = separate.download();
+        EXPECT_TRUE(bitwise_equal(fused.download(), expected));
+        // The case must exercise the relu: some outputs clamped to zero, some NaN let through.
+        EXPECT_GT(std::count(expected.begin(), expected.end(), T(0)), 0);
+        EXPECT_GT(std::count_if(expected.begin(), expected.end(), [](T v) { return std::isnan(v); }), 0);
+      }
+    }
+  }
+}
+
+TYPED_TEST(Conv2dTest, BackwardDataMatchesReference) {
+  using B = TypeParam;
+  using T = typename B::Scalar;
+  for (const ConvCase& c : kCases) {
+    const Conv2dShape s = c.shape();
+    const auto dy = random_vector<T>(s.y_size(), 4), w = random_vector<T>(s.w_size(), 5);
+    auto want = nan_filled<T>(s.x_size());
+    naive::conv2d_backward_data(s, dy.data(), w.data(), want.data());
+    typename B::template Array<T> dev_dy(dy), dev_w(w);
+    for (int threads : B::thread_counts()) {
+      SCOPED_TRACE(describe(c, threads));
+      ScopedKernelThreads scope(threads);
+      typename B::template Array<T> dx(s.x_size());
+      B::conv2d_backward_data(s, dev_dy.get(), dev_w.get(), dx.get());
+      EXPECT_OP_CLOSE(B, dx.download(), want);
+    }
+  }
+}
+
+// accumulate = false overwrites (the gradients start as NaN: nothing may be read);
+// accumulate = true adds onto what is there: the reference's accumulated values, and the
+// previous contents plus the overwritten result. The bias gradient may be left out.
+TYPED_TEST(Conv2dTest, BackwardWeightOverwritesOrAccumulates) {
+  using B = TypeParam;
+  using T = typename B::Scalar;
+  for (const ConvCase& c : kCases) {
+    const Conv2dShape s = c.shape();
+    const auto x = random_vector<T>(s.x_size(), 6), dy = random_vector<T>(s.y_size(), 7);
+    const auto dw_before = random_vector<T>(s.w_size(), 10), db_before = random_vector<T>(s.K, 11);
+    auto want_dw = nan_filled<T>(s.w_size()), want_db = nan_filled<T>(s.K);
+    naive::conv2d_backward_weight(s, x.data(), dy.data(), want_dw.data(), want_db.data(), false);
+    auto want_acc_dw = dw_before, want_acc_db = db_before;
+    naive::conv2d_backward_weight(s, x.data(), dy.data(), want_acc_dw.data(), want_acc_db.data(), true);
+    typename B::template Array<T> dev_x(x), dev_dy(dy);
+    for (int threads : B::thread_counts()) {
+      SCOPED_TRACE(describe(c, threads));
+      ScopedKernelThreads scope(threads);
+      typename B::template Array<T> dw(s.w_size()), db(s.K);
+      B::conv2d_backward_weight(s, dev_x.get(), dev_dy.get(), dw.get(), db.get(), false);
+      const std::vector<T> fresh_dw = dw.download(), fresh_db = db.download();
+      EXPECT_OP_CLOSE(B, fresh_dw, want_dw) << "overwrite";
+      EXPECT_OP_CLOSE(B, fresh_db, want_db) << "overwrite";
+
+      typename B::template Array<T> acc_dw(dw_before), acc_db(db_before);
+      B::conv2d_backward_weight(s, dev_x.get(), dev_dy.get(), acc_dw.get(), acc_db.get(), true);
+      const std::vector<T> got_dw = acc_dw.download(), got_db = acc_db.download();
+      EXPECT_OP_CLOSE(B, got_dw, want_acc_dw) << "accumulate";
+      EXPECT_OP_CLOSE(B, got_db, want_acc_db) << "accumulate";
+      auto sum_dw = fresh_dw, sum_db = fresh_db;
+      for (size_t i = 0; i < sum_dw.size(); ++i) sum_dw[i] += dw_before[i];
+      for (size_t i = 0; i < sum_db.size(); ++i) sum_db[i] += db_before[i];
+      EXPECT_OP_CLOSE(B, got_dw, sum_dw) << "accumulate = previous contents + overwritten result";
+      EXPECT_OP_CLOSE(B, got_db, sum_db) << "accumulate = previous contents + overwritten result";
+
+      // No bias gradient asked for, accumulating and overwriting.
+      typename B::template Array<T> no_bias_acc(dw_before), no_bias(s.w_size());
+      B::conv2d_backward_weight(s, dev_x.get(), dev_dy.get(), no_bias_acc.get(), static_cast<T*>(nullptr), true);
+      B::conv2d_backward_weight(s, dev_x.get(), dev_dy.get(), no_bias.get(), static_cast<T*>(nullptr), false);
+      EXPECT_OP_CLOSE(B, no_bias_acc.download(), want_acc_dw) << "accumulate, no bias gradient";
+      EXPECT_OP_CLOSE(B, no_bias.download(), want_dw) << "overwrite, no bias gradient";
+    }
+  }
+}
+
+// Every reduction runs in a fixed order (no float atomics, deterministic library
+// algorithms): a second run gives the same bits.
+TYPED_TEST(Conv2dTest, BackwardWeightIsDeterministic) {
+  using B = TypeParam;
+  using T = typename B::Scalar;
+  for (const ConvCase& c : kCases) {
+    const Conv2dShape s = c.shape();
+    typename B::template Array<T> x(random_vector<T>(s.x_size(), 6)), dy(random_vector<T>(s.y_size(), 7));
+    for (int threads : B::thread_counts()) {
+      SCOPED_TRACE(describe(c, threads));
+      ScopedKernelThreads scope(threads);
+      typename B::template Array<T> first_dw(s.w_size()), first_db(s.K), second_dw(s.w_size()), second_db(s.K);
+      B::conv2d_backward_weight(s, x.get(), dy.get(), first_dw.get(), first_db.get(), false);
+      B::conv2d_backward_weight(s, x.get(), dy.get(), second_dw.get(), second_db.get(), false);
+      EXPECT_TRUE(bitwise_equal(first_dw.download(), second_dw.download()));
+      EXPECT_TRUE(bitwise_equal(first_db.download(), second_db.download()));
+    }
+  }
+}
+
+#ifdef DPCORE_HAVE_CUDA
+// The two CUDA engines on the same inputs: they must agree to FP32 rounding.
+TEST(Conv2dEngines, HandMatchesCudnn) {
+  SKIP_WITHOUT_CUDA();
+  kernels::cuda_libraries::set_engine_config(kernels::cuda_libraries::EngineConfig{});
+  for (const ConvCase& c : kCases) {
+    SCOPED_TRACE(describe(c, 0));
+    const Conv2dShape s = c.shape();
+    DeviceArray<float> x(random_floats(s.x_size(), 1)), w(random_floats(s.w_size(), 2)), dy(random_floats(s.y_size(), 4));
+    DeviceArray<float> hand(s.w_size()), library(s.w_size());
+    CudaBackend::conv2d_backward_weight(s, x.get(), dy.get(), hand.get(), nullptr, false);
+    CudaLibraryBackend::conv2d_backward_weight(s, x.get(), dy.get(), library.get(), nullptr, false);
+    EXPECT_LE(scaled_error(hand.download(), library.download()), kFp32Tolerance);
+    DeviceArray<float> hand_y(s.y_size()), library_y(s.y_size());
+    CudaBackend::conv2d_forward(s, x.get(), w.get(), nullptr, hand_y.get());
+    CudaLibraryBackend::conv2d_forward(s, x.get(), w.get(), nullptr, library_y.get());
+    EXPECT_LE(scaled_error(hand_y.download(), library_y.download()), kFp32Tolerance);
+  }
+}
+
+// TF32 tensor cores round the inputs to a 10-bit mantissa: relative errors around 1e-3,
+// checked against 1e-2 (kTf32Tolerance).
+TEST(Conv2dEngines, CudnnTf32ForwardWithinTf32Tolerance) {
+  SKIP_WITHOUT_CUDA();
+  const Conv2dShape s = ConvCase{"vggs_c2", 4, 64, 16, 16, 128, 3, 3, 1, 1, 1, 1}.shape();
+  const auto x = random_floats(s.x_size(), 1), w = random_floats(s.w_size(), 2), bias = random_floats(s.K, 3);
+  std::vector<float> want(s.y_size());
+  naive::conv2d_forward(s, x.data(), w.data(), bias.data(), want.data());
+  kernels::cuda_libraries::EngineConfig config;
+  config.tf32 = true;
+  kernels::cuda_libraries::set_engine_config(config);
+  DeviceArray<float> dev_x(x), dev_w(w), dev_bias(bias), y(s.y_size());
+  kernels::cuda_libraries::cudnn::conv2d_forward(s, dev_x.get(), dev_w.get(), y.get(), nullptr);
+  kernels::cuda::bias_activation(s.N, s.K, s.P * s.Q, dev_bias.get(), false, y.get(), nullptr);
+  const std::vector<float> got = y.download();
+  kernels::cuda_libraries::set_engine_config(kernels::cuda_libraries::EngineConfig{});
+  EXPECT_LE(scaled_error(got, want), kTf32Tolerance);
+}
+#endif
+
+}  // namespace
+}  // namespace dpcore::testing

@@ -1,0 +1,333 @@
+// The backends the op tests (tests/ops) run each test body against, like Caffe's typed
+// tests or ggml's test-backend-ops: one struct per backend and scalar type, with the same
+// static functions for every op it implements, and arrays of its own kind.
+//
+//   CpuBackend<float>, CpuBackend<double>  kernels/cpu (BLAS, OpenMP), on host arrays
+//   CudaBackend                            kernels/cuda, the hand kernels (float32)
+//   CudaLibraryBackend                     cuDNN (conv2d) and cuBLAS (linear, gemm) in FP32,
+//                                          the hand kernels for everything else
+//
+// A test body is written once against `B` (TypeParam): it draws random inputs on the host,
+// uploads them into B::Array<T> (device arrays for the CUDA backends), lets B run the
+// kernel into an array that starts as NaN (all bits set: NaN for floats, -1 for integers),
+// downloads the result and compares it with the loop-nest reference of kernels/naive or a
+// float64 computation. The CUDA backends are compiled only when CUDA is (DPCORE_HAVE_CUDA,
+// set by tests/ops/CMakeLists.txt) and skip without a GPU (OpTest::SetUp).
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "kernels/cpu/gemm.h"
+#include "kernels/cpu/kernels.h"
+#include "kernels/naive/naive.h"
+#include "kernels/shapes.h"
+#include "support/kernel_checks.h"
+#include "support/test_support.h"
+
+#ifdef DPCORE_HAVE_CUDA
+#include "kernels/cuda/kernels.h"
+#include "kernels/cuda_libraries/cublas_linear.h"
+#include "kernels/cuda_libraries/cudnn_conv2d.h"
+#include "kernels/cuda_libraries/engine_config.h"
+#include "support/cuda_test_util.h"
+#endif
+
+namespace dpcore::testing {
+
+namespace naive = kernels::naive;  // the loop-nest references
+
+// The host counterpart of DeviceArray (support/cuda_test_util.h): n elements with all bits
+// set, or a copy of given values; download() returns a copy.
+template <class U>
+class HostArray {
+ public:
+  // Storage for at least one element, as DeviceArray has: an empty array still has a
+  // non-null pointer (which a kernel may require even when it has nothing to do).
+  explicit HostArray(size_t n) {
+    values_.reserve(std::max<size_t>(n, 1));
+    values_.resize(n);
+    if (n) std::memset(values_.data(), 0xFF, n * sizeof(U));
+  }
+  explicit HostArray(const std::vector<U>& values) {
+    values_.reserve(std::max<size_t>(values.size(), 1));
+    values_ = values;
+  }
+  U* get() const { return values_.data(); }
+  size_t size() const { return values_.size(); }
+  void upload(const std::vector<U>& values) { values_ = values; }
+  std::vector<U> download() const { return values_; }
+
+ private:
+  mutable std::vector<U> values_;
+};
+
+// "1 thread", "2 threads", or nothing for the backends that have no thread count (0).
+inline std::string threads_label(int threads) {
+  return threads == 0 ? std::string() : ", " + std::to_string(threads) + (threads == 1 ? " thread" : " threads");
+}
+
+template <class T>
+struct CpuBackend {
+  using Scalar = T;
+  template <class U>
+  using Array = HostArray<U>;
+  static constexpr bool kCuda = false;
+  static std::string name() { return std::is_same_v<T, float> ? "CpuFloat" : "CpuDouble"; }
+  static void set_up() {}
+  // Every test body runs once per count (ScopedKernelThreads): serial, and split in two.
+  static std::vector<int> thread_counts() { return kernel_thread_counts(); }
+  // Against a double-accumulating reference: a few float roundings over the dot products of
+  // the test shapes, or near-exact in double (support/kernel_checks.h).
+  static double tolerance() { return kernel_tolerance<T>(); }
+  // Quantities computed in double and rounded to T once, plus a few exp/log calls
+  // (kernels/cpu/softmax_loss.cpp accumulates every row in double).
+  static double rounding_tolerance() { return std::is_same_v<T, float> ? 1e-6 : 1e-13; }
+  // sum() accumulates in double: even the float result is the rounded true sum.
+  static double sum_tolerance() { return std::is_same_v<T, float> ? 6e-8 : 1e-14; }
+
+  static void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, T alpha, const T* A, int64_t lda,
+                   const T* B, int64_t ldb, T beta, T* C, int64_t ldc) {
+    kernels::cpu::gemm_parallel<T>(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  }
+  static void conv2d_forward(const kernels::Conv2dShape& s, const T* x, const T* w, const T* bias, T* y) {
+    kernels::cpu::conv2d_forward<T>(s, x, w, bias, y);
+  }
+  static void conv2d_relu_forward(const kernels::Conv2dShape& s, const T* x, const T* w, const T* bias, T* y) {
+    kernels::cpu::conv2d_relu_forward<T>(s, x, w, bias, y);
+  }
+  static void conv2d_backward_data(const kernels::Conv2dShape& s, const T* dy, const T* w, T* dx) {
+    kernels::cpu::conv2d_backward_data<T>(s, dy, w, dx);
+  }
+  static void conv2d_backward_weight(const kernels::Conv2dShape& s, const T* x, const T* dy, T* dw, T* dbias,
+                                     bool accumulate) {
+    kernels::cpu::conv2d_backward_weight<T>(s, x, dy, dw, dbias, accumulate);
+  }
+  static void linear_forward(const kernels::LinearShape& s, const T* x, const T* w, const T* bias, T* y) {
+    kernels::cpu::linear_forward<T>(s, x, w, bias, y);
+  }
+  static void linear_backward_data(const kernels::LinearShape& s, const T* dy, const T* w, T* dx) {
+    kernels::cpu::linear_backward_data<T>(s, dy, w, dx);
+  }
+  static void linear_backward_weight(const kernels::LinearShape& s, const T* x, const T* dy, T* dw, T* dbias,
+                                     bool accumulate) {
+    kernels::cpu::linear_backward_weight<T>(s, x, dy, dw, dbias, accumulate);
+  }
+  static void max_pool2d_forward(const kernels::Pool2dShape& s, const T* x, T* y, int32_t* argmax) {
+    kernels::cpu::max_pool2d_forward<T>(s, x, y, argmax);
+  }
+  static void max_pool2d_backward(const kernels::Pool2dShape& s, const T* dy, const int32_t* argmax, T* dx) {
+    kernels::cpu::max_pool2d_backward<T>(s, dy, argmax, dx);
+  }
+  static void max_pool2d_relu_backward(const kernels::Pool2dShape& s, const T* dy, const int32_t* argmax,
+                                       const T* relu_y, T* dx) {
+    kernels::cpu::max_pool2d_relu_backward<T>(s, dy, argmax, relu_y, dx);
+  }
+  static void relu_forward(int64_t n, const T* x, T* y) { kernels::cpu::relu_forward<T>(n, x, y); }
+  static void relu_backward(int64_t n, const T* dy, const T* y, T* dx) { kernels::cpu::relu_backward<T>(n, dy, y, dx); }
+  static void log_softmax_forward(int64_t rows, int64_t cols, const T* x, T* y) {
+    kernels::cpu::log_softmax_forward<T>(rows, cols, x, y);
+  }
+  static void log_softmax_backward(int64_t rows, int64_t cols, const T* dy, const T* y, T* dx) {
+    kernels::cpu::log_softmax_backward<T>(rows, cols, dy, y, dx);
+  }
+  static void nll_loss_forward(int64_t rows, int64_t cols, const T* logp, const int64_t* target, T* loss_sum) {
+    kernels::cpu::nll_loss_forward<T>(rows, cols, logp, target, loss_sum);
+  }
+  static void nll_loss_backward(int64_t rows, int64_t cols, T grad_per_row, const int64_t* target, T* dlogp) {
+    kernels::cpu::nll_loss_backward<T>(rows, cols, grad_per_row, target, dlogp);
+  }
+  static void cross_entropy_forward_backward(int64_t rows, int64_t cols, const T* logits, const int64_t* target,
+                                             T grad_scale, T* loss_sum, T* dlogits) {
+    kernels::cpu::cross_entropy_forward_backward<T>(rows, cols, logits, target, grad_scale, loss_sum, dlogits);
+  }
+  static void fill(int64_t n, T value, T* y) { kernels::cpu::fill<T>(n, value, y); }
+  static void add(int64_t n, const T* a, const T* b, T* y) { kernels::cpu::add<T>(n, a, b, y); }
+  static void axpy(int64_t n, T alpha, const T* x, T* y) { kernels::cpu::axpy<T>(n, alpha, x, y); }
+  static void scale(int64_t n, T alpha, const T* x, T* y) { kernels::cpu::scale<T>(n, alpha, x, y); }
+  static void sum(int64_t n, const T* x, T* out) { kernels::cpu::sum<T>(n, x, out); }
+  static void sgd_step(int64_t n, const kernels::SgdConfig& cfg, bool first_step, T* param, const T* grad,
+                       T* momentum) {
+    kernels::cpu::sgd_step<T>(n, cfg, first_step, param, grad, momentum);
+  }
+};
+
+#ifdef DPCORE_HAVE_CUDA
+// The hand kernels, on the legacy default stream (DeviceArray::download synchronises).
+struct CudaBackend {
+  using Scalar = float;
+  template <class U>
+  using Array = DeviceArray<U>;
+  static constexpr bool kCuda = true;
+  static std::string name() { return "CudaHand"; }
+  static void set_up() {}
+  static std::vector<int> thread_counts() { return {0}; }  // one run; the CPU thread count does not apply
+  // FP32 kernels against the float64-accumulated references (cuda_test_util.h).
+  static double tolerance() { return kFp32Tolerance; }
+  // The CUDA softmax and loss kernels compute in float (expf/logf within 2 ulp, warp and
+  // block tree sums): a few tens of float roundings, against the CPU's one.
+  static double rounding_tolerance() { return 4e-6; }
+  // The deterministic block-tree sum accumulates in float.
+  static double sum_tolerance() { return kFp32Tolerance; }
+
+  static void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+                   int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+    kernels::cuda::sgemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, nullptr);
+  }
+  static void conv2d_forward(const kernels::Conv2dShape& s, const float* x, const float* w, const float* bias,
+                             float* y) {
+    kernels::cuda::conv2d_forward(s, x, w, bias, y, nullptr);
+  }
+  static void conv2d_relu_forward(const kernels::Conv2dShape& s, const float* x, const float* w, const float* bias,
+                                  float* y) {
+    kernels::cuda::conv2d_relu_forward(s, x, w, bias, y, nullptr);
+  }
+  static void conv2d_backward_data(const kernels::Conv2dShape& s, const float* dy, const float* w, float* dx) {
+    kernels::cuda::conv2d_backward_data(s, dy, w, dx, nullptr);
+  }
+  static void conv2d_backward_weight(const kernels::Conv2dShape& s, const float* x, const float* dy, float* dw,
+                                     float* dbias, bool accumulate) {
+    kernels::cuda::conv2d_backward_weight(s, x, dy, dw, dbias, accumulate, nullptr);
+  }
+  static void linear_forward(const kernels::LinearShape& s, const float* x, const float* w, const float* bias,
+                             float* y) {
+    kernels::cuda::linear_forward(s, x, w, bias, y, nullptr, kernels::cuda::sgemm);
+  }
+  static void linear_backward_data(const kernels::LinearShape& s, const float* dy, const float* w, float* dx) {
+    kernels::cuda::linear_backward_data(s, dy, w, dx, nullptr, kernels::cuda::sgemm);
+  }
+  static void linear_backward_weight(const kernels::LinearShape& s, const float* x, const float* dy, float* dw,
+                                     float* dbias, bool accumulate) {
+    kernels::cuda::linear_backward_weight(s, x, dy, dw, dbias, accumulate, nullptr, kernels::cuda::sgemm);
+  }
+  static void max_pool2d_forward(const kernels::Pool2dShape& s, const float* x, float* y, int32_t* argmax) {
+    kernels::cuda::max_pool2d_forward(s, x, y, argmax, nullptr);
+  }
+  static void max_pool2d_backward(const kernels::Pool2dShape& s, const float* dy, const int32_t* argmax, float* dx) {
+    kernels::cuda::max_pool2d_backward(s, dy, argmax, dx, nullptr);
+  }
+  static void max_pool2d_relu_backward(const kernels::Pool2dShape& s, const float* dy, const int32_t* argmax,
+                                       const float* relu_y, float* dx) {
+    kernels::cuda::max_pool2d_relu_backward(s, dy, argmax, relu_y, dx, nullptr);
+  }
+  static void relu_forward(int64_t n, const float* x, float* y) { kernels::cuda::relu_forward(n, x, y, nullptr); }
+  static void relu_backward(int64_t n, const float* dy, const float* y, float* dx) {
+    kernels::cuda::relu_backward(n, dy, y, dx, nullptr);
+  }
+  static void log_softmax_forward(int64_t rows, int64_t cols, const float* x, float* y) {
+    kernels::cuda::log_softmax_forward(rows, cols, x, y, nullptr);
+  }
+  static void log_softmax_backward(int64_t rows, int64_t cols, const float* dy, const float* y, float* dx) {
+    kernels::cuda::log_softmax_backward(rows, cols, dy, y, dx, nullptr);
+  }
+  static void nll_loss_forward(int64_t rows, int64_t cols, const float* logp, const int64_t* target,
+                               float* loss_sum) {
+    kernels::cuda::nll_loss_forward(rows, cols, logp, target, loss_sum, nullptr);
+  }
+  // The CUDA kernel reads grad_per_row from the device (a captured graph reads its current value).
+  static void nll_loss_backward(int64_t rows, int64_t cols, float grad_per_row, const int64_t* target, float* dlogp) {
+    DeviceArray<float> grad(std::vector<float>{grad_per_row});
+    kernels::cuda::nll_loss_backward(rows, cols, grad.get(), target, dlogp, nullptr);
+    CUDA_CHECK(cudaDeviceSynchronize());
+  }
+  static void cross_entropy_forward_backward(int64_t rows, int64_t cols, const float* logits, const int64_t* target,
+                                             float grad_scale, float* loss_sum, float* dlogits) {
+    kernels::cuda::cross_entropy_forward_backward(rows, cols, logits, target, grad_scale, loss_sum, dlogits, nullptr);
+  }
+  static void fill(int64_t n, float value, float* y) { kernels::cuda::fill<float>(n, value, y, nullptr); }
+  static void add(int64_t n, const float* a, const float* b, float* y) { kernels::cuda::add(n, a, b, y, nullptr); }
+  static void axpy(int64_t n, float alpha, const float* x, float* y) { kernels::cuda::axpy(n, alpha, x, y, nullptr); }
+  static void scale(int64_t n, float alpha, const float* x, float* y) {
+    kernels::cuda::scale(n, alpha, x, y, nullptr);
+  }
+  static void sum(int64_t n, const float* x, float* out) { kernels::cuda::sum(n, x, out, nullptr); }
+  static void sgd_step(int64_t n, const kernels::SgdConfig& cfg, bool first_step, float* param, const float* grad,
+                       float* momentum) {
+    kernels::cuda::sgd_step(n, cfg, first_step, param, grad, momentum, nullptr);
+  }
+};
+
+// The library engines in FP32: cuDNN for conv2d (its bias, relu and bias gradient through
+// the same helper kernels the engine dispatch uses), cuBLAS under the linear layers and for
+// gemm. Everything else is the hand kernels.
+struct CudaLibraryBackend : CudaBackend {
+  static std::string name() { return "CudaLibrary"; }
+  static void set_up() { kernels::cuda_libraries::set_engine_config(kernels::cuda_libraries::EngineConfig{}); }
+
+  static void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+                   int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+    kernels::cuda_libraries::cublas::sgemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, nullptr);
+  }
+  static void conv2d_forward(const kernels::Conv2dShape& s, const float* x, const float* w, const float* bias,
+                             float* y) {
+    kernels::cuda_libraries::cudnn::conv2d_forward(s, x, w, y, nullptr);
+    kernels::cuda::bias_activation(s.N, s.K, s.P * s.Q, bias, false, y, nullptr);
+  }
+  static void conv2d_relu_forward(const kernels::Conv2dShape& s, const float* x, const float* w, const float* bias,
+                                  float* y) {
+    kernels::cuda_libraries::cudnn::conv2d_forward(s, x, w, y, nullptr);
+    kernels::cuda::bias_activation(s.N, s.K, s.P * s.Q, bias, true, y, nullptr);
+  }
+  static void conv2d_backward_data(const kernels::Conv2dShape& s, const float* dy, const float* w, float* dx) {
+    kernels::cuda_libraries::cudnn::conv2d_backward_data(s, dy, w, dx, nullptr);
+  }
+  static void conv2d_backward_weight(const kernels::Conv2dShape& s, const float* x, const float* dy, float* dw,
+                                     float* dbias, bool accumulate) {
+    kernels::cuda_libraries::cudnn::conv2d_backward_weight(s, x, dy, dw, accumulate, nullptr);
+    if (dbias) kernels::cuda::channel_sum(s.N, s.K, s.P * s.Q, dy, dbias, accumulate, nullptr);
+  }
+  static void linear_forward(const kernels::LinearShape& s, const float* x, const float* w, const float* bias,
+                             float* y) {
+    kernels::cuda::linear_forward(s, x, w, bias, y, nullptr, kernels::cuda_libraries::cublas::sgemm);
+  }
+  static void linear_backward_data(const kernels::LinearShape& s, const float* dy, const float* w, float* dx) {
+    kernels::cuda::linear_backward_data(s, dy, w, dx, nullptr, kernels::cuda_libraries::cublas::sgemm);
+  }
+  static void linear_backward_weight(const kernels::LinearShape& s, const float* x, const float* dy, float* dw,
+                                     float* dbias, bool accumulate) {
+    kernels::cuda::linear_backward_weight(s, x, dy, dw, dbias, accumulate, nullptr,
+                                          kernels::cuda_libraries::cublas::sgemm);
+  }
+};
+
+// Ops with only hand kernels; ops that also have a library engine (conv2d, linear, gemm).
+using KernelBackends = ::testing::Types<CpuBackend<float>, CpuBackend<double>, CudaBackend>;
+using KernelAndLibraryBackends =
+    ::testing::Types<CpuBackend<float>, CpuBackend<double>, CudaBackend, CudaLibraryBackend>;
+#else
+using KernelBackends = ::testing::Types<CpuBackend<float>, CpuBackend<double>>;
+using KernelAndLibraryBackends = ::testing::Types<CpuBackend<float>, CpuBackend<double>>;
+#endif
+
+// Names the typed instances after their backend: Conv2dTest/CpuDouble.ForwardMatchesReference.
+struct BackendName {
+  template <class B>
+  static std::string GetName(int) {
+    return B::name();
+  }
+};
+
+// The fixture of every op test: skips the CUDA backends on a machine without a GPU and
+// puts the backend in its default state (FP32 library engines).
+template <class B>
+class OpTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (B::kCuda && !cuda_available())
+      GTEST_SKIP() << "no CUDA device: the " << B::name()
+                   << " backend runs only on a GPU (this machine has none or no driver)";
+    B::set_up();
+  }
+};
+
+// The backend's result against the reference, within its tolerance (scaled_error: relative
+// to each element or to the rms of the reference, whichever is larger).
+#define EXPECT_OP_CLOSE(B, got, want) EXPECT_LE(::dpcore::testing::scaled_error(got, want), B::tolerance())
+
+}  // namespace dpcore::testing

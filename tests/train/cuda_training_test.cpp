@@ -1,0 +1,69 @@
+// Whole-model runs on the GPU against the CPU: 20 training steps of each reference model
+// through the single-device runner, with the step captured into a CUDA graph (after its
+// warm-up steps) and without. The GPU and the CPU sum in different orders (cuDNN/cuBLAS or
+// the hand kernels against im2col + OpenBLAS), and 20 SGD steps with momentum compound
+// those rounding differences, so the bound is 1e-4 of each buffer's scale rather than the
+// 1e-5 of a single kernel.
+#include <gtest/gtest.h>
+
+#include "engine/backend.h"
+#include "train/runner.h"
+#include "layers/zoo.h"
+#include "support/test_support.h"
+
+namespace dpcore {
+namespace {
+
+using namespace dpcore::train;
+
+struct Data {
+  std::vector<float> images;
+  std::vector<int64_t> labels;
+  data::Batch batch;
+};
+
+Data make_data(const Shape& in, int64_t n, uint64_t seed) {
+  Data d;
+  d.images = testing::random_vector<float>(size_t(n * in[0] * in[1] * in[2]), seed);
+  for (int64_t i = 0; i < n; ++i) d.labels.push_back((i * 3 + int64_t(seed)) % 10);
+  d.batch.size = n, d.batch.c = in[0], d.batch.h = in[1], d.batch.w = in[2];
+  d.batch.images = d.images.data(), d.batch.labels = d.labels.data();
+  return d;
+}
+
+std::vector<float> train_20_steps(const std::string& model, Device device) {
+  layers::ModelDef def = layers::reference_model(model);
+  Shape in = def.input_shape;
+  auto m = std::make_unique<layers::Model>(std::move(def.net), in, device, DType::Float32, 3);
+  train::SingleDeviceRunner runner(std::move(m), SgdConfig{0.01, 0.9, 0.0, 0.0, false}, 2);
+  for (int step = 0; step < 20; ++step) {
+    Data d = make_data(in, 16, uint64_t(step));
+    runner.step(d.batch);
+  }
+  return runner.model().parameters().values().to_vector<float>();
+}
+
+class GpuTraining : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(GpuTraining, TwentyStepsMatchTheCpuWithAndWithoutCudaGraphs) {
+  if (!testing::cuda_available()) GTEST_SKIP() << "no CUDA device: whole-model GPU runs are checked on the GPU machine";
+  Backend& cuda = backend_for(Device::cuda(0));
+  auto cpu = train_20_steps(GetParam(), Device::cpu());
+  for (const char* graph : {"on", "off"}) {
+    cuda.set_option("cuda-graph", graph);
+    auto gpu = train_20_steps(GetParam(), Device::cuda(0));
+    double worst = 0, scale = 0;
+    for (size_t i = 0; i < cpu.size(); ++i) {
+      worst = std::max(worst, std::abs(double(gpu[i]) - double(cpu[i])));
+      scale = std::max(scale, std::abs(double(cpu[i])));
+    }
+    EXPECT_LE(worst / scale, 1e-4) << GetParam() << " with --cuda-graph " << graph;
+    std::cout << GetParam() << " --cuda-graph " << graph << ": relative difference " << worst / scale << "\n";
+  }
+  cuda.set_option("cuda-graph", "on");
+}
+
+INSTANTIATE_TEST_SUITE_P(ReferenceModels, GpuTraining, ::testing::Values("simplenet", "fashioncnn", "vggs"));
+
+}  // namespace
+}  // namespace dpcore

@@ -1,0 +1,62 @@
+// Shared by the equivalence tests: a fixed batch, single-replica reference training, and
+// training through any runner, compared parameter by parameter.
+#pragma once
+
+#include <cmath>
+#include <vector>
+
+#include "train/runner.h"
+#include "layers/zoo.h"
+#include "support/test_support.h"
+
+namespace dpcore::testing {
+
+using namespace dpcore::train;
+
+struct HostBatch {
+  std::vector<float> images;
+  std::vector<int64_t> labels;
+  data::Batch batch;
+};
+
+inline HostBatch make_batch(int64_t n, uint64_t seed) {
+  HostBatch h;
+  h.images = random_vector<float>(size_t(n * 3 * 32 * 32), seed);
+  for (int64_t i = 0; i < n; ++i) h.labels.push_back((i * 7 + int64_t(seed)) % 10);
+  h.batch.size = n, h.batch.c = 3, h.batch.h = 32, h.batch.w = 32;
+  h.batch.images = h.images.data(), h.batch.labels = h.labels.data();
+  return h;
+}
+
+inline std::unique_ptr<layers::Model> simplenet(uint64_t seed = 5, Device device = Device::cpu()) {
+  layers::ModelDef def = layers::reference_model("simplenet");
+  return std::make_unique<layers::Model>(std::move(def.net), def.input_shape, device, DType::Float32, seed);
+}
+
+const SgdConfig kSgd{0.05, 0.9, 0.0, 0.001, true};
+
+// Parameters after `steps` steps of `runner` on batches make_batch(n, 100 + step).
+inline std::vector<float> train_with(train::StepRunner& runner, int64_t n, int steps) {
+  for (int s = 0; s < steps; ++s) {
+    HostBatch b = make_batch(n, uint64_t(100 + s));
+    runner.step(b.batch);
+  }
+  return runner.model().parameters().values().to_vector<float>();
+}
+
+inline std::vector<float> reference_params(int64_t n, int steps, Device device = Device::cpu()) {
+  train::SingleDeviceRunner single(simplenet(5, device), kSgd, 1);
+  return train_with(single, n, steps);
+}
+
+// max |a - b| / max |b|
+inline double relative_difference(const std::vector<float>& a, const std::vector<float>& b) {
+  double worst = 0, scale = 0;
+  for (size_t i = 0; i < b.size(); ++i) {
+    worst = std::max(worst, std::abs(double(a[i]) - double(b[i])));
+    scale = std::max(scale, std::abs(double(b[i])));
+  }
+  return worst / scale;
+}
+
+}  // namespace dpcore::testing

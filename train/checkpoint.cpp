@@ -1,0 +1,110 @@
+#include "train/checkpoint.h"
+
+#include <zlib.h>
+
+#include <filesystem>
+#include <vector>
+
+#include "engine/io/safetensors.h"
+#include "layers/weights.h"
+
+namespace dpcore::train {
+
+namespace {
+
+constexpr const char* kFormat = "dpcore-checkpoint-1";
+
+uint32_t crc_of(const std::vector<std::pair<const void*, size_t>>& blocks) {
+  uLong crc = crc32(0L, Z_NULL, 0);
+  for (auto [data, bytes] : blocks) {
+    const Bytef* p = static_cast<const Bytef*>(data);
+    for (size_t done = 0; done < bytes;) {  // crc32 takes a uInt length
+      uInt chunk = uInt(std::min<size_t>(bytes - done, 1u << 30));
+      crc = crc32(crc, p + done, chunk);
+      done += chunk;
+    }
+  }
+  return uint32_t(crc);
+}
+
+int64_t meta_int(const io::SafetensorsFile& f, const std::string& key) {
+  auto it = f.metadata().find(key);
+  DPCORE_CHECK(it != f.metadata().end(), f.source(), ": checkpoint metadata lacks '", key, "'");
+  try {
+    return std::stoll(it->second);
+  } catch (const std::exception&) {
+    fail(f.source(), ": checkpoint metadata '", key, "' is not a number: '", it->second, "'");
+  }
+}
+
+}  // namespace
+
+std::string checkpoint_path(const std::string& dir) { return dir + "/checkpoint.safetensors"; }
+
+void save_checkpoint(const std::string& dir, const Model& model, const Sgd& sgd, const TrainProgress& progress,
+                     const std::map<std::string, std::string>& settings) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  DPCORE_CHECK(!ec, "checkpoint: cannot create directory ", dir, ": ", ec.message());
+
+  const FlatParameters& params = model.parameters();
+  Tensor values = params.values().to(Device::cpu());
+  Tensor momentum = sgd.momentum().defined() ? sgd.momentum().to(Device::cpu()) : Tensor();
+  size_t esize = dtype_size(values.dtype());
+  std::vector<io::TensorView> views;
+  std::vector<std::pair<const void*, size_t>> blocks;
+  for (const auto& e : params.entries()) {
+    const char* data = static_cast<const char*>(values.raw_data()) + size_t(e.offset) * esize;
+    views.push_back({"param." + e.name, values.dtype(), e.shape, data, size_t(e.numel) * esize});
+    blocks.emplace_back(data, size_t(e.numel) * esize);
+  }
+  if (momentum.defined()) {
+    views.push_back({"optimizer.momentum", momentum.dtype(), momentum.shape(), momentum.raw_data(), momentum.nbytes()});
+    blocks.emplace_back(momentum.raw_data(), momentum.nbytes());
+  }
+  std::map<std::string, std::string> meta = settings;
+  meta["format"] = kFormat;
+  meta["step"] = std::to_string(progress.step);
+  meta["epoch"] = std::to_string(progress.position.epoch);
+  meta["batch"] = std::to_string(progress.position.batch);
+  meta["optimizer_steps"] = std::to_string(sgd.steps_taken());
+  meta["crc32"] = std::to_string(crc_of(blocks));
+  io::save_safetensors(checkpoint_path(dir), views, meta);
+}
+
+TrainProgress load_checkpoint(const std::string& dir, Model& model, Sgd& sgd,
+                              const std::map<std::string, std::string>& settings) {
+  std::string path = checkpoint_path(dir);
+  DPCORE_CHECK(std::filesystem::exists(path), "--resume: no checkpoint at ", path);
+  io::SafetensorsFile file = io::load_safetensors(path);
+  auto fmt = file.metadata().find("format");
+  DPCORE_CHECK(fmt != file.metadata().end() && fmt->second == kFormat, path, ": not a dpcore checkpoint (format ",
+               fmt == file.metadata().end() ? "missing" : "'" + fmt->second + "'", ")");
+
+  std::vector<std::pair<const void*, size_t>> blocks;
+  for (const auto& t : file.tensors()) blocks.emplace_back(t.data.data(), t.data.size());
+  DPCORE_CHECK(std::to_string(crc_of(blocks)) == file.metadata().at("crc32"), path,
+               ": checkpoint is damaged (CRC-32 of its tensors does not match)");
+
+  for (const auto& [key, value] : settings) {
+    auto it = file.metadata().find(key);
+    DPCORE_CHECK(it != file.metadata().end() && it->second == value, path, ": the checkpoint was written with ",
+                 key, " = ", it == file.metadata().end() ? "(unset)" : it->second, ", this run uses ", value,
+                 "; resume with the same settings");
+  }
+
+  layers::load_weights(model, file, "param.");
+  const io::TensorRecord* momentum = file.find("optimizer.momentum");
+  DPCORE_CHECK((momentum != nullptr) == sgd.momentum().defined(), path, ": optimizer state ",
+               momentum ? "has" : "lacks", " a momentum buffer but this run's momentum is ", sgd.config().momentum);
+  Tensor m;
+  if (momentum) m = Tensor::from_host(momentum->data.data(), momentum->shape, momentum->dtype);
+  sgd.restore(m, meta_int(file, "optimizer_steps"));
+
+  TrainProgress p;
+  p.step = meta_int(file, "step");
+  p.position = {meta_int(file, "epoch"), meta_int(file, "batch")};
+  return p;
+}
+
+}  // namespace dpcore::train

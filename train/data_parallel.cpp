@@ -1,0 +1,194 @@
+#include "train/data_parallel.h"
+
+#include <chrono>
+
+#include "engine/autograd.h"
+#include "engine/backend.h"
+#include "engine/runtime.h"
+#include "engine/ops.h"
+#include "train/step.h"
+
+namespace dpcore::train {
+
+std::vector<Replica> replicate(std::unique_ptr<layers::Model> root, const std::vector<Device>& devices,
+                               std::vector<std::unique_ptr<Communicator>> comms, const SgdConfig& sgd) {
+  DPCORE_CHECK(devices.size() == comms.size() && !devices.empty(), "replicate: ", devices.size(), " devices for ",
+               comms.size(), " communicators");
+  std::vector<Replica> replicas(devices.size());
+  for (size_t r = 0; r < devices.size(); ++r) {
+    replicas[r].model = r == 0 ? std::move(root) : replicas[0].model->replicate(devices[r]);
+    if (r == 0 && replicas[0].model->device() != devices[0]) replicas[0].model = replicas[0].model->replicate(devices[0]);
+    replicas[r].sgd = std::make_unique<Sgd>(replicas[r].model->parameters(), sgd);
+    replicas[r].comm = std::move(comms[r]);
+  }
+  return replicas;
+}
+
+void broadcast_state(Replica& r, int64_t steps) {
+  Tensor values = r.model->parameters().values();
+  r.comm->broadcast(values, 0).wait();
+  Tensor momentum = r.sgd->momentum();
+  if (momentum.defined()) r.comm->broadcast(momentum, 0).wait();
+  r.sgd->restore(momentum, steps);
+}
+
+std::vector<Shard> scatter(const data::Batch& batch, int64_t begin, const std::vector<int64_t>& shares,
+                           const std::vector<Device>& devices) {
+  std::vector<Shard> shards(shares.size());
+  int64_t row = begin;
+  for (size_t r = 0; r < shares.size(); ++r) {
+    Shard& s = shards[r];
+    s.begin = row, s.size = shares[r];
+    if (s.size > 0) std::tie(s.x, s.y) = batch_tensors(batch_rows(batch, row, row + s.size), devices[r]);
+    row += s.size;
+  }
+  return shards;
+}
+
+Tensor gather(const std::vector<Tensor>& parts, Device device) {
+  int64_t rows = 0, cols = -1;
+  DType dtype = DType::Float32;
+  for (const Tensor& p : parts) {
+    if (!p.defined()) continue;
+    DPCORE_CHECK(p.dim() == 2 && (cols < 0 || p.size(1) == cols), "gather: part ", p.str(), " does not match");
+    rows += p.size(0), cols = p.size(1), dtype = p.dtype();
+  }
+  Tensor out = Tensor::empty({rows, cols}, dtype, device);
+  int64_t row = 0;
+  for (const Tensor& p : parts) {
+    if (!p.defined()) continue;
+    out.narrow0(row, row + p.size(0)).copy_(p.detach());
+    row += p.size(0);
+  }
+  return out;
+}
+
+void reduce_gradients(Replica& r) {
+  Tensor grads = r.model->parameters().grads();
+  r.comm->allreduce(grads, ReduceOp::Sum).wait();
+}
+
+std::vector<Device> replica_devices(const ParallelOptions& options, Device model_device) {
+  if (!options.devices.empty()) {
+    DPCORE_CHECK(int(options.devices.size()) == options.replicas, "data parallel: ", options.devices.size(),
+                 " devices for ", options.replicas, " replicas");
+    return options.devices;
+  }
+  return comm::place_replicas(options.replicas, model_device.type);
+}
+
+void use_replica_streams(ReplicaThreads& pool, std::vector<Replica>& replicas) {
+  pool.run([&](int r) {
+    Device d = replicas[size_t(r)].device();
+    backend_for(d).use_thread_stream(d.index, r);
+  });
+}
+
+void finish_device_work(Replica& r) { runtime::synchronize(r.device()); }
+
+void abort_all(std::vector<Replica>& replicas, int failed, const std::string& message) {
+  for (Replica& r : replicas) r.comm->abort("replica " + std::to_string(failed) + " failed: " + message);
+}
+
+CommConfig comm_config(const ParallelOptions& options, std::vector<Device> devices) {
+  CommConfig config;
+  config.backend = options.backend;
+  config.devices = std::move(devices);
+  config.local.timeout = std::chrono::milliseconds(int64_t(options.timeout_s * 1000));
+  return config;
+}
+
+ReplicatedRunner::ReplicatedRunner(const ParallelOptions& options, int64_t accum)
+    : splitter_(options.split, options.replicas), accum_(accum) {}
+
+void ReplicatedRunner::start(std::unique_ptr<layers::Model> model, const std::vector<Device>& devices,
+                             std::vector<std::unique_ptr<Communicator>> comms, const SgdConfig& sgd) {
+  replicas_ = replicate(std::move(model), devices, std::move(comms), sgd);
+  threads_ = std::make_unique<ReplicaThreads>(int(replicas_.size()),
+                                        [this](int r, const std::string& m) { abort_all(replicas_, r, m); });
+  use_replica_streams(*threads_, replicas_);
+  sync_replicas();
+}
+
+void ReplicatedRunner::sync_replicas() {
+  int64_t steps = replicas_[0].sgd->steps_taken();
+  threads_->run([this, steps](int r) { broadcast_state(replicas_[size_t(r)], steps); });
+}
+
+// ----------------------------------------------------------------------------- --mode dp
+
+DataParallelRunner::DataParallelRunner(std::unique_ptr<layers::Model> model, const SgdConfig& sgd, int64_t accum,
+                                       const ParallelOptions& options)
+    : ReplicatedRunner(options, accum) {
+  DPCORE_CHECK(options.backend != "mpi", "--mode dp runs its replicas in one process; with --backend mpi use --mode ddp");
+  devices_ = replica_devices(options, model->device());
+  start(std::move(model), devices_, comm::make_communicators(comm_config(options, devices_)), sgd);
+}
+
+StepStats DataParallelRunner::step(const data::Batch& batch) {
+  const int64_t n = batch.size;
+  const size_t R = replicas_.size();
+  const Device root = replicas_[0].device();
+  std::vector<double> seconds(R, 0.0);
+  std::vector<int64_t> computed(R, 0);
+  Tensor loss_sum = Tensor::zeros({}, DType::Float32, root);
+
+  threads_->run([this](int r) { replicas_[size_t(r)].model->zero_grad(); });
+  int64_t begin = 0;
+  for (int64_t micro : even_split(n, std::min<int64_t>(accum_, n))) {
+    // scatter
+    std::vector<int64_t> shares = splitter_.shares(micro);
+    std::vector<Shard> shards = scatter(batch, begin, shares, devices_);
+    // The shards were copied on this thread's stream; the replicas read them on their own
+    // (non-blocking) streams, which a pageable copy still in flight would not wait for.
+    for (const Device& d : devices_) runtime::synchronize(d);
+    // parallel_apply: forward
+    std::vector<Tensor> outputs(R);
+    threads_->run([&](int r) {
+      auto t0 = std::chrono::steady_clock::now();
+      if (shards[size_t(r)].size > 0) outputs[size_t(r)] = replicas_[size_t(r)].model->forward_logits(shards[size_t(r)].x);
+      finish_device_work(replicas_[size_t(r)]);  // gather reads the outputs from another thread
+      seconds[size_t(r)] += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    });
+    // gather, and the loss on the root
+    Tensor logits = gather(outputs, root).set_requires_grad(true);
+    Tensor y = batch_labels(batch_rows(batch, begin, begin + micro), root);
+    Tensor loss = ops::cross_entropy(logits, y, ops::Reduction::Sum);
+    loss.backward(Tensor::full({}, 1.0 / double(n), loss.dtype(), root));
+    backend_for(root).add(loss_sum, loss.detach(), loss_sum);
+    // scatter the loss gradient back; parallel_apply: backward
+    Tensor dlogits = logits.grad();
+    runtime::synchronize(root);  // the replicas' streams read what the root's stream wrote
+    threads_->run([&](int r) {
+      const Shard& s = shards[size_t(r)];
+      if (s.size == 0) return;
+      auto t0 = std::chrono::steady_clock::now();
+      Tensor d = dlogits.narrow0(s.begin - begin, s.begin - begin + s.size).to(replicas_[size_t(r)].device());
+      outputs[size_t(r)].backward(d);
+      finish_device_work(replicas_[size_t(r)]);
+      seconds[size_t(r)] += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      computed[size_t(r)] += s.size;
+    });
+    begin += micro;
+  }
+  // reduce, then the same step everywhere
+  threads_->run([this](int r) {
+    reduce_gradients(replicas_[size_t(r)]);
+    replicas_[size_t(r)].sgd->step();
+    finish_device_work(replicas_[size_t(r)]);
+  });
+  splitter_.observe(seconds, computed);
+  return {loss_sum, n};
+}
+
+std::string DataParallelRunner::describe() const {
+  RunnerDescription d;
+  d.parallelism = "data parallel (dp, " + replicas_[0].comm->backend() + ")";
+  d.replicas = int(replicas_.size());
+  d.devices = devices_;
+  d.details = {"split " + splitter_.describe()};
+  d.accum = accum_;
+  return describe_runner(d);
+}
+
+}  // namespace dpcore::train

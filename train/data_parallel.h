@@ -1,0 +1,120 @@
+// Data parallelism made explicit. The five moves of nn.DataParallel, each a function you
+// can read on its own (docs/data-parallel.md walks through them):
+//
+//   scatter         split the global batch's rows among the replicas (train/split.h)
+//                   and copy each share to its replica's device;
+//   replicate       copy the root model to every replica ONCE, then broadcast the
+//                   parameters from rank 0 (the reduce keeps them equal afterwards);
+//   parallel_apply  run each replica's forward (or backward) on its own thread
+//                   (ReplicaThreads);
+//   gather          concatenate the replicas' outputs on the root device, where the loss
+//                   is computed; its gradient is scattered back the same way;
+//   reduce          allreduce the replicas' flat gradient buffers (SUM: each replica's
+//                   gradients were already scaled by 1/N of the global batch), then every
+//                   replica takes the same SGD step.
+//
+// DataParallelRunner strings these together for --mode dp. --mode ddp (train/ddp.h)
+// keeps scatter, replicate and reduce but drops gather: each replica computes the loss of
+// its own share, and the reduce is split into buckets that overlap the backward pass.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "train/replica_threads.h"
+#include "train/split.h"
+#include "engine/data/loader.h"
+#include "train/runner.h"
+
+namespace dpcore::train {
+
+using comm::CommConfig;
+using comm::Communicator;
+using comm::ReduceOp;
+using comm::Work;
+
+// One replica of this process: its model (parameters in flat buffers on its device), its
+// optimizer, and its communicator (rank = global replica index).
+struct Replica {
+  std::unique_ptr<layers::Model> model;
+  std::unique_ptr<Sgd> sgd;
+  std::unique_ptr<Communicator> comm;
+  Device device() const { return model->device(); }
+  int rank() const { return comm->rank(); }
+};
+
+// Builds this process's replicas: replica 0 keeps `root`, the others are copies on their
+// devices. Call broadcast_parameters afterwards, on every replica's thread.
+std::vector<Replica> replicate(std::unique_ptr<layers::Model> root, const std::vector<Device>& devices,
+                               std::vector<std::unique_ptr<Communicator>> comms, const SgdConfig& sgd);
+// Rank 0's parameters and optimizer state (momentum buffer, step count) to every replica
+// (runs on replica r's thread). `steps` is rank 0's step count, known to every process:
+// the processes of an mpi run resume from the same checkpoint.
+void broadcast_state(Replica& r, int64_t steps);
+
+// A replica's share of the rows [begin, begin + count) of a host batch, on its device.
+struct Shard {
+  Tensor x, y;
+  int64_t begin = 0, size = 0;  // rows of the batch
+};
+// The shares of rows [begin, begin + count) for replicas with `shares` and `devices`.
+std::vector<Shard> scatter(const data::Batch& batch, int64_t begin, const std::vector<int64_t>& shares,
+                           const std::vector<Device>& devices);
+// Concatenates [n_r, C] tensors along dim 0 into one tensor on `device` (empty parts skipped).
+Tensor gather(const std::vector<Tensor>& parts, Device device);
+// Sums the flat gradient buffers of all replicas into every replica (runs on replica r's thread).
+void reduce_gradients(Replica& r);
+
+// What both data-parallel runners share: this process's replicas, one thread each
+// (ReplicaThreads), and the splitter that shares out each batch.
+class ReplicatedRunner : public StepRunner {
+ public:
+  layers::Model& model() override { return *replicas_[0].model; }
+  Sgd& optimizer() override { return *replicas_[0].sgd; }
+  // Rank 0's parameters and optimizer state to every replica.
+  void sync_replicas() override;
+  // This process's replica number `replica` (0 is model()).
+  const layers::Model& replica_model(size_t replica) const { return *replicas_[replica].model; }
+  size_t local_replicas() const { return replicas_.size(); }
+
+ protected:
+  ReplicatedRunner(const ParallelOptions& options, int64_t accum);
+  // Replicates `model` over `devices` with `comms`, starts one thread per replica, each on
+  // its own stream, and broadcasts rank 0's state.
+  void start(std::unique_ptr<layers::Model> model, const std::vector<Device>& devices,
+             std::vector<std::unique_ptr<Communicator>> comms, const SgdConfig& sgd);
+
+  std::vector<Replica> replicas_;
+  std::unique_ptr<ReplicaThreads> threads_;
+  Splitter splitter_;
+  int64_t accum_;
+};
+
+// --mode dp: one process, R replicas; the loss is computed on the root from gathered outputs.
+class DataParallelRunner : public ReplicatedRunner {
+ public:
+  DataParallelRunner(std::unique_ptr<layers::Model> model, const SgdConfig& sgd, int64_t accum,
+                     const ParallelOptions& options);
+  StepStats step(const data::Batch& batch) override;
+  std::string describe() const override;
+
+ private:
+  std::vector<Device> devices_;
+};
+
+// The communicator settings for `devices` under the options (backend, timeout).
+CommConfig comm_config(const ParallelOptions& options, std::vector<Device> devices);
+
+// Device of each replica for the options: --replicas R local replicas on the model's
+// device type (round-robin over GPUs), or the explicit list.
+std::vector<Device> replica_devices(const ParallelOptions& options, Device model_device);
+// Puts each replica's device work on its own stream (replica r's thread, stream r), so
+// replicas sharing a GPU run concurrently. Nothing to do on the CPU.
+void use_replica_streams(ReplicaThreads& pool, std::vector<Replica>& replicas);
+// Waits for the device work this replica queued (before another thread reads its results).
+void finish_device_work(Replica& r);
+// Aborts every communicator of `replicas` (a replica failed: wake the others).
+void abort_all(std::vector<Replica>& replicas, int failed, const std::string& message);
+
+}  // namespace dpcore::train

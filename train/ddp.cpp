@@ -1,0 +1,189 @@
+#include "train/ddp.h"
+
+#include <chrono>
+
+#include "engine/backend.h"
+#include "engine/runtime.h"
+#include "train/step.h"
+
+namespace dpcore::train {
+
+using Clock = std::chrono::steady_clock;
+
+std::vector<Bucket> make_buckets(const FlatParameters& params, size_t first_cap_bytes, size_t cap_bytes) {
+  const auto& entries = params.entries();
+  size_t esize = dtype_size(params.dtype());
+  std::vector<Bucket> buckets;
+  size_t bytes = 0;
+  for (size_t k = entries.size(); k-- > 0;) {
+    bool full = !buckets.empty() && bytes >= (buckets.size() == 1 ? first_cap_bytes : cap_bytes);
+    if (buckets.empty() || full) {
+      buckets.push_back({});
+      bytes = 0;
+    }
+    Bucket& b = buckets.back();
+    // A bucket's range runs to the start of the next tensor (or the end of the buffer), so
+    // the alignment padding between tensors travels with it and the buckets tile the buffer.
+    int64_t end = k + 1 < entries.size() ? entries[k + 1].offset : params.total();
+    if (b.params.empty()) b.end = end;
+    b.begin = entries[k].offset;
+    b.params.push_back(k);
+    bytes += size_t(end - entries[k].offset) * esize;
+  }
+  return buckets;
+}
+
+BucketReducer::BucketReducer(Replica& replica, std::vector<Bucket> buckets)
+    : replica_(replica), buckets_(std::move(buckets)) {
+  const auto& params = replica_.model->parameters();
+  bucket_of_param_.assign(params.entries().size(), -1);
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    for (size_t p : buckets_[b].params) bucket_of_param_[p] = int(b);
+  }
+  for (size_t p = 0; p < params.params().size(); ++p) {
+    Tensor leaf = params.param(p);
+    leaf.add_post_accumulate_hook([this, p](const Tensor&) { on_gradient_ready(p); });
+  }
+  pending_.assign(buckets_.size(), 0);
+}
+
+void BucketReducer::arm() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  armed_ = true;
+  next_to_launch_ = 0;
+  works_.clear();
+  for (size_t b = 0; b < buckets_.size(); ++b) pending_[b] = int(buckets_[b].params.size());
+}
+
+void BucketReducer::on_gradient_ready(size_t param) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!armed_) return;
+  pending_[size_t(bucket_of_param_[param])]--;
+  launch_ready_buckets();
+}
+
+void BucketReducer::launch_ready_buckets() {
+  // Strictly in bucket order, as DDP does: every rank must issue the same collectives in
+  // the same order, whatever order its hooks happened to fire in.
+  Tensor grads = replica_.model->parameters().grads();
+  while (next_to_launch_ < buckets_.size() && pending_[next_to_launch_] == 0) {
+    const Bucket& b = buckets_[next_to_launch_++];
+    Tensor slice = grads.narrow0(b.begin, b.end);  // a view: the allreduce works in place
+    works_.push_back(replica_.comm->allreduce(slice, ReduceOp::Sum));
+  }
+}
+
+void BucketReducer::finish() {
+  Clock::time_point backward_done = Clock::now();
+  std::vector<Work> works;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!armed_) {  // no backward ran on this replica (an empty share): send its zeros
+      armed_ = true;
+      next_to_launch_ = 0;
+      works_.clear();
+    }
+    std::fill(pending_.begin(), pending_.end(), 0);
+    launch_ready_buckets();
+    armed_ = false;
+    works = works_;
+  }
+  for (Work& w : works) w.wait();
+  exposed_seconds_ = std::chrono::duration<double>(Clock::now() - backward_done).count();
+}
+
+// ----------------------------------------------------------------------------- runner
+
+DistributedRunner::DistributedRunner(std::unique_ptr<layers::Model> model, const SgdConfig& sgd, int64_t accum,
+                                     const ParallelOptions& options)
+    : ReplicatedRunner(options, accum) {
+  // In a job started by mpirun (--backend mpi, or nccl with one process per GPU), this
+  // process holds one replica and mpirun decides how many there are; a GPU replica goes to
+  // the GPU of its rank on this host.
+  std::vector<Device> devices;
+  std::optional<comm::Launch> launch = comm::mpirun_launch();
+  if (options.backend == "mpi" || (options.backend == "nccl" && launch && launch->size > 1)) {
+    Device d = model->device();
+    if (d.is_cuda() && launch) d = Device::cuda(launch->local_rank % std::max(1, runtime::cuda_device_count()));
+    devices = {d};
+  } else {
+    devices = replica_devices(options, model->device());
+  }
+  auto comms = make_communicators(comm_config(options, devices));
+  world_size_ = comms[0]->size();
+  if (world_size_ != options.replicas) splitter_ = Splitter(options.split, world_size_);  // set by mpirun
+  start(std::move(model), devices, std::move(comms), sgd);
+  size_t mib = size_t(1) << 20;
+  for (Replica& r : replicas_) {
+    reducers_.push_back(std::make_unique<BucketReducer>(
+        r, make_buckets(r.model->parameters(), mib, size_t(options.bucket_mb * double(mib)))));
+  }
+}
+
+StepStats DistributedRunner::step(const data::Batch& batch) {
+  const int64_t n = batch.size;
+  std::vector<int64_t> shares = splitter_.shares(n);  // the same on every rank
+  std::vector<double> seconds(size_t(world_size_), 0.0);
+  Tensor global_loss;
+
+  threads_->run([&](int local) {
+    Replica& rep = replicas_[size_t(local)];
+    BucketReducer& reducer = *reducers_[size_t(local)];
+    int rank = rep.rank();
+    int64_t begin = 0;
+    for (int g = 0; g < rank; ++g) begin += shares[size_t(g)];
+    int64_t share = shares[size_t(rank)];
+
+    auto t0 = Clock::now();
+    rep.model->zero_grad();
+    std::vector<int64_t> micro = even_split(share, std::max<int64_t>(1, std::min(accum_, share)));
+    Tensor loss_sum = Tensor::zeros({}, rep.model->dtype(), rep.device());
+    int64_t row = begin;
+    for (size_t m = 0; m < micro.size(); row += micro[m], ++m) {
+      if (micro[m] == 0) continue;
+      if (m + 1 == micro.size()) reducer.arm();  // only the last micro-batch communicates
+      auto [x, y] = batch_tensors(batch_rows(batch, row, row + micro[m]), rep.device());
+      Tensor l = forward_backward(*rep.model, x, y, 1.0 / double(n));
+      backend_for(rep.device()).add(loss_sum, l, loss_sum);
+    }
+    seconds[size_t(rank)] = std::chrono::duration<double>(Clock::now() - t0).count();
+    reducer.finish();
+    rep.sgd->step();
+
+    // Bookkeeping all ranks must agree on: the global loss, and (adaptive) the timings.
+    rep.comm->allreduce(loss_sum, ReduceOp::Sum).wait();
+    finish_device_work(rep);
+    if (local == 0) global_loss = loss_sum;
+    if (splitter_.adaptive()) {
+      Tensor mine = Tensor::full({1}, seconds[size_t(rank)], DType::Float32, rep.device());
+      Tensor all = Tensor::empty({world_size_}, DType::Float32, rep.device());
+      rep.comm->allgather(mine, all).wait();
+      if (local == 0) {
+        auto gathered = all.to_vector<float>();
+        seconds.assign(gathered.begin(), gathered.end());
+      }
+    }
+  });
+  splitter_.observe(seconds, shares);
+  // global_loss was allocated on replica 0's stream, but the caller reads it on its own: it
+  // gets a copy made on its stream, and the original goes back to replica 0's free list
+  // only once that copy has run (the allocator reuses blocks per stream).
+  Tensor loss = global_loss.clone();
+  runtime::synchronize(loss.device());
+  return {loss, n};
+}
+
+bool DistributedRunner::is_primary() const { return replicas_[0].rank() == 0; }
+
+std::string DistributedRunner::describe() const {
+  RunnerDescription d;
+  d.parallelism = "distributed data parallel (ddp, " + replicas_[0].comm->backend() + ")";
+  d.replicas = world_size_;
+  for (const Replica& r : replicas_) d.devices.push_back(r.device());
+  d.devices_here = true;  // with mpi, each process holds only some of the replicas
+  d.details = {std::to_string(reducers_[0]->buckets().size()) + " buckets", "split " + splitter_.describe()};
+  d.accum = accum_;
+  return describe_runner(d);
+}
+
+}  // namespace dpcore::train

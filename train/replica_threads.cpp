@@ -1,0 +1,66 @@
+#include "train/replica_threads.h"
+
+#include "kernels/error.h"
+
+namespace dpcore::train {
+
+ReplicaThreads::ReplicaThreads(int replicas, std::function<void(int, const std::string&)> on_failure)
+    : on_failure_(std::move(on_failure)) {
+  for (int r = 0; r < replicas; ++r) threads_.emplace_back([this, r] { loop(r); });
+}
+
+ReplicaThreads::~ReplicaThreads() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  wake_.notify_all();
+  for (auto& t : threads_) t.join();
+}
+
+void ReplicaThreads::run(const std::function<void(int)>& work) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  work_ = &work;
+  running_ = size();
+  first_failed_ = -1;
+  ++generation_;
+  wake_.notify_all();
+  finished_.wait(lock, [&] { return running_ == 0; });
+  work_ = nullptr;
+  if (first_failed_ >= 0) fail("replica ", first_failed_, " failed: ", first_error_);
+}
+
+void ReplicaThreads::loop(int replica) {
+  uint64_t seen = 0;
+  while (true) {
+    const std::function<void(int)>* work;
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      wake_.wait(lock, [&] { return stopping_ || generation_ != seen; });
+      if (stopping_) return;
+      seen = generation_;
+      work = work_;
+    }
+    std::string error;
+    try {
+      (*work)(replica);
+    } catch (const std::exception& e) {
+      error = e.what();
+    } catch (...) {
+      error = "unknown exception";
+    }
+    if (!error.empty()) {
+      // The first failure is the cause; later ones are usually its echo (collectives that
+      // the abort below made fail), so it is recorded before anyone is aborted.
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        if (first_failed_ < 0) first_failed_ = replica, first_error_ = error;
+      }
+      if (on_failure_) on_failure_(replica, error);
+    }
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (--running_ == 0) finished_.notify_all();
+  }
+}
+
+}  // namespace dpcore::train

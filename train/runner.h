@@ -1,0 +1,109 @@
+// StepRunner: who executes a training step. One model on one device, or R replicas with
+// their communicators (train/data_parallel.h, train/ddp.h): the training loop
+// (train/trainer.h) cannot tell the difference, and the mathematics of a step is the same
+// either way. make_runner (train/make_runner.cpp) picks one from the options.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/backend.h"
+#include "engine/data/loader.h"
+#include "engine/sgd.h"
+#include "layers/model.h"
+
+namespace dpcore::train {
+
+using layers::Model;
+
+struct ParallelOptions {
+  int replicas = 1;                // R; with --backend mpi, the world size
+  std::string mode = "ddp";        // dp | ddp
+  std::string backend = "local";   // local | nccl | mpi
+  std::string split = "even";      // even | weights:3,1,... | adaptive
+  double bucket_mb = 25;           // DDP bucket cap (the first bucket is 1 MiB)
+  std::vector<Device> devices;     // one per replica; empty: all on the model's device
+  double timeout_s = 300;          // a replica that does not answer within this fails the run
+};
+
+struct StepStats {
+  Tensor loss_sum;       // summed loss over the global batch, one element, on the root device
+  int64_t samples = 0;   // (read it only when needed: reading synchronises with the device)
+};
+
+class StepRunner {
+ public:
+  virtual ~StepRunner() = default;
+  // One optimizer step on a global batch in host memory.
+  virtual StepStats step(const data::Batch& batch) = 0;
+  // The root replica: the one evaluated, saved and checkpointed.
+  virtual Model& model() = 0;
+  virtual Sgd& optimizer() = 0;
+  // Called after the root's parameters or optimizer state were replaced (resume, --init),
+  // so that every replica starts equal again.
+  virtual void sync_replicas() = 0;
+  // False on the processes of a multi-process run other than rank 0: they train, but
+  // leave printing and writing files to rank 0.
+  virtual bool is_primary() const { return true; }
+  virtual std::string describe() const = 0;
+};
+
+// One model, one device: zero, A micro-batches, one fused SGD step.
+//
+// On a backend that can capture (CUDA, unless --cuda-graph off), after kWarmupSteps eager
+// steps the whole step (zeroing, every micro-batch's forward and backward, the SGD update)
+// is captured once into a graph over fixed input buffers and replayed from then on: each
+// step is then one copy of the batch into those buffers and one launch. A batch of another
+// size (the last, partial one of an epoch) runs eagerly.
+class SingleDeviceRunner : public StepRunner {
+ public:
+  SingleDeviceRunner(std::unique_ptr<Model> model, const SgdConfig& sgd, int64_t accum);
+  ~SingleDeviceRunner() override;
+  StepStats step(const data::Batch& batch) override;
+  Model& model() override { return *model_; }
+  Sgd& optimizer() override { return *sgd_; }
+  void sync_replicas() override {}
+  std::string describe() const override;
+
+  static constexpr int kWarmupSteps = 2;
+
+ private:
+  std::unique_ptr<Model> model_;
+  std::unique_ptr<Sgd> sgd_;
+  int64_t accum_;
+  int64_t graph_batch_ = 0;   // the batch size the graph is (to be) captured at
+  int warmup_steps_ = 0;      // eager steps taken at that size
+  bool capture_tried_ = false;
+  std::unique_ptr<Backend::Captured> graph_;  // declared first: destroyed after its buffers
+  Tensor static_x_, static_y_, static_loss_;  // the graph's fixed input and output buffers
+};
+
+// SingleDeviceRunner for one local replica, else the data-parallel runner of options.mode.
+std::unique_ptr<StepRunner> make_runner(std::unique_ptr<Model> model, const SgdConfig& sgd, int64_t accum,
+                                        const ParallelOptions& options);
+
+// Rows [begin, end) of a host batch: a view of the same memory, nothing is copied. How
+// every runner cuts a batch into micro-batches and replicas' shares (and the trainer a
+// dataset into evaluation batches), so the row arithmetic lives in one place.
+data::Batch batch_rows(const data::Batch& batch, int64_t begin, int64_t end);
+// The batch's images and labels as tensors on `device` ([n, C, H, W] float32 and [n] int64).
+std::pair<Tensor, Tensor> batch_tensors(const data::Batch& batch, Device device);
+// Only the labels ([n] int64): for the device that computes a loss from gathered outputs
+// and needs no images (the root of --mode dp).
+Tensor batch_labels(const data::Batch& batch, Device device);
+
+// What StepRunner::describe says, built by describe_runner in one format for every runner:
+//   "1 replica on cpu, 2 micro-batches"                       (one device: `parallelism` empty)
+//   "data parallel (dp, local) over 2 replicas [cpu,cpu], split even, 2 micro-batches"
+struct RunnerDescription {
+  std::string parallelism;           // e.g. "data parallel (dp, local)"; empty: one device
+  int replicas = 1;                  // in the whole job (with mpi, over every process)
+  std::vector<Device> devices;       // this process's replicas' devices
+  bool devices_here = false;         // say " here" after the devices: they may be a part of `replicas`
+  std::vector<std::string> details;  // e.g. "3 buckets", "split even", in order
+  int64_t accum = 1;                 // micro-batches per step; named only when more than one
+};
+std::string describe_runner(const RunnerDescription& d);
+
+}  // namespace dpcore::train

@@ -1,0 +1,50 @@
+// How a batch is shared among replicas: --split even | weights:3,1,... | adaptive.
+//
+//   even      PyTorch's scatter (torch.chunk): every share ceil(N/R) except a smaller
+//             last one, so N=5, R=4 gives 2,2,1,0 and one replica idles, as in
+//             nn.DataParallel.
+//   weights   shares proportional to the given weights (largest remainders get the
+//             leftover samples, ties to the lower replica).
+//   adaptive  starts even (proportional to equal weights), then every `interval` steps
+//             re-weights each replica by its measured speed (samples per second,
+//             exponentially smoothed), so a slow replica gets less work. The global batch
+//             and the exact mean gradient are unchanged: only who computes what moves.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace dpcore::train {
+
+// torch.chunk sizes of n samples over `parts` replicas.
+std::vector<int64_t> chunk_sizes(int64_t n, int parts);
+// Shares of n proportional to `weights` (all > 0), summing to n.
+std::vector<int64_t> weighted_sizes(int64_t n, const std::vector<double>& weights);
+
+class Splitter {
+ public:
+  // Parses the --split flag for `replicas` replicas; fails naming the flag value.
+  Splitter(const std::string& flag, int replicas);
+
+  std::vector<int64_t> shares(int64_t n) const;
+  // Feeds the seconds each replica spent computing its share of one step (every replica
+  // must see the same numbers, so that all compute the same shares). No-op unless adaptive.
+  void observe(const std::vector<double>& seconds, const std::vector<int64_t>& shares);
+
+  bool adaptive() const { return adaptive_; }
+  const std::vector<double>& weights() const { return weights_; }
+  std::string describe() const;
+
+  static constexpr int kInterval = 5;       // steps between re-weightings
+  static constexpr double kSmoothing = 0.5; // weight of the newest speed measurement
+
+ private:
+  int replicas_;
+  bool even_ = false, adaptive_ = false;
+  std::vector<double> weights_;  // weights/adaptive: current weights
+  std::vector<double> speed_;    // adaptive: smoothed samples per second, 0 = unmeasured
+  int observed_ = 0;
+};
+
+}  // namespace dpcore::train

@@ -1,0 +1,69 @@
+#include "train/step.h"
+
+#include "engine/autograd.h"
+#include "engine/backend.h"
+#include "engine/ops.h"
+
+namespace dpcore::train {
+
+std::vector<int64_t> even_split(int64_t n, int64_t parts) {
+  DPCORE_CHECK(parts > 0, "split: ", parts, " parts requested");
+  std::vector<int64_t> sizes(size_t(parts), n / parts);
+  for (int64_t i = 0; i < n % parts; ++i) sizes[size_t(i)]++;
+  return sizes;
+}
+
+Tensor forward_backward(Model& model, const Tensor& x, const Tensor& y, double grad_scale) {
+  Tensor loss_sum = model.ends_in_log_softmax()
+                        ? ops::cross_entropy(model.forward_logits(x), y, ops::Reduction::Sum)
+                        : ops::nll_loss(model.forward(x), y, ops::Reduction::Sum);
+  loss_sum.backward(Tensor::full({}, grad_scale, loss_sum.dtype(), loss_sum.device()));
+  return loss_sum.detach();
+}
+
+Tensor accumulate_and_step(Model& model, Sgd& optimizer, const Tensor& x, const Tensor& y, int64_t accum) {
+  DPCORE_CHECK(x.dim() >= 1 && y.dim() == 1 && x.size(0) == y.size(0), "train step: inputs ", x.str(),
+               " and targets ", y.str(), " disagree on the batch size");
+  int64_t n = x.size(0);
+  DPCORE_CHECK(accum >= 1 && accum <= n, "train step: cannot split a batch of ", n, " into ", accum,
+               " micro-batches");
+  model.zero_grad();
+  Tensor loss_sum = Tensor::zeros({}, model.dtype(), model.device());
+  int64_t begin = 0;
+  for (int64_t size : even_split(n, accum)) {
+    Tensor part = forward_backward(model, x.narrow0(begin, begin + size), y.narrow0(begin, begin + size), 1.0 / double(n));
+    backend_for(loss_sum.device()).add(loss_sum, part, loss_sum);
+    begin += size;
+  }
+  optimizer.step();
+  return loss_sum;
+}
+
+double train_step(Model& model, Sgd& optimizer, const Tensor& x, const Tensor& y, int64_t accum) {
+  return accumulate_and_step(model, optimizer, x, y, accum).item() / double(x.size(0));
+}
+
+EvalResult evaluate_batch(Model& model, const Tensor& x, const Tensor& y) {
+  autograd::NoGradGuard no_grad;
+  Tensor logp = model.forward(x);
+  EvalResult r;
+  r.loss_sum = ops::nll_loss(logp, y, ops::Reduction::Sum).item();
+  r.samples = x.size(0);
+  Tensor host = logp.to(Device::cpu());
+  auto targets = y.to_vector<int64_t>();
+  int64_t classes = logp.size(1);
+  auto count_hits = [&](auto* p) {
+    for (int64_t i = 0; i < r.samples; ++i) {
+      int64_t best = 0;
+      for (int64_t c = 1; c < classes; ++c) {
+        if (p[i * classes + c] > p[i * classes + best]) best = c;
+      }
+      r.correct += best == targets[size_t(i)];
+    }
+  };
+  if (host.dtype() == DType::Float32) count_hits(host.data<float>());
+  else count_hits(host.data<double>());
+  return r;
+}
+
+}  // namespace dpcore::train

@@ -1,0 +1,364 @@
+#include "train/trainer.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <iomanip>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <sstream>
+
+#include "engine/backend.h"
+#include "engine/data/spec.h"
+#include "engine/runtime.h"
+#include "train/checkpoint.h"
+#include "train/step.h"
+#include "layers/weights.h"
+#include "layers/zoo.h"
+
+namespace dpcore::train {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Samples per forward pass when the test set is evaluated after each epoch. Fixed rather
+// than tied to --batch (the optimizer's batch), so that the test metrics of runs with
+// different --batch are computed the same way and compare exactly; evaluation records no
+// autograd graph, so this can be larger than a training batch without using much memory.
+constexpr int64_t kEvalBatch = 256;
+
+// Without a progress bar (stdout is not a terminal: a log file, CI), a progress line every
+// this many steps, and at the last step: a handful per epoch at the defaults (Fashion-MNIST
+// at --batch 64 is 938 steps) instead of a line per step. The bar redraws at every step.
+constexpr int64_t kReportEvery = 100;
+
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+Device resolve_device(const std::string& flag) {
+  if (flag == "auto") return runtime::best_device();
+  try {
+    return Device::parse(flag);
+  } catch (const std::invalid_argument& e) {
+    fail("--device: ", e.what(), " (or auto)");
+  }
+}
+
+std::unique_ptr<Model> build_model(const std::string& flag, const data::Dataset& sample_of, Device device,
+                                   uint64_t seed) {
+  layers::ModelDef def = layers::model_from_flag(flag, {sample_of.c, sample_of.h, sample_of.w});
+  auto model = std::make_unique<Model>(std::move(def.net), def.input_shape, device, DType::Float32, seed);
+  DPCORE_CHECK(model->num_classes() == sample_of.num_classes, "--model ", flag, " has ", model->num_classes(),
+               " outputs but the data has ", sample_of.num_classes, " classes");
+  return model;
+}
+
+// Test loss and accuracy over a whole dataset, in evaluation mode.
+EpochMetrics evaluate_dataset(Model& model, const data::Dataset& test, int64_t batch) {
+  data::Batch all;  // the whole dataset as one host batch, cut into `batch` rows at a time
+  all.size = test.n, all.c = test.c, all.h = test.h, all.w = test.w;
+  all.images = test.images.data(), all.labels = test.labels.data();
+  EvalResult total;
+  for (int64_t begin = 0; begin < test.n; begin += batch) {
+    auto [x, y] = batch_tensors(batch_rows(all, begin, std::min(begin + batch, test.n)), model.device());
+    EvalResult r = evaluate_batch(model, x, y);
+    total.loss_sum += r.loss_sum, total.correct += r.correct, total.samples += r.samples;
+  }
+  EpochMetrics m;
+  m.test_loss = total.samples ? total.loss_sum / double(total.samples) : 0;
+  m.test_accuracy = total.samples ? double(total.correct) / double(total.samples) : 0;
+  return m;
+}
+
+std::string format_duration(double s) {
+  char buf[32];
+  int t = int(s + 0.5);
+  std::snprintf(buf, sizeof buf, "%d:%02d:%02d", t / 3600, t / 60 % 60, t % 60);
+  return buf;
+}
+
+std::string format_bytes(size_t b) {
+  std::ostringstream os;
+  os << std::fixed << std::setprecision(1) << double(b) / (1 << 20) << " MiB";
+  return os.str();
+}
+
+// The flags a resumed run must share with the run that wrote the checkpoint.
+std::map<std::string, std::string> resume_settings(const TrainOptions& o) {
+  std::ostringstream lr;
+  lr << o.sgd.lr << "," << o.sgd.momentum << "," << o.sgd.dampening << "," << o.sgd.weight_decay << ","
+     << o.sgd.nesterov;
+  return {{"model", o.model},     {"data", o.data},
+          {"batch_size", std::to_string(o.batch)}, {"seed", std::to_string(o.seed)},
+          {"shuffle", o.shuffle ? "1" : "0"},     {"normalize", o.normalize ? "1" : "0"},
+          {"drop_last", o.drop_last ? "1" : "0"}, {"sgd", lr.str()}};
+}
+
+class MetricsLog {
+ public:
+  MetricsLog(const std::string& path, bool append) {
+    if (path.empty()) return;
+    file_.open(path, append ? std::ios::app : std::ios::trunc);
+    DPCORE_CHECK(file_.good(), "--metrics: cannot open ", path, " for writing");
+  }
+  void write(const EpochMetrics& m) {
+    if (!file_.is_open()) return;
+    nlohmann::json j = {{"epoch", m.epoch},          {"step", m.step},
+                        {"train_loss", m.train_loss}, {"test_loss", m.test_loss},
+                        {"test_accuracy", m.test_accuracy}, {"samples_per_s", m.samples_per_s},
+                        {"seconds", m.seconds},       {"peak_bytes", m.peak_bytes}};
+    file_ << j.dump() << "\n";
+    file_.flush();
+  }
+
+ private:
+  std::ofstream file_;
+};
+
+// Checks the options that train() cannot start without; returns them.
+const TrainOptions& checked(const TrainOptions& o) {
+  DPCORE_CHECK(o.batch >= 1, "--batch ", o.batch, " must be at least 1");
+  DPCORE_CHECK(o.epochs >= 1 || o.steps >= 1, "--epochs or --steps must be at least 1");
+  DPCORE_CHECK(o.accum >= 1 && o.accum * o.parallel.replicas <= o.batch, "--batch ", o.batch,
+               " cannot be split into --accum ", o.accum, " x --replicas ", o.parallel.replicas, " micro-batches");
+  DPCORE_CHECK(!o.resume || !o.checkpoint_dir.empty(), "--resume needs --checkpoint DIR");
+  DPCORE_CHECK(o.checkpoint_every >= 0, "--checkpoint-every ", o.checkpoint_every, " must not be negative");
+  return o;
+}
+
+// Applies --threads (first, so that all CPU work uses it) and picks the model's device.
+Device set_up_device(const TrainOptions& o) {
+  if (o.threads > 0) runtime::set_cpu_threads(o.threads);
+  return resolve_device(o.device);
+}
+
+// The model of --model (with --init's weights) inside the runner of the parallel options.
+std::unique_ptr<StepRunner> set_up_runner(const TrainOptions& o, const data::Dataset& train_data, Device device) {
+  auto model = build_model(o.model, train_data, device, o.seed);
+  if (!o.init.empty()) layers::load_weights(*model, o.init);
+  return make_runner(std::move(model), o.sgd, o.accum, o.parallel);
+}
+
+// What the epoch in progress has accumulated since its first step (or since the resume).
+struct EpochTotals {
+  Tensor loss_sum;           // summed training loss; stays on the device, read only when reported
+  int64_t samples = 0;
+  double train_seconds = 0;  // in the runner's steps only: not evaluation, reporting or checkpoints
+};
+
+// One `dpcore train` job. The constructor sets everything up (options, data, model,
+// runner, resumed state, loader); run() trains epoch by epoch, evaluating and reporting
+// at the end of each, checkpoints as asked, and saves the weights.
+class TrainingRun {
+ public:
+  TrainingRun(const TrainOptions& options, std::ostream& primary_out);
+  TrainResult run();
+
+ private:
+  // --resume: the checkpoint's weights, optimizer state and position; with --resume or
+  // --init, every replica then starts from the root's state.
+  void restore_state();
+  std::unique_ptr<data::DataLoader> make_loader() const;
+  void print_header() const;
+
+  // Trains on the rest of epoch `epoch`: false when the run reached its last step first.
+  bool train_epoch(int64_t epoch);
+  void take_step(const data::Batch& batch, int64_t epoch);
+  bool report_due() const;
+  void report_step(const StepStats& last, int64_t epoch) const;
+
+  // Evaluates, reports and records the epoch that just ended; then starts new totals.
+  void end_epoch(int64_t epoch);
+  EpochMetrics epoch_metrics(int64_t epoch);
+  void print_epoch(const EpochMetrics& m) const;
+
+  // Rank 0 writes the checkpoint (every --checkpoint-every steps, and at the end) and the
+  // final --save weights; the other ranks hold the same state.
+  void checkpoint();
+  void save_final_weights();
+
+  const TrainOptions& o_;
+  const Device device_;
+  data::DataSplits data_;
+  std::unique_ptr<StepRunner> runner_;
+  // In a multi-process run only rank 0 prints and writes files; the others train silently.
+  const bool primary_;
+  std::ostream silent_{nullptr};
+  std::ostream& out_;
+
+  TrainProgress progress_;
+  std::unique_ptr<data::DataLoader> loader_;
+  int64_t per_epoch_ = 0, total_steps_ = 0;
+  bool bar_ = false;  // a progress bar redrawn in place, else plain lines
+  std::optional<MetricsLog> metrics_;
+  TrainResult result_;
+
+  EpochTotals totals_;
+  Clock::time_point run_start_;
+  int64_t steps_at_start_ = 0;
+};
+
+TrainingRun::TrainingRun(const TrainOptions& options, std::ostream& primary_out)
+    : o_(checked(options)),
+      device_(set_up_device(o_)),
+      data_(data::load_data(data::parse_data_spec(o_.data), o_.normalize)),
+      runner_(set_up_runner(o_, data_.train, device_)),
+      primary_(runner_->is_primary()),
+      out_(primary_ ? primary_out : silent_) {
+  restore_state();
+  loader_ = make_loader();
+  per_epoch_ = loader_->batches_per_epoch();
+  total_steps_ = o_.steps > 0 ? o_.steps : o_.epochs * per_epoch_;
+  bar_ = o_.progress == 1 || (o_.progress == -1 && isatty(STDOUT_FILENO));
+  print_header();
+  metrics_.emplace(primary_ ? o_.metrics : "", o_.resume);
+
+  totals_.loss_sum = Tensor::zeros({}, DType::Float32, runner_->model().device());
+  run_start_ = Clock::now();
+  steps_at_start_ = progress_.step;
+  runtime::reset_peak_bytes(device_);
+}
+
+void TrainingRun::restore_state() {
+  if (o_.resume) {
+    progress_ = load_checkpoint(o_.checkpoint_dir, runner_->model(), runner_->optimizer(), resume_settings(o_));
+    runner_->sync_replicas();
+    out_ << "resumed from " << checkpoint_path(o_.checkpoint_dir) << " at step " << progress_.step << " (epoch "
+         << progress_.position.epoch + 1 << ")\n";
+  } else if (!o_.init.empty()) {
+    runner_->sync_replicas();
+  }
+}
+
+std::unique_ptr<data::DataLoader> TrainingRun::make_loader() const {
+  data::LoaderOptions lo;
+  lo.batch_size = o_.batch, lo.shuffle = o_.shuffle, lo.drop_last = o_.drop_last, lo.seed = o_.seed;
+  // Batches in memory the device can copy from asynchronously (pinned, on a GPU).
+  Backend* host_memory = &backend_for(device_);
+  lo.allocator = {[host_memory](size_t bytes) { return host_memory->alloc_host(bytes); },
+                  [host_memory](void* p) { host_memory->free_host(p); }};
+  return std::make_unique<data::DataLoader>(data_.train, lo, progress_.position);
+}
+
+void TrainingRun::print_header() const {
+  out_ << "dpcore: " << o_.model << " on " << data_.train.name << " (" << data::describe(data_.train) << "), "
+       << runner_->describe() << ", batch " << o_.batch << ", " << per_epoch_ << " steps per epoch" << std::endl;
+}
+
+TrainResult TrainingRun::run() {
+  int64_t epoch = progress_.position.epoch;
+  while (progress_.step < total_steps_ && train_epoch(epoch)) {
+    // (Nothing to report when a resumed run starts exactly at an epoch's end.)
+    if (totals_.samples > 0) end_epoch(epoch);
+    progress_.position = loader_->position();
+    ++epoch;
+  }
+  // A run that stops mid-epoch (--steps) still reports where it got to.
+  if (totals_.samples > 0) end_epoch(epoch);
+  checkpoint();
+  save_final_weights();
+  result_.steps = progress_.step;
+  return std::move(result_);
+}
+
+bool TrainingRun::train_epoch(int64_t epoch) {
+  data::Batch batch;
+  while (progress_.step < total_steps_) {
+    if (!loader_->next(batch)) return true;
+    take_step(batch, epoch);
+  }
+  return false;
+}
+
+void TrainingRun::take_step(const data::Batch& batch, int64_t epoch) {
+  Clock::time_point t = Clock::now();
+  StepStats s = runner_->step(batch);
+  totals_.train_seconds += seconds_since(t);
+  backend_for(totals_.loss_sum.device()).add(totals_.loss_sum, s.loss_sum, totals_.loss_sum);
+  totals_.samples += s.samples;
+  ++progress_.step;
+  progress_.position = loader_->position();
+  if (o_.checkpoint_every > 0 && progress_.step % o_.checkpoint_every == 0) checkpoint();
+  if (report_due()) report_step(s, epoch);
+}
+
+bool TrainingRun::report_due() const {
+  return bar_ || progress_.step % kReportEvery == 0 || progress_.step == total_steps_;
+}
+
+// "step 200/938  epoch 1  loss 0.5123  10234 samples/s  ETA 0:00:07": the mean loss of the
+// last step, the epoch's training speed so far, and the time left at the average rate of
+// the steps this process has taken (a resumed run does not count the steps before it).
+void TrainingRun::report_step(const StepStats& last, int64_t epoch) const {
+  double elapsed = seconds_since(run_start_);
+  // (The 1e-9 floors only keep the first instant of a run from dividing by zero.)
+  double rate = double(progress_.step - steps_at_start_) / std::max(elapsed, 1e-9);
+  std::ostringstream line;
+  line << std::fixed << "step " << progress_.step << "/" << total_steps_ << "  epoch " << epoch + 1 << "  loss "
+       << std::setprecision(4) << last.loss_sum.item() / double(last.samples) << "  " << std::setprecision(0)
+       << (totals_.train_seconds > 0 ? double(totals_.samples) / totals_.train_seconds : 0) << " samples/s  ETA "
+       << format_duration(double(total_steps_ - progress_.step) / std::max(rate, 1e-9));
+  // The bar redraws its line in place; the trailing spaces blank what a longer line left.
+  if (bar_) out_ << "\r" << line.str() << "   " << std::flush;
+  else out_ << line.str() << std::endl;
+}
+
+void TrainingRun::end_epoch(int64_t epoch) {
+  EpochMetrics m = epoch_metrics(epoch);
+  print_epoch(m);
+  metrics_->write(m);
+  result_.epochs.push_back(m);
+  totals_.loss_sum.zero_();
+  totals_.samples = 0, totals_.train_seconds = 0;
+}
+
+EpochMetrics TrainingRun::epoch_metrics(int64_t epoch) {
+  EpochMetrics m = evaluate_dataset(runner_->model(), data_.test, kEvalBatch);
+  m.epoch = epoch + 1, m.step = progress_.step;
+  m.train_loss = totals_.samples ? totals_.loss_sum.item() / double(totals_.samples) : 0;
+  m.seconds = totals_.train_seconds;
+  m.samples_per_s = totals_.train_seconds > 0 ? double(totals_.samples) / totals_.train_seconds : 0;
+  m.peak_bytes = runtime::peak_bytes(device_);
+  return m;
+}
+
+void TrainingRun::print_epoch(const EpochMetrics& m) const {
+  if (bar_) out_ << "\n";  // leave the bar's line
+  out_ << std::fixed << std::setprecision(4) << "epoch " << m.epoch << ": train loss " << m.train_loss
+       << ", test loss " << m.test_loss << ", test accuracy " << std::setprecision(2) << 100 * m.test_accuracy
+       << "%, " << std::setprecision(0) << m.samples_per_s << " samples/s, " << std::setprecision(1) << m.seconds
+       << " s, peak memory " << format_bytes(m.peak_bytes) << std::endl;
+}
+
+void TrainingRun::checkpoint() {
+  if (o_.checkpoint_dir.empty() || !primary_) return;
+  save_checkpoint(o_.checkpoint_dir, runner_->model(), runner_->optimizer(), progress_, resume_settings(o_));
+}
+
+void TrainingRun::save_final_weights() {
+  if (o_.save.empty() || !primary_) return;
+  layers::save_weights(runner_->model(), o_.save);
+  out_ << "saved weights to " << o_.save << "\n";
+}
+
+}  // namespace
+
+TrainResult train(const TrainOptions& o, std::ostream& out) { return TrainingRun(o, out).run(); }
+
+EpochMetrics evaluate(const EvalOptions& o, std::ostream& out) {
+  DPCORE_CHECK(!o.init.empty(), "eval: --init FILE.safetensors is required");
+  if (o.threads > 0) runtime::set_cpu_threads(o.threads);
+  Device device = resolve_device(o.device);
+  data::DataSplits data = data::load_data(data::parse_data_spec(o.data), o.normalize);
+  auto model = build_model(o.model, data.test, device, 0);
+  layers::load_weights(*model, o.init);
+  EpochMetrics m = evaluate_dataset(*model, data.test, o.batch);
+  out << std::fixed << std::setprecision(4) << "test loss " << m.test_loss << ", test accuracy "
+      << std::setprecision(2) << 100 * m.test_accuracy << "% on " << data.test.n << " samples\n";
+  return m;
+}
+
+}  // namespace dpcore::train

@@ -1,0 +1,61 @@
+// The training loop behind `dpcore train`: data, model, runner, epochs, evaluation,
+// progress, metrics and checkpoints.
+#pragma once
+
+#include <cstdint>
+#include <iosfwd>
+#include <string>
+
+#include "train/runner.h"
+
+namespace dpcore::train {
+
+struct TrainOptions {
+  std::string model = "fashioncnn";
+  std::string data = "fashion-mnist";
+  int64_t epochs = 3;
+  int64_t steps = 0;          // total optimizer steps; 0: run `epochs` epochs
+  int64_t batch = 64;         // samples per optimizer step (split over micro-batches and replicas)
+  int64_t accum = 1;
+  SgdConfig sgd{0.03, 0.9, 0.0, 0.0, false};
+  uint64_t seed = 0;
+  bool shuffle = true;
+  bool normalize = true;
+  bool drop_last = false;
+  std::string device = "auto";  // cpu | cuda | cuda:N | auto
+  int threads = 0;
+  std::string init;             // safetensors weights to start from
+  std::string save;             // safetensors weights written at the end
+  std::string checkpoint_dir;
+  int64_t checkpoint_every = 0; // steps; 0: only at the end
+  bool resume = false;
+  std::string metrics;          // JSONL file, one object per epoch
+  int progress = -1;            // -1: a progress bar when stdout is a terminal; 0: plain lines; 1: bar
+  ParallelOptions parallel;
+};
+
+struct EpochMetrics {
+  int64_t epoch = 0, step = 0;
+  double train_loss = 0, test_loss = 0, test_accuracy = 0;
+  double samples_per_s = 0, seconds = 0;
+  size_t peak_bytes = 0;
+};
+
+struct TrainResult {
+  std::vector<EpochMetrics> epochs;
+  int64_t steps = 0;
+};
+
+// Runs the whole job, writing human-readable progress to `out`.
+TrainResult train(const TrainOptions& options, std::ostream& out);
+
+// `dpcore eval`: test loss and accuracy of saved weights.
+struct EvalOptions {
+  std::string model = "fashioncnn", data = "fashion-mnist", init, device = "auto";
+  bool normalize = true;
+  int64_t batch = 1000;
+  int threads = 0;
+};
+EpochMetrics evaluate(const EvalOptions& options, std::ostream& out);
+
+}  // namespace dpcore::train
