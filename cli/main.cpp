@@ -203,7 +203,8 @@ struct BackendFlags {
               one_of({"on", "off"}))
         ->capture_default_str();
   }
-  void apply(const std::string& device) const {
+  // The settings apply to every CUDA device (the engines are chosen per process).
+  void apply() const {
     dpcore::Backend* cuda = dpcore::find_backend(dpcore::Device::Type::CUDA);
     if (!cuda) return;  // a CPU-only build: the flags have nothing to configure
     cuda->set_option("conv-engine", conv_engine);
@@ -305,10 +306,10 @@ int main(int argc, char** argv) {
   try {
     if (*train_cmd) {
       check_flag_combinations(train);
-      train_backend.apply(train.device);
+      train_backend.apply();
       dpcore::train::train(train, std::cout);
     } else {
-      eval_backend.apply(eval.device);
+      eval_backend.apply();
       dpcore::train::evaluate(eval, std::cout);
     }
   } catch (const dpcore::Error& e) {

@@ -270,6 +270,12 @@ TEST(Loader, BatchesPreparedBeforeAWorkerExceptionAreDeliveredFirst) {
   LoaderOptions o = options(10, false, false);
   o.allocator = counter.get();
   DataLoader loader(d, o);
+  // Let the worker run ahead before taking anything: it prepares the first batch in the
+  // first buffer, then needs a second buffer for the next batch, whose allocation fails.
+  // Consuming at once could hand the first buffer back in time for every batch (a busy
+  // machine schedules the consumer first), and the failure would never come.
+  for (int i = 0; i < 1000 && counter.allocations < 2; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  ASSERT_GE(counter.allocations.load(), 2) << "the worker never asked for a second buffer";
   Batch b;
   int64_t delivered = 0;
   std::string message;
@@ -283,7 +289,7 @@ TEST(Loader, BatchesPreparedBeforeAWorkerExceptionAreDeliveredFirst) {
       message = e.what();
     }
   }
-  EXPECT_GE(delivered, 1);
+  EXPECT_EQ(delivered, 1);  // the one batch prepared before the failure, then the error
   EXPECT_NE(message.find("pinned allocation of"), std::string::npos) << message;
 }
 

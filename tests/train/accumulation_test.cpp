@@ -8,7 +8,6 @@
 
 namespace dpcore::train {
 
-using namespace dpcore::comm;
 using namespace dpcore::layers;
 
 namespace {

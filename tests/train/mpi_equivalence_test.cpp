@@ -7,7 +7,6 @@
 
 namespace dpcore::train {
 
-using namespace dpcore::comm;
 using namespace dpcore::layers;
 
 namespace {
