@@ -270,14 +270,6 @@ void add_train_flags(CLI::App& cmd, TrainOptions& o, BackendFlags& b) {
   b.add_to(cmd);
 }
 
-// Rules across flags, refused in the same words before anything runs.
-void check_flag_combinations(const TrainOptions& o) {
-  if (o.sgd.nesterov && (o.sgd.momentum <= 0 || o.sgd.dampening != 0)) {
-    dpcore::fail("--nesterov: needs --momentum > 0 and --dampening 0 (as in PyTorch), got --momentum ", o.sgd.momentum,
-                 " and --dampening ", o.sgd.dampening);
-  }
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -305,7 +297,6 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   try {
     if (*train_cmd) {
-      check_flag_combinations(train);
       train_backend.apply();
       dpcore::train::train(train, std::cout);
     } else {

@@ -11,9 +11,8 @@
 // (float64 exists for the CPU's finite-difference gradient checks).
 #include <cstring>
 #include <initializer_list>
-#include <map>
 #include <memory>
-#include <mutex>
+#include <vector>
 
 #include "engine/backend.h"
 #include "kernels/error.h"
@@ -84,14 +83,17 @@ class CudaBackend : public Backend {
   std::string name() const override { return "cuda"; }
   int device_count() const override { return cuda_runtime::device_count(); }
   Allocator& allocator(int device_index) override {
-    // One adapter per device, created on first use and kept for the life of the process
-    // (as the caching allocators themselves are).
-    static std::mutex mutex;
-    static std::map<int, std::unique_ptr<CudaDeviceAllocator>> adapters;
-    std::lock_guard<std::mutex> lock(mutex);
-    auto& adapter = adapters[device_index];
-    if (!adapter) adapter = std::make_unique<CudaDeviceAllocator>(cuda_runtime::device_allocator(device_index));
-    return *adapter;
+    // One adapter per device, built with the caching allocators on first use (a static,
+    // so no lock on this per-tensor path) and kept for the life of the process, as they are.
+    static const std::vector<std::unique_ptr<CudaDeviceAllocator>> adapters = [] {
+      std::vector<std::unique_ptr<CudaDeviceAllocator>> all;
+      for (int d = 0; d < cuda_runtime::device_count(); ++d)
+        all.push_back(std::make_unique<CudaDeviceAllocator>(cuda_runtime::device_allocator(d)));
+      return all;
+    }();
+    // device_allocator names a device that does not exist; the adapters exist for every other.
+    if (device_index < 0 || device_index >= int(adapters.size())) cuda_runtime::device_allocator(device_index);
+    return *adapters[size_t(device_index)];
   }
 
   void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes) override {

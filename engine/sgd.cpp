@@ -1,13 +1,18 @@
 #include "engine/sgd.h"
 
+#include <cmath>
+
 #include "engine/backend.h"
 
 namespace dpcore {
 
 Sgd::Sgd(FlatParameters& params, const SgdConfig& config) : params_(params), config_(config) {
-  DPCORE_CHECK(config.lr >= 0, "sgd: learning rate ", config.lr, " must not be negative");
-  DPCORE_CHECK(config.momentum >= 0, "sgd: momentum ", config.momentum, " must not be negative");
-  DPCORE_CHECK(config.weight_decay >= 0, "sgd: weight decay ", config.weight_decay, " must not be negative");
+  auto check_rate = [](const char* what, double value) {
+    DPCORE_CHECK(std::isfinite(value) && value >= 0, "sgd: ", what, " ", value, " must be a finite number >= 0");
+  };
+  check_rate("learning rate", config.lr);
+  check_rate("momentum", config.momentum);
+  check_rate("weight decay", config.weight_decay);
   DPCORE_CHECK(!config.nesterov || (config.momentum > 0 && config.dampening == 0),
                "sgd: nesterov momentum requires a momentum > 0 and zero dampening (as in PyTorch)");
   if (config.momentum > 0) {

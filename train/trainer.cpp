@@ -126,6 +126,9 @@ const TrainOptions& checked(const TrainOptions& o) {
                " cannot be split into --accum ", o.accum, " x --replicas ", o.parallel.replicas, " micro-batches");
   DPCORE_CHECK(!o.resume || !o.checkpoint_dir.empty(), "--resume needs --checkpoint DIR");
   DPCORE_CHECK(o.checkpoint_every >= 0, "--checkpoint-every ", o.checkpoint_every, " must not be negative");
+  DPCORE_CHECK(!o.sgd.nesterov || (o.sgd.momentum > 0 && o.sgd.dampening == 0),
+               "--nesterov: needs --momentum > 0 and --dampening 0 (as in PyTorch), got --momentum ", o.sgd.momentum,
+               " and --dampening ", o.sgd.dampening);
   return o;
 }
 

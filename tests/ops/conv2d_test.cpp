@@ -163,47 +163,24 @@ TYPED_TEST(Conv2dTest, BackwardDataMatchesReference) {
   }
 }
 
-// accumulate = false overwrites (the gradients start as NaN: nothing may be read);
-// accumulate = true adds onto what is there: the reference's accumulated values, and the
-// previous contents plus the overwritten result. The bias gradient may be left out.
+// accumulate overwrites or adds, with or without the bias gradient
+// (expect_weight_grads_overwrite_or_accumulate in tests/support/op_backends.h).
 TYPED_TEST(Conv2dTest, BackwardWeightOverwritesOrAccumulates) {
   using B = TypeParam;
   using T = typename B::Scalar;
   for (const ConvCase& c : kCases) {
     const Conv2dShape s = c.shape();
     const auto x = random_vector<T>(s.x_size(), 6), dy = random_vector<T>(s.y_size(), 7);
-    const auto dw_before = random_vector<T>(s.w_size(), 10), db_before = random_vector<T>(s.K, 11);
-    auto want_dw = nan_filled<T>(s.w_size()), want_db = nan_filled<T>(s.K);
-    naive::conv2d_backward_weight(s, x.data(), dy.data(), want_dw.data(), want_db.data(), false);
-    auto want_acc_dw = dw_before, want_acc_db = db_before;
-    naive::conv2d_backward_weight(s, x.data(), dy.data(), want_acc_dw.data(), want_acc_db.data(), true);
+    const auto want = weight_grad_want<T>(s.w_size(), s.K, [&](T* dw, T* db, bool accumulate) {
+      naive::conv2d_backward_weight(s, x.data(), dy.data(), dw, db, accumulate);
+    });
     typename B::template Array<T> dev_x(x), dev_dy(dy);
     for (int threads : B::thread_counts()) {
       SCOPED_TRACE(describe(c, threads));
       ScopedKernelThreads scope(threads);
-      typename B::template Array<T> dw(s.w_size()), db(s.K);
-      B::conv2d_backward_weight(s, dev_x.get(), dev_dy.get(), dw.get(), db.get(), false);
-      const std::vector<T> fresh_dw = dw.download(), fresh_db = db.download();
-      EXPECT_OP_CLOSE(B, fresh_dw, want_dw) << "overwrite";
-      EXPECT_OP_CLOSE(B, fresh_db, want_db) << "overwrite";
-
-      typename B::template Array<T> acc_dw(dw_before), acc_db(db_before);
-      B::conv2d_backward_weight(s, dev_x.get(), dev_dy.get(), acc_dw.get(), acc_db.get(), true);
-      const std::vector<T> got_dw = acc_dw.download(), got_db = acc_db.download();
-      EXPECT_OP_CLOSE(B, got_dw, want_acc_dw) << "accumulate";
-      EXPECT_OP_CLOSE(B, got_db, want_acc_db) << "accumulate";
-      auto sum_dw = fresh_dw, sum_db = fresh_db;
-      for (size_t i = 0; i < sum_dw.size(); ++i) sum_dw[i] += dw_before[i];
-      for (size_t i = 0; i < sum_db.size(); ++i) sum_db[i] += db_before[i];
-      EXPECT_OP_CLOSE(B, got_dw, sum_dw) << "accumulate = previous contents + overwritten result";
-      EXPECT_OP_CLOSE(B, got_db, sum_db) << "accumulate = previous contents + overwritten result";
-
-      // No bias gradient asked for, accumulating and overwriting.
-      typename B::template Array<T> no_bias_acc(dw_before), no_bias(s.w_size());
-      B::conv2d_backward_weight(s, dev_x.get(), dev_dy.get(), no_bias_acc.get(), static_cast<T*>(nullptr), true);
-      B::conv2d_backward_weight(s, dev_x.get(), dev_dy.get(), no_bias.get(), static_cast<T*>(nullptr), false);
-      EXPECT_OP_CLOSE(B, no_bias_acc.download(), want_acc_dw) << "accumulate, no bias gradient";
-      EXPECT_OP_CLOSE(B, no_bias.download(), want_dw) << "overwrite, no bias gradient";
+      expect_weight_grads_overwrite_or_accumulate<B>(want, [&](T* dw, T* db, bool accumulate) {
+        B::conv2d_backward_weight(s, dev_x.get(), dev_dy.get(), dw, db, accumulate);
+      });
     }
   }
 }

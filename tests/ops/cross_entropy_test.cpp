@@ -11,27 +11,10 @@
 #include <vector>
 
 #include "support/op_backends.h"
+#include "support/row_cases.h"
 
 namespace dpcore::testing {
 namespace {
-
-struct RowsCase {
-  int64_t rows, cols;
-};
-
-const RowsCase kCases[] = {{1, 2},  {1, 10}, {9, 13},   {13, 10}, {64, 10},  {4096, 10},
-                           {9, 70}, {64, 3}, {3, 1000}, {5, 1000}, {300, 130}};
-
-std::string describe(const RowsCase& c, int threads) {
-  return std::to_string(c.rows) + "x" + std::to_string(c.cols) + threads_label(threads);
-}
-
-std::vector<int64_t> random_targets(int64_t rows, int64_t cols) {
-  std::mt19937_64 rng(7);
-  std::vector<int64_t> t(rows);
-  for (auto& v : t) v = int64_t(rng() % uint64_t(cols));
-  return t;
-}
 
 template <class B>
 class CrossEntropyTest : public OpTest<B> {};
@@ -41,7 +24,7 @@ TYPED_TEST_SUITE(CrossEntropyTest, KernelBackends, BackendName);
 TYPED_TEST(CrossEntropyTest, MatchesFloat64Reference) {
   using B = TypeParam;
   using T = typename B::Scalar;
-  for (const RowsCase& c : kCases) {
+  for (const RowsCase& c : kRowsCases) {
     const auto [rows, cols] = c;
     const auto x = random_vector<T>(rows * cols, 1, -5.0, 5.0);
     const auto target = random_targets(rows, cols);
@@ -76,7 +59,7 @@ TYPED_TEST(CrossEntropyTest, MatchesFloat64Reference) {
 TYPED_TEST(CrossEntropyTest, FusedEqualsComposition) {
   using B = TypeParam;
   using T = typename B::Scalar;
-  for (const RowsCase& c : kCases) {
+  for (const RowsCase& c : kRowsCases) {
     const auto [rows, cols] = c;
     const auto target = random_targets(rows, cols);
     typename B::template Array<T> x(random_vector<T>(rows * cols, 4, -5.0, 5.0));
@@ -111,7 +94,7 @@ TYPED_TEST(CrossEntropyTest, FusedEqualsComposition) {
 TYPED_TEST(CrossEntropyTest, StaysFiniteOnLargeLogits) {
   using B = TypeParam;
   using T = typename B::Scalar;
-  for (const RowsCase& c : kCases) {
+  for (const RowsCase& c : kRowsCases) {
     SCOPED_TRACE(describe(c, 0));
     const auto [rows, cols] = c;
     typename B::template Array<T> x(random_vector<T>(rows * cols, 5, -1e4, 1e4));

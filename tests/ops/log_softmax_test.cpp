@@ -11,20 +11,10 @@
 #include <vector>
 
 #include "support/op_backends.h"
+#include "support/row_cases.h"
 
 namespace dpcore::testing {
 namespace {
-
-struct RowsCase {
-  int64_t rows, cols;
-};
-
-const RowsCase kCases[] = {{1, 2},  {1, 10}, {9, 13},   {13, 10}, {64, 10},  {4096, 10},
-                           {9, 70}, {64, 3}, {3, 1000}, {5, 1000}, {300, 130}};
-
-std::string describe(const RowsCase& c, int threads) {
-  return std::to_string(c.rows) + "x" + std::to_string(c.cols) + threads_label(threads);
-}
 
 // y = x - log(sum(exp(x))) per row, in double from the inputs as given.
 template <class T>
@@ -51,7 +41,7 @@ TYPED_TEST_SUITE(LogSoftmaxTest, KernelBackends, BackendName);
 TYPED_TEST(LogSoftmaxTest, ForwardAndBackwardMatchFloat64) {
   using B = TypeParam;
   using T = typename B::Scalar;
-  for (const RowsCase& c : kCases) {
+  for (const RowsCase& c : kRowsCases) {
     const auto [rows, cols] = c;
     const auto x = random_vector<T>(rows * cols, 1, -5.0, 5.0), dy = random_vector<T>(rows * cols, 2);
     const std::vector<double> want_y = log_softmax_float64(rows, cols, x);
@@ -79,7 +69,7 @@ TYPED_TEST(LogSoftmaxTest, ForwardAndBackwardMatchFloat64) {
 TYPED_TEST(LogSoftmaxTest, RowsAreNormalisedLogProbabilities) {
   using B = TypeParam;
   using T = typename B::Scalar;
-  for (const RowsCase& c : kCases) {
+  for (const RowsCase& c : kRowsCases) {
     const auto [rows, cols] = c;
     for (double magnitude : {1.0, 1e4}) {  // 1e4: a naive exp overflows, the max-subtracted one must not
       const auto x = random_vector<T>(rows * cols, 1, -magnitude, magnitude);
@@ -110,7 +100,7 @@ TYPED_TEST(LogSoftmaxTest, RowsAreNormalisedLogProbabilities) {
 TYPED_TEST(LogSoftmaxTest, EqualLogitsGiveMinusLogCols) {
   using B = TypeParam;
   using T = typename B::Scalar;
-  for (const RowsCase& c : kCases) {
+  for (const RowsCase& c : kRowsCases) {
     SCOPED_TRACE(describe(c, 0));
     const auto [rows, cols] = c;
     typename B::template Array<T> x(std::vector<T>(rows * cols, T(3.5))), y(rows * cols);

@@ -10,27 +10,10 @@
 #include <vector>
 
 #include "support/op_backends.h"
+#include "support/row_cases.h"
 
 namespace dpcore::testing {
 namespace {
-
-struct RowsCase {
-  int64_t rows, cols;
-};
-
-const RowsCase kCases[] = {{1, 2},  {1, 10}, {9, 13},   {13, 10}, {64, 10},  {4096, 10},
-                           {9, 70}, {64, 3}, {3, 1000}, {5, 1000}, {300, 130}};
-
-std::string describe(const RowsCase& c, int threads) {
-  return std::to_string(c.rows) + "x" + std::to_string(c.cols) + threads_label(threads);
-}
-
-std::vector<int64_t> random_targets(int64_t rows, int64_t cols) {
-  std::mt19937_64 rng(7);
-  std::vector<int64_t> t(rows);
-  for (auto& v : t) v = int64_t(rng() % uint64_t(cols));
-  return t;
-}
 
 template <class B>
 class NllLossTest : public OpTest<B> {};
@@ -55,7 +38,7 @@ TYPED_TEST(NllLossTest, PicksTheTargetLogProbabilities) {
 TYPED_TEST(NllLossTest, MatchesFloat64Reference) {
   using B = TypeParam;
   using T = typename B::Scalar;
-  for (const RowsCase& c : kCases) {
+  for (const RowsCase& c : kRowsCases) {
     const auto [rows, cols] = c;
     const auto x = random_vector<T>(rows * cols, 1, -5.0, 5.0);
     std::vector<T> logp(rows * cols);

@@ -330,4 +330,57 @@ class OpTest : public ::testing::Test {
 // to each element or to the rms of the reference, whichever is larger).
 #define EXPECT_OP_CLOSE(B, got, want) EXPECT_LE(::dpcore::testing::scaled_error(got, want), B::tolerance())
 
+// What a weight-gradient kernel (conv2d, linear) must give for one case, from the naive
+// reference: written fresh (dw, db) and accumulated onto earlier contents (acc_dw, acc_db).
+template <class T>
+struct WeightGradWant {
+  std::vector<T> dw_before, db_before, dw, db, acc_dw, acc_db;
+};
+
+// naive(dw, db, accumulate) runs the reference on the case's inputs.
+template <class T, class Naive>
+WeightGradWant<T> weight_grad_want(int64_t w_size, int64_t b_size, Naive naive) {
+  WeightGradWant<T> want;
+  want.dw_before = random_vector<T>(w_size, 8);
+  want.db_before = random_vector<T>(b_size, 9);
+  want.dw = nan_filled<T>(w_size);
+  want.db = nan_filled<T>(b_size);
+  naive(want.dw.data(), want.db.data(), false);
+  want.acc_dw = want.dw_before;
+  want.acc_db = want.db_before;
+  naive(want.acc_dw.data(), want.acc_db.data(), true);
+  return want;
+}
+
+// accumulate = false overwrites (the gradients start as NaN: nothing may be read);
+// accumulate = true adds onto what is there: the reference's accumulated values, and the
+// previous contents plus the overwritten result. The bias gradient may be left out (null).
+// run(dw, db, accumulate) calls backend B's kernel on the case's inputs.
+template <class B, class T, class Run>
+void expect_weight_grads_overwrite_or_accumulate(const WeightGradWant<T>& want, Run run) {
+  typename B::template Array<T> dw(int64_t(want.dw.size())), db(int64_t(want.db.size()));
+  run(dw.get(), db.get(), false);
+  const std::vector<T> fresh_dw = dw.download(), fresh_db = db.download();
+  EXPECT_OP_CLOSE(B, fresh_dw, want.dw) << "overwrite";
+  EXPECT_OP_CLOSE(B, fresh_db, want.db) << "overwrite";
+
+  typename B::template Array<T> acc_dw(want.dw_before), acc_db(want.db_before);
+  run(acc_dw.get(), acc_db.get(), true);
+  const std::vector<T> got_dw = acc_dw.download(), got_db = acc_db.download();
+  EXPECT_OP_CLOSE(B, got_dw, want.acc_dw) << "accumulate";
+  EXPECT_OP_CLOSE(B, got_db, want.acc_db) << "accumulate";
+  auto sum_dw = fresh_dw, sum_db = fresh_db;
+  for (size_t i = 0; i < sum_dw.size(); ++i) sum_dw[i] += want.dw_before[i];
+  for (size_t i = 0; i < sum_db.size(); ++i) sum_db[i] += want.db_before[i];
+  EXPECT_OP_CLOSE(B, got_dw, sum_dw) << "accumulate = previous contents + overwritten result";
+  EXPECT_OP_CLOSE(B, got_db, sum_db) << "accumulate = previous contents + overwritten result";
+
+  // No bias gradient asked for, overwriting and accumulating.
+  typename B::template Array<T> no_bias(int64_t(want.dw.size())), no_bias_acc(want.dw_before);
+  run(no_bias.get(), static_cast<T*>(nullptr), false);
+  run(no_bias_acc.get(), static_cast<T*>(nullptr), true);
+  EXPECT_OP_CLOSE(B, no_bias.download(), want.dw) << "overwrite, no bias gradient";
+  EXPECT_OP_CLOSE(B, no_bias_acc.download(), want.acc_dw) << "accumulate, no bias gradient";
+}
+
 }  // namespace dpcore::testing
