@@ -33,7 +33,6 @@ class Splitter {
   void observe(const std::vector<double>& seconds, const std::vector<int64_t>& shares);
 
   bool adaptive() const { return adaptive_; }
-  const std::vector<double>& weights() const { return weights_; }
   std::string describe() const;
 
   static constexpr int kInterval = 5;       // steps between re-weightings
