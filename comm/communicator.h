@@ -82,8 +82,13 @@ void mpi_broadcast_bytes(void* data, size_t bytes, int root);
 std::vector<std::string> mpi_allgather_strings(const std::string& mine);
 
 // ---- nccl: one rank per GPU ----
+// A collective's Work::wait() that sees no completion within `timeout` (a rank died or
+// hangs; the CLI's --replica-timeout) aborts the communicator and fails naming the
+// collective and the timeout; an error NCCL reports asynchronously fails it at once.
+//
 // One process, one thread per GPU: rank i on devices[i] (all CUDA, all different).
-std::vector<std::unique_ptr<Communicator>> make_nccl_group(const std::vector<Device>& devices);
+std::vector<std::unique_ptr<Communicator>> make_nccl_group(const std::vector<Device>& devices,
+                                                           std::chrono::milliseconds timeout = std::chrono::seconds(300));
 // One rank per process. The ranks agree on NCCL's unique id either over MPI_COMM_WORLD
 // (id_file empty; the ranks' hosts and devices are then compared first, so that two ranks
 // on one GPU fail with a clear error) or through a file that rank 0 writes (atomically)
@@ -93,7 +98,8 @@ struct NcclIdExchange {
   std::chrono::milliseconds timeout = std::chrono::seconds(300);
 };
 std::unique_ptr<Communicator> make_nccl_communicator(int rank, int size, Device device,
-                                                     const NcclIdExchange& exchange = {});
+                                                     const NcclIdExchange& exchange = {},
+                                                     std::chrono::milliseconds timeout = std::chrono::seconds(300));
 // Fails with the message the CLI shows unless `devices` can form an NCCL group: all CUDA
 // and no GPU used twice ("nccl: ranks 0 and 1 would share cuda:0; NCCL refuses two ranks
 // on one GPU — use --backend local for several replicas on one GPU"). Needs no GPU.
@@ -119,7 +125,7 @@ struct CommConfig {
   // started by mpirun (one process per GPU, NCCL's id shared over MPI): exactly one; the
   // number of processes comes from mpirun.
   std::vector<Device> devices = {Device::cpu()};
-  LocalOptions local;
+  LocalOptions local;  // its timeout also bounds each nccl collective
 };
 // The communicators of this process's replicas, rank order. Fails with a clear error for
 // an unknown backend, a backend this build lacks (and how to enable it), or a device list

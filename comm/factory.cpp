@@ -29,11 +29,12 @@ std::vector<std::string> mpi_allgather_strings(const std::string&) { fail(kNoMpi
 #ifndef DPCORE_COMM_NCCL
 // The device list is still checked first, so the message for two ranks on one GPU does
 // not depend on the build.
-std::vector<std::unique_ptr<Communicator>> make_nccl_group(const std::vector<Device>& devices) {
+std::vector<std::unique_ptr<Communicator>> make_nccl_group(const std::vector<Device>& devices, std::chrono::milliseconds) {
   check_nccl_devices(devices);
   fail(kNoNccl);
 }
-std::unique_ptr<Communicator> make_nccl_communicator(int, int, Device device, const NcclIdExchange&) {
+std::unique_ptr<Communicator> make_nccl_communicator(int, int, Device device, const NcclIdExchange&,
+                                                     std::chrono::milliseconds) {
   check_nccl_devices({device});
   fail(kNoNccl);
 }
@@ -93,10 +94,10 @@ std::vector<std::unique_ptr<Communicator>> make_communicators(const CommConfig& 
     if (launch && launch->size > 1) {
       DPCORE_CHECK(replicas == 1, "nccl under mpirun: one replica per process, not ", replicas);
       std::vector<std::unique_ptr<Communicator>> group;
-      group.push_back(make_nccl_communicator(launch->rank, launch->size, config.devices[0]));
+      group.push_back(make_nccl_communicator(launch->rank, launch->size, config.devices[0], {}, config.local.timeout));
       return group;
     }
-    return make_nccl_group(config.devices);
+    return make_nccl_group(config.devices, config.local.timeout);
   }
   if (name == "mpi") {
     DPCORE_CHECK(replicas == 1, "mpi: one replica per process, not ", replicas,

@@ -47,7 +47,7 @@ class LocalCommunicator : public Communicator {
 
   Work allreduce(Tensor& tensor, ReduceOp reduce) override {
     Tensor t = tensor;
-    return submit("allreduce", [=](const std::string& op) {
+    return submit("allreduce", t, [=](const std::string& op) {
       check_reducible(op, t, reduce, false);
       ring::Peer peer = start(op, t.device(), describe("allreduce", t, with_op(reduce)));
       std::vector<Tensor> chunks = ring::split(flat(t), size());
@@ -61,7 +61,7 @@ class LocalCommunicator : public Communicator {
   // Every replica copies the root's buffer directly: one step, nothing to reduce.
   Work broadcast(Tensor& tensor, int root) override {
     Tensor t = tensor;
-    return submit("broadcast", [=](const std::string& op) {
+    return submit("broadcast", t, [=](const std::string& op) {
       check_defined(op, "input", t);
       check_root(op, root, size());
       ring::Peer peer = start(op, t.device(), describe("broadcast", t, concat(" from replica ", root)));
@@ -75,7 +75,7 @@ class LocalCommunicator : public Communicator {
   // then the root collects the owners' chunks: bit-identical to allreduce's result.
   Work reduce(Tensor& tensor, int root, ReduceOp reduce) override {
     Tensor t = tensor;
-    return submit("reduce", [=](const std::string& op) {
+    return submit("reduce", t, [=](const std::string& op) {
       check_reducible(op, t, reduce, false);
       check_root(op, root, size());
       ring::Peer peer = start(op, t.device(), describe("reduce", t, concat(with_op(reduce), " to replica ", root)));
@@ -93,7 +93,7 @@ class LocalCommunicator : public Communicator {
 
   Work allgather(const Tensor& input, Tensor& output) override {
     Tensor in = input, out = output;
-    return submit("allgather", [=](const std::string& op) {
+    return submit("allgather", in, [=](const std::string& op) {
       check_allgather_args(op, in, out, size());
       ring::Peer peer = start(op, in.device(), describe("allgather", in, ""));
       std::vector<Tensor> chunks = ring::split(flat(out), size());
@@ -105,7 +105,7 @@ class LocalCommunicator : public Communicator {
 
   Work reduce_scatter(const Tensor& input, Tensor& output, ReduceOp reduce) override {
     Tensor in = input, out = output;
-    return submit("reduce_scatter", [=](const std::string& op) {
+    return submit("reduce_scatter", in, [=](const std::string& op) {
       check_reduce_scatter_args(op, in, out, size());
       check_reducible(op, in, reduce, false);
       ring::Peer peer = start(op, in.device(), describe("reduce_scatter", in, with_op(reduce)));
@@ -116,7 +116,7 @@ class LocalCommunicator : public Communicator {
   }
 
   void barrier() override {
-    submit("barrier", [=](const std::string& op) {
+    submit("barrier", Tensor(), [=](const std::string& op) {
       ring::Peer peer = start(op, Device::cpu(), "barrier");
       finish(peer);
     }).wait();
@@ -130,10 +130,15 @@ class LocalCommunicator : public Communicator {
   // Runs `body` on the communication thread. If it fails here (bad arguments, a device
   // error), the group is aborted so that the other replicas fail now, naming this one,
   // instead of waiting for it.
-  Work submit(const char* name, std::function<void(const std::string& op)> body) {
+  // `input` (the collective's input; undefined for barrier) names the device whose stream
+  // the collective is ordered after (ring.h).
+  Work submit(const char* name, const Tensor& input, std::function<void(const std::string& op)> body) {
     std::string op = concat("local ", name);
-    return thread_.submit([this, op, body] {
+    const Device device = input.defined() ? input.device() : Device::cpu();
+    std::shared_ptr<Backend::Event> submitted = ring::record_submission(device);
+    return thread_.submit([this, op, body, device, submitted] {
       try {
+        ring::start_on_own_stream(device, submitted);
         body(op);
       } catch (const std::exception& e) {
         rendezvous_->abort(concat(op, ": replica ", rank_, " failed: ", e.what()));
@@ -154,7 +159,7 @@ class LocalCommunicator : public Communicator {
   }
   // The last meeting: no replica returns (and lets its caller reuse its buffers) while a
   // neighbour may still be reading them.
-  void finish(ring::Peer& peer) { peer.meet(Slot{}); }
+  void finish(ring::Peer& peer) { peer.finish(); }
 
   void average(const Tensor& owned, ReduceOp reduce) {
     if (reduce != ReduceOp::Average || owned.numel() == 0) return;

@@ -4,9 +4,13 @@
 // Ordering with the caller's work: each collective first makes the communication stream
 // wait (through an event) for everything queued so far on the caller's current stream
 // (kernels/cuda_runtime/stream.h), so NCCL reads finished data while later compute overlaps with
-// it; Work::wait() then blocks the host until the collective's completion event.
-// In-flight collectives keep their tensors alive until they complete, even when the
-// caller drops the Work.
+// it; Work::wait() then polls the collective's completion event and NCCL's asynchronous
+// error state until the collective is done, NCCL reports an error, or the replica timeout
+// runs out: a dead peer then aborts the communicator and fails the wait with a message
+// naming the collective and the timeout, instead of hanging the job. Every NCCL call on a
+// communicator and its abort are serialised by one mutex, so abort() never frees the
+// communicator under a call. In-flight collectives keep their tensors alive until they
+// complete, even when the caller drops the Work.
 //
 // NCCL refuses two ranks on one GPU; the device lists are checked first so that the user
 // sees why (check_nccl_devices). Average is ncclAvg, which scales by 1/size inside NCCL.
@@ -14,9 +18,11 @@
 #include <nccl.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <deque>
 #include <fstream>
 #include <mutex>
+#include <sstream>
 #include <thread>
 
 #include "comm/checks.h"
@@ -58,10 +64,11 @@ struct NcclState {
   ncclComm_t comm = nullptr;
   int device = 0;
   cudaStream_t stream = nullptr;
-  std::mutex mutex;
-  std::string abort_reason;  // set by abort(): the communicator is unusable
+  std::chrono::milliseconds timeout;
+  std::mutex mutex;          // held across every NCCL call on comm, and by abort
+  std::string abort_reason;  // set by abort(): the communicator is unusable (and freed)
 
-  NcclState(ncclComm_t c, int d) : comm(c), device(d) {
+  NcclState(ncclComm_t c, int d, std::chrono::milliseconds t) : comm(c), device(d), timeout(t) {
     kernels::cuda_runtime::DeviceGuard guard(device);
     CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   }
@@ -73,7 +80,19 @@ struct NcclState {
     }
     cudaStreamDestroy(stream);
   }
+
+  // Mutex held. The first reason wins; ncclCommAbort frees the communicator.
+  void abort_locked(const std::string& reason) {
+    if (!abort_reason.empty()) return;
+    abort_reason = reason.empty() ? "aborted" : reason;
+    ncclCommAbort(comm);
+  }
 };
+
+// How long a Work::wait() sleeps between two looks once the collective has taken more
+// than kSpinFor: short collectives (DDP's buckets) are seen at once, long ones cost no core.
+constexpr auto kSpinFor = std::chrono::milliseconds(1);
+constexpr auto kPollEvery = std::chrono::microseconds(100);
 
 // One collective: done when its event on the communication stream has fired.
 class NcclWork : public Work::Impl {
@@ -92,14 +111,38 @@ class NcclWork : public Work::Impl {
   }
   void wait() override {
     kernels::cuda_runtime::DeviceGuard guard(state_->device);
-    CUDA_CHECK(cudaEventSynchronize(finished_));
-    {
-      std::lock_guard<std::mutex> lock(state_->mutex);
-      DPCORE_CHECK(state_->abort_reason.empty(), op_, ": the communicator was aborted: ", state_->abort_reason);
+    const auto start = std::chrono::steady_clock::now();
+    for (;;) {
+      const cudaError_t status = cudaEventQuery(finished_);
+      if (status != cudaErrorNotReady) CUDA_CHECK(status);
+      {
+        std::lock_guard<std::mutex> lock(state_->mutex);
+        DPCORE_CHECK(state_->abort_reason.empty(), op_, ": the communicator was aborted: ", state_->abort_reason);
+        ncclResult_t async = ncclSuccess;
+        check_nccl(ncclCommGetAsyncError(state_->comm, &async), op_, state_->comm);
+        if (async != ncclSuccess && async != ncclInProgress) {
+          const std::string detail = ncclGetLastError(state_->comm);
+          const std::string message = op_ + ": " + ncclGetErrorString(async) + (detail.empty() ? "" : " (" + detail + ")");
+          state_->abort_locked(message);  // a communicator with an asynchronous error is unusable
+          fail(message);
+        }
+      }
+      if (status == cudaSuccess) return;
+      const auto waited = std::chrono::steady_clock::now() - start;
+      if (waited >= state_->timeout) {
+        std::ostringstream text;
+        text << op_ << ": not complete after " << double(state_->timeout.count()) / 1000.0
+             << " s (the replica timeout, --replica-timeout): a rank died or hangs";
+        const std::string message = text.str();
+        {
+          std::lock_guard<std::mutex> lock(state_->mutex);
+          state_->abort_locked(message);
+        }
+        fail(message, "; the communicator was aborted");
+      }
+      if (waited < kSpinFor) std::this_thread::yield();
+      else std::this_thread::sleep_for(kPollEvery);
     }
-    ncclResult_t async = ncclSuccess;
-    check_nccl(ncclCommGetAsyncError(state_->comm, &async), op_, state_->comm);
-    check_nccl(async, op_, state_->comm);
   }
 
  private:
@@ -111,7 +154,8 @@ class NcclWork : public Work::Impl {
 
 class NcclCommunicator : public Communicator {
  public:
-  NcclCommunicator(ncclComm_t comm, int device) : state_(std::make_shared<NcclState>(comm, device)) {
+  NcclCommunicator(ncclComm_t comm, int device, std::chrono::milliseconds timeout)
+      : state_(std::make_shared<NcclState>(comm, device, timeout)) {
     check_nccl(ncclCommUserRank(comm, &rank_), "nccl: ncclCommUserRank", comm);
     check_nccl(ncclCommCount(comm, &size_), "nccl: ncclCommCount", comm);
   }
@@ -185,9 +229,7 @@ class NcclCommunicator : public Communicator {
 
   void abort(const std::string& reason) override {
     std::lock_guard<std::mutex> lock(state_->mutex);
-    if (!state_->abort_reason.empty()) return;
-    state_->abort_reason = reason.empty() ? "aborted" : reason;
-    ncclCommAbort(state_->comm);
+    state_->abort_locked(reason);
   }
 
  private:
@@ -197,16 +239,16 @@ class NcclCommunicator : public Communicator {
       DPCORE_CHECK(t.device() == Device::cuda(state_->device), op, ": ", t.str(), " is not on this rank's device cuda:",
                    state_->device);
     }
-    {
-      std::lock_guard<std::mutex> lock(state_->mutex);
-      DPCORE_CHECK(state_->abort_reason.empty(), op, ": the communicator was aborted: ", state_->abort_reason);
-    }
     kernels::cuda_runtime::DeviceGuard guard(state_->device);
     cudaEvent_t ready = new_event();
     CUDA_CHECK(cudaEventRecord(ready, kernels::cuda_runtime::current_stream(state_->device)));
     CUDA_CHECK(cudaStreamWaitEvent(state_->stream, ready, 0));
     CUDA_CHECK(cudaEventDestroy(ready));  // released once it has fired
-    check_nccl(call(state_->comm, state_->stream), op, state_->comm);
+    {
+      std::lock_guard<std::mutex> lock(state_->mutex);  // abort() must not free the communicator under the call
+      DPCORE_CHECK(state_->abort_reason.empty(), op, ": the communicator was aborted: ", state_->abort_reason);
+      check_nccl(call(state_->comm, state_->stream), op, state_->comm);
+    }
     auto work = std::make_shared<NcclWork>(state_, op, std::move(tensors));
     forget_finished();
     in_flight_.push_back(work);
@@ -222,6 +264,10 @@ class NcclCommunicator : public Communicator {
   std::deque<std::shared_ptr<NcclWork>> in_flight_;  // in launch order, so they finish in order
   Tensor token_;
 };
+
+void check_timeout(std::chrono::milliseconds timeout) {
+  DPCORE_CHECK(timeout.count() > 0, "nccl: timeout ", timeout.count(), " ms must be positive");
+}
 
 void check_usable(int rank, Device device) {
   int usable = kernels::cuda_runtime::device_count();
@@ -256,8 +302,10 @@ ncclUniqueId read_id_file(int rank, const NcclIdExchange& exchange) {
 
 }  // namespace
 
-std::vector<std::unique_ptr<Communicator>> make_nccl_group(const std::vector<Device>& devices) {
+std::vector<std::unique_ptr<Communicator>> make_nccl_group(const std::vector<Device>& devices,
+                                                           std::chrono::milliseconds timeout) {
   check_nccl_devices(devices);
+  check_timeout(timeout);
   std::vector<int> indices;
   for (size_t r = 0; r < devices.size(); ++r) {
     check_usable(int(r), devices[r]);
@@ -266,13 +314,16 @@ std::vector<std::unique_ptr<Communicator>> make_nccl_group(const std::vector<Dev
   std::vector<ncclComm_t> comms(devices.size());
   check_nccl(ncclCommInitAll(comms.data(), int(comms.size()), indices.data()), "nccl: ncclCommInitAll");
   std::vector<std::unique_ptr<Communicator>> group;
-  for (size_t r = 0; r < comms.size(); ++r) group.push_back(std::make_unique<NcclCommunicator>(comms[r], indices[r]));
+  for (size_t r = 0; r < comms.size(); ++r)
+    group.push_back(std::make_unique<NcclCommunicator>(comms[r], indices[r], timeout));
   return group;
 }
 
 std::unique_ptr<Communicator> make_nccl_communicator(int rank, int size, Device device,
-                                                     const NcclIdExchange& exchange) {
+                                                     const NcclIdExchange& exchange,
+                                                     std::chrono::milliseconds timeout) {
   DPCORE_CHECK(size >= 1 && 0 <= rank && rank < size, "nccl: rank ", rank, " is not in a group of ", size);
+  check_timeout(timeout);
   check_nccl_devices({device});
   check_usable(rank, device);
   ncclUniqueId id;
@@ -288,7 +339,7 @@ std::unique_ptr<Communicator> make_nccl_communicator(int rank, int size, Device 
   kernels::cuda_runtime::DeviceGuard guard(device.index);
   ncclComm_t comm;
   check_nccl(ncclCommInitRank(&comm, size, id, rank), "nccl: ncclCommInitRank");
-  return std::make_unique<NcclCommunicator>(comm, device.index);
+  return std::make_unique<NcclCommunicator>(comm, device.index, timeout);
 }
 
 }  // namespace dpcore::comm

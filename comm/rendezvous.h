@@ -21,15 +21,20 @@
 #include <string>
 #include <vector>
 
+#include "engine/backend.h"
 #include "engine/tensor.h"
 
 namespace dpcore::comm {
 
 // What a replica publishes at a rendezvous: a buffer for its neighbours to read, and/or a
-// description of the collective it is in (checked to be the same on every replica).
+// description of the collective it is in (checked to be the same on every replica), and
+// the point its device work had reached (null on the CPU), which readers order after.
 struct Slot {
+  Slot() = default;
+  Slot(Tensor tensor, std::string call) : tensor(std::move(tensor)), call(std::move(call)) {}
   Tensor tensor;
   std::string call;
+  std::shared_ptr<Backend::Event> done;
 };
 
 class Rendezvous {

@@ -46,9 +46,29 @@ Tensor Workspace::get(Buffer which, int64_t numel, DType dtype, Device device) {
   return buffer.narrow0(0, numel);
 }
 
+std::shared_ptr<Backend::Event> record_submission(Device device) {
+  return backend_for(device).record_event(device.index);
+}
+
+void start_on_own_stream(Device device, const std::shared_ptr<Backend::Event>& submitted) {
+  Backend& backend = backend_for(device);
+  backend.use_own_stream(device.index);
+  backend.wait_event(device.index, submitted);
+}
+
 std::vector<Slot> Peer::meet(Slot outgoing) {
-  backend_for(device).synchronize(device.index);
-  return rendezvous.exchange(rank, std::move(outgoing), op);
+  Backend& backend = backend_for(device);
+  outgoing.done = backend.record_event(device.index);
+  std::vector<Slot> slots = rendezvous.exchange(rank, std::move(outgoing), op);
+  for (const Slot& slot : slots) backend.wait_event(device.index, slot.done);
+  return slots;
+}
+
+void Peer::finish() {
+  meet(Slot{});
+  // This stream now waits for every replica's last event, so its own end is theirs too.
+  std::shared_ptr<Backend::Event> all_done = backend_for(device).record_event(device.index);
+  if (all_done) all_done->synchronize();
 }
 
 Tensor Peer::pass_right(const Tensor& outgoing) {

@@ -14,6 +14,16 @@
 // Rendezvous; after the barrier the neighbour reads it in place (through a staging copy
 // when the two replicas' devices differ). One barrier per step keeps a chunk from being
 // overwritten while a neighbour still reads it.
+//
+// On GPUs the barrier orders the host only; the device work is ordered by events, so
+// that no replica waits for another's (or its own) compute. The communication thread
+// queues the ring's kernels on a stream of its own, which first waits for the point the
+// caller's stream had reached when it submitted the collective (start_on_own_stream).
+// At every meeting each replica records an event on that stream and publishes it, and
+// every replica's stream then waits for all of them: after a meeting, each replica's
+// work runs after the work every replica queued before it, as if each had waited for its
+// device, but without a host in the way. finish() waits on the host for this replica's
+// stream alone.
 #pragma once
 
 #include <cstdint>
@@ -21,6 +31,7 @@
 #include <vector>
 
 #include "comm/rendezvous.h"
+#include "engine/backend.h"
 #include "engine/tensor.h"
 
 namespace dpcore::comm::ring {
@@ -47,6 +58,14 @@ class Workspace {
   Tensor buffers_[kBufferCount];
 };
 
+// On the caller's thread, when a collective is submitted: the point after the work queued
+// so far on its current stream of `device`, which produced the collective's input and
+// may still read its output. Null on the CPU.
+std::shared_ptr<Backend::Event> record_submission(Device device);
+// On the communication thread, before the collective: its device work goes to the
+// thread's own stream of `device`, after `submitted`.
+void start_on_own_stream(Device device, const std::shared_ptr<Backend::Event>& submitted);
+
 // This replica's place in the ring for one collective.
 struct Peer {
   Rendezvous& rendezvous;
@@ -56,11 +75,15 @@ struct Peer {
   Workspace& workspace;
 
   int size() const { return rendezvous.size(); }
-  // Waits for this replica's queued device work (so that neighbours read finished data),
-  // publishes `outgoing`, waits for every replica, and returns all their slots.
+  // Publishes `outgoing` with an event after this replica's queued device work, waits for
+  // every replica, orders this replica's stream after all their events (so that it reads
+  // finished data and overwrites nothing still being read), and returns all their slots.
   std::vector<Slot> meet(Slot outgoing);
   // meet() for the ring steps: returns the left neighbour's published tensor.
   Tensor pass_right(const Tensor& outgoing);
+  // The last meeting, then a host wait for this replica's stream: once it returns, every
+  // replica's work on the collective has run, and the caller may read and reuse its buffers.
+  void finish();
 };
 
 // Reduce-scatter over `chunks` (this rank's n chunks). On return `result` holds the sum of

@@ -8,8 +8,19 @@
 
 namespace dpcore {
 
-std::unique_ptr<Backend::Captured> Backend::capture(int, const std::function<void()>&) { return nullptr; }
+std::unique_ptr<Backend::Captured> Backend::make_graph(int) { return nullptr; }
+std::unique_ptr<Backend::Captured> Backend::capture(int device_index, const std::function<void()>& body) {
+  std::unique_ptr<Captured> graph = make_graph(device_index);
+  if (graph) graph->record(body);
+  return graph;
+}
 void Backend::use_thread_stream(int, int) {}
+void Backend::use_own_stream(int) {}
+std::shared_ptr<Backend::Event> Backend::record_event(int) { return nullptr; }
+void Backend::wait_event(int, const std::shared_ptr<Event>& event) {
+  if (event) event->synchronize();
+}
+void Backend::await_host_reads(const void*) {}
 void* Backend::alloc_host(size_t bytes) {
   void* p = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
   if (!p) fail("host allocation of ", bytes, " bytes failed");

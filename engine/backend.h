@@ -38,22 +38,59 @@ class Backend {
   // "on", ...). Fails naming the option when the backend has no such setting or value.
   virtual void set_option(const std::string& name, const std::string& value) = 0;
 
-  // ---- execution: graphs, streams, host memory (the defaults are the CPU's answers) ----
+  // ---- execution: graphs, streams, events, host memory (the defaults are the CPU's answers) ----
   // Device work recorded once and replayed as one launch (a CUDA graph).
   class Captured {
    public:
     virtual ~Captured() = default;
+    // Runs `body` eagerly on the stream that record() will capture on, and waits for it.
+    // Libraries set up per-stream state (workspaces, kernels loaded lazily) on their first
+    // call on a stream, which a capture forbids: a real step run here first does it.
+    virtual void warm_up(const std::function<void()>& body) = 0;
+    // Records, without running, the device work `body` queues. Once per graph. Throws a
+    // dpcore::Error when the capture fails (the graph is then unusable).
+    virtual void record(const std::function<void()>& body) = 0;
     virtual void replay() = 0;
+    // True once a setting of the backend that the recording baked in (which conv and GEMM
+    // engines run, TF32, whether graphs are on at all) has changed since: a replay would
+    // silently keep the old one, so the caller records anew (or runs eagerly).
+    virtual bool stale() const = 0;
   };
-  // Records, without running, the device work `body` queues. Null when this backend cannot
+  // An empty graph to warm_up() and record() on the device; null when this backend cannot
   // capture or capturing is switched off (--cuda-graph off): the caller then runs eagerly.
+  virtual std::unique_ptr<Captured> make_graph(int device_index);
+  // make_graph, then record(body) without a warm-up; null as for make_graph.
   virtual std::unique_ptr<Captured> capture(int device_index, const std::function<void()>& body);
   // From now on the calling thread queues its work on its own stream number `index` of the
   // device, so that replicas sharing one GPU run concurrently. Nothing to do on the CPU.
   virtual void use_thread_stream(int device_index, int index);
+  // From now on the calling thread queues its work on a stream no other live thread is
+  // given (a communication thread, whose kernels must not queue behind compute streams).
+  virtual void use_own_stream(int device_index);
+
+  // A point in the work queued on a stream, to order another stream after it without
+  // waiting on the host.
+  class Event {
+   public:
+    virtual ~Event() = default;
+    // Blocks the calling thread until the work before the point has run.
+    virtual void synchronize() = 0;
+  };
+  // A point after the work queued so far on the calling thread's current stream of the
+  // device. Null on the CPU, where work has run when the call that queued it returns.
+  virtual std::shared_ptr<Event> record_event(int device_index);
+  // Work queued from now on on the calling thread's current stream of the device runs
+  // after `event` (recorded on any stream of any device); null: nothing to wait for. The
+  // CPU's work runs on the calling thread, so there it is a wait on the host.
+  virtual void wait_event(int device_index, const std::shared_ptr<Event>& event);
+
   // Host memory the device copies from asynchronously (pinned); plain memory by default.
   virtual void* alloc_host(size_t bytes);
   virtual void free_host(void* ptr);
+  // Blocks until every copy queued so far out of the alloc_host block holding `host` has
+  // run, so that the caller may overwrite it (the loader, before refilling a batch buffer).
+  // Nothing to wait for where copies complete before they return (the CPU).
+  virtual void await_host_reads(const void* host);
 
   // ---- kernels ----
   virtual void conv2d_forward(const kernels::Conv2dShape& s, const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y) = 0;

@@ -55,14 +55,53 @@ float* f32(const Tensor* t) { return t && t->defined() ? t->data<float>() : null
 // A batch upload from pinned memory goes on the compute stream, NOT on a side copy stream:
 // dst may still be read by work queued there (the previous step's graph replay reads its
 // fixed input buffer; a fresh tensor may get a block that queued kernels still use), and a
-// copy on another stream would overwrite it under them. The host then waits for the copy,
-// after which the loader may refill the pinned buffer.
+// copy on another stream would overwrite it under them. The host does not wait for the
+// copy: an event after it marks when the pinned buffer may be refilled, and the loader
+// waits for that (await_host_reads) on its own thread, so the CPU prepares the next batch
+// while the GPU computes.
 void upload_pinned(void* dst, int device, const void* src, size_t bytes) {
   cuda_runtime::set_device(device);
   cudaStream_t compute = cuda_runtime::current_stream(device);
   CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, compute));
-  CUDA_CHECK(cudaStreamSynchronize(compute));
+  cuda_runtime::record_pinned_read(src, device, compute);
 }
+
+// A CUDA graph with what its recording baked in besides the work itself: the engine
+// configuration the dispatch read while recording (conv / GEMM engine, TF32), and the
+// --cuda-graph switch, which may have been turned off since.
+class Graph : public Backend::Captured {
+ public:
+  Graph(int device, const bool& graphs_enabled) : graph_(device), graphs_enabled_(graphs_enabled) {}
+  void warm_up(const std::function<void()>& body) override { graph_.warm_up(body); }
+  void record(const std::function<void()>& body) override {
+    recorded_with_ = cuda_libraries::engine_config();
+    graph_.capture(body);
+  }
+  void replay() override { graph_.replay(); }
+  bool stale() const override {
+    const cuda_libraries::EngineConfig now = cuda_libraries::engine_config();
+    return !graphs_enabled_ || now.conv != recorded_with_.conv || now.gemm != recorded_with_.gemm ||
+           now.tf32 != recorded_with_.tf32;
+  }
+
+ private:
+  cuda_runtime::CudaGraph graph_;
+  const bool& graphs_enabled_;  // the backend's, which outlives every graph
+  cuda_libraries::EngineConfig recorded_with_;
+};
+
+class CudaEvent : public Backend::Event {
+ public:
+  CudaEvent() { CUDA_CHECK(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming)); }
+  ~CudaEvent() override { cudaEventDestroy(event_); }  // safe while pending: released once it fires
+  CudaEvent(const CudaEvent&) = delete;
+  CudaEvent& operator=(const CudaEvent&) = delete;
+  void synchronize() override { CUDA_CHECK(cudaEventSynchronize(event_)); }
+  cudaEvent_t get() const { return event_; }
+
+ private:
+  cudaEvent_t event_ = nullptr;
+};
 
 // The engine's Allocator over one GPU's caching allocator (kernels/cuda_runtime).
 class CudaDeviceAllocator : public Allocator {
@@ -149,23 +188,32 @@ class CudaBackend : public Backend {
     cuda_libraries::set_engine_config(config);
   }
 
-  // ---- graphs, streams, pinned host memory ----
-  std::unique_ptr<Captured> capture(int device_index, const std::function<void()>& body) override {
+  // ---- graphs, streams, events, pinned host memory ----
+  std::unique_ptr<Captured> make_graph(int device_index) override {
     if (!graphs_enabled_) return nullptr;
-    struct Graph : Captured {
-      explicit Graph(int device) : graph(device) {}
-      void replay() override { graph.replay(); }
-      cuda_runtime::CudaGraph graph;
-    };
-    auto g = std::make_unique<Graph>(device_index);
-    g->graph.capture(body);
-    return g;
+    return std::make_unique<Graph>(device_index, graphs_enabled_);
   }
   void use_thread_stream(int device_index, int index) override {
     cuda_runtime::set_current_stream(device_index, cuda_runtime::side_stream(device_index, index));
   }
+  void use_own_stream(int device_index) override {
+    cuda_runtime::set_current_stream(device_index, cuda_runtime::own_stream(device_index));
+  }
+  std::shared_ptr<Event> record_event(int device_index) override {
+    cuda_runtime::set_device(device_index);  // an event belongs to the device current at its creation
+    auto event = std::make_shared<CudaEvent>();
+    CUDA_CHECK(cudaEventRecord(event->get(), cuda_runtime::current_stream(device_index)));
+    return event;
+  }
+  void wait_event(int device_index, const std::shared_ptr<Event>& event) override {
+    if (!event) return;
+    cuda_runtime::set_device(device_index);
+    CUDA_CHECK(cudaStreamWaitEvent(cuda_runtime::current_stream(device_index),
+                                   static_cast<const CudaEvent&>(*event).get(), 0));
+  }
   void* alloc_host(size_t bytes) override { return cuda_runtime::pinned_alloc(bytes); }
   void free_host(void* ptr) override { cuda_runtime::pinned_free(ptr); }
+  void await_host_reads(const void* host) override { cuda_runtime::await_pinned_reads(host); }
 
   // ---- conv2d and linear: through the engine selection ----
   void conv2d_forward(const kernels::Conv2dShape& s, const Tensor& x, const Tensor& w, const Tensor* bias,

@@ -6,10 +6,13 @@
 
 namespace dpcore {
 
+namespace {
+void check_rate(const char* what, double value) {
+  DPCORE_CHECK(std::isfinite(value) && value >= 0, "sgd: ", what, " ", value, " must be a finite number >= 0");
+}
+}  // namespace
+
 Sgd::Sgd(FlatParameters& params, const SgdConfig& config) : params_(params), config_(config) {
-  auto check_rate = [](const char* what, double value) {
-    DPCORE_CHECK(std::isfinite(value) && value >= 0, "sgd: ", what, " ", value, " must be a finite number >= 0");
-  };
   check_rate("learning rate", config.lr);
   check_rate("momentum", config.momentum);
   check_rate("weight decay", config.weight_decay);
@@ -25,6 +28,11 @@ void Sgd::step() {
   Tensor momentum = momentum_;  // undefined without momentum
   backend_for(values.device()).sgd_step(config_, steps_ == 0, values, params_.grads(), momentum);
   ++steps_;
+}
+
+void Sgd::set_lr(double lr) {
+  check_rate("learning rate", lr);
+  config_.lr = lr;
 }
 
 void Sgd::restore(const Tensor& momentum, int64_t steps) {

@@ -16,9 +16,14 @@ class Sgd {
   Sgd(FlatParameters& params, const SgdConfig& config);
 
   void step();
-  // Counts a step taken by replaying a captured CUDA graph that contains step().
+  // A CUDA graph that contains step(): recording it runs nothing, so the step it counted is
+  // taken back; each replay then counts one.
+  void uncount_recorded_step() { --steps_; }
   void count_replayed_step() { ++steps_; }
   const SgdConfig& config() const { return config_; }
+  // A new learning rate from the next step on (a schedule; PyTorch's param_group["lr"]).
+  // A runner that replays a recorded step sees the change and records anew.
+  void set_lr(double lr);
   int64_t steps_taken() const { return steps_; }
 
   // State for checkpoints: the momentum buffer (same layout as the parameters; undefined

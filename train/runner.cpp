@@ -1,5 +1,7 @@
 #include "train/runner.h"
 
+#include <iostream>
+
 #include "engine/runtime.h"
 #include "train/step.h"
 
@@ -18,33 +20,68 @@ SingleDeviceRunner::~SingleDeviceRunner() {
 StepStats SingleDeviceRunner::step(const data::Batch& batch) {
   const Device device = model_->device();
   const int64_t accum = std::min<int64_t>(accum_, batch.size);  // a short last batch may hold fewer samples than A
+  if (graph_ && graph_outdated()) {
+    drop_graph();  // graph_batch_ stays: the next step of the recorded size records anew,
+    warmup_steps_ = kWarmupSteps - 1;  // warming the new graph's stream up first
+  }
   if (graph_ && batch.size == static_x_.size(0)) {
     Backend& backend = backend_for(device);
     backend.copy_bytes(static_x_.raw_data(), device, batch.images, Device::cpu(), static_x_.nbytes());
     backend.copy_bytes(static_y_.raw_data(), device, batch.labels, Device::cpu(), static_y_.nbytes());
     graph_->replay();
     sgd_->count_replayed_step();
-    return {static_loss_, batch.size};
+    // The next replay overwrites static_loss_: the caller gets a copy, queued after this
+    // replay on the same stream (no host wait).
+    return {static_loss_.clone(), batch.size};
   }
   auto [x, y] = batch_tensors(batch, device);
-  // Capture once, at the size of the first batch, after warm-up steps at that size: they
-  // choose algorithms and fill the allocator, which cannot happen during a capture.
-  if (!capture_tried_ && (graph_batch_ == 0 || graph_batch_ == batch.size)) {
+  if (!graph_ && !eager_only_ && (graph_batch_ == 0 || graph_batch_ == batch.size)) {
     graph_batch_ = batch.size;
-    if (++warmup_steps_ > kWarmupSteps) {
-      capture_tried_ = true;
-      static_x_ = x.clone();
-      static_y_ = y.clone();
-      graph_ = backend_for(device).capture(device.index, [&] {
-        static_loss_ = accumulate_and_step(*model_, *sgd_, static_x_, static_y_, accum);
-      });
-      if (graph_) {  // the capture recorded the step (and counted it in sgd_); now run it
-        graph_->replay();
-        return {static_loss_, batch.size};
-      }
-    }
+    if (++warmup_steps_ == kWarmupSteps) return {warm_up_and_record(x, y, accum), batch.size};
   }
   return {accumulate_and_step(*model_, *sgd_, x, y, accum), batch.size};
+}
+
+Tensor SingleDeviceRunner::warm_up_and_record(const Tensor& x, const Tensor& y, int64_t accum) {
+  const Device device = model_->device();
+  std::unique_ptr<Backend::Captured> graph = backend_for(device).make_graph(device.index);
+  if (!graph) {
+    eager_only_ = true;
+    return accumulate_and_step(*model_, *sgd_, x, y, accum);
+  }
+  Tensor loss;
+  graph->warm_up([&] { loss = accumulate_and_step(*model_, *sgd_, x, y, accum); });
+  static_x_ = x.clone();
+  static_y_ = y.clone();
+  recorded_sgd_ = sgd_->config();
+  recorded_first_step_ = sgd_->steps_taken() == 0;
+  try {
+    graph->record([&] {
+      static_loss_ = accumulate_and_step(*model_, *sgd_, static_x_, static_y_, accum);
+      sgd_->uncount_recorded_step();  // here, so that a capture failing after the body still leaves the count right
+    });
+  } catch (const std::exception& e) {
+    std::cerr << "dpcore: warning: " << e.what() << "; training goes on without a CUDA graph\n";
+    graph.reset();
+    static_x_ = static_y_ = static_loss_ = Tensor();
+    eager_only_ = true;
+    return loss;
+  }
+  graph_ = std::move(graph);
+  return loss;
+}
+
+bool SingleDeviceRunner::graph_outdated() const {
+  const SgdConfig& now = sgd_->config();
+  const bool same_sgd = now.lr == recorded_sgd_.lr && now.momentum == recorded_sgd_.momentum &&
+                        now.dampening == recorded_sgd_.dampening && now.weight_decay == recorded_sgd_.weight_decay &&
+                        now.nesterov == recorded_sgd_.nesterov;
+  return graph_->stale() || !same_sgd || (sgd_->steps_taken() == 0) != recorded_first_step_;
+}
+
+void SingleDeviceRunner::drop_graph() {
+  graph_.reset();  // first: it waits for its replays, which read the buffers
+  static_x_ = static_y_ = static_loss_ = Tensor();
 }
 
 std::string SingleDeviceRunner::describe() const {

@@ -28,7 +28,8 @@ struct ParallelOptions {
 };
 
 struct StepStats {
-  Tensor loss_sum;       // summed loss over the global batch, one element, on the root device
+  Tensor loss_sum;       // summed loss over the global batch, one element, on the root device,
+                         // the step's own (later steps never write it)
   int64_t samples = 0;   // (read it only when needed: reading synchronises with the device)
 };
 
@@ -51,11 +52,23 @@ class StepRunner {
 
 // One model, one device: zero, A micro-batches, one fused SGD step.
 //
-// On a backend that can capture (CUDA, unless --cuda-graph off), after kWarmupSteps eager
-// steps the whole step (zeroing, every micro-batch's forward and backward, the SGD update)
-// is captured once into a graph over fixed input buffers and replayed from then on: each
-// step is then one copy of the batch into those buffers and one launch. A batch of another
-// size (the last, partial one of an epoch) runs eagerly.
+// On a backend that can capture (CUDA, unless --cuda-graph off), the whole step (zeroing,
+// every micro-batch's forward and backward, the SGD update) is recorded once into a graph
+// over fixed input buffers and replayed from then on: each step is then one copy of the
+// batch into those buffers and one launch. Before recording, kWarmupSteps steps at the
+// size of the first batch run eagerly, the last of them on the stream the recording will
+// use (Backend::Captured::warm_up). A batch of another size (the last, partial one of an
+// epoch) runs eagerly.
+//
+// What the recording bakes in is checked before every replay; when any of it changed, the
+// step runs eagerly on a fresh graph's stream and is recorded anew:
+//   * the backend's settings (engines, TF32, --cuda-graph), through Captured::stale;
+//   * the optimizer's hyper-parameters (Sgd::set_lr) and whether its step was the first;
+//   * the gradient scale 1/N and the micro-batch split need no check: both follow from
+//     the batch size, and only batches of the recorded size replay.
+// A recording that fails (a library doing something a capture forbids) costs nothing but
+// a warning on stderr: that step was already taken by the warm-up, the step count is
+// unchanged, and training goes on eagerly.
 class SingleDeviceRunner : public StepRunner {
  public:
   SingleDeviceRunner(std::unique_ptr<Model> model, const SgdConfig& sgd, int64_t accum);
@@ -65,16 +78,26 @@ class SingleDeviceRunner : public StepRunner {
   Sgd& optimizer() override { return *sgd_; }
   void sync_replicas() override {}
   std::string describe() const override;
+  // True while steps of the recorded size replay a graph.
+  bool replaying() const { return graph_ != nullptr; }
 
   static constexpr int kWarmupSteps = 2;
 
  private:
+  // This step on the graph's capture stream, then the recording of the next ones.
+  Tensor warm_up_and_record(const Tensor& x, const Tensor& y, int64_t accum);
+  // Whether something the graph baked in has changed since it was recorded.
+  bool graph_outdated() const;
+  void drop_graph();
+
   std::unique_ptr<Model> model_;
   std::unique_ptr<Sgd> sgd_;
   int64_t accum_;
-  int64_t graph_batch_ = 0;   // the batch size the graph is (to be) captured at
+  int64_t graph_batch_ = 0;   // the batch size the graph is (to be) recorded at
   int warmup_steps_ = 0;      // eager steps taken at that size
-  bool capture_tried_ = false;
+  bool eager_only_ = false;   // the backend cannot capture, or a recording failed
+  SgdConfig recorded_sgd_;    // the optimizer as the graph recorded it
+  bool recorded_first_step_ = false;
   std::unique_ptr<Backend::Captured> graph_;  // declared first: destroyed after its buffers
   Tensor static_x_, static_y_, static_loss_;  // the graph's fixed input and output buffers
 };

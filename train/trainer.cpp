@@ -242,7 +242,8 @@ std::unique_ptr<data::DataLoader> TrainingRun::make_loader() const {
   // Batches in memory the device can copy from asynchronously (pinned, on a GPU).
   Backend* host_memory = &backend_for(device_);
   lo.allocator = {[host_memory](size_t bytes) { return host_memory->alloc_host(bytes); },
-                  [host_memory](void* p) { host_memory->free_host(p); }};
+                  [host_memory](void* p) { host_memory->free_host(p); },
+                  [host_memory](const void* p) { host_memory->await_host_reads(p); }};
   return std::make_unique<data::DataLoader>(data_.train, lo, progress_.position);
 }
 

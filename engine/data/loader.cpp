@@ -17,7 +17,8 @@ static size_t round_up(size_t bytes) { return (bytes + kAlign - 1) / kAlign * kA
 
 HostAllocator aligned_host_allocator() {
   return {[](size_t bytes) { return ::operator new(bytes, std::align_val_t(kAlign)); },
-          [](void* ptr) { ::operator delete(ptr, std::align_val_t(kAlign)); }};
+          [](void* ptr) { ::operator delete(ptr, std::align_val_t(kAlign)); },
+          nullptr};  // copies out of plain memory are done when the call that made them returns
 }
 
 // Rewrites `order` (already n long) in place, so that steady state allocates nothing.
@@ -168,6 +169,8 @@ Batch DataLoader::gather(int slot, LoaderPosition pos) {
     buffers_[slot] = options_.allocator.allocate(buffer_bytes_);
     DPCORE_CHECK(buffers_[slot], "data loader for ", data_.name, ": the host allocator returned null for ",
                  buffer_bytes_, " bytes");
+  } else if (options_.allocator.await_reads) {
+    options_.allocator.await_reads(buffers_[slot]);
   }
   auto* base = static_cast<unsigned char*>(buffers_[slot]);
   auto* images = reinterpret_cast<float*>(base);

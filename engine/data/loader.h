@@ -32,6 +32,10 @@ namespace dpcore::data {
 struct HostAllocator {
   std::function<void*(size_t bytes)> allocate;
   std::function<void(void* ptr)> deallocate;
+  // Optional. Blocks until the device has finished copying out of the buffer `ptr`: the
+  // worker calls it before refilling a buffer a consumer gave back, since copies out of
+  // pinned memory run after the call that queued them has returned.
+  std::function<void(const void* ptr)> await_reads;
 };
 
 // 64-byte aligned operator new / delete.

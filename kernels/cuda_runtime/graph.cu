@@ -61,15 +61,36 @@ CudaGraph::~CudaGraph() {
   release_capture_stream(device_, stream_);
 }
 
-void CudaGraph::capture(const std::function<void()>& body) {
-  DPCORE_CHECK(!stream_, "CudaGraph: capture() may be called once per graph");
+cudaStream_t CudaGraph::stream() {
   set_device(device_);
-  stream_ = acquire_capture_stream(device_);
-  // What the body's ops would otherwise create on first use, and which a capture forbids
-  // (they allocate and synchronize): the target-error record and the library handles.
-  prepare_target_checks(device_);
-  cudnn_handle(device_, stream_);
-  cublas_handle(device_, stream_);
+  if (!stream_) {
+    stream_ = acquire_capture_stream(device_);
+    // What the body's ops would otherwise create on first use, and which a capture forbids
+    // (they allocate and synchronize): the target-error record and the library handles.
+    prepare_target_checks(device_);
+    cudnn_handle(device_, stream_);
+    cublas_handle(device_, stream_);
+  }
+  return stream_;
+}
+
+void CudaGraph::warm_up(const std::function<void()>& body) {
+  DPCORE_CHECK(!pool_, "CudaGraph: warm_up() after capture()");
+  cudaStream_t capture_stream = stream();
+  // The body reads what earlier work on the caller's stream produced (parameters, inputs).
+  wait_stream(device_, capture_stream, device_, current_stream(device_));
+  {
+    StreamGuard guard(device_, capture_stream);
+    body();
+  }
+  // Waiting here keeps the caller's later work (on its own stream) from overtaking the
+  // step, and reports a failure of the warm-up as the warm-up's.
+  CUDA_CHECK(cudaStreamSynchronize(capture_stream));
+}
+
+void CudaGraph::capture(const std::function<void()>& body) {
+  DPCORE_CHECK(!pool_, "CudaGraph: capture() may be called once per graph");
+  stream();
   pool_ = std::make_shared<PrivatePool>();
   CachingAllocator& allocator = device_allocator(device_);
   allocator.begin_private_pool(stream_, pool_);

@@ -3,9 +3,12 @@
 // per-kernel launch overhead (4-6 us per launch against 0.76 us per graph node on an H200).
 //
 // Rules for the captured body, as for torch.cuda.CUDAGraph:
-//   * run it once eagerly first (warm-up): that picks cuDNN algorithms, (with
-//     --*-engine auto) times the engines and fills the allocator, none of which may
-//     happen inside a capture (capture() itself creates the library handles it needs);
+//   * run it eagerly first (warm-up): that picks cuDNN algorithms, (with --*-engine auto)
+//     times the engines and fills the allocator, none of which may happen inside a
+//     capture. The last warm-up run goes through warm_up(), on the capture stream itself:
+//     cuDNN and cuBLAS handles belong to a stream, and their first call on a fresh handle
+//     may do lazy setup (workspaces, kernels loaded on first use) that would invalidate
+//     the capture;
 //   * no host synchronization inside (no .item(), no device-to-host copy);
 //   * tensors the body reads or writes and that live outside it (parameters, gradient
 //     buffers, the input batch) must stay alive, at the same addresses, while the graph is
@@ -30,8 +33,13 @@ class CudaGraph {
   CudaGraph(const CudaGraph&) = delete;
   CudaGraph& operator=(const CudaGraph&) = delete;
 
-  // Records (does not run) the work `body` queues on the device, on a private capture
-  // stream made current for the body's duration, and instantiates the graph. Once per graph.
+  // Runs `body` eagerly on the capture stream (made current for its duration, and ordered
+  // after the work queued so far on the calling thread's current stream) and waits for it.
+  // Before capture() only; exceptions from `body` pass through.
+  void warm_up(const std::function<void()>& body);
+  // Records (does not run) the work `body` queues on the device, on the private capture
+  // stream made current for the body's duration, and instantiates the graph. Once per
+  // graph; throws a dpcore::Error naming the device and the cause when the capture fails.
   void capture(const std::function<void()>& body);
   // Launches the captured work on the calling thread's current stream of the device.
   void replay();
@@ -39,6 +47,9 @@ class CudaGraph {
   int device() const { return device_; }
 
  private:
+  // The capture stream and its cuDNN / cuBLAS handles, acquired by the first warm_up() or capture().
+  cudaStream_t stream();
+
   int device_;
   cudaStream_t stream_ = nullptr;
   cudaGraph_t graph_ = nullptr;

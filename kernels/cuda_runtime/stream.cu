@@ -59,6 +59,51 @@ cudaStream_t side_stream(int device, int index) {
   return stream;
 }
 
+namespace {
+
+// Streams handed back by threads that ended, per device; never freed (see side_stream).
+struct OwnStreamPool {
+  std::mutex mutex;
+  std::map<int, std::vector<cudaStream_t>> idle;
+};
+OwnStreamPool& own_stream_pool() {
+  static OwnStreamPool* pool = new OwnStreamPool();
+  return *pool;
+}
+
+// One thread's own streams, back to the pool when the thread ends. Work still queued on
+// them is harmless to the next owner: a stream runs in order.
+struct ThreadOwnStreams {
+  std::map<int, cudaStream_t> by_device;
+  ~ThreadOwnStreams() {
+    OwnStreamPool& pool = own_stream_pool();
+    std::lock_guard<std::mutex> lock(pool.mutex);
+    for (const auto& [device, stream] : by_device) pool.idle[device].push_back(stream);
+  }
+};
+
+}  // namespace
+
+cudaStream_t own_stream(int device) {
+  check_device(device);
+  thread_local ThreadOwnStreams mine;
+  cudaStream_t& stream = mine.by_device[device];
+  if (stream) return stream;
+  OwnStreamPool& pool = own_stream_pool();
+  {
+    std::lock_guard<std::mutex> lock(pool.mutex);
+    std::vector<cudaStream_t>& idle = pool.idle[device];
+    if (!idle.empty()) {
+      stream = idle.back();
+      idle.pop_back();
+      return stream;
+    }
+  }
+  set_device(device);
+  CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  return stream;
+}
+
 void wait_stream(int waiting_device, cudaStream_t waiting, int producer_device, cudaStream_t producer) {
   // A null stream means "the legacy stream of the current device", so the current device
   // must be the producer's while recording and the waiter's while waiting.

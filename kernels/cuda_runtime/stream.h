@@ -32,6 +32,13 @@ class StreamGuard {
 // kept for the life of the process, so replicas can reuse streams across steps.
 cudaStream_t side_stream(int device, int index);
 
+// A stream of the calling thread's own on `device`, given to no other live thread: taken
+// from a pool on the thread's first call and handed back when the thread ends (streams are
+// never destroyed, so the caching allocator's per-stream lists stay valid). For the
+// communication threads, whose kernels must neither queue behind the replicas' compute
+// streams nor serialize with the legacy default stream.
+cudaStream_t own_stream(int device);
+
 // Makes future work on `waiting` (on waiting_device) wait for the work queued so far on
 // `producer` (on producer_device). Devices may differ (peer copies).
 void wait_stream(int waiting_device, cudaStream_t waiting, int producer_device, cudaStream_t producer);

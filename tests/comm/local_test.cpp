@@ -13,6 +13,7 @@
 #include "collective_reference.h"
 #include "comm/communicator.h"
 #include "comm/ring.h"
+#include "engine/backend.h"
 #include "replicas.h"
 
 namespace dpcore {
@@ -499,6 +500,28 @@ void check_cuda_allreduce(const std::vector<Device>& devices) {
 TEST(LocalCuda, ReplicasSharingOneGpu) {
   if (!cuda_available()) GTEST_SKIP() << "no usable CUDA device on this machine";
   check_cuda_allreduce({Device::cuda(0), Device::cuda(0), Device::cuda(0)});
+}
+
+// Each replica produces its input on its own stream and hands it to the collective
+// without waiting: the ring's stream must order itself after the caller's (an event, not
+// a device-wide wait), and the caller may overwrite the buffer as soon as wait() returns.
+TEST(LocalCuda, CollectivesOrderAfterTheCallersStreamWithoutSynchronising) {
+  if (!cuda_available()) GTEST_SKIP() << "no usable CUDA device on this machine";
+  const int world = 3;
+  const int64_t count = int64_t(1) << 22;
+  auto group = comm::make_local_group(world);
+  run_replicas(group, [&](Communicator& c) {
+    const Device gpu = Device::cuda(0);
+    backend_for(gpu).use_thread_stream(gpu.index, c.rank());
+    Tensor t = Tensor::empty({count}, DType::Float32, gpu);
+    for (int round = 0; round < 4; ++round) {
+      backend_for(gpu).fill(t, double(c.rank() + 1 + round));  // queued, not waited for
+      c.allreduce(t).wait();
+      const float expected = float(world * (world + 1) / 2 + world * round);
+      EXPECT_EQ(t.to_vector<float>(), std::vector<float>(size_t(count), expected))
+          << "rank " << c.rank() << ", round " << round;
+    }
+  });
 }
 
 TEST(LocalCuda, ReplicasOnCpuAndGpuStageThroughCopies) {

@@ -1,6 +1,7 @@
 // CUDA graph capture: a captured sequence replays to the eager result (also after its
-// input changes in place), allocations made while capturing come from the graph's
-// private pool, and a body that synchronizes fails with a clear error.
+// input changes in place), the warm-up runs eagerly on the stream the capture then uses,
+// allocations made while capturing come from the graph's private pool, and a body that
+// synchronizes fails with a clear error.
 #include <gtest/gtest.h>
 
 #include <set>
@@ -47,6 +48,34 @@ TEST(CudaGraph, ReplayGivesTheEagerResult) {
   out.poison();
   graph.replay();
   EXPECT_EQ(out.download(), eager_new);
+}
+
+TEST(CudaGraph, WarmUpRunsEagerlyOnTheStreamTheCaptureUses) {
+  SKIP_WITHOUT_CUDA();
+  DeviceArray<float> x(random_floats(kN, 3)), out(1);
+  small_sequence(x.get(), out.get());
+  const std::vector<float> eager = out.download();
+
+  kernels::cuda_runtime::CudaGraph graph(0);
+  cudaStream_t warmed = nullptr, captured = nullptr;
+  out.poison();
+  graph.warm_up([&] {
+    warmed = kernels::cuda_runtime::current_stream(0);
+    small_sequence(x.get(), out.get());
+  });
+  EXPECT_NE(warmed, nullptr) << "the warm-up ran on the legacy default stream";
+  EXPECT_EQ(kernels::cuda_runtime::current_stream(0), nullptr) << "the caller's stream was not restored";
+  EXPECT_EQ(out.download(), eager) << "the warm-up did not run (or was not waited for)";
+
+  graph.capture([&] {
+    captured = kernels::cuda_runtime::current_stream(0);
+    small_sequence(x.get(), out.get());
+  });
+  EXPECT_EQ(captured, warmed);
+  out.poison();
+  graph.replay();
+  EXPECT_EQ(out.download(), eager);
+  EXPECT_THROW(graph.warm_up([] {}), Error);
 }
 
 TEST(CudaGraph, CaptureAllocatesFromAPrivatePool) {

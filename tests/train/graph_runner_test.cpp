@@ -1,0 +1,327 @@
+// The single-device runner's graph path, on the CPU: a backend that records kernel calls
+// instead of running them (what a CUDA graph capture does) and replays them later stands
+// in for CUDA, so that what the runner does around a graph is checked on every machine.
+// It takes the CPU backend's place, as bench/timing_backend.h does, and follows the
+// capture rules that matter here: recorded calls run only on replay, with the arguments
+// (hyper-parameters, the first-step flag, the gradient scale) they were recorded with; a
+// host copy or synchronisation while recording fails.
+//
+// Checked against plain eager steps, bit for bit: replaying, the loss each step returns
+// (its own, not a buffer the next replay overwrites), recording anew when the learning
+// rate, the first-step flag or a backend setting changes, and a failed recording falling
+// back to eager steps with a warning and the right step count.
+#include <gtest/gtest.h>
+
+#include <sstream>
+
+#include "engine/backend.h"
+#include "layers/zoo.h"
+#include "support/test_support.h"
+#include "train/runner.h"
+#include "train/step.h"
+
+namespace dpcore::train {
+namespace {
+
+class RecordingBackend : public Backend {
+ public:
+  RecordingBackend() : cpu_(*find_backend(Device::Type::CPU)) { register_backend(Device::Type::CPU, this); }
+  ~RecordingBackend() override { register_backend(Device::Type::CPU, &cpu_); }
+
+  int recordings = 0;             // record() calls that succeeded
+  bool fail_recordings = false;   // record() throws after its body, as a capture invalidated late does
+  bool graphs_enabled = true;     // make_graph answers null when off
+  int setting = 0;                // a backend setting a recording bakes in (like --tf32)
+
+  class Graph : public Captured {
+   public:
+    explicit Graph(RecordingBackend& backend) : backend_(backend) {}
+    void warm_up(const std::function<void()>& body) override { body(); }
+    void record(const std::function<void()>& body) override {
+      recorded_setting_ = backend_.setting;
+      backend_.tape_ = &tape_;
+      try {
+        body();
+      } catch (...) {
+        backend_.tape_ = nullptr;
+        throw;
+      }
+      backend_.tape_ = nullptr;
+      if (backend_.fail_recordings) throw Error("recording backend: capture invalidated");
+      ++backend_.recordings;
+    }
+    void replay() override {
+      for (auto& call : tape_) call();
+    }
+    bool stale() const override { return !backend_.graphs_enabled || backend_.setting != recorded_setting_; }
+
+   private:
+    RecordingBackend& backend_;
+    std::vector<std::function<void()>> tape_;
+    int recorded_setting_ = 0;
+  };
+
+  std::unique_ptr<Captured> make_graph(int) override {
+    return graphs_enabled ? std::make_unique<Graph>(*this) : nullptr;
+  }
+
+  std::string name() const override { return "recording cpu"; }
+  int device_count() const override { return 1; }
+  Allocator& allocator(int device_index) override { return cpu_.allocator(device_index); }
+  void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes) override {
+    DPCORE_CHECK(!tape_, "recording backend: a host copy while recording");
+    cpu_.copy_bytes(dst, dst_device, src, src_device, bytes);
+  }
+  void synchronize(int device_index) override {
+    DPCORE_CHECK(!tape_, "recording backend: a synchronisation while recording");
+    cpu_.synchronize(device_index);
+  }
+  void set_option(const std::string& name, const std::string& value) override { cpu_.set_option(name, value); }
+
+  // Every kernel: run now, or onto the tape with its arguments as they are now. Tensors are
+  // handles, so the recorded call works on the same memory later.
+  void conv2d_forward(const kernels::Conv2dShape& s, const Tensor& x, const Tensor& w, const Tensor* bias,
+                      Tensor& y) override {
+    run([=, b = opt(bias), y = y]() mutable { cpu_.conv2d_forward(s, x, w, ptr(b), y); });
+  }
+  void conv2d_backward_data(const kernels::Conv2dShape& s, const Tensor& dy, const Tensor& w, Tensor& dx) override {
+    run([=, dx = dx]() mutable { cpu_.conv2d_backward_data(s, dy, w, dx); });
+  }
+  void conv2d_backward_weight(const kernels::Conv2dShape& s, const Tensor& x, const Tensor& dy, Tensor& dw,
+                              Tensor* dbias, bool accumulate) override {
+    run([=, dw = dw, db = opt(dbias)]() mutable { cpu_.conv2d_backward_weight(s, x, dy, dw, ptr(db), accumulate); });
+  }
+  void conv2d_relu_forward(const kernels::Conv2dShape& s, const Tensor& x, const Tensor& w, const Tensor* bias,
+                           Tensor& y) override {
+    run([=, b = opt(bias), y = y]() mutable { cpu_.conv2d_relu_forward(s, x, w, ptr(b), y); });
+  }
+  void linear_forward(const kernels::LinearShape& s, const Tensor& x, const Tensor& w, const Tensor* bias,
+                      Tensor& y) override {
+    run([=, b = opt(bias), y = y]() mutable { cpu_.linear_forward(s, x, w, ptr(b), y); });
+  }
+  void linear_backward_data(const kernels::LinearShape& s, const Tensor& dy, const Tensor& w, Tensor& dx) override {
+    run([=, dx = dx]() mutable { cpu_.linear_backward_data(s, dy, w, dx); });
+  }
+  void linear_backward_weight(const kernels::LinearShape& s, const Tensor& x, const Tensor& dy, Tensor& dw,
+                              Tensor* dbias, bool accumulate) override {
+    run([=, dw = dw, db = opt(dbias)]() mutable { cpu_.linear_backward_weight(s, x, dy, dw, ptr(db), accumulate); });
+  }
+  void max_pool2d_forward(const kernels::Pool2dShape& s, const Tensor& x, Tensor& y, Tensor& argmax) override {
+    run([=, y = y, argmax = argmax]() mutable { cpu_.max_pool2d_forward(s, x, y, argmax); });
+  }
+  void max_pool2d_backward(const kernels::Pool2dShape& s, const Tensor& dy, const Tensor& argmax, Tensor& dx) override {
+    run([=, dx = dx]() mutable { cpu_.max_pool2d_backward(s, dy, argmax, dx); });
+  }
+  void max_pool2d_relu_backward(const kernels::Pool2dShape& s, const Tensor& dy, const Tensor& argmax,
+                                const Tensor& relu_y, Tensor& dx) override {
+    run([=, dx = dx]() mutable { cpu_.max_pool2d_relu_backward(s, dy, argmax, relu_y, dx); });
+  }
+  void relu_forward(const Tensor& x, Tensor& y) override {
+    run([=, y = y]() mutable { cpu_.relu_forward(x, y); });
+  }
+  void relu_backward(const Tensor& dy, const Tensor& y, Tensor& dx) override {
+    run([=, dx = dx]() mutable { cpu_.relu_backward(dy, y, dx); });
+  }
+  void log_softmax_forward(const Tensor& x, Tensor& y) override {
+    run([=, y = y]() mutable { cpu_.log_softmax_forward(x, y); });
+  }
+  void log_softmax_backward(const Tensor& dy, const Tensor& y, Tensor& dx) override {
+    run([=, dx = dx]() mutable { cpu_.log_softmax_backward(dy, y, dx); });
+  }
+  void nll_loss_forward(const Tensor& logp, const Tensor& target, Tensor& loss_sum) override {
+    run([=, loss_sum = loss_sum]() mutable { cpu_.nll_loss_forward(logp, target, loss_sum); });
+  }
+  void nll_loss_backward(const Tensor& grad_per_row, const Tensor& target, Tensor& dlogp) override {
+    run([=, dlogp = dlogp]() mutable { cpu_.nll_loss_backward(grad_per_row, target, dlogp); });
+  }
+  void cross_entropy_forward_backward(const Tensor& logits, const Tensor& target, double grad_scale, Tensor& loss_sum,
+                                      Tensor& dlogits) override {
+    run([=, loss_sum = loss_sum, dlogits = dlogits]() mutable {
+      cpu_.cross_entropy_forward_backward(logits, target, grad_scale, loss_sum, dlogits);
+    });
+  }
+  void check_targets(const char* op, const Tensor& target, int64_t classes) override {
+    run([=] { cpu_.check_targets(op, target, classes); });
+  }
+  void fill(Tensor& y, double value) override {
+    run([=, y = y]() mutable { cpu_.fill(y, value); });
+  }
+  void add(const Tensor& a, const Tensor& b, Tensor& y) override {
+    run([=, y = y]() mutable { cpu_.add(a, b, y); });
+  }
+  void axpy(double alpha, const Tensor& x, Tensor& y) override {
+    run([=, y = y]() mutable { cpu_.axpy(alpha, x, y); });
+  }
+  void scale(double alpha, const Tensor& x, Tensor& y) override {
+    run([=, y = y]() mutable { cpu_.scale(alpha, x, y); });
+  }
+  void scale_by(const Tensor& s, const Tensor& x, Tensor& y) override {
+    run([=, y = y]() mutable { cpu_.scale_by(s, x, y); });
+  }
+  void sum(const Tensor& x, Tensor& out) override {
+    run([=, out = out]() mutable { cpu_.sum(x, out); });
+  }
+  void sgd_step(const kernels::SgdConfig& cfg, bool first_step, Tensor& param, const Tensor& grad,
+                Tensor& momentum) override {
+    run([=, param = param, momentum = momentum]() mutable { cpu_.sgd_step(cfg, first_step, param, grad, momentum); });
+  }
+
+ private:
+  static Tensor opt(const Tensor* t) { return t ? *t : Tensor(); }
+  static Tensor* ptr(Tensor& t) { return t.defined() ? &t : nullptr; }
+  template <class Call>
+  void run(Call call) {
+    if (tape_) tape_->push_back(std::move(call));
+    else call();
+  }
+
+  Backend& cpu_;
+  std::vector<std::function<void()>>* tape_ = nullptr;  // set while a graph records
+};
+
+const Shape kInput = {1, 6, 6};
+constexpr int64_t kBatch = 8;
+
+std::unique_ptr<layers::Model> small_model() {
+  return std::make_unique<layers::Model>(layers::parse_layer_spec("conv(3,3,p1) relu pool(2) flatten linear(5)", kInput),
+                                         kInput, Device::cpu(), DType::Float32, 7);
+}
+
+// Batch number `step`: different data every step, so a replay that read stale inputs shows.
+struct HostBatch {
+  std::vector<float> images;
+  std::vector<int64_t> labels;
+  data::Batch view;
+  explicit HostBatch(int step, int64_t size = kBatch) {
+    images = testing::random_vector<float>(size_t(size * 36), uint64_t(100 + step));
+    for (int64_t i = 0; i < size; ++i) labels.push_back((i * 3 + step) % 5);
+    view.size = size, view.c = 1, view.h = 6, view.w = 6;
+    view.images = images.data(), view.labels = labels.data();
+  }
+};
+
+// The same model trained with eager steps only, step by step beside the runner.
+struct Reference {
+  std::unique_ptr<layers::Model> model = small_model();
+  Sgd sgd;
+  explicit Reference(const SgdConfig& config) : sgd(model->parameters(), config) {}
+  double step(const HostBatch& b) {
+    auto [x, y] = batch_tensors(b.view, Device::cpu());
+    return accumulate_and_step(*model, sgd, x, y, 2).item();
+  }
+};
+
+const SgdConfig kSgd{0.05, 0.9, 0.1, 0.01, false};  // dampening: the first step differs from the others
+
+std::vector<float> values(layers::Model& m) { return m.parameters().values().to_vector<float>(); }
+
+TEST(GraphRunner, ReplaysMatchEagerStepsAndEachLossIsTheStepsOwn) {
+  RecordingBackend backend;
+  SingleDeviceRunner runner(small_model(), kSgd, 2);
+  Reference ref(kSgd);
+  std::vector<Tensor> losses;
+  std::vector<double> expected;
+  for (int step = 0; step < 6; ++step) {
+    HostBatch b(step);
+    losses.push_back(runner.step(b.view).loss_sum);
+    expected.push_back(ref.step(b));
+    EXPECT_EQ(runner.replaying(), step + 1 >= SingleDeviceRunner::kWarmupSteps) << "after step " << step;
+  }
+  EXPECT_EQ(backend.recordings, 1);
+  EXPECT_EQ(runner.optimizer().steps_taken(), 6);
+  EXPECT_EQ(values(runner.model()), values(*ref.model));
+  // Read only now, after later replays: each step's loss is still that step's.
+  for (size_t i = 0; i < losses.size(); ++i) EXPECT_EQ(losses[i].item(), expected[i]) << "step " << i;
+}
+
+TEST(GraphRunner, ABatchOfAnotherSizeRunsEagerly) {
+  RecordingBackend backend;
+  SingleDeviceRunner runner(small_model(), kSgd, 2);
+  Reference ref(kSgd);
+  for (int step = 0; step < 5; ++step) {
+    HostBatch b(step, step == 3 ? 5 : kBatch);
+    EXPECT_EQ(runner.step(b.view).loss_sum.item(), ref.step(b)) << "step " << step;
+  }
+  EXPECT_EQ(backend.recordings, 1);
+  EXPECT_EQ(values(runner.model()), values(*ref.model));
+}
+
+TEST(GraphRunner, ALearningRateChangeIsRecordedAnew) {
+  // The change meets a short batch first: the new recording still waits for the
+  // recorded size.
+  RecordingBackend backend;
+  SingleDeviceRunner runner(small_model(), kSgd, 2);
+  Reference ref(kSgd);
+  for (int step = 0; step < 8; ++step) {
+    if (step == 4) {
+      runner.optimizer().set_lr(0.2);
+      ref.sgd.set_lr(0.2);
+    }
+    HostBatch b(step, step == 4 ? 5 : kBatch);
+    runner.step(b.view);
+    ref.step(b);
+  }
+  EXPECT_EQ(backend.recordings, 2);
+  EXPECT_TRUE(runner.replaying());
+  EXPECT_EQ(values(runner.model()), values(*ref.model));
+  EXPECT_EQ(runner.optimizer().steps_taken(), 8);
+}
+
+TEST(GraphRunner, RestartingTheStepCountIsRecordedAnew) {
+  // Step 0 initialises the momentum buffer (dampening does not apply): a graph recorded
+  // at a later step must not be replayed for it.
+  RecordingBackend backend;
+  SingleDeviceRunner runner(small_model(), kSgd, 2);
+  Reference ref(kSgd);
+  for (int step = 0; step < 7; ++step) {
+    if (step == 4) {
+      Tensor zeros = Tensor::zeros({runner.model().parameters().total()});
+      runner.optimizer().restore(zeros, 0);
+      ref.sgd.restore(zeros, 0);
+    }
+    HostBatch b(step);
+    runner.step(b.view);
+    ref.step(b);
+  }
+  EXPECT_EQ(backend.recordings, 2);
+  EXPECT_EQ(values(runner.model()), values(*ref.model));
+}
+
+TEST(GraphRunner, ABackendSettingChangeIsRecordedAnewAndGraphsOffRunsEagerly) {
+  RecordingBackend backend;
+  SingleDeviceRunner runner(small_model(), kSgd, 2);
+  Reference ref(kSgd);
+  for (int step = 0; step < 9; ++step) {
+    if (step == 4) backend.setting = 1;         // like --tf32 on
+    if (step == 6) backend.graphs_enabled = false;  // like --cuda-graph off
+    HostBatch b(step);
+    runner.step(b.view);
+    ref.step(b);
+    if (step == 4) EXPECT_TRUE(runner.replaying()) << "the step after the change records anew";
+  }
+  EXPECT_EQ(backend.recordings, 2);
+  EXPECT_FALSE(runner.replaying());
+  EXPECT_EQ(values(runner.model()), values(*ref.model));
+}
+
+TEST(GraphRunner, AFailedRecordingWarnsAndTrainingGoesOnEagerly) {
+  RecordingBackend backend;
+  backend.fail_recordings = true;
+  SingleDeviceRunner runner(small_model(), kSgd, 2);
+  Reference ref(kSgd);
+  std::ostringstream warnings;
+  std::streambuf* stderr_buffer = std::cerr.rdbuf(warnings.rdbuf());
+  for (int step = 0; step < 5; ++step) {
+    HostBatch b(step);
+    EXPECT_EQ(runner.step(b.view).loss_sum.item(), ref.step(b)) << "step " << step;
+    EXPECT_EQ(runner.optimizer().steps_taken(), step + 1) << "the failed recording counted a step";
+  }
+  std::cerr.rdbuf(stderr_buffer);
+  EXPECT_FALSE(runner.replaying());
+  EXPECT_EQ(values(runner.model()), values(*ref.model));
+  EXPECT_EQ(warnings.str(),
+            "dpcore: warning: recording backend: capture invalidated; training goes on without a CUDA graph\n");
+}
+
+}  // namespace
+}  // namespace dpcore::train
