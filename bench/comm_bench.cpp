@@ -14,6 +14,7 @@
 #include <condition_variable>
 #include <cstdlib>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -144,17 +145,28 @@ const Op kOps[] = {Op::Allreduce, Op::Allgather, Op::ReduceScatter, Op::Broadcas
 const std::vector<int64_t> kCpuSizes = {4 << 10, 64 << 10, 1 << 20, 16 << 20, 64 << 20};
 const std::vector<int64_t> kGpuSizes = {4 << 10, 64 << 10, 1 << 20, 16 << 20, 256 << 20};
 
-// Registers every op and size for one in-process setup; the group is built per benchmark.
+// Registers every op and size for one in-process setup, all on one group, built when the
+// first of them runs (so that a filter that selects none of them builds nothing). One
+// group, not one per benchmark: Google Benchmark calls a benchmark's function several
+// times while it settles the iteration count, and building an NCCL group costs far more
+// than the collectives measured. The group is never destroyed: it would be at static
+// destruction, after the CUDA runtime may have shut down, where NCCL's teardown can fail
+// or hang; the process exit frees everything.
 void register_group(const std::string& backend, const std::vector<Device>& devices, const std::vector<int64_t>& sizes) {
   std::string where = devices[0].is_cpu() ? "cpu" : "cuda";
+  auto group = std::make_shared<Group*>(nullptr);
+  auto built = [=]() -> const Group& {
+    if (!*group)
+      *group = new Group(backend == "nccl" ? dpcore::comm::make_nccl_group(devices)
+                                           : dpcore::comm::make_local_group(int(devices.size())));
+    return **group;
+  };
   for (Op op : kOps) {
     for (int64_t bytes : sizes) {
       std::string name = std::string(op_name(op)) + "/" + backend + "/" + where + "/world:" +
                          std::to_string(devices.size()) + "/" + size_name(bytes);
       benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& state) {
-        Group group = backend == "nccl" ? dpcore::comm::make_nccl_group(devices)
-                                        : dpcore::comm::make_local_group(int(devices.size()));
-        measure(state, op, group, devices, bytes);
+        measure(state, op, built(), devices, bytes);
       })->UseRealTime()->Unit(benchmark::kMicrosecond);
     }
   }

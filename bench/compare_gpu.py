@@ -2,28 +2,45 @@
 """dpcore's training step against PyTorch's on one GPU (the H200 machine), in one run.
 
 One step = zero grads, forward, NLL loss (mean), backward, SGD (lr 0.01, momentum 0.9), on
-a random batch made once, already on the GPU. Every measurement is W warm-up steps, then S
-timed steps, each between two device synchronisations, timed on the host clock: the same
-method for both engines (dpcore_step_bench does exactly this), so the ratio compares like
-with like. Per case and math mode it measures
+a random batch made once, already on the GPU. Both engines are measured the same way, so
+the ratio compares like with like:
+
+  timing    W warm-up steps, then S timed steps run back to back in blocks of B, each block
+            between two CUDA events on the stream the steps are queued on (torch.cuda.Event
+            here, cudaEvent in dpcore_step_bench --block B); the device is idle when a block
+            starts; median, p10 and p90 over the blocks of the time per step
+  math      "tf32": TF32 tensor cores allowed in the convolutions AND the matrix products on
+            both sides (PyTorch's cudnn.conv and cuda.matmul precision "tf32"; dpcore --tf32,
+            which lets cuDNN and cuBLAS use TF32); "fp32": TF32 off everywhere on both sides
+  tuning    "time" (default): both time their choices once per shape on first use, PyTorch
+            with torch.backends.cudnn.benchmark = True (cuDNN's algorithms), dpcore with
+            --conv-engine auto --gemm-engine auto (its hand kernels against cuDNN/cuBLAS);
+            "heuristic": neither times, PyTorch with cudnn.benchmark = False (cuDNN's
+            heuristics), dpcore with --conv-engine cudnn --gemm-engine cublas (the same
+            heuristics). PyTorch's benchmark may pick non-deterministic cuDNN algorithms,
+            dpcore takes deterministic ones only.
+  memory    the allocator's peak from the end of the warm-up (before the capture) to the
+            end, in the same mode on both sides: PyTorch's CUDA graph mode against dpcore's
+            (which replays a graph too; if dpcore could not capture, PyTorch eager instead).
+            What lives on stays counted: parameters, gradients, momentum, the batch, and
+            cuBLAS's and cuDNN's workspaces, which both take from their caching allocators.
+            The warm-up's one-time tuning is left out on both sides (cudnn.benchmark tries
+            algorithms with workspaces far larger than the step needs).
+
+Per case and math mode it measures
 
   PyTorch  eager     the step as written (bench/torch_models.py)
            graph     the whole step (micro-batches and optimizer step included) captured once
                      with torch.cuda.CUDAGraph and replayed; SGD keeps no step counter on
                      the host, so it captures as is (it has no `capturable` flag: that is
                      Adam's)
-           compile   torch.compile(model) (inductor, default mode), eager optimizer; only
-                     on the large batches of PyTorch's reference table, in its default
-                     math mode, and on simplenet 4096 (where it is PyTorch's fastest mode)
-                     in both (COMPILE): at small batches the graph beats it by far, and
-                     each compile costs seconds of the ~3 minutes; compile time is
-                     reported apart
-  dpcore   dpcore_step_bench --device cuda --conv-engine auto --gemm-engine auto
-                     --cuda-graph on [--tf32]
+           compile   only with --compile: torch.compile(model) (inductor, default mode),
+                     eager optimizer, on the large batches of PyTorch's reference table
+                     (COMPILE); each compile costs seconds to minutes, far more than the
+                     rest of the run, and at small batches the graph beats it by far;
+                     compile time is reported apart
+  dpcore   dpcore_step_bench --device cuda --cuda-graph on [--tf32] and the tuning's engines
 
-in two math modes: "tf32" = PyTorch's default (TF32 for cuDNN convolutions, FP32 matmul)
-against dpcore --tf32, and "fp32" = TF32 off everywhere against dpcore without --tf32.
-torch.backends.cudnn.benchmark stays at PyTorch's default (off) unless --cudnn-benchmark.
 The ratio is (fastest PyTorch mode) / dpcore in the same math mode: above 1, dpcore is faster.
 
     python3 bench/compare_gpu.py --bench build/bench/dpcore_step_bench --json gpu.json
@@ -48,7 +65,10 @@ CASES = [
 ]
 MATH_MODES = ["tf32", "fp32"]
 COMPILE = {("simplenet", 4096, 1): ["tf32", "fp32"], ("fashioncnn", 512, 1): ["tf32"], ("vggs", 256, 1): ["tf32"]}
-COMPILE_RESERVE_S = 45  # no compile starts with less of the --budget-s left
+COMPILE_RESERVE_S = 45  # with --compile: no compile starts with less of the --budget-s left
+# What each tuning policy means on each side: PyTorch's cudnn.benchmark, dpcore's engines.
+TUNING = {"time": (True, ["--conv-engine", "auto", "--gemm-engine", "auto"]),
+          "heuristic": (False, ["--conv-engine", "cudnn", "--gemm-engine", "cublas"])}
 DPCORE_TIMEOUT_S = 90
 # Targets for fastest PyTorch / dpcore (docs/benchmarks.md), and for the memory ratio.
 TARGETS = {("simplenet", 64, 1): 4.0, ("simplenet", 4096, 1): 2.0, ("simplenet", 256, 4): 4.0,
@@ -65,30 +85,40 @@ def case_name(case):
 # PyTorch
 # ---------------------------------------------------------------------------------------
 def set_math_mode(torch, mode):
-    """tf32: PyTorch's default (TF32 convolutions in cuDNN, FP32 matmul); fp32: no TF32.
-    Uses the fp32_precision settings where this PyTorch has them (the allow_tf32 flags are
-    deprecated there, and the two must not be mixed), else the allow_tf32 flags."""
-    conv = "tf32" if mode == "tf32" else "ieee"
+    """tf32: TF32 allowed in cuDNN's convolutions and in the matrix products (cuBLAS), as
+    dpcore --tf32 allows it in both; fp32: no TF32 anywhere. Uses the fp32_precision
+    settings where this PyTorch has them (the allow_tf32 flags are deprecated there, and the
+    two must not be mixed), else the allow_tf32 flags."""
+    precision = "tf32" if mode == "tf32" else "ieee"
     cudnn_conv = getattr(torch.backends.cudnn, "conv", None)
     if cudnn_conv is not None and hasattr(cudnn_conv, "fp32_precision"):
-        cudnn_conv.fp32_precision = conv
-        torch.backends.cuda.matmul.fp32_precision = "ieee"
+        cudnn_conv.fp32_precision = precision
+        torch.backends.cuda.matmul.fp32_precision = precision
     else:
         torch.backends.cudnn.allow_tf32 = mode == "tf32"
-        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cuda.matmul.allow_tf32 = mode == "tf32"
 
 
-def timed_steps(torch, run, warmup, steps):
-    """Step times in microseconds, each between two synchronisations."""
-    for _ in range(warmup):
+def timed_steps(torch, run, args, reset_peak):
+    """Microseconds per step of each block of args.block steps run back to back between two
+    CUDA events on the current stream (where run() queues its work), each block starting on
+    an idle device: what dpcore_step_bench does with cudaEvent. reset_peak: the peak memory
+    counts from the end of the warm-up."""
+    for _ in range(args.warmup):
         run()
+    if reset_peak:
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     times = []
-    for _ in range(steps):
+    for _ in range(args.steps // args.block):
         torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        run()
-        torch.cuda.synchronize()
-        times.append((time.perf_counter() - t0) * 1e6)
+        start.record()
+        for _ in range(args.block):
+            run()
+        stop.record()
+        stop.synchronize()
+        times.append(start.elapsed_time(stop) * 1e3 / args.block)
     return times
 
 
@@ -103,9 +133,7 @@ def torch_setup(torch, case, seed=0):
 
 def torch_eager(torch, case, args):
     model, optimizer, x, y = torch_setup(torch, case)
-    torch.cuda.synchronize()
-    torch.cuda.reset_peak_memory_stats()  # parameters and batch stay counted, as in dpcore's peak
-    times = timed_steps(torch, make_step(model, optimizer, x, y, case[2]), args.warmup, args.steps)
+    times = timed_steps(torch, make_step(model, optimizer, x, y, case[2]), args, reset_peak=True)
     return {**summarize(times, case[1]), "peak_bytes": torch.cuda.max_memory_allocated()}
 
 
@@ -120,11 +148,13 @@ def torch_graph(torch, case, args):
         for _ in range(3):
             step()
     torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()  # as dpcore_step_bench's peak: the capture and the replays
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         step()  # zero_grad(set_to_none) inside: backward then writes fresh grads from the graph's pool
-    times = timed_steps(torch, graph.replay, args.warmup, args.steps)
-    return summarize(times, case[1])
+    times = timed_steps(torch, graph.replay, args, reset_peak=False)
+    return {**summarize(times, case[1]), "peak_bytes": torch.cuda.max_memory_allocated()}
 
 
 def torch_compile(torch, case, args):
@@ -136,7 +166,7 @@ def torch_compile(torch, case, args):
     step()
     torch.cuda.synchronize()
     compile_s = time.perf_counter() - t0
-    times = timed_steps(torch, step, args.warmup, args.steps)
+    times = timed_steps(torch, step, args, reset_peak=False)
     return {**summarize(times, case[1]), "compile_s": compile_s}
 
 
@@ -145,7 +175,7 @@ TORCH_MODES = {"eager": torch_eager, "graph": torch_graph, "compile": torch_comp
 
 def torch_modes_for(case, math, args):
     modes = ["eager", "graph"]
-    if math in COMPILE.get(case, []) and not args.no_compile:
+    if math in COMPILE.get(case, []) and args.compile:
         modes.append("compile")
     return modes
 
@@ -156,8 +186,8 @@ def torch_modes_for(case, math, args):
 def dpcore_command(args, case, mode):
     model, batch, accum = case
     cmd = [args.bench, "--device", "cuda", "--model", model, "--batch", str(batch), "--accum", str(accum),
-           "--warmup", str(args.warmup), "--steps", str(args.steps),
-           "--conv-engine", "auto", "--gemm-engine", "auto", "--cuda-graph", "on"]
+           "--warmup", str(args.warmup), "--steps", str(args.steps), "--block", str(args.block),
+           *TUNING[args.tuning][1], "--cuda-graph", "on"]
     if mode == "tf32":
         cmd.append("--tf32")
     return cmd
@@ -199,15 +229,22 @@ def on_sigterm(signum, frame):
     raise OutOfTime()
 
 
+def tuning_line(args):
+    benchmark, engines = TUNING[args.tuning]
+    return (f"algorithm tuning '{args.tuning}': PyTorch torch.backends.cudnn.benchmark = {benchmark}, "
+            f"dpcore {' '.join(engines)}")
+
+
 def run_all(args, doc):
-    """Fills doc["rows"] case by case, so that an interrupted run still has its rows."""
+    """Fills doc["rows"] case by case, so that an interrupted run still has its rows; with
+    --json, rewrites the file after every row, so that a killed run leaves them too."""
     import torch
 
     if not torch.cuda.is_available():
         sys.exit("no CUDA device visible to PyTorch: run this on the GPU machine (or use --dry-run)")
-    torch.backends.cudnn.benchmark = args.cudnn_benchmark
-    doc.update(gpu=torch.cuda.get_device_name(), torch=torch.__version__, cuda=torch.version.cuda,
-               cudnn_benchmark=args.cudnn_benchmark)
+    torch.backends.cudnn.benchmark = TUNING[args.tuning][0]
+    doc.update(gpu=torch.cuda.get_device_name(), torch=torch.__version__, cuda=torch.version.cuda)
+    print(f"{doc['gpu']}, PyTorch {doc['torch']} (CUDA {doc['cuda']}); {tuning_line(args)}", flush=True)
     start = time.perf_counter()
     left = lambda: args.budget_s - (time.perf_counter() - start)
     for case in CASES:
@@ -223,6 +260,9 @@ def run_all(args, doc):
                                                lambda: TORCH_MODES[name](torch, case, args))
             row["dpcore"] = measure(f"{case_name(case)} {math} dpcore", lambda: run_dpcore(args, case, math))
             doc["rows"].append(finish_row(row, case))
+            print_row(doc["rows"][-1])
+            if args.json:
+                write_json(args.json, doc)
 
 
 def finish_row(row, case):
@@ -237,32 +277,50 @@ def finish_row(row, case):
 
 
 def memory_summary(rows):
-    """Peak bytes at simplenet 4096, FP32: PyTorch eager's max_memory_allocated vs dpcore's."""
+    """Peak bytes at simplenet 4096, FP32, in the same mode on both sides: PyTorch's graph
+    mode against dpcore's graph replay, or PyTorch eager if dpcore ran eagerly."""
     for r in rows:
         if (r["model"], r["batch"], r["accum"]) == MEMORY_CASE and r["math"] == "fp32":
-            torch_peak = r["pytorch"].get("eager", {}).get("peak_bytes")
+            mode = "graph" if r["dpcore"].get("cuda_graph") else "eager"
+            torch_peak = r["pytorch"].get(mode, {}).get("peak_bytes")
             dpcore_peak = r["dpcore"].get("peak_bytes")
             if torch_peak and dpcore_peak:
-                return {"case": r["case"], "pytorch_bytes": torch_peak, "dpcore_bytes": dpcore_peak,
+                return {"case": r["case"], "mode": mode, "pytorch_bytes": torch_peak, "dpcore_bytes": dpcore_peak,
                         "ratio": dpcore_peak / torch_peak, "target": MEMORY_TARGET}
-    return {"case": case_name(MEMORY_CASE), "error": "not measured (a run failed)"}
+    return {"case": case_name(MEMORY_CASE), "error": "not measured (a run failed or was cut short)"}
 
 
-def print_table(doc):
-    us = lambda d: f"{d['median_us']:.0f}" if "median_us" in d else "err"
-    print(f"{doc.get('gpu', '?')}, PyTorch {doc.get('torch', '?')} (CUDA {doc.get('cuda', '?')}); median step in us, "
-          f"{doc['warmup']} warm-up + {doc['steps']} timed steps")
-    print(f"{'model/batch':<16} {'math':<5} {'eager':>7} {'graph':>7} {'compile':>8} {'fastest':>8} {'dpcore':>7} "
-          f"{'ratio':>7} {'target':>7}")
+def us(d):
+    return f"{d['median_us']:.0f}" if "median_us" in d else "err"
+
+
+TABLE_HEADER = (f"{'model/batch':<16} {'math':<5} {'eager':>7} {'graph':>7} {'compile':>8} {'fastest':>8} "
+                f"{'dpcore':>7} {'ratio':>7} {'target':>7}")
+
+
+def table_row(r):
+    p = r["pytorch"]
+    cell = lambda m: us(p[m]) if m in p else "-"
+    fastest = f"{r['pytorch_fastest_us']:.0f}" if "pytorch_fastest_us" in r else "err"
+    ratio = f"{r['ratio']:.2f}x" if "ratio" in r else "-"
+    target = f">={r['target']:g}x" if r["target"] else ""
+    met = "" if "ratio" not in r or not r["target"] else (" ok" if r["ratio"] >= r["target"] else " MISS")
+    return (f"{r['case']:<16} {r['math']:<5} {cell('eager'):>7} {cell('graph'):>7} {cell('compile'):>8} "
+            f"{fastest:>8} {us(r['dpcore']):>7} {ratio:>7} {target:>7}{met}")
+
+
+def print_row(r):
+    """One row as soon as it is measured, so that a run killed later still shows it."""
+    print("row " + table_row(r), flush=True)
+
+
+def print_table(doc, args):
+    print(f"{doc.get('gpu', '?')}, PyTorch {doc.get('torch', '?')} (CUDA {doc.get('cuda', '?')}); median step in us "
+          f"({doc['warmup']} warm-up + {doc['steps']} timed steps, CUDA events per block of {doc['block']})")
+    print(tuning_line(args))
+    print(TABLE_HEADER)
     for r in doc["rows"]:
-        p = r["pytorch"]
-        cell = lambda m: us(p[m]) if m in p else "-"
-        fastest = f"{r['pytorch_fastest_us']:.0f}" if "pytorch_fastest_us" in r else "err"
-        ratio = f"{r['ratio']:.2f}x" if "ratio" in r else "-"
-        target = f">={r['target']:g}x" if r["target"] else ""
-        met = "" if "ratio" not in r or not r["target"] else (" ok" if r["ratio"] >= r["target"] else " MISS")
-        print(f"{r['case']:<16} {r['math']:<5} {cell('eager'):>7} {cell('graph'):>7} {cell('compile'):>8} "
-              f"{fastest:>8} {us(r['dpcore']):>7} {ratio:>7} {target:>7}{met}")
+        print(table_row(r))
     for r in doc["rows"]:
         for name, d in list(r["pytorch"].items()) + [("dpcore", r["dpcore"])]:
             if "error" in d or "note" in d:
@@ -270,15 +328,16 @@ def print_table(doc):
     m = doc["memory"]
     if "ratio" in m:
         met = "ok" if m["ratio"] <= m["target"] else "MISS"
-        print(f"peak memory {m['case']} (fp32): PyTorch eager {m['pytorch_bytes'] / 2**20:.0f} MiB, dpcore "
-              f"{m['dpcore_bytes'] / 2**20:.0f} MiB, ratio {m['ratio']:.2f} (target <= {m['target']}) {met}")
+        print(f"peak memory {m['case']} (fp32, {m['mode']} on both sides): PyTorch {m['pytorch_bytes'] / 2**20:.0f} MiB, "
+              f"dpcore {m['dpcore_bytes'] / 2**20:.0f} MiB, ratio {m['ratio']:.2f} (target <= {m['target']}) {met}")
     else:
         print(f"peak memory {m['case']}: {m['error']}")
 
 
 def print_plan(args):
     print(f"plan: {len(CASES)} cases x {len(MATH_MODES)} math modes ({', '.join(MATH_MODES)}), "
-          f"{args.warmup} warm-up + {args.steps} timed steps each")
+          f"{args.warmup} warm-up + {args.steps} timed steps each, CUDA events per block of {args.block}")
+    print(f"  {tuning_line(args)}")
     runs = 0
     for case in CASES:
         modes = {math: torch_modes_for(case, math, args) for math in MATH_MODES}
@@ -288,33 +347,39 @@ def print_plan(args):
               f"{'>= %gx' % TARGETS[case] if case in TARGETS else '-'}")
     print(f"  {runs} measurements; dpcore runs as, e.g.:")
     print("    " + " ".join(dpcore_command(args, CASES[0], "tf32")))
-    print(f"  peak memory: {case_name(MEMORY_CASE)} fp32, dpcore / PyTorch eager <= {MEMORY_TARGET}")
-    print(f"  budget {args.budget_s:g} s: no torch.compile starts with less than {COMPILE_RESERVE_S} s left; "
-          "SIGTERM prints the rows measured so far")
-    if args.no_compile:
-        print("  torch.compile skipped (--no-compile)")
+    print(f"  peak memory: {case_name(MEMORY_CASE)} fp32, graph mode on both sides, dpcore / PyTorch <= {MEMORY_TARGET}")
+    if args.compile:
+        print(f"  torch.compile on: none starts with less than {COMPILE_RESERVE_S} s of --budget-s "
+              f"({args.budget_s:g} s) left")
+    else:
+        print("  torch.compile left out (--compile adds it)")
+    print("  SIGTERM prints the rows measured so far")
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--bench", default="build/bench/dpcore_step_bench", help="path of dpcore_step_bench (CUDA build)")
     p.add_argument("--warmup", type=int, default=20, help="untimed steps per measurement")
-    p.add_argument("--steps", type=int, default=100, help="timed steps per measurement")
-    p.add_argument("--no-compile", action="store_true", help="skip torch.compile (the slowest part of the run)")
+    p.add_argument("--steps", type=int, default=100, help="timed steps per measurement (a multiple of --block)")
+    p.add_argument("--block", type=int, default=10, help="timed steps run back to back between two CUDA events")
+    p.add_argument("--tuning", choices=sorted(TUNING), default="time",
+                   help="algorithm choice on both sides: 'time' (cudnn.benchmark on, dpcore engines auto) or "
+                        "'heuristic' (cudnn.benchmark off, dpcore cudnn/cublas)")
+    p.add_argument("--compile", action="store_true", help="also measure torch.compile (slow: seconds per compile)")
     p.add_argument("--budget-s", type=float, default=170,
-                   help="seconds the run should take: no torch.compile starts with less than %d s of it left"
-                        % COMPILE_RESERVE_S)
-    p.add_argument("--cudnn-benchmark", action="store_true",
-                   help="let PyTorch time cuDNN's algorithms per shape (torch.backends.cudnn.benchmark)")
-    p.add_argument("--json", help="also write the results here")
+                   help="with --compile: no torch.compile starts with less than %d s of it left" % COMPILE_RESERVE_S)
+    p.add_argument("--json", help="also write the results here (rewritten after every row)")
     p.add_argument("--dry-run", action="store_true", help="print the plan only; touches no GPU")
     args = p.parse_args()
+    if args.block < 1 or args.steps < args.block or args.steps % args.block:
+        p.error(f"--steps {args.steps} must be a positive multiple of --block {args.block}")
     if args.dry_run:
         return print_plan(args)
     if not os.access(args.bench, os.X_OK):
         sys.exit(f"--bench {args.bench}: not an executable (build the dpcore_step_bench target with CUDA)")
     t0 = time.perf_counter()
-    doc = {"warmup": args.warmup, "steps": args.steps, "rows": []}
+    doc = {"warmup": args.warmup, "steps": args.steps, "block": args.block, "tuning": args.tuning,
+           "cudnn_benchmark": TUNING[args.tuning][0], "rows": []}
     signal.signal(signal.SIGTERM, on_sigterm)
     try:
         run_all(args, doc)
@@ -323,8 +388,8 @@ def main():
         print(f"interrupted by SIGTERM after {time.perf_counter() - t0:.0f} s: partial results", flush=True)
     doc["memory"] = memory_summary(doc["rows"])
     doc["total_s"] = time.perf_counter() - t0
-    print_table(doc)
-    print(f"total {doc['total_s']:.0f} s")
+    print_table(doc, args)
+    print(f"total {doc['total_s']:.0f} s", flush=True)
     if args.json:
         write_json(args.json, doc)
 

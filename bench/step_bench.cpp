@@ -9,18 +9,24 @@
 // memory by design (it scatters it to the replicas), so that copy is part of the step.
 //
 // W warm-up steps (they fill caches and allocators and pick cuDNN algorithms), then S
-// timed steps, each between two device synchronisations; where the backend can capture
-// (CUDA, unless --cuda-graph off) one replica's timed steps replay a graph of the whole
-// step recorded after the warm-up, as PyTorch's torch.cuda.CUDAGraph. Prints ONE JSON
-// line: median, p10 and p90 of the step times in microseconds, samples/s at the median,
-// and the device allocator's peak bytes from just before the warm-up to the end
-// (parameters, gradients, momentum and the batch included, as in
-// torch.cuda.max_memory_allocated after torch.cuda.reset_peak_memory_stats()).
+// timed steps; where the backend can capture (CUDA, unless --cuda-graph off) one replica's
+// timed steps replay a graph of the whole step recorded after the warm-up, as PyTorch's
+// torch.cuda.CUDAGraph. On the CPU each step is timed on the host clock. On a GPU the
+// steps run back to back in blocks of --block, each block between two CUDA events on the
+// stream the steps are queued on, exactly as bench/compare_gpu.py times PyTorch with
+// torch.cuda.Event: a host synchronisation per step would add its latency (several
+// microseconds) to every step and leave the GPU idle while the host queues the next one.
+// Prints ONE JSON line: median, p10 and p90 of the step times in microseconds (per step,
+// over the blocks on a GPU), samples/s at the median, and the device allocator's peak bytes
+// from the end of the warm-up (before the capture) to the end, with what lives on counted
+// (parameters, gradients, momentum, the batch and cuBLAS's workspaces), as
+// torch.cuda.max_memory_allocated after torch.cuda.reset_peak_memory_stats() at that point.
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <functional>
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -38,6 +44,14 @@
 #include "train/step.h"
 #include "layers/zoo.h"
 
+#ifdef DPCORE_HAVE_CUDA
+#include <cuda_runtime_api.h>
+
+#include "kernels/cuda_runtime/check.h"
+#include "kernels/cuda_runtime/devices.h"
+#include "kernels/cuda_runtime/stream.h"
+#endif
+
 namespace {
 
 using namespace dpcore;
@@ -45,7 +59,7 @@ using namespace dpcore;
 struct BenchOptions {
   std::string model = "simplenet";
   int64_t batch = 64, accum = 1;
-  int steps = 100, warmup = 20;
+  int steps = 100, warmup = 20, block = 10;
   std::string device = "cpu";
   int threads = 0;
   uint64_t seed = 0;
@@ -138,6 +152,49 @@ double median(const std::vector<double>& sorted) {
   return n % 2 ? sorted[n / 2] : 0.5 * (sorted[n / 2 - 1] + sorted[n / 2]);
 }
 
+// Microseconds per step, one value per timed unit: each step on the CPU (host clock; the
+// CPU backend runs a step before returning), each block of `block` back-to-back steps on
+// a GPU (CUDA events on the calling thread's stream, where one model's step queues its
+// work; the data-parallel runner synchronises the device before it returns, so there the
+// events bracket its whole time too).
+std::vector<double> time_steps(Device device, int steps, int block, const std::function<void()>& step) {
+  std::vector<double> us;
+#ifdef DPCORE_HAVE_CUDA
+  if (device.is_cuda()) {
+    namespace rt = kernels::cuda_runtime;
+    rt::DeviceGuard guard(device.index);
+    const cudaStream_t stream = rt::current_stream(device.index);
+    cudaEvent_t start, stop;
+    CUDA_CHECK(cudaEventCreate(&start));
+    CUDA_CHECK(cudaEventCreate(&stop));
+    for (int done = 0; done < steps; done += block) {
+      // Every block starts on an idle device, so that no block's steps are queued while the
+      // GPU still works through earlier ones (which would hide the host's share of the time).
+      runtime::synchronize(device);
+      CUDA_CHECK(cudaEventRecord(start, stream));
+      for (int i = 0; i < block; ++i) step();
+      CUDA_CHECK(cudaEventRecord(stop, stream));
+      CUDA_CHECK(cudaEventSynchronize(stop));
+      float ms = 0.f;
+      CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+      us.push_back(double(ms) * 1e3 / block);
+    }
+    CUDA_CHECK(cudaEventDestroy(start));
+    CUDA_CHECK(cudaEventDestroy(stop));
+    runtime::synchronize(device);  // reports a failure the GPU recorded (a bad class target)
+    return us;
+  }
+#endif
+  for (int i = 0; i < steps; ++i) {
+    runtime::synchronize(device);
+    auto t0 = std::chrono::steady_clock::now();
+    step();
+    runtime::synchronize(device);
+    us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
+  }
+  return us;
+}
+
 Device parse_device(const std::string& text) {
   try {
     return Device::parse(text);
@@ -151,6 +208,8 @@ nlohmann::json run(const BenchOptions& o, const CudaFlags& cuda) {
                " x --replicas ", o.parallel.replicas, " micro-batches");
   const Device device = parse_device(o.device);
   backend_for(device);  // fails here, naming the device, when it is not compiled in or not present
+  DPCORE_CHECK(!device.is_cuda() || o.steps % o.block == 0, "--steps ", o.steps,
+               " is not a multiple of --block ", o.block, " (on a GPU the steps are timed in blocks)");
   if (o.threads > 0) runtime::set_cpu_threads(o.threads);
   nlohmann::json backend_options = cuda.apply(device);
   DPCORE_CHECK(!o.profile || (device.is_cpu() && o.parallel.replicas == 1),
@@ -182,13 +241,17 @@ nlohmann::json run(const BenchOptions& o, const CudaFlags& cuda) {
   };
   auto mean_loss = [&](const Tensor& loss_sum) { return loss_sum.item() / double(o.batch); };
 
-  runtime::synchronize(device);
-  runtime::reset_peak_bytes(device);
   double first_loss = 0;
   for (int i = 0; i < o.warmup; ++i) {
     Tensor loss_sum = eager_step();
     if (i == 0) first_loss = mean_loss(loss_sum);
   }
+  // The peak leaves out the warm-up's one-time choices (auto's trial runs, like PyTorch's
+  // cudnn.benchmark trials with their large workspaces) and covers the capture and the
+  // timed steps; what lives on (parameters, gradients, momentum, the batch, cuBLAS's
+  // workspaces) stays counted.
+  runtime::synchronize(device);
+  runtime::reset_peak_bytes(device);
 
   // After the warm-up (which chose algorithms and filled the allocator, as a capture
   // needs), one model's step is recorded once where the backend can (CUDA, unless
@@ -208,16 +271,13 @@ nlohmann::json run(const BenchOptions& o, const CudaFlags& cuda) {
   };
 
   if (timing) timing->times().clear();
-  std::vector<double> us(size_t(o.steps));
-  Tensor last_loss_sum;
-  for (int i = 0; i < o.steps; ++i) {
-    runtime::synchronize(device);
-    auto t0 = std::chrono::steady_clock::now();
+  Tensor first_loss_sum, last_loss_sum;
+  std::vector<double> us = time_steps(device, o.steps, o.block, [&] {
     last_loss_sum = step();
-    runtime::synchronize(device);
-    us[size_t(i)] = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
-    if (o.warmup == 0 && i == 0) first_loss = mean_loss(last_loss_sum);
-  }
+    if (!first_loss_sum.defined()) first_loss_sum = last_loss_sum;
+  });
+  // Read back only now: reading a loss in between would synchronise inside a block.
+  if (o.warmup == 0) first_loss = mean_loss(first_loss_sum);
   const double last_loss = mean_loss(last_loss_sum);
   std::sort(us.begin(), us.end());
   const double med = median(us);
@@ -231,6 +291,8 @@ nlohmann::json run(const BenchOptions& o, const CudaFlags& cuda) {
                       {"threads", o.threads > 0 ? o.threads : runtime::cpu_threads()},
                       {"steps", o.steps},
                       {"warmup", o.warmup},
+                      {"timing", device.is_cuda() ? "cuda events, blocks of " + std::to_string(o.block) + " steps"
+                                                  : std::string("host clock, each step")},
                       {"median_us", med},
                       {"p10_us", percentile(us, 10)},
                       {"p90_us", percentile(us, 90)},
@@ -243,7 +305,7 @@ nlohmann::json run(const BenchOptions& o, const CudaFlags& cuda) {
   if (o.parallel.replicas > 1) j["mode"] = o.parallel.mode;
   if (timing) {
     double mean = 0;
-    for (double v : us) mean += v / double(o.steps);
+    for (double v : us) mean += v / double(us.size());
     j["mean_us"] = mean;
     j["profile"] = profile_json(timing->times(), o.steps, mean);
   }
@@ -266,6 +328,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--steps", o.steps, "timed steps")->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--warmup", o.warmup, "untimed steps first")->check(CLI::NonNegativeNumber)->capture_default_str();
+  app.add_option("--block", o.block, "on a GPU: timed steps run back to back between two CUDA events")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   app.add_option("--device", o.device, "cpu, cuda or cuda:N")->capture_default_str();
   app.add_option("--threads", o.threads, "CPU threads for the kernels (0: all cores)")
       ->check(CLI::NonNegativeNumber)

@@ -3,6 +3,7 @@
 #include <cudnn.h>
 
 #include <array>
+#include <atomic>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -27,7 +28,9 @@ struct Direction {
   cudnnConvolutionDescriptor_t conv = nullptr;
   Algo algo{};
   size_t workspace = 0;
-  bool ready = false;
+  // Set last, under the plan mutex, once the fields above are final; they are never written
+  // again, so a thread that reads ready == true may use them without the mutex.
+  std::atomic<bool> ready{false};
 };
 
 struct Plan {
@@ -69,29 +72,57 @@ std::unique_ptr<Plan> make_plan(const kernels::Conv2dShape& s) {
   return plan;
 }
 
+// The plan cache's mutex, held only while a plan is looked up or created and while one of
+// its directions is prepared (both rare after the first step), never while a convolution
+// is enqueued: replica threads convolving on their own streams then do not wait on each
+// other. The enqueue may read a plan without the mutex because plans are never freed or
+// moved (the map owns them through unique_ptr and never erases one) and a direction is
+// read only once its `ready` flag says that it is final. cuDNN's calls may run on several
+// threads at once as long as no handle is shared (its "Thread Safety" note); each stream
+// has its own handle, and the enqueue only reads the shared descriptors.
+std::mutex& plan_mutex() {
+  static std::mutex mutex;
+  return mutex;
+}
+
 // Descriptors are host objects (valid on any device); algorithms are per device and
 // math mode, so both are part of the key. Plans are never freed: one per layer shape.
-// The returned lock is held while the caller prepares and enqueues (both quick), so that
-// threads of several replicas never set up the same plan at once.
-Plan& plan_for(const kernels::Conv2dShape& s, int device, bool tf32, std::unique_lock<std::mutex>& lock) {
-  static std::mutex mutex;
+Plan& plan_for(const kernels::Conv2dShape& s, int device, bool tf32) {
   static std::map<PlanKey, std::unique_ptr<Plan>> plans;
-  lock = std::unique_lock<std::mutex>(mutex);
+  std::lock_guard<std::mutex> lock(plan_mutex());
   const PlanKey key{device, tf32, s.N, s.C, s.H, s.W, s.K, s.R, s.S, s.stride_h, s.stride_w, s.pad_h, s.pad_w};
   std::unique_ptr<Plan>& plan = plans[key];
   if (!plan) plan = make_plan(s);
   return *plan;
 }
 
+// Winograd and FFT algorithms compute in a transformed domain (Winograd's input and output
+// transforms have entries well above 1, FFT goes through complex twiddle factors) and round
+// there, so their FP32 results err several times more than a direct sum's: beyond the 1e-5
+// against the CPU that FP32 mode is held to (kFp32Tolerance in the tests). They are refused
+// in FP32 mode only: in TF32 mode the 10-bit inputs already err far more than they do.
+bool transforms_operands(cudnnConvolutionFwdAlgo_t a) {
+  return a == CUDNN_CONVOLUTION_FWD_ALGO_FFT || a == CUDNN_CONVOLUTION_FWD_ALGO_FFT_TILING ||
+         a == CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD || a == CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD_NONFUSED;
+}
+bool transforms_operands(cudnnConvolutionBwdDataAlgo_t a) {
+  return a == CUDNN_CONVOLUTION_BWD_DATA_ALGO_FFT || a == CUDNN_CONVOLUTION_BWD_DATA_ALGO_FFT_TILING ||
+         a == CUDNN_CONVOLUTION_BWD_DATA_ALGO_WINOGRAD || a == CUDNN_CONVOLUTION_BWD_DATA_ALGO_WINOGRAD_NONFUSED;
+}
+bool transforms_operands(cudnnConvolutionBwdFilterAlgo_t a) {
+  return a == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_FFT || a == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_FFT_TILING ||
+         a == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_WINOGRAD || a == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_WINOGRAD_NONFUSED;
+}
+
 // The first heuristic result that works, is deterministic, stays within the workspace cap
-// and, in FP32 mode, does not use tensor cores.
+// and, in FP32 mode, neither uses tensor cores nor transforms the operands.
 template <class Perf>
 const Perf* pick(const Perf* results, int count, bool tf32) {
   for (int i = 0; i < count; ++i) {
     const Perf& p = results[i];
     const bool tensor_cores = p.mathType == CUDNN_TENSOR_OP_MATH || p.mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION;
     if (p.status == CUDNN_STATUS_SUCCESS && p.determinism == CUDNN_DETERMINISTIC && p.memory <= kMaxWorkspace &&
-        (tf32 || !tensor_cores))
+        (tf32 || (!tensor_cores && !transforms_operands(p.algo))))
       return &p;
   }
   return nullptr;
@@ -104,12 +135,15 @@ cudnnMathType_t run_math(bool tf32, cudnnMathType_t chosen) { return tf32 ? chos
 
 constexpr int kCandidates = 16;
 
-// Picks and caches the algorithm of one direction. `query` fills cuDNN's ranked
-// candidates (cudnnGet*Algorithm_v7), `workspace_size` the bytes the chosen one needs.
+// Picks and caches the algorithm of one direction, under the plan mutex. `query` fills
+// cuDNN's ranked candidates (cudnnGet*Algorithm_v7), `workspace_size` the bytes the chosen
+// one needs.
 template <class Perf, class Algo, class Query, class WorkspaceSize>
 void prepare(Direction<Algo>& d, bool tf32, const char* what, const kernels::Conv2dShape& s, Query query,
              WorkspaceSize workspace_size) {
   if (d.ready) return;
+  std::lock_guard<std::mutex> lock(plan_mutex());
+  if (d.ready) return;  // another thread prepared it while this one waited
   CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv, query_math(tf32)));
   Perf results[kCandidates];
   int count = 0;
@@ -131,8 +165,7 @@ void conv2d_forward(const kernels::Conv2dShape& s, const float* x, const float* 
   const int device = cuda_runtime::current_device();
   const bool tf32 = engine_config().tf32;
   cudnnHandle_t handle = cuda_runtime::cudnn_handle(device, stream);
-  std::unique_lock<std::mutex> lock;
-  Plan& p = plan_for(s, device, tf32, lock);
+  Plan& p = plan_for(s, device, tf32);
   auto& d = p.forward;
   prepare<cudnnConvolutionFwdAlgoPerf_t>(
       d, tf32, "forward", s,
@@ -155,8 +188,7 @@ void conv2d_backward_data(const kernels::Conv2dShape& s, const float* dy, const 
   const int device = cuda_runtime::current_device();
   const bool tf32 = engine_config().tf32;
   cudnnHandle_t handle = cuda_runtime::cudnn_handle(device, stream);
-  std::unique_lock<std::mutex> lock;
-  Plan& p = plan_for(s, device, tf32, lock);
+  Plan& p = plan_for(s, device, tf32);
   auto& d = p.backward_data;
   prepare<cudnnConvolutionBwdDataAlgoPerf_t>(
       d, tf32, "backward-data", s,
@@ -179,8 +211,7 @@ void conv2d_backward_weight(const kernels::Conv2dShape& s, const float* x, const
   const int device = cuda_runtime::current_device();
   const bool tf32 = engine_config().tf32;
   cudnnHandle_t handle = cuda_runtime::cudnn_handle(device, stream);
-  std::unique_lock<std::mutex> lock;
-  Plan& p = plan_for(s, device, tf32, lock);
+  Plan& p = plan_for(s, device, tf32);
   auto& d = p.backward_filter;
   prepare<cudnnConvolutionBwdFilterAlgoPerf_t>(
       d, tf32, "backward-filter", s,

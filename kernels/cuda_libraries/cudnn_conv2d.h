@@ -3,7 +3,10 @@
 // come from cuDNN's heuristics (cudnnGet*_v7, as PyTorch does without cudnn.benchmark):
 // the choice is the same on every run and queries nothing on the GPU, so it also works
 // during graph capture. Only deterministic algorithms are accepted, and in FP32 mode only
-// FMA (non-tensor-core) ones; with engine_config().tf32 TF32 tensor-core algorithms are allowed.
+// FMA (non-tensor-core) ones that are neither Winograd nor FFT (they round in a transformed
+// domain: see cudnn_conv2d.cu); with engine_config().tf32 TF32 tensor-core algorithms and
+// those transforms are allowed. Replica threads enqueue convolutions without waiting on
+// each other: the plan cache is locked only while a plan is made or an algorithm picked.
 // Bias and relu are not done here: kernels::cuda::bias_activation / channel_sum follow.
 #pragma once
 

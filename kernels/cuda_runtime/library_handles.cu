@@ -4,6 +4,7 @@
 #include <mutex>
 #include <utility>
 
+#include "kernels/cuda_runtime/caching_allocator.h"
 #include "kernels/cuda_runtime/check.h"
 #include "kernels/cuda_runtime/devices.h"
 
@@ -39,8 +40,10 @@ cublasHandle_t cublas_handle(int device, cudaStream_t stream) {
     DeviceGuard guard(device);
     CUBLAS_CHECK(cublasCreate(&handle));
     CUBLAS_CHECK(cublasSetStream(handle, stream));
-    void* workspace = nullptr;
-    CUDA_CHECK(cudaMalloc(&workspace, kCublasWorkspace));
+    // From the caching allocator, on the handle's own stream (its only user), so that the
+    // device's peak memory counts it as PyTorch's counts its cuBLAS workspaces. Never given
+    // back: the handle keeps using it for the life of the process.
+    void* workspace = device_allocator(device).allocate(kCublasWorkspace, stream);
     CUBLAS_CHECK(cublasSetWorkspace(handle, workspace, kCublasWorkspace));
   }
   return handle;

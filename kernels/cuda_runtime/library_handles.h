@@ -13,7 +13,8 @@ namespace dpcore::kernels::cuda_runtime {
 
 cudnnHandle_t cudnn_handle(int device, cudaStream_t stream);
 // With a private 32 MiB workspace (cublasSetWorkspace), so that cuBLAS never allocates
-// while a graph is being captured.
+// while a graph is being captured; it comes from the device's caching allocator and so
+// counts in its bytes in use and peak.
 cublasHandle_t cublas_handle(int device, cudaStream_t stream);
 
 }  // namespace dpcore::kernels::cuda_runtime

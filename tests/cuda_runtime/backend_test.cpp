@@ -4,9 +4,10 @@
 // stream, and the backend's options reach the engine selection.
 #include <gtest/gtest.h>
 
-#include <atomic>
+#include <algorithm>
 #include <cstring>
-#include <thread>
+#include <string>
+#include <vector>
 
 #include "support/cuda_test_util.h"
 #include "engine/backend.h"
@@ -78,35 +79,50 @@ TEST(CudaBackend, PinnedHostSourceIsCopied) {
   kernels::cuda_runtime::pinned_free(pinned);
 }
 
-// A host callback holds the side stream; an op issued under a StreamGuard for it must
-// wait behind the callback (if it went to another stream it would already have run).
+// An op issued under a StreamGuard goes to the guard's stream. The side stream is captured
+// into a graph while the op is issued, so work that reaches it is recorded, not run: y must
+// be untouched until the graph is launched, whereas work sent to any other stream would
+// already have run (or, on the legacy stream, have broken the capture). No stream is held
+// until the host says so, so nothing can deadlock: a host callback must not wait for other
+// CUDA work (CUDA forbids it), and a device-side wait on a host flag could hold up the very
+// copy the host waits for when two streams share a hardware queue.
 TEST(CudaBackend, OpsRunOnTheCurrentStream) {
   SKIP_WITHOUT_CUDA();
   const int64_t n = 1 << 16;
-  Tensor a = Tensor::from_vector(random_floats(n, 1), {n}, kGpu);
+  const std::vector<float> values = random_floats(n, 1);
+  Tensor a = Tensor::from_vector(values, {n}, kGpu);
   Tensor y = Tensor::full({n}, -1.0, DType::Float32, kGpu);
   runtime::synchronize(kGpu);
-  cudaStream_t side = kernels::cuda_runtime::side_stream(0, 1), reader = kernels::cuda_runtime::side_stream(0, 2);
-  std::atomic<bool> release{false};
+  cudaStream_t side = kernels::cuda_runtime::side_stream(0, 1);
+  cudaGraph_t graph = nullptr;
   {
     kernels::cuda_runtime::StreamGuard guard(0, side);
     EXPECT_EQ(kernels::cuda_runtime::current_stream(0), side);
-    CUDA_CHECK(cudaLaunchHostFunc(
-        side,
-        [](void* flag) {
-          while (!static_cast<std::atomic<bool>*>(flag)->load()) std::this_thread::yield();
-        },
-        &release));
-    backend_for(kGpu).relu_forward(a, y);
-    std::vector<float> early(n);
-    CUDA_CHECK(cudaMemcpyAsync(early.data(), y.raw_data(), n * sizeof(float), cudaMemcpyDeviceToHost, reader));
-    CUDA_CHECK(cudaStreamSynchronize(reader));
-    release = true;
-    CUDA_CHECK(cudaStreamSynchronize(side));
-    EXPECT_EQ(early, std::vector<float>(n, -1.f)) << "the relu did not wait behind the side stream's callback";
-    for (float v : y.to_vector<float>()) ASSERT_GE(v, 0.f);
+    CUDA_CHECK(cudaStreamBeginCapture(side, cudaStreamCaptureModeThreadLocal));
+    const std::string error = message_of([&] { backend_for(kGpu).relu_forward(a, y); });
+    // Ended in every case, so that a failure leaves the stream usable for the other tests.
+    const cudaError_t ended = cudaStreamEndCapture(side, &graph);
+    cudaGetLastError();  // a broken capture's error is not sticky: clear it
+    ASSERT_EQ(error, "(no error)");
+    ASSERT_EQ(ended, cudaSuccess) << "the capture broke: " << cudaGetErrorString(ended)
+                                  << " (did the relu go to the legacy stream?)";
   }
   EXPECT_EQ(kernels::cuda_runtime::current_stream(0), nullptr);
+  size_t nodes = 0;
+  CUDA_CHECK(cudaGraphGetNodes(graph, nullptr, &nodes));
+  EXPECT_EQ(nodes, 1u) << "the relu kernel was not recorded on the side stream";
+  runtime::synchronize(kGpu);  // whatever went to another stream has run by now
+  EXPECT_EQ(y.to_vector<float>(), std::vector<float>(size_t(n), -1.f)) << "the relu ran on another stream";
+
+  cudaGraphExec_t exec = nullptr;
+  CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  CUDA_CHECK(cudaGraphLaunch(exec, side));
+  CUDA_CHECK(cudaStreamSynchronize(side));
+  std::vector<float> want(values.size());
+  for (size_t i = 0; i < values.size(); ++i) want[i] = std::max(values[i], 0.f);
+  EXPECT_EQ(y.to_vector<float>(), want);
+  CUDA_CHECK(cudaGraphExecDestroy(exec));
+  CUDA_CHECK(cudaGraphDestroy(graph));
 }
 
 TEST(CudaBackend, OptionsSetTheEngineConfig) {
