@@ -150,10 +150,20 @@ Conv2dShape conv_shape(const ConvLayer& l) {
   return s;
 }
 
+// The bias gradient alone (both engines use it), bandwidth-bound: it reads dy once.
+void register_channel_sum(const std::string& suffix, const Conv2dShape& s) {
+  add("channel_sum" + suffix, [s](benchmark::State& state) {
+    Buffer dy(s.y_size()), db(s.K);
+    run_timed(state, {0, 4.0 * s.y_size()},
+              [&] { hand::channel_sum(s.N, s.K, s.P * s.Q, dy.f(), db.f(), false, nullptr); });
+  });
+}
+
 void register_conv(const ConvLayer& l) {
   const Conv2dShape s = conv_shape(l);
   const double x = 4.0 * s.x_size(), w = 4.0 * s.w_size(), y = 4.0 * s.y_size();
   const std::string suffix = std::string("/") + l.name;
+  register_channel_sum(suffix, s);
   struct Engine {
     const char* name;
     bool hand, tf32;
@@ -356,6 +366,8 @@ int main(int argc, char** argv) {
     return 0;
   }
   for (const ConvLayer& l : kConvLayers) register_conv(l);
+  // A first layer's 16 channels at a large batch: 4M values per channel.
+  register_channel_sum("/simplenet.conv 3->16 32x32 b4096", conv_shape({"", 4096, 3, 16, 32}));
   for (const LinearLayer& l : kLinearLayers) register_linear(l);
   register_sgemm();
   for (const PoolLayer& l : kPoolLayers) register_pool(l);

@@ -1,6 +1,9 @@
 // Bias and bias-gradient kernels used around the GEMMs of linear and conv2d, by the hand
 // engines and the library (cuBLAS, cuDNN) engines alike.
+#include <algorithm>
+
 #include "kernels/cuda/block_reduce.cuh"
+#include "kernels/cuda_runtime/caching_allocator.h"
 #include "kernels/cuda_runtime/check.h"
 #include "kernels/cuda/kernels.h"
 #include "kernels/cuda/launch.cuh"
@@ -25,19 +28,33 @@ __global__ void bias_activation_kernel(int64_t total, int64_t channels, int64_t 
   }
 }
 
-// One block per channel: its threads stride over (o, i) in a fixed pattern and the block
-// sum adds the partials in a fixed tree, so the gradient is deterministic.
-__global__ void channel_sum_kernel(int64_t outer, int64_t channels, int64_t inner, const float* x, float* out,
-                                   bool accumulate) {
-  const int64_t per_channel = outer * inner;
-  for (int64_t c = blockIdx.x; c < channels; c += gridDim.x) {
+// Block (s, c) sums slice s of channel c: the values t in [s * chunk, (s + 1) * chunk) of
+// the channel's outer x inner values, t = o * inner + i at x[(o * channels + c) * inner + i].
+// Threads start at consecutive t (consecutive addresses within a row) and step by
+// blockDim.x, which advances the address by a fixed amount plus a carry when i wraps: no
+// division per element. The block sum adds the partials in a fixed tree and the slices
+// are written apart, so nothing depends on timing: the gradient is deterministic.
+__global__ void channel_sum_kernel(int64_t outer, int64_t channels, int64_t inner, int64_t chunk, const float* x,
+                                   float* out, bool accumulate) {
+  const int64_t row = channels * inner;  // from (o, i) to (o + 1, i)
+  const int64_t begin = blockIdx.x * chunk, end = min(outer * inner, begin + chunk);
+  for (int64_t c = blockIdx.y; c < channels; c += gridDim.y) {
     float partial = 0.f;
-    for (int64_t t = threadIdx.x; t < per_channel; t += blockDim.x) {
-      const int64_t o = t / inner, i = t - o * inner;
-      partial += x[(o * channels + c) * inner + i];
+    int64_t t = begin + threadIdx.x;
+    if (t < end) {
+      const int64_t rows_per_step = blockDim.x / inner, i_per_step = blockDim.x - rows_per_step * inner;
+      int64_t i = t % inner, at = (t / inner) * row + c * inner + i;
+#pragma unroll 4  // 4 loads in flight per thread (the addresses do not wait for the sums)
+      for (; t < end; t += blockDim.x) {
+        partial += x[at];
+        at += rows_per_step * row + i_per_step;
+        i += i_per_step;
+        if (i >= inner) i -= inner, at += row - inner;
+      }
     }
     const float total = block_sum(partial);
-    if (threadIdx.x == 0) out[c] = accumulate ? out[c] + total : total;
+    float* dst = out + c * gridDim.x + blockIdx.x;
+    if (threadIdx.x == 0) *dst = accumulate ? *dst + total : total;
   }
 }
 
@@ -46,25 +63,40 @@ __global__ void channel_sum_kernel(int64_t outer, int64_t channels, int64_t inne
 void broadcast_rows(int64_t rows, int64_t cols, const float* bias, float* y, cudaStream_t stream) {
   const int64_t total = rows * cols;
   if (total == 0) return;
-  broadcast_rows_kernel<<<blocks_for(total, kElementwiseThreads), kElementwiseThreads, 0, stream>>>(total, cols, bias, y);
-  CUDA_LAUNCH_CHECK();
+  launch("broadcast_rows_kernel", broadcast_rows_kernel, blocks_for(total, kElementwiseThreads), kElementwiseThreads, stream, total, cols, bias, y);
 }
 
 void bias_activation(int64_t N, int64_t channels, int64_t inner, const float* bias, bool relu, float* y,
                      cudaStream_t stream) {
   const int64_t total = N * channels * inner;
   if (total == 0 || (!bias && !relu)) return;
-  bias_activation_kernel<<<blocks_for(total, kElementwiseThreads), kElementwiseThreads, 0, stream>>>(
-      total, channels, inner, bias, relu, y);
-  CUDA_LAUNCH_CHECK();
+  launch("bias_activation_kernel", bias_activation_kernel, blocks_for(total, kElementwiseThreads), kElementwiseThreads, stream, total, channels, inner, bias, relu, y);
 }
 
+// A channel of many values (a conv layer's bias gradient at a large batch: outer * inner
+// = 4M per channel, 16 channels) is cut into slices of at least kMinSliceValues, so that
+// there are enough blocks to fill the GPU; a second pass adds up each channel's slice sums
+// (in a fixed tree, like the first). The slicing depends on the shape only, never on the
+// GPU, so the sum is the same bits on every run and every GPU.
 void channel_sum(int64_t outer, int64_t channels, int64_t inner, const float* x, float* out, bool accumulate,
                  cudaStream_t stream) {
   if (channels == 0) return;
-  channel_sum_kernel<<<unsigned(std::min<int64_t>(channels, 65535)), kSumThreads, 0, stream>>>(outer, channels, inner,
-                                                                                             x, out, accumulate);
-  CUDA_LAUNCH_CHECK();
+  constexpr int64_t kMinSliceValues = 16 * kSumThreads, kMaxSlices = 1024;
+  const int64_t per_channel = outer * inner;
+  const int64_t slices = std::clamp<int64_t>(per_channel / kMinSliceValues, 1, kMaxSlices);
+  const int64_t chunk = (per_channel + slices - 1) / slices;
+  const unsigned channel_blocks = unsigned(std::min<int64_t>(channels, 65535));
+  if (slices == 1) {
+    launch("channel_sum_kernel", channel_sum_kernel, dim3(1, channel_blocks), kSumThreads, stream, outer, channels,
+           inner, chunk, x, out, accumulate);
+    return;
+  }
+  // partial[c][s]: the second pass is this same sum with outer = 1 and inner = slices.
+  dpcore::kernels::cuda_runtime::Workspace partial(size_t(channels * slices) * sizeof(float), stream);
+  launch("channel_sum_kernel", channel_sum_kernel, dim3(unsigned(slices), channel_blocks), kSumThreads, stream, outer,
+         channels, inner, chunk, x, partial.floats(), false);
+  launch("channel_sum_kernel", channel_sum_kernel, dim3(1, channel_blocks), kSumThreads, stream, int64_t(1), channels,
+         slices, slices, partial.floats(), out, accumulate);
 }
 
 }  // namespace dpcore::kernels::cuda

@@ -43,7 +43,8 @@ struct DataGather {
       float value = 0.f;
       const int ht = row.hp - r, wt = row.wp - s;  // = p * stride when the tap lands on (h, w)
       if (row.valid && j + t < KRS && ht >= 0 && wt >= 0) {
-        const int p = ht / stride_h, q = wt / stride_w;
+        // Stride 1 (most layers) needs no division: this runs for every tap.
+        const int p = stride_h == 1 ? ht : ht / stride_h, q = stride_w == 1 ? wt : wt / stride_w;
         if (p * stride_h == ht && q * stride_w == wt && p < P && q < Q) value = __ldg(row.grad + (k * P + p) * Q + q);
       }
       v[t] = value;
@@ -76,33 +77,29 @@ struct WeightGather {
 };
 
 template <class Cfg>
-__global__ void __launch_bounds__(Cfg::THREADS) conv2d_backward_data_kernel(DataGather a, WeightGather b, float* dx) {
+__global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
+    conv2d_backward_data_kernel(DataGather a, WeightGather b, float* dx) {
   const int m0 = blockIdx.x * Cfg::BM, n0 = blockIdx.y * Cfg::BN;
   tile::LoadGather<Cfg, Cfg::BM, DataGather> load_a(a, m0);
   tile::LoadGather<Cfg, Cfg::BN, WeightGather> load_b(b, n0);
+  __shared__ __align__(16) tile::SharedTiles<Cfg> smem;
   float acc[Cfg::TM][Cfg::TN];
-  tile::multiply_tiles<Cfg>(load_a, load_b, 0, a.KRS, acc);
+  tile::multiply_tiles<Cfg>(smem, load_a, load_b, 0, a.KRS, acc);
 
-  const int tx = threadIdx.x % (Cfg::BN / Cfg::TN), ty = threadIdx.x / (Cfg::BN / Cfg::TN);
-#pragma unroll
-  for (int i = 0; i < Cfg::TM; ++i) {
-    const int m = m0 + tile::micro_row<Cfg>(i, ty);
-    if (m >= a.M) continue;
-    const int n = m / a.HW, hw = m - n * a.HW;
-    float* out = dx + int64_t(n) * b.C * a.HW + hw;
-#pragma unroll
-    for (int j = 0; j < Cfg::TN; ++j) {
-      const int c = n0 + tile::micro_col<Cfg>(j, tx);
-      if (c < b.C) out[int64_t(c) * a.HW] = acc[i][j];
-    }
-  }
+  // Row m is input pixel (n, hw): dx[n, c, hw] for the tile's columns c (one row per thread).
+  const int m = m0 + threadIdx.x % Cfg::BM;
+  const int n = m / a.HW, hw = m - n * a.HW;
+  float* out = dx + int64_t(n) * b.C * a.HW + hw;
+  tile::store_tile_by_rows<Cfg>(acc, smem, [&](int col, float v) {
+    const int c = n0 + col;
+    if (m < a.M && c < b.C) out[int64_t(c) * a.HW] = v;
+  });
 }
 
 template <class Cfg>
 void launch_backward_data(const DataGather& a, const WeightGather& b, float* dx, cudaStream_t stream) {
   const dim3 grid(unsigned((a.M + Cfg::BM - 1) / Cfg::BM), unsigned((b.C + Cfg::BN - 1) / Cfg::BN));
-  conv2d_backward_data_kernel<Cfg><<<grid, Cfg::THREADS, 0, stream>>>(a, b, dx);
-  CUDA_LAUNCH_CHECK();
+  launch("conv2d_backward_data_kernel", conv2d_backward_data_kernel<Cfg>, grid, Cfg::THREADS, stream, a, b, dx);
 }
 
 }  // namespace

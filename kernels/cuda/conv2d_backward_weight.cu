@@ -15,10 +15,13 @@ namespace dpcore::kernels::cuda {
 
 namespace {
 
-// Rows k, reduction index i = (n, p, q): dy[n, k, p, q].
+// Rows k, reduction index i = (n, p, q): dy[n, k, p, q]. The loader puts a row's threads
+// side by side (LANES_ALONG_K): they read consecutive pixels of one plane. With PQ % 4 == 0
+// (and dy 16-byte aligned: `vec`) a thread's 4 pixels (i % 4 == 0) are one float4.
 struct GradGather {
   const float* dy;
   int K, PQ, NPQ;
+  bool vec;
 
   struct Row {
     const float* grad;  // dy[0, k, :, :]
@@ -27,6 +30,11 @@ struct GradGather {
   __device__ Row row(int k) const { return Row{dy + int64_t(k < K ? k : 0) * PQ, k < K}; }
   __device__ void load4(const Row& row, int i, float (&v)[4]) const {
     int n = i / PQ, pq = i - n * PQ;
+    if (vec && row.valid && i + 3 < NPQ) {
+      const float4 t = __ldg(reinterpret_cast<const float4*>(row.grad + int64_t(n) * K * PQ + pq));
+      v[0] = t.x, v[1] = t.y, v[2] = t.z, v[3] = t.w;
+      return;
+    }
 #pragma unroll
     for (int t = 0; t < 4; ++t) {
       v[t] = row.valid && i + t < NPQ ? __ldg(row.grad + int64_t(n) * K * PQ + pq) : 0.f;
@@ -73,14 +81,15 @@ struct InputGather {
 };
 
 template <class Cfg>
-__global__ void __launch_bounds__(Cfg::THREADS)
+__global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
     conv2d_backward_weight_kernel(GradGather a, InputGather b, int chunk, float beta, float* dw, float* partial) {
   const int m0 = blockIdx.x * Cfg::BM, n0 = blockIdx.y * Cfg::BN;
   const int i_begin = blockIdx.z * chunk, i_end = min(a.NPQ, i_begin + chunk);
-  tile::LoadGather<Cfg, Cfg::BM, GradGather> load_a(a, m0);
+  tile::LoadGather<Cfg, Cfg::BM, GradGather, true> load_a(a, m0);
   tile::LoadGather<Cfg, Cfg::BN, InputGather> load_b(b, n0);
+  __shared__ __align__(16) tile::SharedTiles<Cfg> smem;
   float acc[Cfg::TM][Cfg::TN];
-  tile::multiply_tiles<Cfg>(load_a, load_b, i_begin, i_end, acc);
+  tile::multiply_tiles<Cfg>(smem, load_a, load_b, i_begin, i_end, acc);
   if (gridDim.z == 1) {
     tile::store_tile<Cfg>(acc, m0, n0, a.K, b.CRS, 1.f, beta, dw, b.CRS, false);
   } else {
@@ -97,9 +106,8 @@ void launch_backward_weight(const GradGather& a, const InputGather& b, const Gem
   const size_t dw_size = size_t(a.K) * b.CRS;
   dpcore::kernels::cuda_runtime::Workspace partial(plan.slices > 1 ? plan.slices * dw_size * sizeof(float) : 0, stream);
   const float beta = accumulate ? 1.f : 0.f;
-  conv2d_backward_weight_kernel<Cfg>
-      <<<grid, Cfg::THREADS, 0, stream>>>(a, b, int(plan.chunk), beta, dw, partial.floats());
-  CUDA_LAUNCH_CHECK();
+  launch("conv2d_backward_weight_kernel", conv2d_backward_weight_kernel<Cfg>, grid, Cfg::THREADS, stream, a, b,
+         int(plan.chunk), beta, dw, partial.floats());
   if (plan.slices > 1) split_k_reduce(plan.slices, a.K, b.CRS, partial.floats(), 1.f, beta, dw, b.CRS, stream);
 }
 
@@ -115,7 +123,7 @@ void conv2d_backward_weight(const Conv2dShape& s, const float* x, const float* d
     split_k_reduce(0, s.K, s.C * s.R * s.S, nullptr, 1.f, accumulate ? 1.f : 0.f, dw, s.C * s.R * s.S, stream);
     return;
   }
-  const GradGather a{dy, int(s.K), int(s.P * s.Q), npq};
+  const GradGather a{dy, int(s.K), int(s.P * s.Q), npq, s.P * s.Q % 4 == 0 && aligned16(dy)};
   InputGather b{};
   b.x = x;
   b.C = int(s.C), b.H = int(s.H), b.W = int(s.W), b.R = int(s.R), b.S = int(s.S);

@@ -52,30 +52,27 @@ struct ForwardGather {
 };
 
 template <class Cfg>
-__global__ void __launch_bounds__(Cfg::THREADS)
+__global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
     conv2d_forward_kernel(ForwardGather g, const float* w, bool w_vec, int K, const float* bias, bool relu, float* y) {
   const int m0 = blockIdx.x * Cfg::BM, n0 = blockIdx.y * Cfg::BN;
   tile::LoadGather<Cfg, Cfg::BM, ForwardGather> load_a(g, m0);
   tile::LoadKContiguous<Cfg, Cfg::BN> load_b(w, g.CRS, K, g.CRS, w_vec, n0);  // w[k, j] at w[k * CRS + j]
+  __shared__ __align__(16) tile::SharedTiles<Cfg> smem;
   float acc[Cfg::TM][Cfg::TN];
-  tile::multiply_tiles<Cfg>(load_a, load_b, 0, g.CRS, acc);
+  tile::multiply_tiles<Cfg>(smem, load_a, load_b, 0, g.CRS, acc);
 
-  const int tx = threadIdx.x % (Cfg::BN / Cfg::TN), ty = threadIdx.x / (Cfg::BN / Cfg::TN);
-#pragma unroll
-  for (int i = 0; i < Cfg::TM; ++i) {
-    const int m = m0 + tile::micro_row<Cfg>(i, ty);
-    if (m >= g.M) continue;
-    const int n = m / g.PQ, pq = m - n * g.PQ;
-    float* out = y + int64_t(n) * K * g.PQ + pq;
-#pragma unroll
-    for (int j = 0; j < Cfg::TN; ++j) {
-      const int k = n0 + tile::micro_col<Cfg>(j, tx);
-      if (k >= K) continue;
-      float v = acc[i][j] + (bias ? bias[k] : 0.f);
-      if (relu && v < 0.f) v = 0.f;  // written as a compare so NaN passes, as in relu_forward
-      out[int64_t(k) * g.PQ] = v;
-    }
-  }
+  // Row m is output pixel (n, pq): y[n, k, pq] for the tile's columns k. Decoded once per
+  // thread, as store_tile_by_rows gives each thread one row.
+  const int m = m0 + threadIdx.x % Cfg::BM;
+  const int n = m / g.PQ, pq = m - n * g.PQ;
+  float* out = y + int64_t(n) * K * g.PQ + pq;
+  tile::store_tile_by_rows<Cfg>(acc, smem, [&](int col, float v) {
+    const int k = n0 + col;
+    if (m >= g.M || k >= K) return;
+    v += bias ? bias[k] : 0.f;
+    if (relu && v < 0.f) v = 0.f;  // written as a compare so NaN passes, as in relu_forward
+    out[int64_t(k) * g.PQ] = v;
+  });
 }
 
 template <class Cfg>
@@ -83,8 +80,7 @@ void launch_forward(const ForwardGather& g, const float* w, int K, const float* 
                     cudaStream_t stream) {
   const dim3 grid(unsigned((g.M + Cfg::BM - 1) / Cfg::BM), unsigned((K + Cfg::BN - 1) / Cfg::BN));
   const bool w_vec = g.CRS % 4 == 0 && aligned16(w);
-  conv2d_forward_kernel<Cfg><<<grid, Cfg::THREADS, 0, stream>>>(g, w, w_vec, K, bias, relu, y);
-  CUDA_LAUNCH_CHECK();
+  launch("conv2d_forward_kernel", conv2d_forward_kernel<Cfg>, grid, Cfg::THREADS, stream, g, w, w_vec, K, bias, relu, y);
 }
 
 void forward(const Conv2dShape& s, const float* x, const float* w, const float* bias, bool relu, float* y,

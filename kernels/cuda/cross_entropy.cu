@@ -32,13 +32,14 @@ __global__ void cross_entropy_kernel(int64_t rows, int64_t cols, const float* lo
     const float m2 = __shfl_xor_sync(0xffffffffu, m, offset), s2 = __shfl_xor_sync(0xffffffffu, s, offset);
     merge_online(m, s, m2, s2);
   }
-  const float lse = m + logf(s);
+  // lse = m + log(s), used as (x - m) - log(s): see RowLogSumExp (log_softmax.cuh).
+  const float log_s = logf(s);
   const int64_t t = target[row];
   const bool valid = t >= 0 && t < cols;
-  if (lane == 0) row_loss[row] = valid ? lse - xr[t] : NAN;
+  if (lane == 0) row_loss[row] = valid ? log_s - (xr[t] - m) : NAN;
   // d(loss_row)/d(x_c) = softmax_c - [c == t]
   for (int64_t c = lane; c < cols; c += 32) {
-    const float p = expf(xr[c] - lse);
+    const float p = expf((xr[c] - m) - log_s);
     dlogits[row * cols + c] = valid ? grad_scale * (p - (c == t ? 1.f : 0.f)) : NAN;
   }
 }
@@ -52,9 +53,8 @@ void cross_entropy_forward_backward(int64_t rows, int64_t cols, const float* log
     return;
   }
   dpcore::kernels::cuda_runtime::Workspace row_loss(rows * sizeof(float), stream);
-  cross_entropy_kernel<<<row_blocks(rows), kRowThreads, 0, stream>>>(rows, cols, logits, target, grad_scale,
+  launch("cross_entropy_kernel", cross_entropy_kernel, row_blocks(rows), kRowThreads, stream, rows, cols, logits, target, grad_scale,
                                                                     row_loss.floats(), dlogits);
-  CUDA_LAUNCH_CHECK();
   sum(rows, row_loss.floats(), loss_sum, stream);
 }
 

@@ -36,8 +36,7 @@ __global__ void fill_kernel(int64_t n, T value, T* y) {
 template <class T>
 void fill(int64_t n, T value, T* y, cudaStream_t stream) {
   if (n == 0) return;
-  fill_kernel<T><<<blocks_for(n, kElementwiseThreads), kElementwiseThreads, 0, stream>>>(n, value, y);
-  CUDA_LAUNCH_CHECK();
+  launch("fill_kernel", fill_kernel<T>, blocks_for(n, kElementwiseThreads), kElementwiseThreads, stream, n, value, y);
 }
 template void fill<float>(int64_t, float, float*, cudaStream_t);
 template void fill<int32_t>(int64_t, int32_t, int32_t*, cudaStream_t);

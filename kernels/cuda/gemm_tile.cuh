@@ -22,20 +22,42 @@
 
 namespace dpcore::kernels::cuda::tile {
 
-template <int BM_, int BN_, int BK_, int TM_, int TN_>
+template <int BM_, int BN_, int BK_, int TM_, int TN_, int MIN_BLOCKS_>
 struct Config {
   static constexpr int BM = BM_, BN = BN_, BK = BK_, TM = TM_, TN = TN_;
   static constexpr int THREADS = (BM / TM) * (BN / TN);
+  // __launch_bounds__'s blocks per SM: caps the registers at 65536 / (THREADS * MIN_BLOCKS).
+  static constexpr int MIN_BLOCKS = MIN_BLOCKS_;
   static constexpr int PAD = 4;
   // Every thread loads exactly four elements of A and four of B per step: the loaders rely on it.
   static_assert(BM * BK == 4 * THREADS && BN * BK == 4 * THREADS, "one float4 of A and of B per thread and step");
   static_assert(TM % 4 == 0 && TN % 4 == 0, "micro-tiles are made of float4 groups");
 };
 
+// The block's shared memory: the double-buffered A and B tiles of the main loop. Once the
+// loop is done, store_tile_by_rows reuses the same bytes to stage the output tile, as
+// STAGE_COLS columns of BM rows at a time (4 * BK of them for square tiles).
+template <class Cfg>
+struct SharedTiles {
+  static constexpr int STAGE_COLS = (Cfg::BM == Cfg::BN ? 4 * Cfg::BK : 0);
+  static_assert(STAGE_COLS > 0 && Cfg::BN % STAGE_COLS == 0 && Cfg::THREADS % Cfg::BM == 0,
+                "a whole number of staged slabs, each row stored by whole threads");
+  float a[2][Cfg::BK][Cfg::BM + Cfg::PAD];
+  float b[2][Cfg::BK][Cfg::BN + Cfg::PAD];
+
+  __device__ float (*stage())[Cfg::BM + Cfg::PAD] {
+    return reinterpret_cast<float (*)[Cfg::BM + Cfg::PAD]>(&a[0][0][0]);
+  }
+};
+
 // 128 x 128 tiles, 8 x 8 per thread, 256 threads: the classic SGEMM shape for big matrices
 // (64 FMAs per 4 shared loads). Small tiles keep many blocks busy when M or N is small.
-using Large = Config<128, 128, 8, 8, 8>;
-using Small = Config<64, 64, 16, 4, 4>;
+// MIN_BLOCKS caps the registers at 128 (Large) and 64 (Small), what ptxas takes for most
+// kernels anyway (sm_90, -Xptxas -v), without spills. Uncapped, the Large conv forward
+// takes 130 (1 block per SM instead of 2) and a Small sgemm spills; a minimum of 1 lets
+// the Small kernels grow to 71-87 registers (2 blocks per SM instead of 4).
+using Large = Config<128, 128, 8, 8, 8, 2>;
+using Small = Config<64, 64, 16, 4, 4, 4>;
 
 // Which rows of the block tile thread `ty` owns: TM/4 groups of 4 consecutive rows, the
 // groups BM*4/TM apart. Two 4-row groups half a tile apart (for TM = 8) make the float4
@@ -131,9 +153,11 @@ struct LoadRowContiguous {
 // Gathered elements (conv's implicit im2col): each thread owns one row of the tile for the
 // whole loop, so the row's decoding (image, output pixel) happens once, and reads 4
 // consecutive k of it per step. Consecutive threads own consecutive rows, which for conv
-// are neighbouring pixels: the warp's reads of the image are coalesced.
+// are neighbouring pixels: the warp's reads of the image are coalesced. Where instead k
+// runs along memory (dy's pixels in backward-weight), LANES_ALONG_K puts the BK/4 threads
+// of a row next to each other, so that they read BK consecutive k together.
 // Gather provides: struct Row; Row row(int r) const; void load4(const Row&, int k, float (&v)[4]) const.
-template <class Cfg, int ROWS, class Gather>
+template <class Cfg, int ROWS, class Gather, bool LANES_ALONG_K = false>
 struct LoadGather {
   static_assert(Cfg::THREADS / ROWS * 4 == Cfg::BK, "each thread loads 4 consecutive k of one row");
   Gather g;
@@ -142,8 +166,8 @@ struct LoadGather {
   float v[4];
 
   __device__ LoadGather(const Gather& g_, int row0) : g(g_) {
-    r = threadIdx.x % ROWS;
-    kq = (threadIdx.x / ROWS) * 4;
+    r = LANES_ALONG_K ? threadIdx.x / (Cfg::BK / 4) : threadIdx.x % ROWS;
+    kq = (LANES_ALONG_K ? threadIdx.x % (Cfg::BK / 4) : threadIdx.x / ROWS) * 4;
     row = g.row(row0 + r);
   }
   __device__ __forceinline__ void fetch(int k0) { g.load4(row, k0 + kq, v); }
@@ -155,11 +179,12 @@ struct LoadGather {
 
 // acc = A[tile rows, k_begin:k_end] * B[k_begin:k_end, tile cols] for this thread's
 // micro-tile. k_begin must be a multiple of BK; loads past the matrix read 0.
+// On return no thread reads `smem` any more (the loop ends with a barrier): callers may reuse it.
 template <class Cfg, class LoadA, class LoadB>
-__device__ __forceinline__ void multiply_tiles(LoadA& load_a, LoadB& load_b, int k_begin, int k_end,
-                                               float (&acc)[Cfg::TM][Cfg::TN]) {
-  __shared__ __align__(16) float As[2][Cfg::BK][Cfg::BM + Cfg::PAD];
-  __shared__ __align__(16) float Bs[2][Cfg::BK][Cfg::BN + Cfg::PAD];
+__device__ __forceinline__ void multiply_tiles(SharedTiles<Cfg>& smem, LoadA& load_a, LoadB& load_b, int k_begin,
+                                               int k_end, float (&acc)[Cfg::TM][Cfg::TN]) {
+  auto& As = smem.a;
+  auto& Bs = smem.b;
   const int tx = threadIdx.x % (Cfg::BN / Cfg::TN), ty = threadIdx.x / (Cfg::BN / Cfg::TN);
 
 #pragma unroll
@@ -240,6 +265,41 @@ __device__ __forceinline__ void store_tile(const float (&acc)[Cfg::TM][Cfg::TN],
         }
       }
     }
+  }
+}
+
+// Writes the micro-tiles of an output whose ROWS are contiguous in memory and whose columns
+// lie far apart (conv's y[n, k, p, q] with rows m = (n, p, q)): stored straight from the
+// micro-tiles, a warp's lanes would write 16 columns, planes apart. Instead the tile passes
+// through shared memory a slab of STAGE_COLS columns at a time, and then thread t stores
+// tile row t % BM of the slab's columns: consecutive lanes, consecutive rows, one coalesced
+// store per column. `store(col, v)` writes value v of tile column col in the calling
+// thread's row, so the caller decodes that row once; it skips what is outside the matrix.
+// Must follow multiply_tiles (which leaves `smem` free).
+template <class Cfg, class Store>
+__device__ __forceinline__ void store_tile_by_rows(const float (&acc)[Cfg::TM][Cfg::TN], SharedTiles<Cfg>& smem,
+                                                   const Store& store) {
+  constexpr int COLS = SharedTiles<Cfg>::STAGE_COLS;
+  float(*stage)[Cfg::BM + Cfg::PAD] = smem.stage();
+  const int tx = threadIdx.x % (Cfg::BN / Cfg::TN), ty = threadIdx.x / (Cfg::BN / Cfg::TN);
+  for (int c0 = 0; c0 < Cfg::BN; c0 += COLS) {  // not unrolled: fully unrolled, conv forward spills at 128 registers
+#pragma unroll
+    for (int j = 0; j < Cfg::TN; ++j) {
+      const int col = micro_col<Cfg>(j, tx) - c0;
+      if (unsigned(col) >= unsigned(COLS)) continue;
+#pragma unroll
+      for (int g = 0; g < Cfg::TM / 4; ++g)  // 4 consecutive rows: one float4
+        *reinterpret_cast<float4*>(&stage[col][micro_row<Cfg>(4 * g, ty)]) =
+            make_float4(acc[4 * g][j], acc[4 * g + 1][j], acc[4 * g + 2][j], acc[4 * g + 3][j]);
+    }
+    __syncthreads();
+    constexpr int COLS_PER_PASS = Cfg::THREADS / Cfg::BM;
+#pragma unroll
+    for (int pass = 0; pass < COLS / COLS_PER_PASS; ++pass) {
+      const int col = pass * COLS_PER_PASS + threadIdx.x / Cfg::BM;
+      store(c0 + col, stage[col][threadIdx.x % Cfg::BM]);
+    }
+    __syncthreads();  // the slab is read before the next one overwrites it
   }
 }
 

@@ -1,4 +1,5 @@
-// Small helpers shared by the kernel files: grid sizes, alignment tests, index-range checks.
+// Small helpers shared by the kernel files: the launch itself, grid sizes, alignment
+// tests, index-range checks.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -6,12 +7,32 @@
 #include <algorithm>
 #include <climits>
 #include <cstdint>
+#include <utility>
 
 #include "kernels/error.h"
+#include "kernels/cuda_runtime/check.h"
 #include "kernels/cuda_runtime/devices.h"
 #include "kernels/shapes.h"
 
 namespace dpcore::kernels::cuda {
+
+// Every kernel launch of kernels/cuda: `kernel` on `grid` x `block` threads with `args`,
+// queued on `stream` and checked at once (a bad configuration fails here, naming the
+// call). nvcc compiles the triple-chevron launch. The host execution layer
+// (tests/host_exec), which compiles these same files with g++ to run the kernels on CPU
+// threads under the sanitizers, provides host_exec::launch through its <cuda_runtime.h>;
+// `name` is for its error messages (which kernel, block and thread went wrong).
+template <class... Params, class... Args>
+void launch(const char* name, void (*kernel)(Params...), dim3 grid, dim3 block, cudaStream_t stream,
+            Args&&... args) {
+#ifdef __CUDACC__
+  (void)name;
+  kernel<<<grid, block, 0, stream>>>(std::forward<Args>(args)...);
+  CUDA_LAUNCH_CHECK();
+#else
+  host_exec::launch(name, kernel, grid, block, stream, std::forward<Args>(args)...);
+#endif
+}
 
 // Elementwise kernels use this many threads per block and grid-stride loops.
 constexpr int kElementwiseThreads = 256;

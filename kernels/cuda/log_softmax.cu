@@ -13,8 +13,8 @@ __global__ void log_softmax_forward_kernel(int64_t rows, int64_t cols, const flo
   if (row < 0) return;
   const int lane = threadIdx.x % 32;
   const float* xr = x + row * cols;
-  const float lse = row_log_sum_exp(xr, cols, lane);
-  for (int64_t c = lane; c < cols; c += 32) y[row * cols + c] = xr[c] - lse;
+  const RowLogSumExp lse = row_log_sum_exp(xr, cols, lane);
+  for (int64_t c = lane; c < cols; c += 32) y[row * cols + c] = (xr[c] - lse.max) - lse.log_sum;
 }
 
 __global__ void log_softmax_backward_kernel(int64_t rows, int64_t cols, const float* dy, const float* y, float* dx) {
@@ -33,15 +33,13 @@ __global__ void log_softmax_backward_kernel(int64_t rows, int64_t cols, const fl
 
 void log_softmax_forward(int64_t rows, int64_t cols, const float* x, float* y, cudaStream_t stream) {
   if (rows * cols == 0) return;
-  log_softmax_forward_kernel<<<row_blocks(rows), kRowThreads, 0, stream>>>(rows, cols, x, y);
-  CUDA_LAUNCH_CHECK();
+  launch("log_softmax_forward_kernel", log_softmax_forward_kernel, row_blocks(rows), kRowThreads, stream, rows, cols, x, y);
 }
 
 void log_softmax_backward(int64_t rows, int64_t cols, const float* dy, const float* y, float* dx,
                           cudaStream_t stream) {
   if (rows * cols == 0) return;
-  log_softmax_backward_kernel<<<row_blocks(rows), kRowThreads, 0, stream>>>(rows, cols, dy, y, dx);
-  CUDA_LAUNCH_CHECK();
+  launch("log_softmax_backward_kernel", log_softmax_backward_kernel, row_blocks(rows), kRowThreads, stream, rows, cols, dy, y, dx);
 }
 
 }  // namespace dpcore::kernels::cuda

@@ -32,8 +32,7 @@ template <class F>
 inline void map(int64_t n, const float* a, const float* b, float* y, F f, cudaStream_t stream) {
   if (n == 0) return;
   const bool vec = aligned16(a) && aligned16(b) && aligned16(y);
-  map_kernel<<<blocks_for((n + 3) / 4, kElementwiseThreads), kElementwiseThreads, 0, stream>>>(n, a, b, y, f, vec);
-  CUDA_LAUNCH_CHECK();
+  launch("map_kernel", map_kernel<F>, blocks_for((n + 3) / 4, kElementwiseThreads), kElementwiseThreads, stream, n, a, b, y, f, vec);
 }
 
 }  // namespace dpcore::kernels::cuda

@@ -22,8 +22,8 @@ struct PoolDims {
 
 __global__ void max_pool2d_forward_kernel(int64_t total, PoolDims d, const float* x, float* y, int32_t* argmax) {
   for (int64_t o = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; o < total; o += int64_t(gridDim.x) * blockDim.x) {
-    const int q = int(o % d.Q), p = int(o / d.Q % d.P);
-    const float* plane = x + o / (int64_t(d.P) * d.Q) * d.H * d.W;
+    const int plane = int(o) / (d.P * d.Q), pq = int(o) - plane * (d.P * d.Q), p = pq / d.Q, q = pq - p * d.Q;
+    const float* in = x + int64_t(plane) * d.H * d.W;
     const int h_begin = max(p * d.stride_h - d.pad_h, 0), h_end = min(p * d.stride_h - d.pad_h + d.kernel_h, d.H);
     const int w_begin = max(q * d.stride_w - d.pad_w, 0), w_end = min(q * d.stride_w - d.pad_w + d.kernel_w, d.W);
     // Row-major scan; strictly greater replaces (ties keep the first), NaN always replaces.
@@ -31,7 +31,7 @@ __global__ void max_pool2d_forward_kernel(int64_t total, PoolDims d, const float
     int best_index = h_begin * d.W + w_begin;
     for (int h = h_begin; h < h_end; ++h)
       for (int w = w_begin; w < w_end; ++w) {
-        const float v = __ldg(plane + h * d.W + w);
+        const float v = __ldg(in + h * d.W + w);
         if (v > best || isnan(v)) best = v, best_index = h * d.W + w;
       }
     y[o] = best;
@@ -44,27 +44,29 @@ __global__ void max_pool2d_forward_kernel(int64_t total, PoolDims d, const float
 __global__ void max_pool2d_backward_kernel(int64_t total, PoolDims d, const float* dy, const int32_t* argmax,
                                            const float* relu_y, float* dx) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
-    const int w = int(i % d.W), h = int(i / d.W % d.H);
-    const int64_t plane = i / (int64_t(d.H) * d.W);
+    const int plane = int(i) / (d.H * d.W), hw = int(i) - plane * (d.H * d.W), h = hw / d.W, w = hw - h * d.W;
     // Windows p with p*stride - pad <= h < p*stride - pad + kernel, clipped to the output.
     const int hp = h + d.pad_h, wp = w + d.pad_w;
     const int p_begin = hp < d.kernel_h ? 0 : (hp - d.kernel_h) / d.stride_h + 1;
     const int q_begin = wp < d.kernel_w ? 0 : (wp - d.kernel_w) / d.stride_w + 1;
     const int p_end = min(hp / d.stride_h + 1, d.P), q_end = min(wp / d.stride_w + 1, d.Q);
     const int32_t self = h * d.W + w;
-    const int64_t out_plane = plane * d.P * d.Q;
+    const int out_plane = plane * d.P * d.Q;
     float sum = 0.f;
     for (int p = p_begin; p < p_end; ++p)
       for (int q = q_begin; q < q_end; ++q) {
-        const int64_t o = out_plane + p * d.Q + q;
+        const int o = out_plane + p * d.Q + q;
         if (__ldg(argmax + o) == self) sum += __ldg(dy + o);
       }
     dx[i] = relu_y && relu_y[i] <= 0.f ? 0.f : sum;
   }
 }
 
+// The kernels decode indices in int32 (int64 division is many times slower on the GPU):
+// both tensors must have fewer than 2^31 elements, as conv2d's must.
 PoolDims pool_dims(const char* op, const Pool2dShape& s) {
-  check_int32(op, "input plane elements", s.H * s.W);
+  check_int32(op, "input elements", s.x_size());
+  check_int32(op, "output elements", s.y_size());
   return PoolDims{int(s.C), int(s.H), int(s.W), int(s.P), int(s.Q), int(s.kernel_h), int(s.kernel_w),
                   int(s.stride_h), int(s.stride_w), int(s.pad_h), int(s.pad_w)};
 }
@@ -74,9 +76,7 @@ void backward(const Pool2dShape& s, const float* dy, const int32_t* argmax, cons
   const PoolDims d = pool_dims("max_pool2d backward", s);
   const int64_t total = s.x_size();
   if (total == 0) return;
-  max_pool2d_backward_kernel<<<blocks_for(total, kElementwiseThreads), kElementwiseThreads, 0, stream>>>(
-      total, d, dy, argmax, relu_y, dx);
-  CUDA_LAUNCH_CHECK();
+  launch("max_pool2d_backward_kernel", max_pool2d_backward_kernel, blocks_for(total, kElementwiseThreads), kElementwiseThreads, stream, total, d, dy, argmax, relu_y, dx);
 }
 
 }  // namespace
@@ -85,9 +85,8 @@ void max_pool2d_forward(const Pool2dShape& s, const float* x, float* y, int32_t*
   const PoolDims d = pool_dims("max_pool2d", s);
   const int64_t total = s.y_size();
   if (total == 0) return;
-  max_pool2d_forward_kernel<<<blocks_for(total, kElementwiseThreads), kElementwiseThreads, 0, stream>>>(total, d, x, y,
+  launch("max_pool2d_forward_kernel", max_pool2d_forward_kernel, blocks_for(total, kElementwiseThreads), kElementwiseThreads, stream, total, d, x, y,
                                                                                                      argmax);
-  CUDA_LAUNCH_CHECK();
 }
 
 void max_pool2d_backward(const Pool2dShape& s, const float* dy, const int32_t* argmax, float* dx,

@@ -37,16 +37,13 @@ __global__ void nll_loss_backward_kernel(int64_t rows, int64_t cols, const float
 
 void nll_loss_forward(int64_t rows, int64_t cols, const float* logp, const int64_t* target, float* loss_sum,
                       cudaStream_t stream) {
-  nll_loss_forward_kernel<<<1, kLossThreads, 0, stream>>>(rows, cols, logp, target, loss_sum);
-  CUDA_LAUNCH_CHECK();
+  launch("nll_loss_forward_kernel", nll_loss_forward_kernel, 1, kLossThreads, stream, rows, cols, logp, target, loss_sum);
 }
 
 void nll_loss_backward(int64_t rows, int64_t cols, const float* grad_per_row, const int64_t* target, float* dlogp,
                        cudaStream_t stream) {
   if (rows * cols == 0) return;
-  nll_loss_backward_kernel<<<blocks_for(rows * cols, kElementwiseThreads), kElementwiseThreads, 0, stream>>>(
-      rows, cols, grad_per_row, target, dlogp);
-  CUDA_LAUNCH_CHECK();
+  launch("nll_loss_backward_kernel", nll_loss_backward_kernel, blocks_for(rows * cols, kElementwiseThreads), kElementwiseThreads, stream, rows, cols, grad_per_row, target, dlogp);
 }
 
 }  // namespace dpcore::kernels::cuda

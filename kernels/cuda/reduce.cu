@@ -29,15 +29,12 @@ __global__ void block_sums_kernel(int64_t n, const float* x, float* out) {
 void sum(int64_t n, const float* x, float* out, cudaStream_t stream) {
   const unsigned blocks = blocks_for(n, kPerBlock, kMaxBlocks);
   if (blocks == 1) {
-    block_sums_kernel<<<1, kThreads, 0, stream>>>(n, x, out);
-    CUDA_LAUNCH_CHECK();
+    launch("block_sums_kernel", block_sums_kernel, 1, kThreads, stream, n, x, out);
     return;
   }
   dpcore::kernels::cuda_runtime::Workspace partial(blocks * sizeof(float), stream);
-  block_sums_kernel<<<blocks, kThreads, 0, stream>>>(n, x, partial.floats());
-  CUDA_LAUNCH_CHECK();
-  block_sums_kernel<<<1, kThreads, 0, stream>>>(blocks, partial.floats(), out);
-  CUDA_LAUNCH_CHECK();
+  launch("block_sums_kernel", block_sums_kernel, blocks, kThreads, stream, n, x, partial.floats());
+  launch("block_sums_kernel", block_sums_kernel, 1, kThreads, stream, blocks, partial.floats(), out);
 }
 
 }  // namespace dpcore::kernels::cuda

@@ -70,9 +70,8 @@ void sgd_step(int64_t n, const SgdConfig& cfg, bool first_step, float* param, co
   a.nesterov = cfg.nesterov;
   a.first_step = first_step;
   const bool vec = aligned16(param) && aligned16(grad) && (!a.use_momentum || aligned16(momentum));
-  sgd_kernel<<<blocks_for((n + 3) / 4, kElementwiseThreads), kElementwiseThreads, 0, stream>>>(n, a, param, grad,
+  launch("sgd_kernel", sgd_kernel, blocks_for((n + 3) / 4, kElementwiseThreads), kElementwiseThreads, stream, n, a, param, grad,
                                                                                               momentum, vec);
-  CUDA_LAUNCH_CHECK();
 }
 
 }  // namespace dpcore::kernels::cuda

@@ -35,7 +35,7 @@ struct GemmArgs {
 };
 
 template <class Cfg, bool TRANS_A, bool TRANS_B>
-__global__ void __launch_bounds__(Cfg::THREADS) sgemm_kernel(GemmArgs g) {
+__global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS) sgemm_kernel(GemmArgs g) {
   const int m0 = blockIdx.x * Cfg::BM, n0 = blockIdx.y * Cfg::BN;
   const int k_begin = blockIdx.z * g.chunk, k_end = min(g.K, k_begin + g.chunk);
   // A[m, k] is A[m * lda + k], or A[k * lda + m] transposed; B[k, n] is B[k * ldb + n], or B[n * ldb + k].
@@ -43,8 +43,9 @@ __global__ void __launch_bounds__(Cfg::THREADS) sgemm_kernel(GemmArgs g) {
   using LoadB = std::conditional_t<TRANS_B, tile::LoadKContiguous<Cfg, Cfg::BN>, tile::LoadRowContiguous<Cfg, Cfg::BN>>;
   LoadA load_a(g.A, g.lda, g.M, g.K, g.vec_a, m0);
   LoadB load_b(g.B, g.ldb, g.N, g.K, g.vec_b, n0);
+  __shared__ __align__(16) tile::SharedTiles<Cfg> smem;
   float acc[Cfg::TM][Cfg::TN];
-  tile::multiply_tiles<Cfg>(load_a, load_b, k_begin, k_end, acc);
+  tile::multiply_tiles<Cfg>(smem, load_a, load_b, k_begin, k_end, acc);
   if (gridDim.z == 1) {
     tile::store_tile<Cfg>(acc, m0, n0, g.M, g.N, g.alpha, g.beta, g.C, g.ldc, g.vec_c);
   } else {
@@ -71,11 +72,10 @@ void launch_sgemm(bool trans_a, bool trans_b, GemmArgs g, const GemmPlan& plan, 
   dpcore::kernels::cuda_runtime::Workspace partial(plan.slices > 1 ? size_t(plan.slices) * g.M * g.N * sizeof(float) : 0, stream);
   g.partial = partial.floats();
   g.chunk = int(plan.chunk);
-  if (!trans_a && !trans_b) sgemm_kernel<Cfg, false, false><<<grid, Cfg::THREADS, 0, stream>>>(g);
-  if (!trans_a && trans_b) sgemm_kernel<Cfg, false, true><<<grid, Cfg::THREADS, 0, stream>>>(g);
-  if (trans_a && !trans_b) sgemm_kernel<Cfg, true, false><<<grid, Cfg::THREADS, 0, stream>>>(g);
-  if (trans_a && trans_b) sgemm_kernel<Cfg, true, true><<<grid, Cfg::THREADS, 0, stream>>>(g);
-  CUDA_LAUNCH_CHECK();
+  if (!trans_a && !trans_b) launch("sgemm_kernel", sgemm_kernel<Cfg, false, false>, grid, Cfg::THREADS, stream, g);
+  if (!trans_a && trans_b) launch("sgemm_kernel", sgemm_kernel<Cfg, false, true>, grid, Cfg::THREADS, stream, g);
+  if (trans_a && !trans_b) launch("sgemm_kernel", sgemm_kernel<Cfg, true, false>, grid, Cfg::THREADS, stream, g);
+  if (trans_a && trans_b) launch("sgemm_kernel", sgemm_kernel<Cfg, true, true>, grid, Cfg::THREADS, stream, g);
   if (plan.slices > 1) split_k_reduce(plan.slices, g.M, g.N, partial.floats(), g.alpha, g.beta, g.C, g.ldc, stream);
 }
 
@@ -108,9 +108,7 @@ GemmPlan plan_gemm(int64_t M, int64_t N, int64_t depth, bool allow_split, int mu
 void split_k_reduce(int slices, int64_t M, int64_t N, const float* partial, float alpha, float beta, float* C,
                     int64_t ldc, cudaStream_t stream) {
   if (M * N == 0) return;
-  split_k_reduce_kernel<<<blocks_for(M * N, kElementwiseThreads), kElementwiseThreads, 0, stream>>>(
-      slices, M, N, partial, alpha, beta, C, ldc);
-  CUDA_LAUNCH_CHECK();
+  launch("split_k_reduce_kernel", split_k_reduce_kernel, blocks_for(M * N, kElementwiseThreads), kElementwiseThreads, stream, slices, M, N, partial, alpha, beta, C, ldc);
 }
 
 void sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,

@@ -23,7 +23,10 @@ set(DPCORE_FUZZ_SECONDS 10 CACHE STRING "How long each fuzz ctest runs, in secon
 
 find_program(DPCORE_FUZZ_CXX clang++-14)
 set(DPCORE_FUZZ_WORKS OFF)
-if(NOT DPCORE_FUZZ_CXX)
+if(DPCORE_SANITIZE)
+  # The fuzzers carry their own sanitizers and run in the normal build (scripts/test.sh).
+  message(STATUS "dpcore: sanitizer build: fuzz tests are registered in the normal build only")
+elseif(NOT DPCORE_FUZZ_CXX)
   message(STATUS "dpcore: clang++-14 not found: fuzz tests are not registered (Debian: clang-14 libclang-rt-14-dev)")
 else()
   # clang without libclang-rt-14-dev compiles but cannot link -fsanitize=fuzzer: try it.

@@ -68,9 +68,16 @@ TEST(OpErrors, MixedDtypes) {
   expect_error([&] { ops::linear(x, w, Tensor()); }, {"linear", "float32", "float64"});
 }
 
+// Every window must hold at least one real element, or its argmax would point into the
+// padding: PyTorch's bound, padding at most half the kernel. The op enforces it for every
+// backend before any kernel runs (the kernels rely on it).
 TEST(OpErrors, PoolPaddingMoreThanHalfTheKernel) {
   ops::Pool2dOptions opt{2, 2, 2, 2, 2, 2};
   expect_error([&] { ops::max_pool2d(Tensor::zeros({1, 1, 4, 4}), opt); }, {"max_pool2d", "padding"});
+  opt.pad_w = 0;
+  EXPECT_THROW(ops::check_max_pool2d_options(opt), dpcore::Error);
+  opt.pad_h = 1;  // exactly half the kernel: allowed
+  EXPECT_NO_THROW(ops::check_max_pool2d_options(opt));
 }
 
 }  // namespace

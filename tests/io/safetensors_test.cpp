@@ -97,7 +97,8 @@ TEST(Safetensors, RoundTripKeepsOrderDtypesShapesBytesAndMetadata) {
     EXPECT_EQ(r.dtype, views[i].dtype) << r.name;
     EXPECT_EQ(r.shape, views[i].shape) << r.name;
     ASSERT_EQ(r.data.size(), views[i].bytes) << r.name;
-    EXPECT_EQ(std::memcmp(r.data.data(), views[i].data, views[i].bytes), 0) << r.name;
+    // memcmp with a null pointer is undefined even for 0 bytes (the empty tensor has none).
+    if (views[i].bytes > 0) EXPECT_EQ(std::memcmp(r.data.data(), views[i].data, views[i].bytes), 0) << r.name;
   }
   EXPECT_EQ(file.at("a.f64").values<double>()[1], -1e300);
   EXPECT_EQ(file.at("b.i64").values<int64_t>()[0], int64_t(1) << 62);

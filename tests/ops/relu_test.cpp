@@ -36,6 +36,7 @@ TYPED_TEST(ReluTest, ForwardAndBackwardFollowPyTorch) {
   using T = typename B::Scalar;
   const T nan = std::numeric_limits<T>::quiet_NaN();
   for (const FlatCase& c : kCases) {
+    if (!B::runs_elements(c.n + c.offset)) continue;
     const int64_t n = c.n, at = c.offset;
     auto x = random_vector<T>(n + at, 1), dy = random_vector<T>(n + at, 2);
     if (n > 2) x[at + 0] = T(0), x[at + 1] = nan, x[at + 2] = -std::numeric_limits<T>::infinity();
@@ -66,6 +67,7 @@ TYPED_TEST(ReluTest, BackwardMasksWithAnyOutput) {
   using B = TypeParam;
   using T = typename B::Scalar;
   for (const FlatCase& c : kCases) {
+    if (!B::runs_elements(c.n + c.offset)) continue;
     const int64_t n = c.n, at = c.offset;
     const auto y = random_vector<T>(n + at, 3), dy = random_vector<T>(n + at, 4);
     typename B::template Array<T> dev_y(y), dev_dy(dy);

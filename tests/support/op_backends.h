@@ -18,6 +18,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <string>
@@ -33,10 +34,15 @@
 
 #ifdef DPCORE_HAVE_CUDA
 #include "kernels/cuda/kernels.h"
+#include "support/cuda_test_util.h"
+#endif
+// The library engines exist in the CUDA build, not in the host execution build
+// (tests/host_exec), which runs the same test bodies on the hand kernels only.
+#if defined(DPCORE_HAVE_CUDA) && !defined(DPCORE_HOST_EXEC)
+#define DPCORE_CUDA_LIBRARIES 1
 #include "kernels/cuda_libraries/cublas_linear.h"
 #include "kernels/cuda_libraries/cudnn_conv2d.h"
 #include "kernels/cuda_libraries/engine_config.h"
-#include "support/cuda_test_util.h"
 #endif
 
 namespace dpcore::testing {
@@ -68,6 +74,21 @@ class HostArray {
   mutable std::vector<U> values_;
 };
 
+// How large a case a backend runs in this build: all of them, except where a backend says
+// otherwise (the host execution layer, the sanitizer builds), for time. A case left out
+// says so in the log; the normal build, or the GPU, runs it.
+struct CaseLimits {
+  int64_t elements = std::numeric_limits<int64_t>::max();       // of a flat array or an input
+  int64_t multiply_adds = std::numeric_limits<int64_t>::max();  // of a product
+  const char* where = "";
+  bool runs(int64_t work, int64_t limit, const char* unit) const {
+    if (work <= limit) return true;
+    std::printf("[ limit    ] a case of %lld %s is left out on %s (limit %lld)\n", static_cast<long long>(work), unit,
+                where, static_cast<long long>(limit));
+    return false;
+  }
+};
+
 // "1 thread", "2 threads", or nothing for the backends that have no thread count (0).
 inline std::string threads_label(int threads) {
   return threads == 0 ? std::string() : ", " + std::to_string(threads) + (threads == 1 ? " thread" : " threads");
@@ -81,6 +102,15 @@ struct CpuBackend {
   static constexpr bool kCuda = false;
   static std::string name() { return std::is_same_v<T, float> ? "CpuFloat" : "CpuDouble"; }
   static void set_up() {}
+  // The AddressSanitizer build looks for memory errors, which the smaller cases show as
+  // well; the largest cases run in the normal build.
+#ifdef DPCORE_SANITIZE_ADDRESS
+  static constexpr CaseLimits kLimits{int64_t(1) << 20, int64_t(1) << 23, "the AddressSanitizer build"};
+#else
+  static constexpr CaseLimits kLimits{};
+#endif
+  static bool runs_elements(int64_t n) { return kLimits.runs(n, kLimits.elements, "elements"); }
+  static bool runs_multiply_adds(int64_t m) { return kLimits.runs(m, kLimits.multiply_adds, "multiply-adds"); }
   // Every test body runs once per count (ScopedKernelThreads): serial, and split in two.
   static std::vector<int> thread_counts() { return kernel_thread_counts(); }
   // Against a double-accumulating reference: a few float roundings over the dot products of
@@ -165,8 +195,27 @@ struct CudaBackend {
   template <class U>
   using Array = DeviceArray<U>;
   static constexpr bool kCuda = true;
+  // On the host execution layer: the same kernels, run on CPU threads (tests/host_exec).
+#ifdef DPCORE_HOST_EXEC
+  static std::string name() { return "CudaHost"; }
+#else
   static std::string name() { return "CudaHand"; }
+#endif
   static void set_up() {}
+  // Cases left out for time (CaseLimits): on the host, whose fibers are cheap but not
+  // free, the multi-million-element cases that exist to fill a GPU's grid; every tile
+  // edge, grid shape, offset and split-K case is among the smaller ones. ThreadSanitizer
+  // makes every access an order of magnitude dearer again; races live inside a block, and
+  // the smaller cases still reach every kernel, tile size and edge.
+#if defined(DPCORE_HOST_EXEC) && defined(DPCORE_SANITIZE_THREAD)
+  static constexpr CaseLimits kLimits{int64_t(1) << 16, int64_t(1) << 20, "the host under ThreadSanitizer"};
+#elif defined(DPCORE_HOST_EXEC)
+  static constexpr CaseLimits kLimits{int64_t(1) << 20, int64_t(1) << 23, "the host"};
+#else
+  static constexpr CaseLimits kLimits{};
+#endif
+  static bool runs_elements(int64_t n) { return kLimits.runs(n, kLimits.elements, "elements"); }
+  static bool runs_multiply_adds(int64_t m) { return kLimits.runs(m, kLimits.multiply_adds, "multiply-adds"); }
   static std::vector<int> thread_counts() { return {0}; }  // one run; the CPU thread count does not apply
   // FP32 kernels against the float64-accumulated references (cuda_test_util.h).
   static double tolerance() { return kFp32Tolerance; }
@@ -253,6 +302,7 @@ struct CudaBackend {
   }
 };
 
+#ifdef DPCORE_CUDA_LIBRARIES
 // The library engines in FP32: cuDNN for conv2d (its bias, relu and bias gradient through
 // the same helper kernels the engine dispatch uses), cuBLAS under the linear layers and for
 // gemm. Everything else is the hand kernels.
@@ -295,11 +345,17 @@ struct CudaLibraryBackend : CudaBackend {
                                           kernels::cuda_libraries::cublas::sgemm);
   }
 };
+#endif  // DPCORE_CUDA_LIBRARIES
+#endif  // DPCORE_HAVE_CUDA
 
 // Ops with only hand kernels; ops that also have a library engine (conv2d, linear, gemm).
+#if defined(DPCORE_CUDA_LIBRARIES)
 using KernelBackends = ::testing::Types<CpuBackend<float>, CpuBackend<double>, CudaBackend>;
 using KernelAndLibraryBackends =
     ::testing::Types<CpuBackend<float>, CpuBackend<double>, CudaBackend, CudaLibraryBackend>;
+#elif defined(DPCORE_HOST_EXEC)
+using KernelBackends = ::testing::Types<CudaBackend>;
+using KernelAndLibraryBackends = ::testing::Types<CudaBackend>;
 #else
 using KernelBackends = ::testing::Types<CpuBackend<float>, CpuBackend<double>>;
 using KernelAndLibraryBackends = ::testing::Types<CpuBackend<float>, CpuBackend<double>>;

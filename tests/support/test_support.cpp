@@ -5,8 +5,6 @@
 #include <cstdlib>
 #include <filesystem>
 
-#include "engine/runtime.h"
-
 namespace dpcore::testing {
 
 template <class T>
@@ -22,8 +20,6 @@ static double max_rel(const T* a, const T* b, size_t n, double floor) {
 
 double max_relative_error(const float* a, const float* b, size_t n, double floor) { return max_rel(a, b, n, floor); }
 double max_relative_error(const double* a, const double* b, size_t n, double floor) { return max_rel(a, b, n, floor); }
-
-bool cuda_available() { return runtime::cuda_device_count() > 0; }
 
 TempDir::TempDir() {
   std::string templ = (std::filesystem::temp_directory_path() / "dpcore-test-XXXXXX").string();

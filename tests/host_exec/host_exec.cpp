@@ -1,0 +1,454 @@
+// The block runner of the host execution layer (host_exec.h). The threads of a block are
+// fibers (ucontext) on the launching OS thread, run round-robin: a fiber runs until it
+// waits (barrier, shuffle) or exits, then the next runnable one goes on. Switching costs
+// a fraction of a microsecond where OS threads cost a system call per wake-up, which is
+// what lets every hand kernel run through here in CI. The sanitizers are told about every
+// switch, so that they treat each fiber as a thread of its own:
+//   * AddressSanitizer: __sanitizer_start/finish_switch_fiber keep its stack bookkeeping
+//     right on the fibers' stacks;
+//   * ThreadSanitizer: each fiber is a TSan fiber, switched to WITHOUT synchronisation, so
+//     two fibers are ordered only by what a GPU would order them by: a barrier all of them
+//     passed (__tsan_release on arrival, __tsan_acquire on leaving), a completed warp
+//     exchange, the end of the previous block, and the launch itself. Two threads touching
+//     one word between barriers, one writing, is then reported as a race, as
+//     compute-sanitizer's racecheck would. The scheduler's own bookkeeping is excluded from
+//     instrumentation (kNotInstrumented), or every switch would look like a race.
+#include "host_exec/host_exec.h"
+
+#include <sys/mman.h>
+#include <ucontext.h>
+
+#include <bitset>
+#include <cstdio>
+#include <cstring>
+#include <mutex>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#if defined(__SANITIZE_ADDRESS__)
+#define HOST_EXEC_ASAN 1
+#endif
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__) || defined(DPCORE_SANITIZE_UNDEFINED)
+#include <sanitizer/common_interface_defs.h>
+#define HOST_EXEC_SANITIZER 1
+#endif
+#if defined(__SANITIZE_THREAD__)
+#include <sanitizer/tsan_interface.h>
+#define HOST_EXEC_TSAN 1
+#endif
+
+thread_local uint3 threadIdx;
+thread_local uint3 blockIdx;
+thread_local dim3 blockDim;
+thread_local dim3 gridDim;
+
+namespace host_exec {
+namespace {
+
+#define kNotInstrumented __attribute__((no_sanitize("thread")))
+
+constexpr int kMaxThreads = 1024;
+constexpr size_t kStackBytes = 256 * 1024;  // kernels need little; sanitizers and unwinding more
+
+// Thrown inside a fiber that must stop because the launch has failed: it unwinds the
+// kernel's frames and is caught at the fiber's entry.
+struct Stop {};
+
+std::string triple(unsigned x, unsigned y, unsigned z) {
+  std::ostringstream os;
+  os << "(" << x << "," << y << "," << z << ")";
+  return os.str();
+}
+std::string hex(unsigned mask) {
+  std::ostringstream os;
+  os << "0x" << std::hex << mask;
+  return os.str();
+}
+std::string lanes(unsigned mask) {
+  std::string out;
+  for (int l = 0; l < 32; ++l)
+    if (mask >> l & 1u) out += (out.empty() ? "" : ",") + std::to_string(l);
+  return out;
+}
+
+// A fiber's stack and sanitizer identity, kept from launch to launch.
+struct Fiber {
+  ucontext_t context;
+  void* stack = nullptr;
+#ifdef HOST_EXEC_TSAN
+  void* tsan = nullptr;
+#endif
+};
+
+enum class State : char { Runnable, AtBarrier, InExchange, Exited };
+
+// One exchange in progress among the lanes of a warp.
+struct Warp {
+  unsigned arrived = 0;  // lanes waiting in it
+  unsigned mask = 0;     // the mask they gave
+  const char* intrinsic = "";
+  uint64_t offered[32] = {};
+  int source[32] = {};
+  uint64_t result[32] = {};
+  uint64_t generation = 0;  // completed exchanges
+  char sync[2] = {};        // TSan's objects for exchanges of even and odd generation
+};
+
+class Launch;
+Launch* running = nullptr;  // the launch in progress (one at a time)
+Launch* running_launch(const char* call);
+
+class Launch {
+ public:
+  Launch(const char* kernel, dim3 grid, dim3 block, const std::function<void()>& body, std::vector<Fiber>& fibers)
+      : kernel_(kernel), grid_(grid), block_(block), body_(body), threads_(int(block.x * block.y * block.z)),
+        fibers_(fibers) {}
+
+  // Every block in turn; returns the error, or an empty string.
+  kNotInstrumented std::string run() {
+    blockDim = block_;
+    gridDim = grid_;
+#ifdef HOST_EXEC_TSAN
+    main_tsan_ = __tsan_get_current_fiber();
+    __tsan_release(&launch_sync_);  // the caller's writes (inputs, outputs) come before every thread
+#endif
+    const uint64_t blocks = uint64_t(grid_.x) * grid_.y * grid_.z;
+    for (uint64_t b = 0; b < blocks && !failed_; ++b) {
+      block_index_ = b;
+      blockIdx = uint3{unsigned(b % grid_.x), unsigned(b / grid_.x % grid_.y), unsigned(b / (uint64_t(grid_.x) * grid_.y))};
+      run_block();
+    }
+#ifdef HOST_EXEC_TSAN
+    __tsan_acquire(&block_sync_[0]);  // every thread's writes come before the caller goes on
+    __tsan_acquire(&block_sync_[1]);
+#endif
+    return failed_ ? error_ : std::string();
+  }
+
+  kNotInstrumented void sync_threads() {
+    stop_if_failed();
+#ifdef HOST_EXEC_TSAN
+    const uint64_t generation = barrier_generation_;
+    __tsan_release(&barrier_sync_[generation % 2]);
+#endif
+    state_[current_] = State::AtBarrier;
+    if (++at_barrier_ == threads_) {  // the last one in opens the barrier for all
+      at_barrier_ = 0;
+      ++barrier_generation_;
+      for (int t = 0; t < threads_; ++t)
+        if (state_[t] == State::AtBarrier) state_[t] = State::Runnable;
+    } else {
+      switch_to_scheduler();
+    }
+    stop_if_failed();
+#ifdef HOST_EXEC_TSAN
+    __tsan_acquire(&barrier_sync_[generation % 2]);
+#endif
+  }
+
+  kNotInstrumented uint64_t exchange(unsigned mask, uint64_t value, int source, const char* intrinsic) {
+    stop_if_failed();
+    const int me = current_, lane = me % 32, first = me - lane;
+    Warp& warp = warps_[me / 32];
+    if (!(mask >> lane & 1u))
+      fail(std::string(intrinsic) + " with mask " + hex(mask) + " that leaves out the calling lane " + std::to_string(lane));
+    if (warp.arrived && (warp.mask != mask || std::strcmp(warp.intrinsic, intrinsic) != 0))
+      fail(std::string(intrinsic) + " with mask " + hex(mask) + " while lanes " + lanes(warp.arrived) +
+           " of the warp wait in " + warp.intrinsic + " with mask " + hex(warp.mask));
+    for (int l = 0; l < 32; ++l)
+      if ((mask >> l & 1u) && (first + l >= threads_ || state_[first + l] == State::Exited))
+        fail(std::string(intrinsic) + " with mask " + hex(mask) + " names lane " + std::to_string(l) +
+             (first + l >= threads_ ? ", which does not exist (the block has " + std::to_string(threads_) + " threads)"
+                                    : ", which has exited"));
+    if (source < 0 || source > 31 || !(mask >> source & 1u))
+      fail(std::string(intrinsic) + " reads lane " + std::to_string(source) + ", outside the mask " + hex(mask));
+#ifdef HOST_EXEC_TSAN
+    const uint64_t generation = warp.generation;
+    __tsan_release(&warp.sync[generation % 2]);
+#endif
+    warp.offered[lane] = value;
+    warp.source[lane] = source;
+    warp.mask = mask;
+    warp.intrinsic = intrinsic;
+    warp.arrived |= 1u << lane;
+    if (warp.arrived == mask) {  // the last lane in completes the exchange for all
+      for (int l = 0; l < 32; ++l)
+        if (mask >> l & 1u) {
+          warp.result[l] = warp.offered[warp.source[l]];
+          if (first + l != me) state_[first + l] = State::Runnable;
+        }
+      warp.arrived = 0;
+      ++warp.generation;
+    } else {
+      state_[me] = State::InExchange;
+      switch_to_scheduler();
+    }
+    stop_if_failed();
+#ifdef HOST_EXEC_TSAN
+    __tsan_acquire(&warp.sync[generation % 2]);
+#endif
+    return warp.result[lane];
+  }
+
+  // The fiber's entry: thread `current_` of the current block.
+  // "host kernel K: block B thread T", for a sanitizer report that ends the process.
+  kNotInstrumented std::string running_thread() const { return where(current_); }
+
+  static void entry() {
+    Launch& launch = *running_launch("a kernel thread");
+#ifdef HOST_EXEC_ASAN
+    __sanitizer_finish_switch_fiber(nullptr, &launch.main_stack_bottom_, &launch.main_stack_size_);
+#endif
+#ifdef HOST_EXEC_TSAN
+    __tsan_acquire(&launch.launch_sync_);
+    __tsan_acquire(&launch.block_sync_[(launch.block_index_ + 1) % 2]);  // the previous block's threads
+#endif
+    if (!launch.failed_) {
+      try {
+        launch.body_();
+      } catch (const Stop&) {
+      } catch (const std::exception& e) {
+        launch.fail_quietly(std::string("the kernel threw: ") + e.what());
+      }
+    }
+    launch.exit_current();
+  }
+
+ private:
+  std::string where(int t) const {
+    return "host kernel " + std::string(kernel_) + ": block " + triple(blockIdx.x, blockIdx.y, blockIdx.z) +
+           " thread " + triple(unsigned(t) % block_.x, unsigned(t) / block_.x % block_.y, unsigned(t) / (block_.x * block_.y));
+  }
+
+  kNotInstrumented void stop_if_failed() const {
+    if (failed_) throw Stop{};
+  }
+  // Records the first error (naming `culprit`, by default the running thread); every
+  // waiting thread is then resumed to unwind. Throws Stop when called from a fiber.
+  kNotInstrumented void record(const std::string& what, int culprit) {
+    if (failed_) return;
+    failed_ = true;
+    error_ = where(culprit) + ": " + what;
+  }
+  [[noreturn]] void fail(const std::string& what) {
+    record(what, current_);
+    throw Stop{};
+  }
+  void fail_quietly(const std::string& what) { record(what, current_); }
+
+  // Thread `current_` has returned from the kernel: it stays exited until the block ends.
+  kNotInstrumented void exit_current() {
+    const int me = current_;
+    state_[me] = State::Exited;
+    if (first_exited_ < 0) first_exited_ = me;
+    const Warp& warp = warps_[me / 32];
+    if (!failed_ && warp.arrived && (warp.mask >> (me % 32) & 1u))
+      record("exited while lanes " + lanes(warp.arrived) + " wait for it in " + warp.intrinsic + " (mask " +
+                 hex(warp.mask) + ")",
+             me);
+#ifdef HOST_EXEC_TSAN
+    __tsan_release(&block_sync_[block_index_ % 2]);  // all its work, the error message included, before the next block
+#endif
+    final_switch_to_scheduler();
+  }
+
+  kNotInstrumented void run_block() {
+    for (int t = 0; t < threads_; ++t) {
+      start_afresh(fibers_[t]);
+      state_[t] = State::Runnable;
+    }
+    for (Warp& w : warps_) w.arrived = 0;
+    at_barrier_ = 0;
+    first_exited_ = -1;
+    for (;;) {
+      bool ran = false, all_exited = true;
+      for (int t = 0; t < threads_; ++t) {
+        if (state_[t] == State::Runnable) {
+          resume(t);
+          ran = true;
+        }
+        all_exited = all_exited && state_[t] == State::Exited;
+      }
+      if (all_exited) return;
+      if (ran) continue;
+      // Nobody can run: a barrier opens only when every thread arrives, an exchange
+      // completes when its last lane arrives. Record why, then let the waiting unwind.
+      if (!failed_) {
+        int at_barrier = 0, in_exchange = 0, exited = 0;
+        for (int t = 0; t < threads_; ++t) {
+          at_barrier += state_[t] == State::AtBarrier;
+          in_exchange += state_[t] == State::InExchange;
+          exited += state_[t] == State::Exited;
+        }
+        if (exited > 0 && at_barrier > 0 && in_exchange == 0)
+          record("exited while " + std::to_string(at_barrier) + " threads of the block wait at __syncthreads()",
+                 first_exited_);
+        else
+          record("deadlock: " + std::to_string(at_barrier) + " threads wait at __syncthreads(), " +
+                     std::to_string(in_exchange) + " in a warp shuffle, " + std::to_string(exited) + " have exited",
+                 first_waiting());
+      }
+      for (int t = 0; t < threads_; ++t)
+        if (state_[t] != State::Exited) state_[t] = State::Runnable;
+    }
+  }
+
+  // A fiber that will start at entry() on its own stack. Its own function: getcontext
+  // returns twice (in principle), which must not touch the caller's loop variables.
+  __attribute__((noinline)) static void start_afresh(Fiber& f) {
+    getcontext(&f.context);
+    f.context.uc_stack.ss_sp = f.stack;
+    f.context.uc_stack.ss_size = kStackBytes;
+    f.context.uc_link = nullptr;
+    makecontext(&f.context, &Launch::entry, 0);
+  }
+
+  kNotInstrumented int first_waiting() const {
+    for (int t = 0; t < threads_; ++t)
+      if (state_[t] != State::Exited) return t;
+    return 0;
+  }
+
+  // Scheduler -> fiber t, until it waits or exits.
+  kNotInstrumented void resume(int t) {
+    current_ = t;
+    threadIdx = uint3{unsigned(t) % block_.x, unsigned(t) / block_.x % block_.y, unsigned(t) / (block_.x * block_.y)};
+    Fiber& f = fibers_[t];
+#ifdef HOST_EXEC_ASAN
+    void* fake_stack = nullptr;
+    __sanitizer_start_switch_fiber(&fake_stack, f.stack, kStackBytes);
+#endif
+#ifdef HOST_EXEC_TSAN
+    __tsan_switch_to_fiber(f.tsan, __tsan_switch_to_fiber_no_sync);
+#endif
+    swapcontext(&scheduler_, &f.context);
+#ifdef HOST_EXEC_ASAN
+    __sanitizer_finish_switch_fiber(fake_stack, nullptr, nullptr);
+#endif
+  }
+
+  // Fiber -> scheduler; returns when the scheduler resumes this fiber.
+  kNotInstrumented void switch_to_scheduler() {
+    Fiber& f = fibers_[current_];
+#ifdef HOST_EXEC_ASAN
+    void* fake_stack = nullptr;
+    __sanitizer_start_switch_fiber(&fake_stack, main_stack_bottom_, main_stack_size_);
+#endif
+#ifdef HOST_EXEC_TSAN
+    __tsan_switch_to_fiber(main_tsan_, __tsan_switch_to_fiber_no_sync);
+#endif
+    swapcontext(&f.context, &scheduler_);
+#ifdef HOST_EXEC_ASAN
+    __sanitizer_finish_switch_fiber(fake_stack, &main_stack_bottom_, &main_stack_size_);
+#endif
+  }
+
+  // The last switch of a fiber's run: its context is made afresh for the next block.
+  kNotInstrumented void final_switch_to_scheduler() {
+    Fiber& f = fibers_[current_];
+#ifdef HOST_EXEC_ASAN
+    __sanitizer_start_switch_fiber(nullptr, main_stack_bottom_, main_stack_size_);
+#endif
+#ifdef HOST_EXEC_TSAN
+    __tsan_switch_to_fiber(main_tsan_, __tsan_switch_to_fiber_no_sync);
+#endif
+    swapcontext(&f.context, &scheduler_);
+    __builtin_unreachable();
+  }
+
+  const char* kernel_;
+  const dim3 grid_, block_;
+  const std::function<void()>& body_;
+  const int threads_;
+  std::vector<Fiber>& fibers_;
+
+  ucontext_t scheduler_;
+  int current_ = -1;
+  State state_[kMaxThreads] = {};
+  Warp warps_[kMaxThreads / 32];
+  int at_barrier_ = 0;
+  int first_exited_ = -1;
+  bool failed_ = false;
+  std::string error_;
+  const void* main_stack_bottom_ = nullptr;
+  size_t main_stack_size_ = 0;
+#ifdef HOST_EXEC_TSAN
+  void* main_tsan_ = nullptr;
+#endif
+  // Addresses for TSan's happens-before edges (their contents are never used).
+  // Barriers and blocks alternate between two objects: the thread that opens barrier g
+  // runs on and may arrive at barrier g + 1 before the others have left g, and they must
+  // not acquire what it did in between (nor the threads of block b what block b did).
+  char launch_sync_ = 0, block_sync_[2] = {}, barrier_sync_[2] = {};
+  uint64_t barrier_generation_ = 0, block_index_ = 0;
+};
+
+// Fiber stacks (and TSan fibers), made once and kept: mmap'd, so ASan treats them as
+// stacks, not as heap blocks.
+std::vector<Fiber>& fibers_for(int threads) {
+  static std::vector<Fiber> fibers(kMaxThreads);
+  for (int t = 0; t < threads; ++t) {
+    Fiber& f = fibers[t];
+    if (f.stack) continue;
+    f.stack = mmap(nullptr, kStackBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+    if (f.stack == MAP_FAILED) throw std::runtime_error("host_exec: cannot map a fiber stack");
+#ifdef HOST_EXEC_TSAN
+    f.tsan = __tsan_create_fiber(0);
+    __tsan_set_fiber_name(f.tsan, ("kernel thread " + std::to_string(t)).c_str());
+#endif
+  }
+  return fibers;
+}
+
+void check_configuration(const char* kernel, dim3 grid, dim3 block) {
+  const uint64_t threads = uint64_t(block.x) * block.y * block.z;
+  std::string problem;
+  if (threads == 0 || threads > kMaxThreads || block.z > 64)
+    problem = "block " + triple(block.x, block.y, block.z) + " (at most 1024 threads, z at most 64, none empty)";
+  else if (grid.x == 0 || grid.y == 0 || grid.z == 0 || grid.x > 2147483647u || grid.y > 65535 || grid.z > 65535)
+    problem = "grid " + triple(grid.x, grid.y, grid.z) + " (x at most 2^31-1, y and z at most 65535, none empty)";
+  if (!problem.empty())
+    throw std::runtime_error("host kernel " + std::string(kernel) + ": invalid configuration argument: " + problem);
+}
+
+// The scheduler's side of `running`, not instrumented like the rest of the bookkeeping
+// (the fibers read it; TSan must not take that for a race).
+kNotInstrumented void set_running(Launch* launch) { running = launch; }
+kNotInstrumented Launch* running_launch(const char* call) {
+  if (!running) throw std::logic_error(std::string(call) + " called outside a kernel launch");
+  return running;
+}
+
+#ifdef HOST_EXEC_SANITIZER
+// A sanitizer report names the source line; this names the CUDA thread it came from.
+kNotInstrumented void name_the_running_thread() {
+  if (running) std::fprintf(stderr, "%s was running\n", running->running_thread().c_str());
+}
+#endif
+
+}  // namespace
+
+void run_grid(const char* kernel, dim3 grid, dim3 block, const std::function<void()>& body) {
+  static std::mutex one_launch_at_a_time;  // __shared__ statics belong to the running block
+#ifdef HOST_EXEC_SANITIZER
+  static const bool named = (__sanitizer_set_death_callback(name_the_running_thread), true);
+  (void)named;
+#endif
+  check_configuration(kernel, grid, block);
+  std::lock_guard<std::mutex> lock(one_launch_at_a_time);
+  Launch launch(kernel, grid, block, body, fibers_for(int(block.x * block.y * block.z)));
+  set_running(&launch);
+  const std::string error = launch.run();
+  set_running(nullptr);
+  if (!error.empty()) throw std::runtime_error(error);
+}
+
+void sync_threads() { running_launch("__syncthreads()")->sync_threads(); }
+
+uint64_t exchange(unsigned mask, uint64_t value, int source, const char* intrinsic) {
+  return running_launch(intrinsic)->exchange(mask, value, source, intrinsic);
+}
+
+}  // namespace host_exec
