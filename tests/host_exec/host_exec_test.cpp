@@ -219,7 +219,7 @@ TEST_F(HostExecSanitizers, UndefinedBehaviorSanitizerReportsAMisalignedVectorLoa
   std::vector<float> y(32);
   setenv("UBSAN_OPTIONS", "print_stacktrace=1", 1);  // the child's report then names the kernel
   EXPECT_DEATH(launch("misaligned_vector_load", misaligned_vector_load, 1, 32, nullptr, x, y.data()),
-               "misaligned address(.|\n)*float4(.|\n)*#0 [^\n]*misaligned_vector_load");
+               "misaligned address(.|\n)*float4(.|\n)*#0 .*misaligned_vector_load");
 #endif
 }
 
