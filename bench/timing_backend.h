@@ -122,11 +122,50 @@ class TimingBackend : public Backend {
                                 const Tensor& relu_y, Tensor& dx) override {
     timed(times_, "max_pool2d+relu backward", [&] { inner_.max_pool2d_relu_backward(s, dy, argmax, relu_y, dx); });
   }
+  void batch_norm2d_stats(const kernels::BatchNorm2dShape& s, const Tensor& x, Tensor& mean, Tensor& var) override {
+    timed(times_, "batch_norm2d stats", [&] { inner_.batch_norm2d_stats(s, x, mean, var); });
+  }
+  void batch_norm2d_finalize(const kernels::BatchNorm2dShape& s, const Tensor& mean, const Tensor& var, double eps,
+                             double momentum, Tensor& invstd, Tensor* running_mean, Tensor* running_var) override {
+    timed(times_, "batch_norm2d finalize",
+          [&] { inner_.batch_norm2d_finalize(s, mean, var, eps, momentum, invstd, running_mean, running_var); });
+  }
+  void batch_norm2d_apply(const kernels::BatchNorm2dShape& s, const Tensor& x, const Tensor& mean, const Tensor& invstd,
+                          const Tensor* weight, const Tensor* bias, Tensor& y) override {
+    timed(times_, "batch_norm2d apply", [&] { inner_.batch_norm2d_apply(s, x, mean, invstd, weight, bias, y); });
+  }
+  void batch_norm2d_backward_reduce(const kernels::BatchNorm2dShape& s, const Tensor& dy, const Tensor& x,
+                                    const Tensor& mean, const Tensor& invstd, Tensor* sum_dy, Tensor* sum_dy_xhat,
+                                    Tensor* dweight, Tensor* dbias, bool accumulate) override {
+    timed(times_, "batch_norm2d backward reduce", [&] {
+      inner_.batch_norm2d_backward_reduce(s, dy, x, mean, invstd, sum_dy, sum_dy_xhat, dweight, dbias, accumulate);
+    });
+  }
+  void batch_norm2d_backward_apply(const kernels::BatchNorm2dShape& s, const Tensor& dy, const Tensor& x,
+                                   const Tensor& mean, const Tensor& invstd, const Tensor* weight, const Tensor* sum_dy,
+                                   const Tensor* sum_dy_xhat, Tensor& dx) override {
+    timed(times_, "batch_norm2d backward apply",
+          [&] { inner_.batch_norm2d_backward_apply(s, dy, x, mean, invstd, weight, sum_dy, sum_dy_xhat, dx); });
+  }
   void relu_forward(const Tensor& x, Tensor& y) override {
     timed(times_, "relu forward", [&] { inner_.relu_forward(x, y); });
   }
   void relu_backward(const Tensor& dy, const Tensor& y, Tensor& dx) override {
     timed(times_, "relu backward", [&] { inner_.relu_backward(dy, y, dx); });
+  }
+  void avg_pool2d_forward(const kernels::Pool2dShape& s, bool count_include_pad, const Tensor& x,
+                          Tensor& y) override {
+    timed(times_, "avg_pool2d forward", [&] { inner_.avg_pool2d_forward(s, count_include_pad, x, y); });
+  }
+  void avg_pool2d_backward(const kernels::Pool2dShape& s, bool count_include_pad, const Tensor& dy,
+                           Tensor& dx) override {
+    timed(times_, "avg_pool2d backward", [&] { inner_.avg_pool2d_backward(s, count_include_pad, dy, dx); });
+  }
+  void global_avg_pool2d_forward(const Tensor& x, Tensor& y) override {
+    timed(times_, "global_avg_pool2d forward", [&] { inner_.global_avg_pool2d_forward(x, y); });
+  }
+  void global_avg_pool2d_backward(const Tensor& dy, Tensor& dx) override {
+    timed(times_, "global_avg_pool2d backward", [&] { inner_.global_avg_pool2d_backward(dy, dx); });
   }
   void log_softmax_forward(const Tensor& x, Tensor& y) override {
     timed(times_, "log_softmax forward", [&] { inner_.log_softmax_forward(x, y); });

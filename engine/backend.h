@@ -114,8 +114,34 @@ class Backend {
   virtual void max_pool2d_relu_backward(const kernels::Pool2dShape& s, const Tensor& dy, const Tensor& argmax,
                                         const Tensor& relu_y, Tensor& dx) = 0;
 
+  // batch_norm2d in its steps (formulas in kernels/cpu/kernels.h): statistics, finalize
+  // (invstd, running averages), apply; backward: per-channel sums, then dx. The pointers may
+  // be null where the kernels allow it.
+  virtual void batch_norm2d_stats(const kernels::BatchNorm2dShape& s, const Tensor& x, Tensor& mean, Tensor& var) = 0;
+  virtual void batch_norm2d_finalize(const kernels::BatchNorm2dShape& s, const Tensor& mean, const Tensor& var,
+                                     double eps, double momentum, Tensor& invstd, Tensor* running_mean,
+                                     Tensor* running_var) = 0;
+  virtual void batch_norm2d_apply(const kernels::BatchNorm2dShape& s, const Tensor& x, const Tensor& mean,
+                                  const Tensor& invstd, const Tensor* weight, const Tensor* bias, Tensor& y) = 0;
+  virtual void batch_norm2d_backward_reduce(const kernels::BatchNorm2dShape& s, const Tensor& dy, const Tensor& x,
+                                            const Tensor& mean, const Tensor& invstd, Tensor* sum_dy,
+                                            Tensor* sum_dy_xhat, Tensor* dweight, Tensor* dbias, bool accumulate) = 0;
+  virtual void batch_norm2d_backward_apply(const kernels::BatchNorm2dShape& s, const Tensor& dy, const Tensor& x,
+                                           const Tensor& mean, const Tensor& invstd, const Tensor* weight,
+                                           const Tensor* sum_dy, const Tensor* sum_dy_xhat, Tensor& dx) = 0;
+
   virtual void relu_forward(const Tensor& x, Tensor& y) = 0;
   virtual void relu_backward(const Tensor& dy, const Tensor& y, Tensor& dx) = 0;
+
+  // count_include_pad: every window divides by kernel_h * kernel_w (padding counts as
+  // zeros, PyTorch's default), or by its real elements.
+  virtual void avg_pool2d_forward(const kernels::Pool2dShape& s, bool count_include_pad, const Tensor& x,
+                                  Tensor& y) = 0;
+  virtual void avg_pool2d_backward(const kernels::Pool2dShape& s, bool count_include_pad, const Tensor& dy,
+                                   Tensor& dx) = 0;
+  // x[N,C,H,W] -> y[N,C,1,1], the mean of each plane; backward dx = dy / (H * W) over the plane.
+  virtual void global_avg_pool2d_forward(const Tensor& x, Tensor& y) = 0;
+  virtual void global_avg_pool2d_backward(const Tensor& dy, Tensor& dx) = 0;
 
   virtual void log_softmax_forward(const Tensor& x, Tensor& y) = 0;                     // over the last dim
   virtual void log_softmax_backward(const Tensor& dy, const Tensor& y, Tensor& dx) = 0;

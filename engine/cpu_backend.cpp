@@ -138,6 +138,46 @@ class CpuBackend : public Backend {
     });
   }
 
+  void batch_norm2d_stats(const kernels::BatchNorm2dShape& s, const Tensor& x, Tensor& mean, Tensor& var) override {
+    dispatch_float("batch_norm2d", x, [&](auto t) {
+      using T = decltype(t);
+      k::batch_norm2d_stats<T>(s, ptr<T>(x), ptr<T>(mean), ptr<T>(var));
+    });
+  }
+  void batch_norm2d_finalize(const kernels::BatchNorm2dShape& s, const Tensor& mean, const Tensor& var, double eps,
+                             double momentum, Tensor& invstd, Tensor* running_mean, Tensor* running_var) override {
+    dispatch_float("batch_norm2d", mean, [&](auto t) {
+      using T = decltype(t);
+      k::batch_norm2d_finalize<T>(s, ptr<T>(mean), ptr<T>(var), eps, momentum, ptr<T>(invstd), ptr<T>(running_mean),
+                                  ptr<T>(running_var));
+    });
+  }
+  void batch_norm2d_apply(const kernels::BatchNorm2dShape& s, const Tensor& x, const Tensor& mean, const Tensor& invstd,
+                          const Tensor* weight, const Tensor* bias, Tensor& y) override {
+    dispatch_float("batch_norm2d", x, [&](auto t) {
+      using T = decltype(t);
+      k::batch_norm2d_apply<T>(s, ptr<T>(x), ptr<T>(mean), ptr<T>(invstd), ptr<T>(weight), ptr<T>(bias), ptr<T>(y));
+    });
+  }
+  void batch_norm2d_backward_reduce(const kernels::BatchNorm2dShape& s, const Tensor& dy, const Tensor& x,
+                                    const Tensor& mean, const Tensor& invstd, Tensor* sum_dy, Tensor* sum_dy_xhat,
+                                    Tensor* dweight, Tensor* dbias, bool accumulate) override {
+    dispatch_float("batch_norm2d backward", dy, [&](auto t) {
+      using T = decltype(t);
+      k::batch_norm2d_backward_reduce<T>(s, ptr<T>(dy), ptr<T>(x), ptr<T>(mean), ptr<T>(invstd), ptr<T>(sum_dy),
+                                         ptr<T>(sum_dy_xhat), ptr<T>(dweight), ptr<T>(dbias), accumulate);
+    });
+  }
+  void batch_norm2d_backward_apply(const kernels::BatchNorm2dShape& s, const Tensor& dy, const Tensor& x,
+                                   const Tensor& mean, const Tensor& invstd, const Tensor* weight, const Tensor* sum_dy,
+                                   const Tensor* sum_dy_xhat, Tensor& dx) override {
+    dispatch_float("batch_norm2d backward", dy, [&](auto t) {
+      using T = decltype(t);
+      k::batch_norm2d_backward_apply<T>(s, ptr<T>(dy), ptr<T>(x), ptr<T>(mean), ptr<T>(invstd), ptr<T>(weight),
+                                        ptr<T>(sum_dy), ptr<T>(sum_dy_xhat), ptr<T>(dx));
+    });
+  }
+
   void relu_forward(const Tensor& x, Tensor& y) override {
     dispatch_float("relu", x, [&](auto t) {
       using T = decltype(t);
@@ -148,6 +188,33 @@ class CpuBackend : public Backend {
     dispatch_float("relu backward", dy, [&](auto t) {
       using T = decltype(t);
       k::relu_backward<T>(dy.numel(), ptr<T>(dy), ptr<T>(y), ptr<T>(dx));
+    });
+  }
+
+  void avg_pool2d_forward(const kernels::Pool2dShape& s, bool count_include_pad, const Tensor& x,
+                          Tensor& y) override {
+    dispatch_float("avg_pool2d", x, [&](auto t) {
+      using T = decltype(t);
+      k::avg_pool2d_forward<T>(s, count_include_pad, ptr<T>(x), ptr<T>(y));
+    });
+  }
+  void avg_pool2d_backward(const kernels::Pool2dShape& s, bool count_include_pad, const Tensor& dy,
+                           Tensor& dx) override {
+    dispatch_float("avg_pool2d backward", dy, [&](auto t) {
+      using T = decltype(t);
+      k::avg_pool2d_backward<T>(s, count_include_pad, ptr<T>(dy), ptr<T>(dx));
+    });
+  }
+  void global_avg_pool2d_forward(const Tensor& x, Tensor& y) override {
+    dispatch_float("global_avg_pool2d", x, [&](auto t) {
+      using T = decltype(t);
+      k::global_avg_pool2d_forward<T>(x.size(0) * x.size(1), x.size(2) * x.size(3), ptr<T>(x), ptr<T>(y));
+    });
+  }
+  void global_avg_pool2d_backward(const Tensor& dy, Tensor& dx) override {
+    dispatch_float("global_avg_pool2d backward", dy, [&](auto t) {
+      using T = decltype(t);
+      k::global_avg_pool2d_backward<T>(dx.size(0) * dx.size(1), dx.size(2) * dx.size(3), ptr<T>(dy), ptr<T>(dx));
     });
   }
 

@@ -267,6 +267,36 @@ class CudaBackend : public Backend {
     k::max_pool2d_backward(s, f32(dy), argmax.data<int32_t>(), f32(dx), stream);
   }
 
+  void batch_norm2d_stats(const kernels::BatchNorm2dShape& s, const Tensor& x, Tensor& mean, Tensor& var) override {
+    cudaStream_t stream = begin_op("batch_norm2d", {&x, &mean, &var});
+    k::batch_norm2d_stats(s, f32(x), f32(mean), f32(var), stream);
+  }
+  void batch_norm2d_finalize(const kernels::BatchNorm2dShape& s, const Tensor& mean, const Tensor& var, double eps,
+                             double momentum, Tensor& invstd, Tensor* running_mean, Tensor* running_var) override {
+    cudaStream_t stream = begin_op("batch_norm2d", {&mean, &var, &invstd, running_mean, running_var});
+    k::batch_norm2d_finalize(s, f32(mean), f32(var), float(eps), float(momentum), f32(invstd), f32(running_mean),
+                             f32(running_var), stream);
+  }
+  void batch_norm2d_apply(const kernels::BatchNorm2dShape& s, const Tensor& x, const Tensor& mean, const Tensor& invstd,
+                          const Tensor* weight, const Tensor* bias, Tensor& y) override {
+    cudaStream_t stream = begin_op("batch_norm2d", {&x, &mean, &invstd, weight, bias, &y});
+    k::batch_norm2d_apply(s, f32(x), f32(mean), f32(invstd), f32(weight), f32(bias), f32(y), stream);
+  }
+  void batch_norm2d_backward_reduce(const kernels::BatchNorm2dShape& s, const Tensor& dy, const Tensor& x,
+                                    const Tensor& mean, const Tensor& invstd, Tensor* sum_dy, Tensor* sum_dy_xhat,
+                                    Tensor* dweight, Tensor* dbias, bool accumulate) override {
+    cudaStream_t stream = begin_op("batch_norm2d backward", {&dy, &x, &mean, &invstd, sum_dy, sum_dy_xhat, dweight, dbias});
+    k::batch_norm2d_backward_reduce(s, f32(dy), f32(x), f32(mean), f32(invstd), f32(sum_dy), f32(sum_dy_xhat),
+                                    f32(dweight), f32(dbias), accumulate, stream);
+  }
+  void batch_norm2d_backward_apply(const kernels::BatchNorm2dShape& s, const Tensor& dy, const Tensor& x,
+                                   const Tensor& mean, const Tensor& invstd, const Tensor* weight, const Tensor* sum_dy,
+                                   const Tensor* sum_dy_xhat, Tensor& dx) override {
+    cudaStream_t stream = begin_op("batch_norm2d backward", {&dy, &x, &mean, &invstd, weight, sum_dy, sum_dy_xhat, &dx});
+    k::batch_norm2d_backward_apply(s, f32(dy), f32(x), f32(mean), f32(invstd), f32(weight), f32(sum_dy),
+                                   f32(sum_dy_xhat), f32(dx), stream);
+  }
+
   void relu_forward(const Tensor& x, Tensor& y) override {
     cudaStream_t stream = begin_op("relu", {&x, &y});
     k::relu_forward(x.numel(), f32(x), f32(y), stream);
@@ -274,6 +304,25 @@ class CudaBackend : public Backend {
   void relu_backward(const Tensor& dy, const Tensor& y, Tensor& dx) override {
     cudaStream_t stream = begin_op("relu backward", {&dy, &y, &dx});
     k::relu_backward(dy.numel(), f32(dy), f32(y), f32(dx), stream);
+  }
+
+  void avg_pool2d_forward(const kernels::Pool2dShape& s, bool count_include_pad, const Tensor& x,
+                          Tensor& y) override {
+    cudaStream_t stream = begin_op("avg_pool2d", {&x, &y});
+    k::avg_pool2d_forward(s, count_include_pad, f32(x), f32(y), stream);
+  }
+  void avg_pool2d_backward(const kernels::Pool2dShape& s, bool count_include_pad, const Tensor& dy,
+                           Tensor& dx) override {
+    cudaStream_t stream = begin_op("avg_pool2d backward", {&dy, &dx});
+    k::avg_pool2d_backward(s, count_include_pad, f32(dy), f32(dx), stream);
+  }
+  void global_avg_pool2d_forward(const Tensor& x, Tensor& y) override {
+    cudaStream_t stream = begin_op("global_avg_pool2d", {&x, &y});
+    k::global_avg_pool2d_forward(x.size(0) * x.size(1), x.size(2) * x.size(3), f32(x), f32(y), stream);
+  }
+  void global_avg_pool2d_backward(const Tensor& dy, Tensor& dx) override {
+    cudaStream_t stream = begin_op("global_avg_pool2d backward", {&dy, &dx});
+    k::global_avg_pool2d_backward(dx.size(0) * dx.size(1), dx.size(2) * dx.size(3), f32(dy), f32(dx), stream);
   }
 
   void log_softmax_forward(const Tensor& x, Tensor& y) override {

@@ -37,7 +37,24 @@ Tensor max_pool2d(const Tensor& x, const Pool2dOptions& opt);
 // kernel, PyTorch's rule, so that no window is padding only). max_pool2d checks them; a
 // module can check them early, when the model is built.
 void check_max_pool2d_options(const Pool2dOptions& opt);
+// Batch normalisation of x[N,C,H,W] per channel, torch.nn.functional.batch_norm.
+// training: normalises with the batch's mean and biased variance over (N, H, W), and, when
+// running_mean and running_var are defined, updates them in place: (1 - momentum) * old +
+// momentum * batch statistic, the variance unbiased (n / (n - 1), n = N*H*W). Fails, as
+// PyTorch does, with only one value per channel. eval: normalises with running_mean and
+// running_var (required) and changes nothing. y = (x - mean) / sqrt(var + eps) * weight +
+// bias; weight and bias [C] are both defined (affine) or both undefined.
+Tensor batch_norm2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& running_mean,
+                    Tensor& running_var, bool training, double momentum = 0.1, double eps = 1e-5);
 Tensor relu(const Tensor& x);
+// avg_pool2d with PyTorch's semantics: the mean of each window, floor mode, padding at most
+// half the kernel (max_pool2d's rule). count_include_pad (PyTorch's default) counts the
+// padding as zeros, so every window divides by kernel_h * kernel_w; false divides by the
+// window's real elements.
+Tensor avg_pool2d(const Tensor& x, const Pool2dOptions& opt, bool count_include_pad = true);
+// Global average pooling x[N,C,H,W] -> y[N,C,1,1], the mean of each plane: PyTorch's
+// adaptive_avg_pool2d(x, 1), what a ResNet runs before its classifier.
+Tensor global_avg_pool2d(const Tensor& x);
 // Same elements, new shape; one entry may be -1 (inferred). An inferred LEADING entry is
 // the batch idiom x.view(-1, F): if it would change the batch size the op fails, naming
 // the shapes (the silent 64 -> 256 rows mistake of the data-parallel article).

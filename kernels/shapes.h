@@ -34,7 +34,8 @@ inline int64_t conv_out_size(int64_t in, int64_t kernel, int64_t stride, int64_t
   return span < 0 ? 0 : span / stride + 1;
 }
 
-// max_pool2d over x[N,C,H,W] -> y[N,C,P,Q]; padding counts as -infinity.
+// max_pool2d and avg_pool2d over x[N,C,H,W] -> y[N,C,P,Q]; max_pool2d's padding counts as
+// -infinity, avg_pool2d's as zeros.
 struct Pool2dShape {
   int64_t N = 0, C = 0, H = 0, W = 0;
   int64_t kernel_h = 2, kernel_w = 2;
@@ -44,6 +45,14 @@ struct Pool2dShape {
 
   int64_t x_size() const { return N * C * H * W; }
   int64_t y_size() const { return N * C * P * Q; }
+};
+
+// batch_norm2d over x[N,C,H,W]: statistics per channel over its count() = N*H*W values.
+struct BatchNorm2dShape {
+  int64_t N = 0, C = 0, H = 0, W = 0;
+
+  int64_t x_size() const { return N * C * H * W; }
+  int64_t count() const { return N * H * W; }
 };
 
 // y[N,out] = x[N,in] * W[out,in]^T + b[out]  (PyTorch's nn.Linear layout).

@@ -43,7 +43,7 @@ Tensor conv2d_relu_max_pool2d(const Tensor& x, const Tensor& w, const Tensor& bi
   Conv2dShape s = conv2d_shape(x, w, bias, conv);
   Tensor y = Tensor::empty({s.N, s.K, s.P, s.Q}, x.dtype(), x.device());
   backend(x).conv2d_relu_forward(s, x, w, bias.defined() ? &bias : nullptr, y);
-  Pool2dShape ps = pool2d_shape(y, pool);
+  Pool2dShape ps = pool2d_shape("max_pool2d", y, pool);
   Tensor out = Tensor::empty({ps.N, ps.C, ps.P, ps.Q}, x.dtype(), x.device());
   Tensor argmax = Tensor::empty({ps.N, ps.C, ps.P, ps.Q}, DType::Int32, x.device());
   backend(x).max_pool2d_forward(ps, y, out, argmax);

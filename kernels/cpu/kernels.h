@@ -43,9 +43,48 @@ template <class T> void max_pool2d_backward(const Pool2dShape& s, const T* dy, c
 template <class T> void max_pool2d_relu_backward(const Pool2dShape& s, const T* dy, const int32_t* argmax,
                                                  const T* relu_y, T* dx);
 
+// ---- batch_norm2d over x[N,C,H,W], PyTorch's semantics, per channel c over its
+// n = s.count() = N*H*W values, in steps, so that a synchronised batch norm can combine the
+// replicas' statistics (or backward sums) between them:
+//   stats:    mean[c] and the biased variance var[c] (centred: two passes);
+//   finalize: invstd[c] = 1 / sqrt(var[c] + eps); when running_mean is given (training
+//             with running statistics), running_mean = (1 - momentum) * running_mean +
+//             momentum * mean and running_var likewise with the unbiased var * n / (n - 1);
+//             eval mode calls it on the running statistics, without running_mean;
+//   apply:    y = (x - mean) * invstd * weight + bias (weight, bias may be null: 1, 0);
+//   backward_reduce: sum_dy[c] = sum(dy), sum_dy_xhat[c] = sum(dy * xhat) with
+//             xhat = (x - mean) * invstd; dweight (+)= sum_dy_xhat and dbias (+)= sum_dy
+//             under `accumulate`; every output may be null;
+//   backward_apply: training, dx = weight * invstd * (dy - sum_dy / n - xhat * sum_dy_xhat / n);
+//             eval (sum_dy and sum_dy_xhat null: the statistics were constants),
+//             dx = weight * invstd * dy. ----
+template <class T> void batch_norm2d_stats(const BatchNorm2dShape& s, const T* x, T* mean, T* var);
+template <class T> void batch_norm2d_finalize(const BatchNorm2dShape& s, const T* mean, const T* var, double eps,
+                                              double momentum, T* invstd, T* running_mean, T* running_var);
+template <class T> void batch_norm2d_apply(const BatchNorm2dShape& s, const T* x, const T* mean, const T* invstd,
+                                           const T* weight, const T* bias, T* y);
+template <class T> void batch_norm2d_backward_reduce(const BatchNorm2dShape& s, const T* dy, const T* x, const T* mean,
+                                                     const T* invstd, T* sum_dy, T* sum_dy_xhat, T* dweight, T* dbias,
+                                                     bool accumulate);
+template <class T> void batch_norm2d_backward_apply(const BatchNorm2dShape& s, const T* dy, const T* x, const T* mean,
+                                                    const T* invstd, const T* weight, const T* sum_dy,
+                                                    const T* sum_dy_xhat, T* dx);
+
 // ---- relu: backward masks with the forward OUTPUT (y > 0), so x need not be kept ----
 template <class T> void relu_forward(int64_t n, const T* x, T* y);
 template <class T> void relu_backward(int64_t n, const T* dy, const T* y, T* dx);
+
+// ---- avg_pool2d: the mean of each window, PyTorch's semantics. count_include_pad (PyTorch's
+// default): padding counts as zeros and every window divides by kernel_h * kernel_w;
+// otherwise by its real elements. Backward is a gather: each dx element sums, in output
+// order, dy / divisor of the windows holding it. ----
+template <class T> void avg_pool2d_forward(const Pool2dShape& s, bool count_include_pad, const T* x, T* y);
+template <class T> void avg_pool2d_backward(const Pool2dShape& s, bool count_include_pad, const T* dy, T* dx);
+// ---- global average pooling (PyTorch's adaptive_avg_pool2d to 1x1): y[i] = the mean of
+// plane i of x, planes of plane_size (H * W) elements; backward dx = dy[i] / plane_size
+// over plane i. ----
+template <class T> void global_avg_pool2d_forward(int64_t planes, int64_t plane_size, const T* x, T* y);
+template <class T> void global_avg_pool2d_backward(int64_t planes, int64_t plane_size, const T* dy, T* dx);
 
 // ---- log_softmax over the last dimension of [rows, cols], max-subtracted ----
 template <class T> void log_softmax_forward(int64_t rows, int64_t cols, const T* x, T* y);

@@ -66,9 +66,38 @@ void max_pool2d_backward(const Pool2dShape& s, const float* dy, const int32_t* a
 void max_pool2d_relu_backward(const Pool2dShape& s, const float* dy, const int32_t* argmax, const float* relu_y,
                               float* dx, cudaStream_t stream);
 
+// ---- batch_norm2d in the CPU's steps (kernels/cpu/kernels.h has the formulas). The
+// per-channel sums take one block per channel, fixed-order tree sums; the mean is summed
+// shifted by the channel's first value and the variance centred, so float does not cancel
+// it. ----
+void batch_norm2d_stats(const BatchNorm2dShape& s, const float* x, float* mean, float* var, cudaStream_t stream);
+void batch_norm2d_finalize(const BatchNorm2dShape& s, const float* mean, const float* var, float eps, float momentum,
+                           float* invstd, float* running_mean, float* running_var, cudaStream_t stream);
+void batch_norm2d_apply(const BatchNorm2dShape& s, const float* x, const float* mean, const float* invstd,
+                        const float* weight, const float* bias, float* y, cudaStream_t stream);
+void batch_norm2d_backward_reduce(const BatchNorm2dShape& s, const float* dy, const float* x, const float* mean,
+                                  const float* invstd, float* sum_dy, float* sum_dy_xhat, float* dweight, float* dbias,
+                                  bool accumulate, cudaStream_t stream);
+void batch_norm2d_backward_apply(const BatchNorm2dShape& s, const float* dy, const float* x, const float* mean,
+                                 const float* invstd, const float* weight, const float* sum_dy,
+                                 const float* sum_dy_xhat, float* dx, cudaStream_t stream);
+
 // ---- relu (backward masks with the forward output, as on the CPU) ----
 void relu_forward(int64_t n, const float* x, float* y, cudaStream_t stream);
 void relu_backward(int64_t n, const float* dy, const float* y, float* dx, cudaStream_t stream);
+
+// ---- avg_pool2d as on the CPU: count_include_pad divides every window by kernel_h *
+// kernel_w (padding counts as zeros), otherwise by its real elements. Backward is a gather:
+// each input element sums, in output order, dy / divisor of the windows holding it. ----
+void avg_pool2d_forward(const Pool2dShape& s, bool count_include_pad, const float* x, float* y,
+                        cudaStream_t stream);
+void avg_pool2d_backward(const Pool2dShape& s, bool count_include_pad, const float* dy, float* dx,
+                         cudaStream_t stream);
+// ---- global average pooling (adaptive_avg_pool2d to 1x1): y[i] = mean of plane i, a warp
+// per plane with a fixed-order tree sum; backward dx = dy[i] / plane_size over plane i. ----
+void global_avg_pool2d_forward(int64_t planes, int64_t plane_size, const float* x, float* y, cudaStream_t stream);
+void global_avg_pool2d_backward(int64_t planes, int64_t plane_size, const float* dy, float* dx,
+                                cudaStream_t stream);
 
 // ---- log_softmax over the last dim of [rows, cols], nll loss, fused cross-entropy ----
 void log_softmax_forward(int64_t rows, int64_t cols, const float* x, float* y, cudaStream_t stream);

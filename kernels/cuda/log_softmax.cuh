@@ -1,7 +1,7 @@
-// The row layout log_softmax and the fused cross_entropy share. A warp owns a row
-// (classifier rows are short: 10 classes here), so row reductions are warp shuffles with
-// no shared memory and no barriers; every reduction has a fixed order, hence deterministic
-// results. Internal to kernels/cuda.
+// The row layout log_softmax and the fused cross_entropy share, and global average
+// pooling (a plane is a row). A warp owns a row (classifier rows are short: 10 classes
+// here), so row reductions are warp shuffles with no shared memory and no barriers; every
+// reduction has a fixed order, hence deterministic results. Internal to kernels/cuda.
 #pragma once
 
 #include <cstdint>

@@ -10,15 +10,11 @@
 #include "kernels/cuda_runtime/check.h"
 #include "kernels/cuda/kernels.h"
 #include "kernels/cuda/launch.cuh"
+#include "kernels/cuda/pool2d.cuh"
 
 namespace dpcore::kernels::cuda {
 
 namespace {
-
-struct PoolDims {
-  int C, H, W, P, Q;
-  int kernel_h, kernel_w, stride_h, stride_w, pad_h, pad_w;
-};
 
 __global__ void max_pool2d_forward_kernel(int64_t total, PoolDims d, const float* x, float* y, int32_t* argmax) {
   for (int64_t o = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; o < total; o += int64_t(gridDim.x) * blockDim.x) {
@@ -60,15 +56,6 @@ __global__ void max_pool2d_backward_kernel(int64_t total, PoolDims d, const floa
       }
     dx[i] = relu_y && relu_y[i] <= 0.f ? 0.f : sum;
   }
-}
-
-// The kernels decode indices in int32 (int64 division is many times slower on the GPU):
-// both tensors must have fewer than 2^31 elements, as conv2d's must.
-PoolDims pool_dims(const char* op, const Pool2dShape& s) {
-  check_int32(op, "input elements", s.x_size());
-  check_int32(op, "output elements", s.y_size());
-  return PoolDims{int(s.C), int(s.H), int(s.W), int(s.P), int(s.Q), int(s.kernel_h), int(s.kernel_w),
-                  int(s.stride_h), int(s.stride_w), int(s.pad_h), int(s.pad_w)};
 }
 
 void backward(const Pool2dShape& s, const float* dy, const int32_t* argmax, const float* relu_y, float* dx,

@@ -1,5 +1,5 @@
 // Straightforward loop-nest versions of the CPU kernels that have a fast path (conv2d and
-// linear through BLAS, max_pool2d): each output element is computed on its own, from its
+// linear through BLAS, the pooling): each output element is computed on its own, from its
 // definition, with a double accumulator. They are slow and obviously right; the tests hold
 // the fast kernels (and other backends) against them. Same signatures and conventions as
 // kernels/cpu/kernels.h.
@@ -21,5 +21,10 @@ template <class T> void linear_backward_weight(const LinearShape& s, const T* x,
 
 template <class T> void max_pool2d_forward(const Pool2dShape& s, const T* x, T* y, int32_t* argmax);
 template <class T> void max_pool2d_backward(const Pool2dShape& s, const T* dy, const int32_t* argmax, T* dx);
+
+// count_include_pad: the divisor is kernel_h * kernel_w (padding counts as zeros) or the
+// window's real elements.
+template <class T> void avg_pool2d_forward(const Pool2dShape& s, bool count_include_pad, const T* x, T* y);
+template <class T> void avg_pool2d_backward(const Pool2dShape& s, bool count_include_pad, const T* dy, T* dx);
 
 }  // namespace dpcore::kernels::naive

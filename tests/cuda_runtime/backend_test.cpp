@@ -173,5 +173,64 @@ TEST(CudaBackend, EveryEngineChoiceMatchesTheCpu) {
   kernels::cuda_libraries::set_engine_config(saved);
 }
 
+// Average pooling through the CUDA backend (shapes, plane counts and count_include_pad
+// passed on to the kernels), forward and backward, against the CPU: a ResNet's tail of
+// pooled features, global pooling and a classifier.
+TEST(CudaBackend, AveragePoolingMatchesTheCpu) {
+  SKIP_WITHOUT_CUDA();
+  struct Result {
+    std::vector<float> pooled, grad;
+  };
+  auto run = [](Device device) {
+    Tensor x = Tensor::from_vector(random_floats(2 * 3 * 9 * 7, 4), {2, 3, 9, 7}, device).set_requires_grad(true);
+    Tensor fw = Tensor::from_vector(random_floats(4 * 3, 5), {4, 3}, device);
+    Tensor target = Tensor::from_vector(std::vector<int64_t>{1, 3}, {2}, device);
+    const ops::Pool2dOptions pool{3, 3, 2, 2, 1, 1};
+    Tensor pooled = ops::global_avg_pool2d(ops::add(ops::avg_pool2d(x, pool), ops::avg_pool2d(x, pool, false)));
+    ops::cross_entropy(ops::linear(ops::flatten(pooled), fw, Tensor()), target).backward();
+    return Result{pooled.to(Device::cpu()).to_vector<float>(), x.grad().to(Device::cpu()).to_vector<float>()};
+  };
+  const Result want = run(Device::cpu()), got = run(kGpu);
+  EXPECT_LE(scaled_error(got.pooled, want.pooled), kFp32Tolerance);
+  EXPECT_LE(scaled_error(got.grad, want.grad), kFp32Tolerance);
+}
+
+// batch_norm2d through the CUDA backend against the CPU: a training forward (running
+// statistics updated in place) and backward (the weight and bias gradients accumulated into
+// their leaves' buffers, as into the flat gradient buffer), then eval with the updated
+// statistics.
+TEST(CudaBackend, BatchNormMatchesTheCpu) {
+  SKIP_WITHOUT_CUDA();
+  struct Result {
+    std::vector<float> train_y, eval_y, running_mean, running_var, dx, dweight, dbias;
+  };
+  auto run = [](Device device) {
+    const int64_t N = 4, C = 3, H = 5, W = 6;
+    auto host = [](const Tensor& t) { return t.to(Device::cpu()).to_vector<float>(); };
+    Tensor x = Tensor::from_vector(random_floats(N * C * H * W, 6), {N, C, H, W}, device).set_requires_grad(true);
+    Tensor w = Tensor::from_vector(random_floats(C, 7, 0.5, 1.5), {C}, device).set_requires_grad(true);
+    Tensor b = Tensor::from_vector(random_floats(C, 8), {C}, device).set_requires_grad(true);
+    w.set_grad(Tensor::from_vector(random_floats(C, 9), {C}, device));
+    b.set_grad(Tensor::from_vector(random_floats(C, 10), {C}, device));
+    Tensor running_mean = Tensor::zeros({C}, DType::Float32, device);
+    Tensor running_var = Tensor::full({C}, 1.0, DType::Float32, device);
+    Tensor fw = Tensor::from_vector(random_floats(5 * C * H * W, 11), {5, C * H * W}, device);
+    Tensor target = Tensor::from_vector(std::vector<int64_t>{1, 3, 0, 4}, {N}, device);
+    Tensor y = ops::batch_norm2d(x, w, b, running_mean, running_var, true);
+    ops::cross_entropy(ops::linear(ops::flatten(y), fw, Tensor()), target).backward();
+    Tensor eval_y = ops::batch_norm2d(x, w, b, running_mean, running_var, false);
+    return Result{host(y),           host(eval_y),  host(running_mean), host(running_var),
+                  host(x.grad()),    host(w.grad()), host(b.grad())};
+  };
+  const Result want = run(Device::cpu()), got = run(kGpu);
+  EXPECT_LE(scaled_error(got.train_y, want.train_y), kFp32Tolerance);
+  EXPECT_LE(scaled_error(got.eval_y, want.eval_y), kFp32Tolerance);
+  EXPECT_LE(scaled_error(got.running_mean, want.running_mean), kFp32Tolerance);
+  EXPECT_LE(scaled_error(got.running_var, want.running_var), kFp32Tolerance);
+  EXPECT_LE(scaled_error(got.dx, want.dx), kFp32Tolerance);
+  EXPECT_LE(scaled_error(got.dweight, want.dweight), kFp32Tolerance);
+  EXPECT_LE(scaled_error(got.dbias, want.dbias), kFp32Tolerance);
+}
+
 }  // namespace
 }  // namespace dpcore::testing

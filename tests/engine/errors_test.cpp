@@ -80,5 +80,33 @@ TEST(OpErrors, PoolPaddingMoreThanHalfTheKernel) {
   EXPECT_NO_THROW(ops::check_max_pool2d_options(opt));
 }
 
+// batch_norm2d names itself and the shapes; PyTorch's rule for a batch with one value per
+// channel holds in training only.
+TEST(OpErrors, BatchNorm2dInputs) {
+  Tensor x = Tensor::zeros({2, 3, 4, 4}), w = Tensor::zeros({4}), b = Tensor::zeros({3}), none;
+  Tensor running_mean = Tensor::zeros({3}), running_var = Tensor::full({3}, 1.0);
+  expect_error([&] { ops::batch_norm2d(x, w, b, running_mean, running_var, true); },
+               {"batch_norm2d", "weight", "[4]", "[2, 3, 4, 4]"});
+  expect_error([&] { ops::batch_norm2d(Tensor::zeros({2, 3, 4}), none, none, running_mean, running_var, true); },
+               {"batch_norm2d", "4 dimensions"});
+  Tensor one_value = Tensor::zeros({1, 3, 1, 1});
+  expect_error([&] { ops::batch_norm2d(one_value, none, none, running_mean, running_var, true); },
+               {"batch_norm2d", "more than 1 value per channel when training", "[1, 3, 1, 1]"});
+  EXPECT_NO_THROW(ops::batch_norm2d(one_value, none, none, running_mean, running_var, false));
+  expect_error([&] { ops::batch_norm2d(x, none, none, none, none, false); }, {"batch_norm2d", "eval", "running_mean"});
+  expect_error([&] { ops::batch_norm2d(x, b, none, running_mean, running_var, true); }, {"batch_norm2d", "affine"});
+}
+
+// avg_pool2d keeps max_pool2d's padding rule (PyTorch's), so that no window is padding
+// only; global pooling wants NCHW planes with at least one element.
+TEST(OpErrors, AveragePoolingInputs) {
+  expect_error([&] { ops::avg_pool2d(Tensor::zeros({1, 1, 4, 4}), ops::Pool2dOptions{2, 2, 2, 2, 2, 0}); },
+               {"avg_pool2d", "padding"});
+  expect_error([&] { ops::avg_pool2d(Tensor::zeros({1, 1, 2, 2}), ops::Pool2dOptions{3, 3, 1, 1, 0, 0}); },
+               {"avg_pool2d", "[1, 1, 2, 2]"});
+  expect_error([&] { ops::global_avg_pool2d(Tensor::zeros({2, 3, 4})); }, {"global_avg_pool2d", "4 dimensions"});
+  expect_error([&] { ops::global_avg_pool2d(Tensor::zeros({2, 3, 0, 4})); }, {"global_avg_pool2d", "[2, 3, 0, 4]"});
+}
+
 }  // namespace
 }  // namespace dpcore

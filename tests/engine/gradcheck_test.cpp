@@ -1,6 +1,8 @@
 // Finite-difference checks in float64 of every differentiable op (engine/ops.h).
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "engine/ops.h"
 #include "support/gradcheck.h"
 #include "support/test_support.h"
@@ -64,10 +66,111 @@ TEST(Gradcheck, MaxPool) {
   }
 }
 
+// Training: the statistics depend on x, so every x gets a gradient through them; with and
+// without weight and bias, one image, one value per plane. Eval: constants from the running
+// statistics.
+TEST(Gradcheck, BatchNorm2d) {
+  for (Shape shape : {Shape{3, 2, 3, 4}, Shape{1, 3, 2, 3}, Shape{5, 2, 1, 1}})
+    for (bool training : {true, false})
+      for (bool affine : {true, false}) {
+        SCOPED_TRACE(shape_str(shape) + (training ? " training" : " eval") + (affine ? ", affine" : ""));
+        const int64_t C = shape[1];
+        Tensor x = random_leaf(shape, 41), w = random_leaf({C}, 42, 0.5, 1.5), b = random_leaf({C}, 43);
+        Tensor running_mean = random_leaf({C}, 44).detach(), running_var = random_leaf({C}, 45, 0.5, 2.0).detach();
+        std::vector<Tensor> inputs = {x};
+        if (affine) inputs.insert(inputs.end(), {w, b});
+        auto r = gradcheck(
+            [&](const std::vector<Tensor>& in) {
+              Tensor weight = affine ? in[1] : Tensor(), bias = affine ? in[2] : Tensor();
+              return weighted_sum(ops::batch_norm2d(in[0], weight, bias, running_mean, running_var, training), 46);
+            },
+            inputs);
+        expect_passes(r, x.numel() + (affine ? 2 * C : 0));
+      }
+}
+
+// PyTorch's numbers for one channel of values 1, 2, 3, 6: mean 3, biased variance 3.5,
+// unbiased 14/3. Training updates the running statistics with momentum 0.1; eval
+// normalises with them and leaves them alone; without running statistics training works.
+TEST(BatchNorm2dOp, TrainingUpdatesRunningStatisticsAndEvalUsesThem) {
+  Tensor x = Tensor::from_vector<double>({1, 2, 3, 6}, {2, 1, 1, 2});
+  Tensor running_mean = Tensor::zeros({1}, DType::Float64), running_var = Tensor::full({1}, 1.0, DType::Float64);
+  Tensor none;
+  const std::vector<double> train_y = ops::batch_norm2d(x, none, none, running_mean, running_var, true).to_vector<double>();
+  for (int i = 0; i < 4; ++i) EXPECT_NEAR(train_y[i], (x.to_vector<double>()[i] - 3.0) / std::sqrt(3.5 + 1e-5), 1e-14);
+  EXPECT_NEAR(running_mean.item(), 0.1 * 3.0, 1e-14);
+  EXPECT_NEAR(running_var.item(), 0.9 + 0.1 * 14.0 / 3.0, 1e-14);
+  const std::vector<double> eval_y = ops::batch_norm2d(x, none, none, running_mean, running_var, false).to_vector<double>();
+  for (int i = 0; i < 4; ++i)
+    EXPECT_NEAR(eval_y[i], (x.to_vector<double>()[i] - 0.3) / std::sqrt(0.9 + 0.1 * 14.0 / 3.0 + 1e-5), 1e-14);
+  EXPECT_NEAR(running_mean.item(), 0.3, 1e-14);
+  EXPECT_NEAR(running_var.item(), 0.9 + 0.1 * 14.0 / 3.0, 1e-14);
+  const std::vector<double> untracked_y = ops::batch_norm2d(x, none, none, none, none, true).to_vector<double>();
+  EXPECT_EQ(untracked_y, train_y);
+}
+
 TEST(Gradcheck, Relu) {
   Tensor x = random_leaf({4, 9}, 7);
   auto r = gradcheck([](const std::vector<Tensor>& in) { return weighted_sum(ops::relu(in[0]), 8); }, {x});
   expect_passes(r, x.numel() * 8 / 10);
+}
+
+TEST(Gradcheck, AvgPool) {
+  for (auto opt : {ops::Pool2dOptions{2, 2, 2, 2, 0, 0}, ops::Pool2dOptions{3, 3, 2, 2, 1, 1},
+                   ops::Pool2dOptions{3, 2, 1, 2, 1, 0}, ops::Pool2dOptions{3, 3, 1, 1, 1, 1}})
+    for (bool count_include_pad : {true, false}) {
+      Tensor x = random_leaf({2, 3, 7, 6}, 35);
+      auto r = gradcheck(
+          [&](const std::vector<Tensor>& in) {
+            return weighted_sum(ops::avg_pool2d(in[0], opt, count_include_pad), 36);
+          },
+          {x});
+      expect_passes(r, x.numel());
+    }
+}
+
+TEST(Gradcheck, GlobalAvgPool) {
+  for (Shape shape : {Shape{2, 3, 5, 4}, Shape{2, 4, 7, 7}, Shape{3, 2, 1, 1}}) {
+    Tensor x = random_leaf(shape, 37);
+    auto r = gradcheck([](const std::vector<Tensor>& in) { return weighted_sum(ops::global_avg_pool2d(in[0]), 38); },
+                       {x});
+    expect_passes(r, x.numel());
+  }
+}
+
+// A ResNet's convolutions: 3x3 without bias (batch norm follows), and the 1x1 stride-2
+// projection of a downsampling shortcut, with and without bias.
+TEST(Gradcheck, Conv2dWithoutBiasAndStridedOneByOne) {
+  struct Case {
+    Shape x, w;
+    ops::Conv2dOptions opt;
+  };
+  for (const Case& c : {Case{{2, 3, 6, 5}, {4, 3, 3, 3}, {1, 1, 1, 1}}, Case{{2, 3, 7, 6}, {5, 3, 1, 1}, {2, 2, 0, 0}},
+                        Case{{1, 4, 8, 8}, {6, 4, 1, 1}, {2, 2, 0, 0}}})
+    for (bool with_bias : {false, true}) {
+      Tensor x = random_leaf(c.x, 39), w = random_leaf(c.w, 40);
+      std::vector<Tensor> inputs = {x, w};
+      if (with_bias) inputs.push_back(random_leaf({c.w[0]}, 41));
+      auto r = gradcheck(
+          [&](const std::vector<Tensor>& in) {
+            return weighted_sum(ops::conv2d(in[0], in[1], with_bias ? in[2] : Tensor(), c.opt), 42);
+          },
+          inputs);
+      expect_passes(r, x.numel() + w.numel() + (with_bias ? c.w[0] : 0));
+    }
+}
+
+// add's two gradients are dy each: a residual sum, whose input reaches it both through the
+// branch and through the identity shortcut, and a tensor added to itself get both.
+TEST(Gradcheck, ResidualSums) {
+  Tensor x = random_leaf({2, 3, 5, 5}, 43), w = random_leaf({3, 3, 3, 3}, 44);
+  auto r = gradcheck(
+      [](const std::vector<Tensor>& in) {
+        Tensor branch = ops::conv2d(in[0], in[1], Tensor(), ops::Conv2dOptions{1, 1, 1, 1});
+        return weighted_sum(ops::add(ops::add(branch, in[0]), ops::add(in[0], in[0])), 45);
+      },
+      {x, w});
+  expect_passes(r, x.numel() + w.numel());
 }
 
 TEST(Gradcheck, ReshapeAndFlatten) {

@@ -47,6 +47,7 @@ const PoolCase kCases[] = {
     {"odd_input_floor", pool_shape(1, 2, 7, 9, 2, 2, 2, 2, 0, 0)},  // floor drops the last row and column
     {"3x3_stride2_pad1_overlap", pool_shape(3, 2, 9, 6, 3, 3, 2, 2, 1, 1)},
     {"3x3_stride2_pad1_overlap_odd", pool_shape(1, 2, 7, 9, 3, 3, 2, 2, 1, 1)},
+    {"resnet_stem_3x3_stride2_pad1", pool_shape(2, 8, 32, 32, 3, 3, 2, 2, 1, 1)},  // even plane, halved
     {"3x3_stride1_pad1_overlap", pool_shape(2, 1, 6, 5, 3, 3, 1, 1, 1, 1)},
     {"nonsquare_per_axis", pool_shape(2, 1, 5, 8, 3, 2, 1, 2, 1, 0)},  // per-axis kernel, stride, padding
     {"stride3", pool_shape(3, 2, 9, 7, 3, 3, 3, 3, 0, 0)},

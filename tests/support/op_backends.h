@@ -159,8 +159,42 @@ struct CpuBackend {
                                        const T* relu_y, T* dx) {
     kernels::cpu::max_pool2d_relu_backward<T>(s, dy, argmax, relu_y, dx);
   }
+  static void batch_norm2d_stats(const kernels::BatchNorm2dShape& s, const T* x, T* mean, T* var) {
+    kernels::cpu::batch_norm2d_stats<T>(s, x, mean, var);
+  }
+  static void batch_norm2d_finalize(const kernels::BatchNorm2dShape& s, const T* mean, const T* var, double eps,
+                                    double momentum, T* invstd, T* running_mean, T* running_var) {
+    kernels::cpu::batch_norm2d_finalize<T>(s, mean, var, eps, momentum, invstd, running_mean, running_var);
+  }
+  static void batch_norm2d_apply(const kernels::BatchNorm2dShape& s, const T* x, const T* mean, const T* invstd,
+                                 const T* weight, const T* bias, T* y) {
+    kernels::cpu::batch_norm2d_apply<T>(s, x, mean, invstd, weight, bias, y);
+  }
+  static void batch_norm2d_backward_reduce(const kernels::BatchNorm2dShape& s, const T* dy, const T* x, const T* mean,
+                                           const T* invstd, T* sum_dy, T* sum_dy_xhat, T* dweight, T* dbias,
+                                           bool accumulate) {
+    kernels::cpu::batch_norm2d_backward_reduce<T>(s, dy, x, mean, invstd, sum_dy, sum_dy_xhat, dweight, dbias,
+                                                  accumulate);
+  }
+  static void batch_norm2d_backward_apply(const kernels::BatchNorm2dShape& s, const T* dy, const T* x, const T* mean,
+                                          const T* invstd, const T* weight, const T* sum_dy, const T* sum_dy_xhat,
+                                          T* dx) {
+    kernels::cpu::batch_norm2d_backward_apply<T>(s, dy, x, mean, invstd, weight, sum_dy, sum_dy_xhat, dx);
+  }
   static void relu_forward(int64_t n, const T* x, T* y) { kernels::cpu::relu_forward<T>(n, x, y); }
   static void relu_backward(int64_t n, const T* dy, const T* y, T* dx) { kernels::cpu::relu_backward<T>(n, dy, y, dx); }
+  static void avg_pool2d_forward(const kernels::Pool2dShape& s, bool count_include_pad, const T* x, T* y) {
+    kernels::cpu::avg_pool2d_forward<T>(s, count_include_pad, x, y);
+  }
+  static void avg_pool2d_backward(const kernels::Pool2dShape& s, bool count_include_pad, const T* dy, T* dx) {
+    kernels::cpu::avg_pool2d_backward<T>(s, count_include_pad, dy, dx);
+  }
+  static void global_avg_pool2d_forward(int64_t planes, int64_t plane_size, const T* x, T* y) {
+    kernels::cpu::global_avg_pool2d_forward<T>(planes, plane_size, x, y);
+  }
+  static void global_avg_pool2d_backward(int64_t planes, int64_t plane_size, const T* dy, T* dx) {
+    kernels::cpu::global_avg_pool2d_backward<T>(planes, plane_size, dy, dx);
+  }
   static void log_softmax_forward(int64_t rows, int64_t cols, const T* x, T* y) {
     kernels::cpu::log_softmax_forward<T>(rows, cols, x, y);
   }
@@ -265,9 +299,45 @@ struct CudaBackend {
                                        const float* relu_y, float* dx) {
     kernels::cuda::max_pool2d_relu_backward(s, dy, argmax, relu_y, dx, nullptr);
   }
+  static void batch_norm2d_stats(const kernels::BatchNorm2dShape& s, const float* x, float* mean, float* var) {
+    kernels::cuda::batch_norm2d_stats(s, x, mean, var, nullptr);
+  }
+  static void batch_norm2d_finalize(const kernels::BatchNorm2dShape& s, const float* mean, const float* var,
+                                    double eps, double momentum, float* invstd, float* running_mean,
+                                    float* running_var) {
+    kernels::cuda::batch_norm2d_finalize(s, mean, var, float(eps), float(momentum), invstd, running_mean, running_var,
+                                         nullptr);
+  }
+  static void batch_norm2d_apply(const kernels::BatchNorm2dShape& s, const float* x, const float* mean,
+                                 const float* invstd, const float* weight, const float* bias, float* y) {
+    kernels::cuda::batch_norm2d_apply(s, x, mean, invstd, weight, bias, y, nullptr);
+  }
+  static void batch_norm2d_backward_reduce(const kernels::BatchNorm2dShape& s, const float* dy, const float* x,
+                                           const float* mean, const float* invstd, float* sum_dy, float* sum_dy_xhat,
+                                           float* dweight, float* dbias, bool accumulate) {
+    kernels::cuda::batch_norm2d_backward_reduce(s, dy, x, mean, invstd, sum_dy, sum_dy_xhat, dweight, dbias,
+                                                accumulate, nullptr);
+  }
+  static void batch_norm2d_backward_apply(const kernels::BatchNorm2dShape& s, const float* dy, const float* x,
+                                          const float* mean, const float* invstd, const float* weight,
+                                          const float* sum_dy, const float* sum_dy_xhat, float* dx) {
+    kernels::cuda::batch_norm2d_backward_apply(s, dy, x, mean, invstd, weight, sum_dy, sum_dy_xhat, dx, nullptr);
+  }
   static void relu_forward(int64_t n, const float* x, float* y) { kernels::cuda::relu_forward(n, x, y, nullptr); }
   static void relu_backward(int64_t n, const float* dy, const float* y, float* dx) {
     kernels::cuda::relu_backward(n, dy, y, dx, nullptr);
+  }
+  static void avg_pool2d_forward(const kernels::Pool2dShape& s, bool count_include_pad, const float* x, float* y) {
+    kernels::cuda::avg_pool2d_forward(s, count_include_pad, x, y, nullptr);
+  }
+  static void avg_pool2d_backward(const kernels::Pool2dShape& s, bool count_include_pad, const float* dy, float* dx) {
+    kernels::cuda::avg_pool2d_backward(s, count_include_pad, dy, dx, nullptr);
+  }
+  static void global_avg_pool2d_forward(int64_t planes, int64_t plane_size, const float* x, float* y) {
+    kernels::cuda::global_avg_pool2d_forward(planes, plane_size, x, y, nullptr);
+  }
+  static void global_avg_pool2d_backward(int64_t planes, int64_t plane_size, const float* dy, float* dx) {
+    kernels::cuda::global_avg_pool2d_backward(planes, plane_size, dy, dx, nullptr);
   }
   static void log_softmax_forward(int64_t rows, int64_t cols, const float* x, float* y) {
     kernels::cuda::log_softmax_forward(rows, cols, x, y, nullptr);

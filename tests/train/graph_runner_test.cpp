@@ -116,11 +116,54 @@ class RecordingBackend : public Backend {
                                 const Tensor& relu_y, Tensor& dx) override {
     run([=, dx = dx]() mutable { cpu_.max_pool2d_relu_backward(s, dy, argmax, relu_y, dx); });
   }
+  void batch_norm2d_stats(const kernels::BatchNorm2dShape& s, const Tensor& x, Tensor& mean, Tensor& var) override {
+    run([=, mean = mean, var = var]() mutable { cpu_.batch_norm2d_stats(s, x, mean, var); });
+  }
+  void batch_norm2d_finalize(const kernels::BatchNorm2dShape& s, const Tensor& mean, const Tensor& var, double eps,
+                             double momentum, Tensor& invstd, Tensor* running_mean, Tensor* running_var) override {
+    run([=, invstd = invstd, rm = opt(running_mean), rv = opt(running_var)]() mutable {
+      cpu_.batch_norm2d_finalize(s, mean, var, eps, momentum, invstd, ptr(rm), ptr(rv));
+    });
+  }
+  void batch_norm2d_apply(const kernels::BatchNorm2dShape& s, const Tensor& x, const Tensor& mean, const Tensor& invstd,
+                          const Tensor* weight, const Tensor* bias, Tensor& y) override {
+    run([=, w = opt(weight), b = opt(bias), y = y]() mutable {
+      cpu_.batch_norm2d_apply(s, x, mean, invstd, ptr(w), ptr(b), y);
+    });
+  }
+  void batch_norm2d_backward_reduce(const kernels::BatchNorm2dShape& s, const Tensor& dy, const Tensor& x,
+                                    const Tensor& mean, const Tensor& invstd, Tensor* sum_dy, Tensor* sum_dy_xhat,
+                                    Tensor* dweight, Tensor* dbias, bool accumulate) override {
+    run([=, sd = opt(sum_dy), sdx = opt(sum_dy_xhat), dw = opt(dweight), db = opt(dbias)]() mutable {
+      cpu_.batch_norm2d_backward_reduce(s, dy, x, mean, invstd, ptr(sd), ptr(sdx), ptr(dw), ptr(db), accumulate);
+    });
+  }
+  void batch_norm2d_backward_apply(const kernels::BatchNorm2dShape& s, const Tensor& dy, const Tensor& x,
+                                   const Tensor& mean, const Tensor& invstd, const Tensor* weight, const Tensor* sum_dy,
+                                   const Tensor* sum_dy_xhat, Tensor& dx) override {
+    run([=, w = opt(weight), sd = opt(sum_dy), sdx = opt(sum_dy_xhat), dx = dx]() mutable {
+      cpu_.batch_norm2d_backward_apply(s, dy, x, mean, invstd, ptr(w), ptr(sd), ptr(sdx), dx);
+    });
+  }
   void relu_forward(const Tensor& x, Tensor& y) override {
     run([=, y = y]() mutable { cpu_.relu_forward(x, y); });
   }
   void relu_backward(const Tensor& dy, const Tensor& y, Tensor& dx) override {
     run([=, dx = dx]() mutable { cpu_.relu_backward(dy, y, dx); });
+  }
+  void avg_pool2d_forward(const kernels::Pool2dShape& s, bool count_include_pad, const Tensor& x,
+                          Tensor& y) override {
+    run([=, y = y]() mutable { cpu_.avg_pool2d_forward(s, count_include_pad, x, y); });
+  }
+  void avg_pool2d_backward(const kernels::Pool2dShape& s, bool count_include_pad, const Tensor& dy,
+                           Tensor& dx) override {
+    run([=, dx = dx]() mutable { cpu_.avg_pool2d_backward(s, count_include_pad, dy, dx); });
+  }
+  void global_avg_pool2d_forward(const Tensor& x, Tensor& y) override {
+    run([=, y = y]() mutable { cpu_.global_avg_pool2d_forward(x, y); });
+  }
+  void global_avg_pool2d_backward(const Tensor& dy, Tensor& dx) override {
+    run([=, dx = dx]() mutable { cpu_.global_avg_pool2d_backward(dy, dx); });
   }
   void log_softmax_forward(const Tensor& x, Tensor& y) override {
     run([=, y = y]() mutable { cpu_.log_softmax_forward(x, y); });

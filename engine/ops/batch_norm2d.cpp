@@ -1,0 +1,104 @@
+// batch_norm2d: per-channel normalisation with the batch's statistics (training) or the
+// running ones (eval), and its backward. The forward runs in three backend steps
+// (statistics, finalize, apply), the backward in two (per-channel sums, dx): a synchronised
+// batch norm combines the replicas' statistics after the first forward step and their sums
+// after the first backward step.
+#include "engine/ops/op_support.h"
+
+namespace dpcore::ops {
+
+using kernels::BatchNorm2dShape;
+
+struct BatchNorm2dBackward : Node {
+  BatchNorm2dShape s;
+  Tensor x, weight;     // weight undefined: not affine
+  Tensor mean, invstd;  // the batch's (training) or the running statistics' (eval)
+  bool training = true;
+  const char* name() const override { return "BatchNorm2dBackward"; }
+
+  std::vector<Tensor> apply(const Tensor& dy) override {
+    std::vector<Tensor> grads(3);
+    Backend& b = backend(dy);
+    const bool want_dx = needs_grad(*this, 0);
+    const bool want_params = weight.defined() && (needs_grad(*this, 1) || needs_grad(*this, 2));
+    // In training, dx depends on the statistics through sum(dy) and sum(dy * xhat), which are
+    // also the gradients of bias and weight.
+    Tensor sum_dy, sum_dy_xhat;
+    if (want_dx && training) {
+      sum_dy = Tensor::empty({s.C}, dy.dtype(), dy.device());
+      sum_dy_xhat = Tensor::empty({s.C}, dy.dtype(), dy.device());
+    }
+    if (want_params || sum_dy.defined()) {
+      WeightGrads g = want_params ? weight_grads(*this, weight, s.C) : WeightGrads{};
+      b.batch_norm2d_backward_reduce(s, dy, x, mean, invstd, optional(sum_dy), optional(sum_dy_xhat), optional(g.dw),
+                                     optional(g.db), g.accumulate);
+      if (want_params) return_weight_grads(*this, g, grads);
+    }
+    if (want_dx) {
+      grads[0] = empty_like(x);
+      b.batch_norm2d_backward_apply(s, dy, x, mean, invstd, optional(weight), optional(sum_dy), optional(sum_dy_xhat),
+                                    grads[0]);
+    }
+    return grads;
+  }
+
+  static Tensor* optional(Tensor& t) { return t.defined() ? &t : nullptr; }
+};
+
+namespace {
+
+BatchNorm2dShape batch_norm2d_shape(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                                    const Tensor& running_mean, const Tensor& running_var, bool training, double eps) {
+  check_float_tensor("batch_norm2d", "input", x, 4);
+  BatchNorm2dShape s;
+  s.N = x.size(0), s.C = x.size(1), s.H = x.size(2), s.W = x.size(3);
+  auto check_per_channel = [&](const char* what, const Tensor& t) {
+    if (!t.defined()) return;
+    check_same_device_dtype("batch_norm2d", x, t);
+    DPCORE_CHECK(t.dim() == 1 && t.size(0) == s.C, "batch_norm2d: ", what, " ", shape_str(t.shape()),
+                 " does not match the ", s.C, " channels of input ", shape_str(x.shape()));
+  };
+  check_per_channel("weight", weight);
+  check_per_channel("bias", bias);
+  check_per_channel("running_mean", running_mean);
+  check_per_channel("running_var", running_var);
+  DPCORE_CHECK(weight.defined() == bias.defined(),
+               "batch_norm2d: weight and bias must both be defined (affine) or both undefined");
+  DPCORE_CHECK(running_mean.defined() == running_var.defined(),
+               "batch_norm2d: running_mean and running_var must both be defined or both undefined");
+  DPCORE_CHECK(training || running_mean.defined(),
+               "batch_norm2d: eval mode normalises with running_mean and running_var, which are undefined");
+  DPCORE_CHECK(eps >= 0.0, "batch_norm2d: eps ", eps, " must be non-negative");
+  DPCORE_CHECK(s.count() > 0, "batch_norm2d: input ", shape_str(x.shape()), " has no values per channel");
+  // PyTorch's rule: the variance of a single value is 0 and its unbiased estimate undefined.
+  DPCORE_CHECK(!training || s.count() > 1, "batch_norm2d: expected more than 1 value per channel when training, got input ",
+               shape_str(x.shape()));
+  return s;
+}
+
+}  // namespace
+
+Tensor batch_norm2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& running_mean,
+                    Tensor& running_var, bool training, double momentum, double eps) {
+  const BatchNorm2dShape s = batch_norm2d_shape(x, weight, bias, running_mean, running_var, training, eps);
+  Backend& b = backend(x);
+  Tensor mean = Tensor::empty({s.C}, x.dtype(), x.device()), invstd = Tensor::empty({s.C}, x.dtype(), x.device());
+  if (training) {
+    Tensor var = Tensor::empty({s.C}, x.dtype(), x.device());
+    b.batch_norm2d_stats(s, x, mean, var);
+    b.batch_norm2d_finalize(s, mean, var, eps, momentum, invstd, running_mean.defined() ? &running_mean : nullptr,
+                            running_var.defined() ? &running_var : nullptr);
+  } else {
+    // A copy: a training forward before this backward would update running_mean in place.
+    mean.copy_(running_mean);
+    b.batch_norm2d_finalize(s, mean, running_var, eps, 0.0, invstd, nullptr, nullptr);
+  }
+  Tensor y = empty_like(x);
+  b.batch_norm2d_apply(s, x, mean, invstd, weight.defined() ? &weight : nullptr, bias.defined() ? &bias : nullptr, y);
+  auto node = std::make_shared<BatchNorm2dBackward>();
+  node->s = s, node->x = x.detach(), node->mean = mean, node->invstd = invstd, node->training = training;
+  if (weight.defined()) node->weight = weight.detach();
+  return record(node, y, {x, weight, bias});
+}
+
+}  // namespace dpcore::ops

@@ -1,0 +1,173 @@
+// batch_norm2d, float32, as on the CPU (kernels/cpu/kernels.h has the formulas).
+//
+// The per-channel sums (statistics, backward reductions) take one block per channel: its
+// threads walk the channel's N*H*W values in a fixed pattern and block_sum adds their
+// partials in a fixed tree, so there are no atomics and the sums are the same bits on
+// every run. The elementwise steps (normalise, input gradient) are grid-stride loops.
+#include <algorithm>
+
+#include "kernels/cuda/block_reduce.cuh"
+#include "kernels/cuda_runtime/check.h"
+#include "kernels/cuda/kernels.h"
+#include "kernels/cuda/launch.cuh"
+
+namespace dpcore::kernels::cuda {
+
+namespace {
+
+constexpr int kThreads = 256;
+
+// Sizes for int32 index arithmetic (checked by channel_dims).
+struct ChannelDims {
+  int C, plane, count;  // channels, H*W, N*H*W
+};
+
+// Flat index of value t of channel c, t = n * plane + i: x[(n * C + c) * plane + i].
+__device__ __forceinline__ int channel_at(ChannelDims d, int c, int t) {
+  const int n = t / d.plane;
+  return (n * d.C + c) * d.plane + (t - n * d.plane);
+}
+
+// Two passes over the channel: the mean, then the mean squared deviation from it, a
+// centred variance (E[x^2] - E[x]^2 in float cancels to noise when the mean is large
+// against the spread). The first pass sums x - shift, shift being the channel's first
+// value, so that its float partial sums also stay at the scale of the spread and the mean
+// keeps the bits a large offset would otherwise round away.
+__global__ void batch_norm2d_stats_kernel(ChannelDims d, const float* x, float* mean, float* var) {
+  __shared__ float channel_mean;
+  for (int c = blockIdx.x; c < d.C; c += gridDim.x) {
+    const float shift = x[c * d.plane];
+    float partial = 0.f;
+    for (int t = threadIdx.x; t < d.count; t += blockDim.x) partial += x[channel_at(d, c, t)] - shift;
+    const float total = block_sum(partial);
+    if (threadIdx.x == 0) channel_mean = shift + total / float(d.count);
+    __syncthreads();
+    const float m = channel_mean;
+    float squares = 0.f;
+    for (int t = threadIdx.x; t < d.count; t += blockDim.x) {
+      const float deviation = x[channel_at(d, c, t)] - m;
+      squares += deviation * deviation;
+    }
+    // block_sum's barriers also order every thread's read of channel_mean above before
+    // thread 0 writes the next channel's.
+    const float total_squares = block_sum(squares);
+    if (threadIdx.x == 0) mean[c] = m, var[c] = total_squares / float(d.count);
+  }
+}
+
+__global__ void batch_norm2d_finalize_kernel(int C, float count, const float* mean, const float* var, float eps,
+                                             float momentum, float* invstd, float* running_mean, float* running_var) {
+  for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < C; c += gridDim.x * blockDim.x) {
+    invstd[c] = 1.f / sqrtf(var[c] + eps);
+    if (!running_mean) continue;
+    running_mean[c] = (1.f - momentum) * running_mean[c] + momentum * mean[c];
+    running_var[c] = (1.f - momentum) * running_var[c] + momentum * var[c] * count / (count - 1.f);
+  }
+}
+
+__global__ void batch_norm2d_apply_kernel(int64_t total, ChannelDims d, const float* x, const float* mean,
+                                          const float* invstd, const float* weight, const float* bias, float* y) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
+    const int c = (int(i) / d.plane) % d.C;
+    const float scale = invstd[c] * (weight ? weight[c] : 1.f);
+    y[i] = (x[i] - mean[c]) * scale + (bias ? bias[c] : 0.f);
+  }
+}
+
+// Both sums in one pass; sum(dy * xhat) = invstd * sum(dy * (x - mean)).
+__global__ void batch_norm2d_backward_reduce_kernel(ChannelDims d, const float* dy, const float* x, const float* mean,
+                                                    const float* invstd, float* sum_dy, float* sum_dy_xhat,
+                                                    float* dweight, float* dbias, bool accumulate) {
+  for (int c = blockIdx.x; c < d.C; c += gridDim.x) {
+    const float m = mean[c];
+    float dy_partial = 0.f, centred_partial = 0.f;
+    for (int t = threadIdx.x; t < d.count; t += blockDim.x) {
+      const int at = channel_at(d, c, t);
+      dy_partial += dy[at];
+      centred_partial += dy[at] * (x[at] - m);
+    }
+    const float total = block_sum(dy_partial);
+    const float total_xhat = block_sum(centred_partial) * invstd[c];
+    if (threadIdx.x != 0) continue;
+    if (sum_dy) sum_dy[c] = total;
+    if (sum_dy_xhat) sum_dy_xhat[c] = total_xhat;
+    if (dweight) dweight[c] = accumulate ? dweight[c] + total_xhat : total_xhat;
+    if (dbias) dbias[c] = accumulate ? dbias[c] + total : total;
+  }
+}
+
+// Training: dx = k * (dy - sum_dy / n - (x - mean) * invstd * sum_dy_xhat / n), k = weight * invstd.
+// Eval (no sums): dx = k * dy.
+__global__ void batch_norm2d_backward_apply_kernel(int64_t total, ChannelDims d, const float* dy, const float* x,
+                                                   const float* mean, const float* invstd, const float* weight,
+                                                   const float* sum_dy, const float* sum_dy_xhat, float* dx) {
+  const float inv_count = 1.f / float(d.count);
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
+    const int c = (int(i) / d.plane) % d.C;
+    const float k = invstd[c] * (weight ? weight[c] : 1.f);
+    if (!sum_dy) {
+      dx[i] = k * dy[i];
+      continue;
+    }
+    const float dy_mean = sum_dy[c] * inv_count, centred_coef = invstd[c] * sum_dy_xhat[c] * inv_count;
+    dx[i] = k * (dy[i] - dy_mean - (x[i] - mean[c]) * centred_coef);
+  }
+}
+
+ChannelDims channel_dims(const char* op, const BatchNorm2dShape& s) {
+  check_int32(op, "input elements", s.x_size());
+  DPCORE_CHECK(s.count() > 0, op, ": no values per channel in x[", s.N, ",", s.C, ",", s.H, ",", s.W, "]");
+  return ChannelDims{int(s.C), int(s.H * s.W), int(s.count())};
+}
+
+// One block per channel, as many as a grid row may hold; each block loops over the rest.
+unsigned channel_blocks(int64_t C) { return unsigned(std::min<int64_t>(C, 65535)); }
+
+}  // namespace
+
+void batch_norm2d_stats(const BatchNorm2dShape& s, const float* x, float* mean, float* var, cudaStream_t stream) {
+  const ChannelDims d = channel_dims("batch_norm2d", s);
+  if (s.C == 0) return;
+  launch("batch_norm2d_stats_kernel", batch_norm2d_stats_kernel, channel_blocks(s.C), kThreads, stream, d, x, mean,
+         var);
+}
+
+void batch_norm2d_finalize(const BatchNorm2dShape& s, const float* mean, const float* var, float eps, float momentum,
+                           float* invstd, float* running_mean, float* running_var, cudaStream_t stream) {
+  check_int32("batch_norm2d", "channels", s.C);
+  if (s.C == 0) return;
+  launch("batch_norm2d_finalize_kernel", batch_norm2d_finalize_kernel, blocks_for(s.C, kElementwiseThreads),
+         kElementwiseThreads, stream, int(s.C), float(s.count()), mean, var, eps, momentum, invstd, running_mean,
+         running_var);
+}
+
+void batch_norm2d_apply(const BatchNorm2dShape& s, const float* x, const float* mean, const float* invstd,
+                        const float* weight, const float* bias, float* y, cudaStream_t stream) {
+  const ChannelDims d = channel_dims("batch_norm2d", s);
+  const int64_t total = s.x_size();
+  if (total == 0) return;
+  launch("batch_norm2d_apply_kernel", batch_norm2d_apply_kernel, blocks_for(total, kElementwiseThreads),
+         kElementwiseThreads, stream, total, d, x, mean, invstd, weight, bias, y);
+}
+
+void batch_norm2d_backward_reduce(const BatchNorm2dShape& s, const float* dy, const float* x, const float* mean,
+                                  const float* invstd, float* sum_dy, float* sum_dy_xhat, float* dweight, float* dbias,
+                                  bool accumulate, cudaStream_t stream) {
+  const ChannelDims d = channel_dims("batch_norm2d backward", s);
+  if (s.C == 0) return;
+  launch("batch_norm2d_backward_reduce_kernel", batch_norm2d_backward_reduce_kernel, channel_blocks(s.C), kThreads,
+         stream, d, dy, x, mean, invstd, sum_dy, sum_dy_xhat, dweight, dbias, accumulate);
+}
+
+void batch_norm2d_backward_apply(const BatchNorm2dShape& s, const float* dy, const float* x, const float* mean,
+                                 const float* invstd, const float* weight, const float* sum_dy,
+                                 const float* sum_dy_xhat, float* dx, cudaStream_t stream) {
+  const ChannelDims d = channel_dims("batch_norm2d backward", s);
+  const int64_t total = s.x_size();
+  if (total == 0) return;
+  launch("batch_norm2d_backward_apply_kernel", batch_norm2d_backward_apply_kernel,
+         blocks_for(total, kElementwiseThreads), kElementwiseThreads, stream, total, d, dy, x, mean, invstd, weight,
+         sum_dy, sum_dy_xhat, dx);
+}
+
+}  // namespace dpcore::kernels::cuda
