@@ -19,8 +19,9 @@ namespace {
 // zeros (PyTorch's default), else the window's real elements.
 __device__ __forceinline__ float window_divisor(const PoolDims& d, bool count_include_pad, int p, int q) {
   if (count_include_pad) return float(d.kernel_h * d.kernel_w);
-  const int top = p * d.stride_h - d.pad_h, left = q * d.stride_w - d.pad_w;
-  return float((min(top + d.kernel_h, d.H) - max(top, 0)) * (min(left + d.kernel_w, d.W) - max(left, 0)));
+  const Span rows = window_span(p, d.kernel_h, d.stride_h, d.pad_h, d.H);
+  const Span cols = window_span(q, d.kernel_w, d.stride_w, d.pad_w, d.W);
+  return float((rows.end - rows.begin) * (cols.end - cols.begin));
 }
 
 __global__ void avg_pool2d_forward_kernel(int64_t total, PoolDims d, bool count_include_pad, const float* x,
@@ -28,11 +29,11 @@ __global__ void avg_pool2d_forward_kernel(int64_t total, PoolDims d, bool count_
   for (int64_t o = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; o < total; o += int64_t(gridDim.x) * blockDim.x) {
     const int plane = int(o) / (d.P * d.Q), pq = int(o) - plane * (d.P * d.Q), p = pq / d.Q, q = pq - p * d.Q;
     const float* in = x + int64_t(plane) * d.H * d.W;
-    const int h_begin = max(p * d.stride_h - d.pad_h, 0), h_end = min(p * d.stride_h - d.pad_h + d.kernel_h, d.H);
-    const int w_begin = max(q * d.stride_w - d.pad_w, 0), w_end = min(q * d.stride_w - d.pad_w + d.kernel_w, d.W);
+    const Span rows = window_span(p, d.kernel_h, d.stride_h, d.pad_h, d.H);
+    const Span cols = window_span(q, d.kernel_w, d.stride_w, d.pad_w, d.W);
     float sum = 0.f;  // padding adds nothing
-    for (int h = h_begin; h < h_end; ++h)
-      for (int w = w_begin; w < w_end; ++w) sum += __ldg(in + h * d.W + w);
+    for (int h = rows.begin; h < rows.end; ++h)
+      for (int w = cols.begin; w < cols.end; ++w) sum += __ldg(in + h * d.W + w);
     y[o] = sum / window_divisor(d, count_include_pad, p, q);
   }
 }
@@ -41,15 +42,12 @@ __global__ void avg_pool2d_backward_kernel(int64_t total, PoolDims d, bool count
                                            float* dx) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
     const int plane = int(i) / (d.H * d.W), hw = int(i) - plane * (d.H * d.W), h = hw / d.W, w = hw - h * d.W;
-    // Windows p with p*stride - pad <= h < p*stride - pad + kernel, clipped to the output.
-    const int hp = h + d.pad_h, wp = w + d.pad_w;
-    const int p_begin = hp < d.kernel_h ? 0 : (hp - d.kernel_h) / d.stride_h + 1;
-    const int q_begin = wp < d.kernel_w ? 0 : (wp - d.kernel_w) / d.stride_w + 1;
-    const int p_end = min(hp / d.stride_h + 1, d.P), q_end = min(wp / d.stride_w + 1, d.Q);
+    const Span ps = windows_holding(h, d.kernel_h, d.stride_h, d.pad_h, d.P);
+    const Span qs = windows_holding(w, d.kernel_w, d.stride_w, d.pad_w, d.Q);
     const float* grad = dy + plane * (d.P * d.Q);
     float sum = 0.f;
-    for (int p = p_begin; p < p_end; ++p)
-      for (int q = q_begin; q < q_end; ++q)
+    for (int p = ps.begin; p < ps.end; ++p)
+      for (int q = qs.begin; q < qs.end; ++q)
         sum += __ldg(grad + p * d.Q + q) / window_divisor(d, count_include_pad, p, q);
     dx[i] = sum;
   }

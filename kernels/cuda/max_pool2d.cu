@@ -20,13 +20,13 @@ __global__ void max_pool2d_forward_kernel(int64_t total, PoolDims d, const float
   for (int64_t o = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; o < total; o += int64_t(gridDim.x) * blockDim.x) {
     const int plane = int(o) / (d.P * d.Q), pq = int(o) - plane * (d.P * d.Q), p = pq / d.Q, q = pq - p * d.Q;
     const float* in = x + int64_t(plane) * d.H * d.W;
-    const int h_begin = max(p * d.stride_h - d.pad_h, 0), h_end = min(p * d.stride_h - d.pad_h + d.kernel_h, d.H);
-    const int w_begin = max(q * d.stride_w - d.pad_w, 0), w_end = min(q * d.stride_w - d.pad_w + d.kernel_w, d.W);
+    const Span rows = window_span(p, d.kernel_h, d.stride_h, d.pad_h, d.H);
+    const Span cols = window_span(q, d.kernel_w, d.stride_w, d.pad_w, d.W);
     // Row-major scan; strictly greater replaces (ties keep the first), NaN always replaces.
     float best = -INFINITY;
-    int best_index = h_begin * d.W + w_begin;
-    for (int h = h_begin; h < h_end; ++h)
-      for (int w = w_begin; w < w_end; ++w) {
+    int best_index = rows.begin * d.W + cols.begin;
+    for (int h = rows.begin; h < rows.end; ++h)
+      for (int w = cols.begin; w < cols.end; ++w) {
         const float v = __ldg(in + h * d.W + w);
         if (v > best || isnan(v)) best = v, best_index = h * d.W + w;
       }
@@ -41,16 +41,13 @@ __global__ void max_pool2d_backward_kernel(int64_t total, PoolDims d, const floa
                                            const float* relu_y, float* dx) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
     const int plane = int(i) / (d.H * d.W), hw = int(i) - plane * (d.H * d.W), h = hw / d.W, w = hw - h * d.W;
-    // Windows p with p*stride - pad <= h < p*stride - pad + kernel, clipped to the output.
-    const int hp = h + d.pad_h, wp = w + d.pad_w;
-    const int p_begin = hp < d.kernel_h ? 0 : (hp - d.kernel_h) / d.stride_h + 1;
-    const int q_begin = wp < d.kernel_w ? 0 : (wp - d.kernel_w) / d.stride_w + 1;
-    const int p_end = min(hp / d.stride_h + 1, d.P), q_end = min(wp / d.stride_w + 1, d.Q);
+    const Span ps = windows_holding(h, d.kernel_h, d.stride_h, d.pad_h, d.P);
+    const Span qs = windows_holding(w, d.kernel_w, d.stride_w, d.pad_w, d.Q);
     const int32_t self = h * d.W + w;
     const int out_plane = plane * d.P * d.Q;
     float sum = 0.f;
-    for (int p = p_begin; p < p_end; ++p)
-      for (int q = q_begin; q < q_end; ++q) {
+    for (int p = ps.begin; p < ps.end; ++p)
+      for (int q = qs.begin; q < qs.end; ++q) {
         const int o = out_plane + p * d.Q + q;
         if (__ldg(argmax + o) == self) sum += __ldg(dy + o);
       }

@@ -1,5 +1,5 @@
-// What the pooling kernels (max_pool2d.cu, avg_pool2d.cu) share: their shape in int32.
-// Internal to kernels/cuda.
+// What the pooling kernels (max_pool2d.cu, avg_pool2d.cu) share: their shape in int32, and
+// the window arithmetic along one axis. Internal to kernels/cuda.
 #pragma once
 
 #include "kernels/cuda/launch.cuh"
@@ -19,6 +19,21 @@ inline PoolDims pool_dims(const char* op, const Pool2dShape& s) {
   check_int32(op, "output elements", s.y_size());
   return PoolDims{int(s.C), int(s.H), int(s.W), int(s.P), int(s.Q), int(s.kernel_h), int(s.kernel_w),
                   int(s.stride_h), int(s.stride_w), int(s.pad_h), int(s.pad_w)};
+}
+
+// Along one axis: the input range [begin, end) that window o covers, clipped to the input,
+// and the outputs [begin, end) whose windows contain input index i (the gathers of both
+// pooling backwards visit exactly these).
+struct Span {
+  int begin, end;
+};
+__device__ __forceinline__ Span window_span(int o, int kernel, int stride, int pad, int size) {
+  const int start = o * stride - pad;
+  return {max(start, 0), min(start + kernel, size)};
+}
+__device__ __forceinline__ Span windows_holding(int i, int kernel, int stride, int pad, int outputs) {
+  const int shifted = i + pad;  // window o holds i when o * stride <= shifted < o * stride + kernel
+  return {shifted < kernel ? 0 : (shifted - kernel) / stride + 1, min(shifted / stride + 1, outputs)};
 }
 
 }  // namespace dpcore::kernels::cuda

@@ -210,7 +210,7 @@ class Launch {
         launch.body_();
       } catch (const Stop&) {
       } catch (const std::exception& e) {
-        launch.fail_quietly(std::string("the kernel threw: ") + e.what());
+        launch.record(std::string("the kernel threw: ") + e.what(), launch.current_);
       }
     }
     launch.exit_current();
@@ -236,7 +236,6 @@ class Launch {
     record(what, current_);
     throw Stop{};
   }
-  void fail_quietly(const std::string& what) { record(what, current_); }
 
   // Thread `current_` has returned from the kernel: it stays exited until the block ends.
   kNotInstrumented void exit_current() {

@@ -21,26 +21,12 @@
 #include "kernels/error.h"
 #include "kernels/naive/naive.h"
 #include "support/op_backends.h"
+#include "support/pool_cases.h"
 
 namespace dpcore::testing {
 namespace {
 
 using kernels::Pool2dShape;
-
-Pool2dShape pool_shape(int64_t N, int64_t C, int64_t H, int64_t W, int64_t kh, int64_t kw, int64_t sh, int64_t sw,
-                       int64_t ph, int64_t pw) {
-  Pool2dShape s;
-  s.N = N, s.C = C, s.H = H, s.W = W, s.kernel_h = kh, s.kernel_w = kw;
-  s.stride_h = sh, s.stride_w = sw, s.pad_h = ph, s.pad_w = pw;
-  s.P = kernels::conv_out_size(H, kh, sh, ph);
-  s.Q = kernels::conv_out_size(W, kw, sw, pw);
-  return s;
-}
-
-struct PoolCase {
-  const char* name;
-  Pool2dShape shape;
-};
 
 const PoolCase kCases[] = {
     {"models_2x2_stride2", pool_shape(2, 3, 8, 8, 2, 2, 2, 2, 0, 0)},
