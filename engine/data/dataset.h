@@ -18,9 +18,13 @@ struct Dataset {
   int64_t num_classes = 0;
   std::vector<float> images;    // n*c*h*w values, sample-major NCHW; in [0, 1] until normalised
   std::vector<int64_t> labels;  // n values in [0, num_classes)
+  // Per channel, the value a raw pixel of 0 has in `images`: empty while the pixels are raw
+  // (the value is 0); normalize() sets (0 - mean_c) / std_c. crop:PAD pads with it (augment.h).
+  std::vector<float> zero_value;
 
   int64_t sample_size() const { return c * h * w; }
   const float* image(int64_t i) const { return images.data() + i * sample_size(); }
+  float zero_of_channel(int64_t ch) const { return zero_value.empty() ? 0.0f : zero_value[size_t(ch)]; }
 };
 
 // Throws dpcore::Error unless the sizes agree with n, c, h, w and every label is a class.

@@ -41,6 +41,7 @@ static int64_t count_batches(const Dataset& data, const LoaderOptions& o) {
   DPCORE_CHECK(o.prefetch >= 1, "data loader for ", data.name, ": prefetch must be at least 1, got ", o.prefetch);
   DPCORE_CHECK(o.allocator.allocate && o.allocator.deallocate, "data loader for ", data.name,
                ": the host allocator needs both allocate and deallocate");
+  check_augment(o.augment, data);
   DPCORE_CHECK(!o.drop_last || o.batch_size <= data.n, "data loader for ", data.name, ": batch size ", o.batch_size,
                " is larger than the ", data.n, " samples and drop_last is on: no batch would ever be produced");
   return o.drop_last ? data.n / o.batch_size : (data.n + o.batch_size - 1) / o.batch_size;
@@ -53,9 +54,11 @@ DataLoader::DataLoader(const Dataset& data, LoaderOptions options, LoaderPositio
       capacity_(std::min(options_.batch_size, data.n)),
       images_bytes_(round_up(size_t(capacity_ * data.sample_size()) * sizeof(float))),
       buffer_bytes_(images_bytes_ + size_t(capacity_) * sizeof(int64_t)),
+      pad_value_(size_t(data.c)),
       queue_(size_t(options_.prefetch)),
       buffers_(size_t(options_.prefetch) + 1, nullptr),
       order_(size_t(data.n)) {
+  for (int64_t ch = 0; ch < data.c; ++ch) pad_value_[size_t(ch)] = data.zero_of_channel(ch);
   free_slots_.reserve(buffers_.size());
   seek(start);
 }
@@ -178,9 +181,16 @@ Batch DataLoader::gather(int slot, LoaderPosition pos) {
   const int64_t first = pos.batch * options_.batch_size;
   const int64_t size = std::min(options_.batch_size, data_.n - first);
   const int64_t sample = data_.sample_size();
+  const Augment& augment = options_.augment;
   for (int64_t i = 0; i < size; ++i) {
     const int64_t s = order_[size_t(first + i)];
-    std::memcpy(images + i * sample, data_.image(s), size_t(sample) * sizeof(float));
+    if (augment.none()) {
+      std::memcpy(images + i * sample, data_.image(s), size_t(sample) * sizeof(float));
+    } else {
+      const AugmentDraw draw = draw_augment(augment, options_.seed, pos.epoch, first + i);
+      augment_sample(data_.image(s), images + i * sample, data_.c, data_.h, data_.w, augment.crop_pad, draw,
+                     pad_value_.data());
+    }
     labels[i] = data_.labels[size_t(s)];
   }
   Batch b;

@@ -11,6 +11,11 @@
 // from 0 to batches_per_epoch(), the last value meaning that next() returns false (end of
 // the epoch) and moves on to (epoch + 1, 0). Saving position() in a checkpoint and passing it
 // to seek() (or the constructor) reproduces the remaining batches exactly.
+//
+// Augmentation. With LoaderOptions::augment other than none, the worker writes each sample
+// into its batch buffer through augment_sample() with the draws of draw_augment(augment,
+// seed, epoch, position), position being the sample's index in the epoch's order
+// (engine/data/augment.h); with none it copies the sample as it is.
 #pragma once
 
 #include <condition_variable>
@@ -22,6 +27,7 @@
 #include <thread>
 #include <vector>
 
+#include "engine/data/augment.h"
 #include "engine/data/dataset.h"
 
 namespace dpcore::data {
@@ -47,6 +53,7 @@ struct LoaderOptions {
   bool drop_last = false;  // drop the smaller last batch of an epoch instead of returning it
   uint64_t seed = 0;
   int prefetch = 2;  // batches prepared ahead of the consumer
+  Augment augment;   // applied to every sample as it is gathered; default none
   HostAllocator allocator = aligned_host_allocator();
 };
 
@@ -104,6 +111,7 @@ class DataLoader {
   const int64_t batches_per_epoch_;
   const int64_t capacity_;                    // samples a buffer holds: min(batch size, n)
   const size_t images_bytes_, buffer_bytes_;  // labels start at images_bytes_ in a buffer
+  std::vector<float> pad_value_;              // per channel, what crop:PAD pads with
 
   // Shared between the threads, guarded by mutex_.
   std::mutex mutex_;

@@ -1,6 +1,7 @@
 #include "engine/data/normalize.h"
 
 #include <cmath>
+#include <utility>
 
 #include "kernels/error.h"
 
@@ -36,6 +37,9 @@ void normalize(Dataset& d, const ChannelStats& s) {
   DPCORE_CHECK(int64_t(s.mean.size()) == d.c && int64_t(s.std.size()) == d.c, "normalize ", d.name, ": ", d.c,
                " channels but statistics for ", s.mean.size());
   const int64_t plane = d.h * d.w;
+  std::vector<float> zero(size_t(d.c));
+  for (int64_t ch = 0; ch < d.c; ++ch) zero[size_t(ch)] = float((d.zero_of_channel(ch) - s.mean[ch]) / s.std[ch]);
+  d.zero_value = std::move(zero);
   for (int64_t i = 0; i < d.n; ++i)
     for (int64_t ch = 0; ch < d.c; ++ch) {
       float* x = d.images.data() + i * d.sample_size() + ch * plane;

@@ -17,7 +17,8 @@ struct ChannelStats {
 // whose std of 0 cannot be divided by.
 ChannelStats channel_stats(const Dataset& data);
 
-// Applies the statistics in place; the channel counts must agree.
+// Applies the statistics in place, to the pixels and to data.zero_value (the value a raw 0
+// pixel now has); the channel counts must agree.
 void normalize(Dataset& data, const ChannelStats& stats);
 
 }  // namespace dpcore::data
