@@ -125,6 +125,11 @@ class TimingBackend : public Backend {
   void batch_norm2d_stats(const kernels::BatchNorm2dShape& s, const Tensor& x, Tensor& mean, Tensor& var) override {
     timed(times_, "batch_norm2d stats", [&] { inner_.batch_norm2d_stats(s, x, mean, var); });
   }
+  void batch_norm2d_combine_stats(const kernels::BatchNorm2dShape& s, int64_t replicas, const Tensor& gathered,
+                                  Tensor& mean, Tensor& var) override {
+    timed(times_, "batch_norm2d combine_stats",
+          [&] { inner_.batch_norm2d_combine_stats(s, replicas, gathered, mean, var); });
+  }
   void batch_norm2d_finalize(const kernels::BatchNorm2dShape& s, const Tensor& mean, const Tensor& var, double eps,
                              double momentum, Tensor& invstd, Tensor* running_mean, Tensor* running_var) override {
     timed(times_, "batch_norm2d finalize",

@@ -116,8 +116,13 @@ class Backend {
 
   // batch_norm2d in its steps (formulas in kernels/cpu/kernels.h): statistics, finalize
   // (invstd, running averages), apply; backward: per-channel sums, then dx. The pointers may
-  // be null where the kernels allow it.
+  // be null where the kernels allow it. A synchronised batch norm combines the replicas'
+  // allgathered statistics, gathered [replicas * 3 * C] (count, mean, biased var per
+  // replica, in rank order), into the group's mean[C] and var[C]; the group's count must be
+  // positive. finalize and backward_apply then take s.group_count.
   virtual void batch_norm2d_stats(const kernels::BatchNorm2dShape& s, const Tensor& x, Tensor& mean, Tensor& var) = 0;
+  virtual void batch_norm2d_combine_stats(const kernels::BatchNorm2dShape& s, int64_t replicas, const Tensor& gathered,
+                                          Tensor& mean, Tensor& var) = 0;
   virtual void batch_norm2d_finalize(const kernels::BatchNorm2dShape& s, const Tensor& mean, const Tensor& var,
                                      double eps, double momentum, Tensor& invstd, Tensor* running_mean,
                                      Tensor* running_var) = 0;

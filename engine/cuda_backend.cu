@@ -271,6 +271,11 @@ class CudaBackend : public Backend {
     cudaStream_t stream = begin_op("batch_norm2d", {&x, &mean, &var});
     k::batch_norm2d_stats(s, f32(x), f32(mean), f32(var), stream);
   }
+  void batch_norm2d_combine_stats(const kernels::BatchNorm2dShape& s, int64_t replicas, const Tensor& gathered,
+                                  Tensor& mean, Tensor& var) override {
+    cudaStream_t stream = begin_op("batch_norm2d combine_stats", {&gathered, &mean, &var});
+    k::batch_norm2d_combine_stats(s, replicas, f32(gathered), f32(mean), f32(var), stream);
+  }
   void batch_norm2d_finalize(const kernels::BatchNorm2dShape& s, const Tensor& mean, const Tensor& var, double eps,
                              double momentum, Tensor& invstd, Tensor* running_mean, Tensor* running_var) override {
     cudaStream_t stream = begin_op("batch_norm2d", {&mean, &var, &invstd, running_mean, running_var});

@@ -44,8 +44,31 @@ void check_max_pool2d_options(const Pool2dOptions& opt);
 // PyTorch does, with only one value per channel. eval: normalises with running_mean and
 // running_var (required) and changes nothing. y = (x - mean) / sqrt(var + eps) * weight +
 // bias; weight and bias [C] are both defined (affine) or both undefined.
+//
+// With a group (training only), the batch norm is synchronised over the group's replicas
+// (torch.nn.SyncBatchNorm): the statistics are those of the union of all replicas' inputs,
+// so R replicas normalise exactly as one replica on the whole micro-batch would (to
+// rounding). Forward allgathers each replica's (count, mean, biased variance) per channel
+// and combines them in rank order; backward sums the two per-channel gradient sums over
+// the group. Every replica of the group must call it, with the same layer order.
+class BatchNormGroup;
 Tensor batch_norm2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& running_mean,
-                    Tensor& running_var, bool training, double momentum = 0.1, double eps = 1e-5);
+                    Tensor& running_var, bool training, double momentum = 0.1, double eps = 1e-5,
+                    BatchNormGroup* group = nullptr);
+// The replicas a synchronised batch norm combines its statistics over. train/ implements
+// it over a comm::Communicator; the engine knows only this interface.
+class BatchNormGroup {
+ public:
+  virtual ~BatchNormGroup() = default;
+  virtual int size() const = 0;
+  // Samples of the current micro-batch over the whole group: the runner sets it before
+  // each forward (the replicas' shares may differ; their sum is known to all).
+  virtual int64_t rows() const = 0;
+  // out [size() * in.numel()] <- every replica's `in`, in rank order (blocking).
+  virtual void all_gather(const Tensor& in, Tensor& out) = 0;
+  // t <- the elementwise sum of t over the group, in place (blocking).
+  virtual void all_sum(Tensor& t) = 0;
+};
 Tensor relu(const Tensor& x);
 // avg_pool2d with PyTorch's semantics: the mean of each window, floor mode, padding at most
 // half the kernel (max_pool2d's rule). count_include_pad (PyTorch's default) counts the

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstddef>
+#include <string>
 
 #include "engine/device.h"
 #include "engine/storage.h"
@@ -28,6 +29,15 @@ void reset_peak_bytes(Device device);
 }  // namespace dpcore::runtime
 
 namespace dpcore::runtime {
+// For programs (the CLI, the benchmarks), called first thing in main: when OpenBLAS fell
+// back to its generic kernels on a CPU that supports faster ones (kernels/cpu/blas_core.h)
+// and OPENBLAS_CORETYPE is unset, runs the program again from the start (execv of
+// /proc/self/exe with the same arguments) with OPENBLAS_CORETYPE naming the faster
+// kernels, since OpenBLAS reads it only when it loads. Returns when nothing needs doing
+// (or the exec failed: the program then goes on with the generic kernels).
+void use_native_blas_kernels(char** argv);
+// "OpenBLAS SkylakeX": for run headers and benchmark reports.
+std::string blas_description();
 // Threads for the CPU kernels (OpenMP and OpenBLAS); 0 keeps the libraries' defaults.
 void set_cpu_threads(int threads);
 int cpu_threads();

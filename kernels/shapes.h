@@ -50,9 +50,15 @@ struct Pool2dShape {
 // batch_norm2d over x[N,C,H,W]: statistics per channel over its count() = N*H*W values.
 struct BatchNorm2dShape {
   int64_t N = 0, C = 0, H = 0, W = 0;
+  // A synchronised batch norm normalises with the statistics of the whole replica group:
+  // group_count is the number of values per channel over all replicas (the sum of their
+  // count()s), 0 for this replica's own count(). finalize's unbiased factor n / (n - 1) and
+  // backward_apply's 1 / n take n = stats_count().
+  int64_t group_count = 0;
 
   int64_t x_size() const { return N * C * H * W; }
   int64_t count() const { return N * H * W; }
+  int64_t stats_count() const { return group_count > 0 ? group_count : count(); }
 };
 
 // y[N,out] = x[N,in] * W[out,in]^T + b[out]  (PyTorch's nn.Linear layout).

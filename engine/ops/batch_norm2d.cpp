@@ -10,10 +10,11 @@ namespace dpcore::ops {
 using kernels::BatchNorm2dShape;
 
 struct BatchNorm2dBackward : Node {
-  BatchNorm2dShape s;
+  BatchNorm2dShape s;   // s.group_count: values per channel over the group (synchronised)
   Tensor x, weight;     // weight undefined: not affine
   Tensor mean, invstd;  // the batch's (training) or the running statistics' (eval)
   bool training = true;
+  BatchNormGroup* group = nullptr;  // synchronised: the sums are the group's
   const char* name() const override { return "BatchNorm2dBackward"; }
 
   std::vector<Tensor> apply(const Tensor& dy) override {
@@ -23,10 +24,12 @@ struct BatchNorm2dBackward : Node {
     const bool want_params = weight.defined() && (needs_grad(*this, 1) || needs_grad(*this, 2));
     // In training, dx depends on the statistics through sum(dy) and sum(dy * xhat), which are
     // also the gradients of bias and weight.
-    Tensor sum_dy, sum_dy_xhat;
-    if (want_dx && training) {
-      sum_dy = Tensor::empty({s.C}, dy.dtype(), dy.device());
-      sum_dy_xhat = Tensor::empty({s.C}, dy.dtype(), dy.device());
+    // Synchronised, dx needs the group's sums: both in one buffer, summed in one collective.
+    // (Every replica joins it, whatever gradients it wants, or the others would wait.)
+    Tensor sums, sum_dy, sum_dy_xhat;
+    if ((want_dx || group) && training) {
+      sums = Tensor::empty({2 * s.C}, dy.dtype(), dy.device());
+      sum_dy = sums.narrow0(0, s.C), sum_dy_xhat = sums.narrow0(s.C, 2 * s.C);
     }
     if (want_params || sum_dy.defined()) {
       WeightGrads g = want_params ? weight_grads(*this, weight, s.C) : WeightGrads{};
@@ -34,6 +37,8 @@ struct BatchNorm2dBackward : Node {
                                      optional(g.db), g.accumulate);
       if (want_params) return_weight_grads(*this, g, grads);
     }
+    // (weight and bias gradients stay this replica's own: the gradient allreduce sums them.)
+    if (group && sums.defined()) group->all_sum(sums);
     if (want_dx) {
       grads[0] = empty_like(x);
       b.batch_norm2d_backward_apply(s, dy, x, mean, invstd, optional(weight), optional(sum_dy), optional(sum_dy_xhat),
@@ -48,7 +53,8 @@ struct BatchNorm2dBackward : Node {
 namespace {
 
 BatchNorm2dShape batch_norm2d_shape(const Tensor& x, const Tensor& weight, const Tensor& bias,
-                                    const Tensor& running_mean, const Tensor& running_var, bool training, double eps) {
+                                    const Tensor& running_mean, const Tensor& running_var, bool training, double eps,
+                                    const BatchNormGroup* group) {
   check_float_tensor("batch_norm2d", "input", x, 4);
   BatchNorm2dShape s;
   s.N = x.size(0), s.C = x.size(1), s.H = x.size(2), s.W = x.size(3);
@@ -71,21 +77,44 @@ BatchNorm2dShape batch_norm2d_shape(const Tensor& x, const Tensor& weight, const
   DPCORE_CHECK(eps >= 0.0, "batch_norm2d: eps ", eps, " must be non-negative");
   DPCORE_CHECK(s.count() > 0, "batch_norm2d: input ", shape_str(x.shape()), " has no values per channel");
   // PyTorch's rule: the variance of a single value is 0 and its unbiased estimate undefined.
-  DPCORE_CHECK(!training || s.count() > 1, "batch_norm2d: expected more than 1 value per channel when training, got input ",
-               shape_str(x.shape()));
+  // (A synchronised batch norm checks the group's count instead: group_statistics.)
+  DPCORE_CHECK(!training || group || s.count() > 1,
+               "batch_norm2d: expected more than 1 value per channel when training, got input ", shape_str(x.shape()));
   return s;
+}
+
+// The group's mean and biased variance per channel, from this replica's x: local
+// statistics, packed as (count, mean, var) x C, allgathered, combined in rank order
+// (Chan et al.'s parallel variance: no E[x^2] - E[x]^2 cancellation). Sets s.group_count.
+void group_statistics(BatchNorm2dShape& s, const Tensor& x, BatchNormGroup& group, Tensor& mean, Tensor& var) {
+  const int64_t group_count = group.rows() * s.H * s.W;
+  DPCORE_CHECK(group.rows() >= s.N, "batch_norm2d: the group's micro-batch of ", group.rows(),
+               " samples is smaller than this replica's input ", shape_str({s.N, s.C, s.H, s.W}));
+  DPCORE_CHECK(group_count > 1, "batch_norm2d: expected more than 1 value per channel over the group when training, got ",
+               group_count);
+  Backend& b = backend(x);
+  Tensor local = Tensor::empty({3 * s.C}, x.dtype(), x.device());
+  Tensor local_count = local.narrow0(0, s.C), local_mean = local.narrow0(s.C, 2 * s.C),
+         local_var = local.narrow0(2 * s.C, 3 * s.C);
+  b.fill(local_count, double(s.count()));
+  b.batch_norm2d_stats(s, x, local_mean, local_var);
+  Tensor gathered = Tensor::empty({group.size() * 3 * s.C}, x.dtype(), x.device());
+  group.all_gather(local, gathered);
+  b.batch_norm2d_combine_stats(s, group.size(), gathered, mean, var);
+  s.group_count = group_count;
 }
 
 }  // namespace
 
 Tensor batch_norm2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& running_mean,
-                    Tensor& running_var, bool training, double momentum, double eps) {
-  const BatchNorm2dShape s = batch_norm2d_shape(x, weight, bias, running_mean, running_var, training, eps);
+                    Tensor& running_var, bool training, double momentum, double eps, BatchNormGroup* group) {
+  BatchNorm2dShape s = batch_norm2d_shape(x, weight, bias, running_mean, running_var, training, eps, group);
   Backend& b = backend(x);
   Tensor mean = Tensor::empty({s.C}, x.dtype(), x.device()), invstd = Tensor::empty({s.C}, x.dtype(), x.device());
   if (training) {
     Tensor var = Tensor::empty({s.C}, x.dtype(), x.device());
-    b.batch_norm2d_stats(s, x, mean, var);
+    if (group) group_statistics(s, x, *group, mean, var);
+    else b.batch_norm2d_stats(s, x, mean, var);
     b.batch_norm2d_finalize(s, mean, var, eps, momentum, invstd, running_mean.defined() ? &running_mean : nullptr,
                             running_var.defined() ? &running_var : nullptr);
   } else {
@@ -97,6 +126,7 @@ Tensor batch_norm2d(const Tensor& x, const Tensor& weight, const Tensor& bias, T
   b.batch_norm2d_apply(s, x, mean, invstd, weight.defined() ? &weight : nullptr, bias.defined() ? &bias : nullptr, y);
   auto node = std::make_shared<BatchNorm2dBackward>();
   node->s = s, node->x = x.detach(), node->mean = mean, node->invstd = invstd, node->training = training;
+  node->group = training ? group : nullptr;
   if (weight.defined()) node->weight = weight.detach();
   return record(node, y, {x, weight, bias});
 }

@@ -44,9 +44,18 @@ template <class T> void max_pool2d_relu_backward(const Pool2dShape& s, const T* 
                                                  const T* relu_y, T* dx);
 
 // ---- batch_norm2d over x[N,C,H,W], PyTorch's semantics, per channel c over its
-// n = s.count() = N*H*W values, in steps, so that a synchronised batch norm can combine the
-// replicas' statistics (or backward sums) between them:
-//   stats:    mean[c] and the biased variance var[c] (centred: two passes);
+// s.count() = N*H*W values, in steps, so that a synchronised batch norm can combine the
+// replicas' statistics (or backward sums) between them. n = s.stats_count(): s.count(), or
+// under a synchronised batch norm s.group_count, the values per channel of the whole group.
+//   stats:    mean[c] and the biased variance var[c] (centred: two passes) of this x;
+//   combine_stats: the group's mean[c] and biased var[c] from every replica's, gathered as
+//             [replicas * 3 * C]: replica r's block at r * 3C holds count[C] (its values
+//             per channel, the same number in each slot), mean[C], var[C] (biased, as
+//             stats gives them). Chan et al.'s parallel combination, in rank order and in
+//             double: N = sum_r n_r, mean = sum_r n_r * m_r / N, var = sum_r n_r * (v_r +
+//             (m_r - mean)^2) / N, so a large mean does not cancel. Replicas with n_r = 0
+//             add nothing; callers guarantee N > 0 (the CUDA kernel cannot report it). A
+//             float count is exact up to 2^24 values per channel and replica;
 //   finalize: invstd[c] = 1 / sqrt(var[c] + eps); when running_mean is given (training
 //             with running statistics), running_mean = (1 - momentum) * running_mean +
 //             momentum * mean and running_var likewise with the unbiased var * n / (n - 1);
@@ -55,10 +64,13 @@ template <class T> void max_pool2d_relu_backward(const Pool2dShape& s, const T* 
 //   backward_reduce: sum_dy[c] = sum(dy), sum_dy_xhat[c] = sum(dy * xhat) with
 //             xhat = (x - mean) * invstd; dweight (+)= sum_dy_xhat and dbias (+)= sum_dy
 //             under `accumulate`; every output may be null;
-//   backward_apply: training, dx = weight * invstd * (dy - sum_dy / n - xhat * sum_dy_xhat / n);
+//   backward_apply: training, dx = weight * invstd * (dy - sum_dy / n - xhat * sum_dy_xhat / n)
+//             (under a synchronised batch norm with the group's sums);
 //             eval (sum_dy and sum_dy_xhat null: the statistics were constants),
 //             dx = weight * invstd * dy. ----
 template <class T> void batch_norm2d_stats(const BatchNorm2dShape& s, const T* x, T* mean, T* var);
+template <class T> void batch_norm2d_combine_stats(const BatchNorm2dShape& s, int64_t replicas, const T* gathered,
+                                                   T* mean, T* var);
 template <class T> void batch_norm2d_finalize(const BatchNorm2dShape& s, const T* mean, const T* var, double eps,
                                               double momentum, T* invstd, T* running_mean, T* running_var);
 template <class T> void batch_norm2d_apply(const BatchNorm2dShape& s, const T* x, const T* mean, const T* invstd,

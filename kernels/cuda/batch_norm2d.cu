@@ -3,7 +3,8 @@
 // The per-channel sums (statistics, backward reductions) take one block per channel: its
 // threads walk the channel's N*H*W values in a fixed pattern and block_sum adds their
 // partials in a fixed tree, so there are no atomics and the sums are the same bits on
-// every run. The elementwise steps (normalise, input gradient) are grid-stride loops.
+// every run. The elementwise steps (normalise, input gradient) are grid-stride loops, and
+// so is the combination of the replicas' statistics, one thread per channel.
 #include <algorithm>
 
 #include "kernels/cuda/block_reduce.cuh"
@@ -55,6 +56,33 @@ __global__ void batch_norm2d_stats_kernel(ChannelDims d, const float* x, float* 
   }
 }
 
+// One thread per channel walks the replicas in rank order, in double (kernels/cpu/kernels.h
+// has the formula): the same bits on every replica, which all hold the same gathered input.
+__global__ void batch_norm2d_combine_stats_kernel(int C, int replicas, const float* gathered, float* mean,
+                                                  float* var) {
+  for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < C; c += gridDim.x * blockDim.x) {
+    double total = 0.0, weighted = 0.0;
+    for (int r = 0; r < replicas; ++r) {
+      const int at = r * 3 * C + c;  // replica r's count of channel c; its mean C and its var 2C later
+      const double n = gathered[at];
+      if (n == 0.0) continue;  // an empty replica's mean and variance are 0 / 0
+      total += n;
+      weighted += n * double(gathered[at + C]);
+    }
+    const double m = weighted / total;
+    double squares = 0.0;
+    for (int r = 0; r < replicas; ++r) {
+      const int at = r * 3 * C + c;
+      const double n = gathered[at];
+      if (n == 0.0) continue;
+      const double d = double(gathered[at + C]) - m;
+      squares += n * (double(gathered[at + 2 * C]) + d * d);
+    }
+    mean[c] = float(m);
+    var[c] = float(squares / total);
+  }
+}
+
 __global__ void batch_norm2d_finalize_kernel(int C, float count, const float* mean, const float* var, float eps,
                                              float momentum, float* invstd, float* running_mean, float* running_var) {
   for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < C; c += gridDim.x * blockDim.x) {
@@ -96,12 +124,13 @@ __global__ void batch_norm2d_backward_reduce_kernel(ChannelDims d, const float* 
   }
 }
 
-// Training: dx = k * (dy - sum_dy / n - (x - mean) * invstd * sum_dy_xhat / n), k = weight * invstd.
-// Eval (no sums): dx = k * dy.
-__global__ void batch_norm2d_backward_apply_kernel(int64_t total, ChannelDims d, const float* dy, const float* x,
-                                                   const float* mean, const float* invstd, const float* weight,
-                                                   const float* sum_dy, const float* sum_dy_xhat, float* dx) {
-  const float inv_count = 1.f / float(d.count);
+// Training: dx = k * (dy - sum_dy / n - (x - mean) * invstd * sum_dy_xhat / n), k = weight * invstd,
+// n = count = the shape's stats_count(). Eval (no sums): dx = k * dy.
+__global__ void batch_norm2d_backward_apply_kernel(int64_t total, ChannelDims d, float count, const float* dy,
+                                                   const float* x, const float* mean, const float* invstd,
+                                                   const float* weight, const float* sum_dy, const float* sum_dy_xhat,
+                                                   float* dx) {
+  const float inv_count = 1.f / count;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
     const int c = (int(i) / d.plane) % d.C;
     const float k = invstd[c] * (weight ? weight[c] : 1.f);
@@ -132,12 +161,22 @@ void batch_norm2d_stats(const BatchNorm2dShape& s, const float* x, float* mean, 
          var);
 }
 
+void batch_norm2d_combine_stats(const BatchNorm2dShape& s, int64_t replicas, const float* gathered, float* mean,
+                                float* var, cudaStream_t stream) {
+  DPCORE_CHECK(replicas > 0, "batch_norm2d combine_stats: ", replicas, " replicas for ", s.C,
+               " channels; expected at least one");
+  check_int32("batch_norm2d combine_stats", "gathered elements", replicas * 3 * s.C);
+  if (s.C == 0) return;
+  launch("batch_norm2d_combine_stats_kernel", batch_norm2d_combine_stats_kernel, blocks_for(s.C, kElementwiseThreads),
+         kElementwiseThreads, stream, int(s.C), int(replicas), gathered, mean, var);
+}
+
 void batch_norm2d_finalize(const BatchNorm2dShape& s, const float* mean, const float* var, float eps, float momentum,
                            float* invstd, float* running_mean, float* running_var, cudaStream_t stream) {
   check_int32("batch_norm2d", "channels", s.C);
   if (s.C == 0) return;
   launch("batch_norm2d_finalize_kernel", batch_norm2d_finalize_kernel, blocks_for(s.C, kElementwiseThreads),
-         kElementwiseThreads, stream, int(s.C), float(s.count()), mean, var, eps, momentum, invstd, running_mean,
+         kElementwiseThreads, stream, int(s.C), float(s.stats_count()), mean, var, eps, momentum, invstd, running_mean,
          running_var);
 }
 
@@ -166,8 +205,8 @@ void batch_norm2d_backward_apply(const BatchNorm2dShape& s, const float* dy, con
   const int64_t total = s.x_size();
   if (total == 0) return;
   launch("batch_norm2d_backward_apply_kernel", batch_norm2d_backward_apply_kernel,
-         blocks_for(total, kElementwiseThreads), kElementwiseThreads, stream, total, d, dy, x, mean, invstd, weight,
-         sum_dy, sum_dy_xhat, dx);
+         blocks_for(total, kElementwiseThreads), kElementwiseThreads, stream, total, d, float(s.stats_count()), dy, x,
+         mean, invstd, weight, sum_dy, sum_dy_xhat, dx);
 }
 
 }  // namespace dpcore::kernels::cuda

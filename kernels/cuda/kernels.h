@@ -69,8 +69,11 @@ void max_pool2d_relu_backward(const Pool2dShape& s, const float* dy, const int32
 // ---- batch_norm2d in the CPU's steps (kernels/cpu/kernels.h has the formulas). The
 // per-channel sums take one block per channel, fixed-order tree sums; the mean is summed
 // shifted by the channel's first value and the variance centred, so float does not cancel
-// it. ----
+// it. combine_stats takes one thread per channel, in double over the replicas in rank
+// order; finalize and backward_apply take n = s.stats_count(). ----
 void batch_norm2d_stats(const BatchNorm2dShape& s, const float* x, float* mean, float* var, cudaStream_t stream);
+void batch_norm2d_combine_stats(const BatchNorm2dShape& s, int64_t replicas, const float* gathered, float* mean,
+                                float* var, cudaStream_t stream);
 void batch_norm2d_finalize(const BatchNorm2dShape& s, const float* mean, const float* var, float eps, float momentum,
                            float* invstd, float* running_mean, float* running_var, cudaStream_t stream);
 void batch_norm2d_apply(const BatchNorm2dShape& s, const float* x, const float* mean, const float* invstd,

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -334,6 +335,221 @@ TYPED_TEST(BatchNorm2dTest, ConstantChannelNormalisesToTheBias) {
   const auto got = TestFixture::run(s, Mode::Training, true, false, in);
   for (int64_t i = 0; i < s.x_size(); ++i) EXPECT_EQ(got.y[size_t(i)], in.bias[size_t((i / 6) % 2)]) << i;
   for (T v : got.invstd) EXPECT_NEAR(double(v), 1.0 / std::sqrt(kEps), 1e-6 / std::sqrt(kEps));
+}
+
+// ---- The steps a synchronised batch norm adds: the replicas' statistics combined into the
+// group's, and finalize and backward_apply with the group's count. ----
+
+// x[N,3,H,W] for the combination, free of ties: channel 0 in [-1, 1), channel 1 at 1000 with
+// a spread of 1 (a mean 1000 times its spread: float keeps it to 2^-24 * 1000 = 6e-5, and a
+// combination through E[x^2] - E[x]^2 in float would lose the variance entirely), channel 2
+// at -5 with a spread of 3.
+template <class T>
+std::vector<T> combine_input(const BatchNorm2dShape& s) {
+  const double offset[] = {0.0, 1000.0, -5.0}, spread[] = {1.0, 1.0, 3.0};
+  const std::vector<double> u = random_vector<double>(size_t(s.x_size()), 21);
+  std::vector<T> x(u.size());
+  const int64_t plane = s.H * s.W;
+  for (size_t i = 0; i < x.size(); ++i) {
+    const int64_t c = (int64_t(i) / plane) % s.C;
+    x[i] = T(offset[c] + spread[c] * u[i]);
+  }
+  return x;
+}
+
+// Float64 two-pass statistics of images [first, first + images) of x: count, mean, biased
+// variance per channel.
+template <class T>
+void float64_stats(const BatchNorm2dShape& s, const std::vector<T>& x, int64_t first, int64_t images,
+                   std::vector<double>& mean, std::vector<double>& var) {
+  const int64_t plane = s.H * s.W;
+  const double n = double(images * plane);
+  mean.assign(size_t(s.C), 0.0), var.assign(size_t(s.C), 0.0);
+  for (int64_t c = 0; c < s.C; ++c) {
+    double sum = 0, squares = 0;
+    for (int64_t b = first; b < first + images; ++b)
+      for (int64_t i = 0; i < plane; ++i) sum += double(x[size_t((b * s.C + c) * plane + i)]);
+    const double m = sum / n;
+    for (int64_t b = first; b < first + images; ++b)
+      for (int64_t i = 0; i < plane; ++i) squares += std::pow(double(x[size_t((b * s.C + c) * plane + i)]) - m, 2);
+    mean[size_t(c)] = m, var[size_t(c)] = squares / n;
+  }
+}
+
+// x split along N into replicas of uneven sizes, one of them empty (an empty replica's
+// statistics are 0 / 0; it must add nothing); each replica's statistics from the stats
+// kernel, packed as the allgather gives them and combined, against the float64 statistics
+// of the whole x.
+TYPED_TEST(BatchNorm2dTest, CombineStatsMatchesTheWholeBatch) {
+  using B = TypeParam;
+  using T = typename B::Scalar;
+  using Array = typename B::template Array<T>;
+  const BatchNorm2dShape whole = bn_shape(9, 3, 4, 5);
+  const int64_t C = whole.C, plane = whole.H * whole.W;
+  const std::vector<T> x = combine_input<T>(whole);
+  std::vector<double> want_mean, want_var;
+  float64_stats(whole, x, 0, whole.N, want_mean, want_var);
+
+  const std::vector<std::vector<int64_t>> splits = {{9}, {2, 7}, {4, 0, 5}, {0, 1, 3, 5}};
+  double worst_alone = 0, worst_mean = 0, worst_var = 0, worst_large_mean_var = 0;
+  for (const std::vector<int64_t>& images : splits) {
+    const int64_t R = int64_t(images.size());
+    std::ostringstream label;
+    label << "x[9,3,4,5] split along N into";
+    for (int64_t n : images) label << " " << n;
+    SCOPED_TRACE(label.str());
+
+    // Replica r's block of the gathered statistics: count[C], mean[C], var[C].
+    std::vector<T> gathered(size_t(R * 3 * C), std::numeric_limits<T>::quiet_NaN());
+    int64_t first = 0;
+    for (int64_t r = 0; r < R; ++r) {
+      const BatchNorm2dShape piece = bn_shape(images[size_t(r)], C, whole.H, whole.W);
+      T* block = gathered.data() + r * 3 * C;
+      std::fill(block, block + C, T(piece.count()));
+      if (piece.count() > 0) {
+        const auto begin = x.begin() + first * C * plane;
+        Array x_piece(std::vector<T>(begin, begin + piece.x_size())), mean(C), var(C);
+        B::batch_norm2d_stats(piece, x_piece.get(), mean.get(), var.get());
+        const std::vector<T> m = mean.download(), v = var.download();
+        std::copy(m.begin(), m.end(), block + C);
+        std::copy(v.begin(), v.end(), block + 2 * C);
+      }
+      first += piece.N;
+    }
+    Array gathered_array(gathered), mean(C), var(C);
+    B::batch_norm2d_combine_stats(whole, R, gathered_array.get(), mean.get(), var.get());
+    const std::vector<T> got_mean = mean.download(), got_var = var.download();
+
+    // The combination alone: in double from the values it was given, rounded to T once.
+    std::vector<double> exact_mean(static_cast<size_t>(C)), exact_var(static_cast<size_t>(C));
+    // Its error bounds against the whole batch: replica r's statistics carry the stats
+    // kernel's error, |dm_r| <= tol * (|m_r| + s_r) (s_r = sqrt(v_r), the channel's spread)
+    // and |dv_r| <= tol * v_r. The group's mean is a weighted average of the m_r, so
+    // |dmean| <= tol * max_r (|m_r| + s_r). Its variance sum_r n_r (v_r + d_r^2) / N,
+    // d_r = m_r - mean, moves by at most tol * (var + 2 sum_r n_r |d_r| (|m_r| + s_r) / N) to
+    // first order (a shift of the mean moves it by 2 dmean sum_r n_r d_r / N = 0); twice
+    // these bounds leave room for the final rounding and the second-order terms. For the
+    // channel at 1000 the second term is the float storage of the replicas' means.
+    std::vector<double> mean_bound(static_cast<size_t>(C)), var_bound(static_cast<size_t>(C));
+    const double tol = B::tolerance();
+    for (int64_t c = 0; c < C; ++c) {
+      double total = 0, weighted = 0, squares = 0, centred = 0, scale = 0;
+      auto count = [&](int64_t r) { return double(gathered[size_t(r * 3 * C + c)]); };
+      auto m = [&](int64_t r) { return double(gathered[size_t(r * 3 * C + C + c)]); };
+      auto v = [&](int64_t r) { return double(gathered[size_t(r * 3 * C + 2 * C + c)]); };
+      for (int64_t r = 0; r < R; ++r)
+        if (count(r) > 0) total += count(r), weighted += count(r) * m(r);
+      const double group_mean = weighted / total;
+      for (int64_t r = 0; r < R; ++r) {
+        if (count(r) == 0) continue;
+        const double d = m(r) - group_mean, size = std::abs(m(r)) + std::sqrt(v(r));
+        squares += count(r) * (v(r) + d * d);
+        centred += count(r) * std::abs(d) * size;
+        scale = std::max(scale, size);
+      }
+      exact_mean[size_t(c)] = group_mean, exact_var[size_t(c)] = squares / total;
+      mean_bound[size_t(c)] = 2 * tol * scale;
+      var_bound[size_t(c)] = 2 * tol * (want_var[size_t(c)] + 2 * centred / total);
+    }
+    const double alone = std::max(error_at_scale(got_mean, exact_mean, 0), error_at_scale(got_var, exact_var, 0));
+    EXPECT_LE(alone, B::rounding_tolerance()) << "the combination alone, against float64 from its input";
+    worst_alone = std::max(worst_alone, alone);
+
+    for (int64_t c = 0; c < C; ++c) {
+      SCOPED_TRACE("channel " + std::to_string(c));
+      const double mean_error = std::abs(double(got_mean[size_t(c)]) - want_mean[size_t(c)]);
+      const double var_error = std::abs(double(got_var[size_t(c)]) - want_var[size_t(c)]);
+      EXPECT_LE(mean_error, mean_bound[size_t(c)])
+          << "mean " << got_mean[size_t(c)] << ", want " << want_mean[size_t(c)];
+      EXPECT_LE(var_error, var_bound[size_t(c)]) << "var " << got_var[size_t(c)] << ", want " << want_var[size_t(c)];
+      // The mean relative to the channel's scale |mean| + spread (channel 0's mean is near 0).
+      worst_mean = std::max(worst_mean, mean_error / (std::abs(want_mean[size_t(c)]) + std::sqrt(want_var[size_t(c)])));
+      worst_var = std::max(worst_var, var_error / want_var[size_t(c)]);
+      if (c == 1) worst_large_mean_var = std::max(worst_large_mean_var, var_error / want_var[size_t(c)]);
+    }
+  }
+  std::printf("[ errors   ] combine_stats on %s, largest relative error vs float64: the combination alone %.2e; "
+              "against the whole batch mean %.2e (of |mean| + spread), var %.2e (channel at 1000: var %.2e)\n",
+              B::name().c_str(), worst_alone, worst_mean, worst_var, worst_large_mean_var);
+}
+
+// finalize with the group's count: the running variance takes the unbiased var * n / (n - 1)
+// with n = group_count, not this replica's count() (6 here: 6/5 against 27/26 moves the
+// running variance by 1.6% of momentum * var); group_count = count() is bit for bit
+// group_count = 0.
+TYPED_TEST(BatchNorm2dTest, FinalizeTakesTheGroupCount) {
+  using B = TypeParam;
+  using T = typename B::Scalar;
+  using Array = typename B::template Array<T>;
+  BatchNorm2dShape s = bn_shape(2, 3, 1, 3);
+  const int64_t C = s.C;
+  const std::vector<T> mean = random_vector<T>(size_t(C), 31), var = random_vector<T>(size_t(C), 32, 0.5, 2.0);
+  const std::vector<T> running_mean = random_vector<T>(size_t(C), 33, -0.5, 0.5);
+  const std::vector<T> running_var = random_vector<T>(size_t(C), 34, 0.5, 2.0);
+  auto finalize = [&](int64_t group_count) {
+    s.group_count = group_count;
+    Array m(mean), v(var), invstd(C), rm(running_mean), rv(running_var);
+    B::batch_norm2d_finalize(s, m.get(), v.get(), kEps, kMomentum, invstd.get(), rm.get(), rv.get());
+    return std::vector<std::vector<T>>{invstd.download(), rm.download(), rv.download()};
+  };
+  const int64_t n = 27;
+  const auto got = finalize(n);
+  std::vector<double> want_invstd, want_rm, want_rv;
+  for (size_t c = 0; c < size_t(C); ++c) {
+    want_invstd.push_back(1.0 / std::sqrt(double(var[c]) + kEps));
+    want_rm.push_back((1 - kMomentum) * double(running_mean[c]) + kMomentum * double(mean[c]));
+    want_rv.push_back((1 - kMomentum) * double(running_var[c]) + kMomentum * double(var[c]) * n / (n - 1.0));
+  }
+  EXPECT_LE(error_at_scale(got[0], want_invstd, 0), B::tolerance()) << "invstd";
+  EXPECT_LE(error_at_scale(got[1], want_rm, 0), B::tolerance()) << "running_mean";
+  EXPECT_LE(error_at_scale(got[2], want_rv, 0), B::tolerance()) << "running_var with n = group_count = " << n;
+  std::printf("[ errors   ] finalize with group_count on %s, largest relative error vs float64: running_var %.2e\n",
+              B::name().c_str(), error_at_scale(got[2], want_rv, 0));
+  const auto own = finalize(0), own_named = finalize(s.count());
+  for (size_t k = 0; k < own.size(); ++k) EXPECT_TRUE(bitwise_equal(own_named[k], own[k])) << "output " << k;
+}
+
+// backward_apply with the group's count and (allreduced) sums: dx = weight * invstd * (dy -
+// sum_dy / n - xhat * sum_dy_xhat / n) with n = group_count; group_count = count() is bit for
+// bit group_count = 0.
+TYPED_TEST(BatchNorm2dTest, BackwardApplyTakesTheGroupCount) {
+  using B = TypeParam;
+  using T = typename B::Scalar;
+  using Array = typename B::template Array<T>;
+  BatchNorm2dShape s = bn_shape(3, 4, 2, 3);  // 18 values per channel on this replica
+  const int64_t C = s.C, plane = s.H * s.W, n = 18 + 11 + 30;
+  const size_t size = size_t(s.x_size());
+  const std::vector<T> x = random_vector<T>(size, 41), dy = random_vector<T>(size, 42);
+  const std::vector<T> mean = random_vector<T>(size_t(C), 43, -0.2, 0.2);
+  const std::vector<T> invstd = random_vector<T>(size_t(C), 44, 0.5, 2.0);
+  const std::vector<T> weight = random_vector<T>(size_t(C), 45, 0.5, 1.5);
+  // The group's sums: of n values each, so sum_dy / n and sum_dy_xhat / n are of order 1.
+  const std::vector<T> sum_dy = random_vector<T>(size_t(C), 46, -0.5 * n, 0.5 * n);
+  const std::vector<T> sum_dy_xhat = random_vector<T>(size_t(C), 47, -0.5 * n, 0.5 * n);
+  auto backward_apply = [&](int64_t group_count) {
+    s.group_count = group_count;
+    Array x_in(x), dy_in(dy), mean_in(mean), invstd_in(invstd), weight_in(weight), sum_dy_in(sum_dy),
+        sum_dy_xhat_in(sum_dy_xhat), dx(size);
+    B::batch_norm2d_backward_apply(s, dy_in.get(), x_in.get(), mean_in.get(), invstd_in.get(), weight_in.get(),
+                                   sum_dy_in.get(), sum_dy_xhat_in.get(), dx.get());
+    return dx.download();
+  };
+  const std::vector<T> got = backward_apply(n);
+  std::vector<double> want(size);
+  double terms = 0;  // rms of weight * invstd * dy, the size of the terms dx is the difference of
+  for (size_t i = 0; i < size; ++i) {
+    const size_t c = size_t((int64_t(i) / plane) % C);
+    const double k = double(weight[c]) * double(invstd[c]);
+    const double xhat = (double(x[i]) - double(mean[c])) * double(invstd[c]);
+    want[i] = k * (double(dy[i]) - double(sum_dy[c]) / n - xhat * double(sum_dy_xhat[c]) / n);
+    terms += std::pow(k * double(dy[i]), 2);
+  }
+  terms = std::sqrt(terms / double(size));
+  const double error = error_at_scale(got, want, terms);
+  EXPECT_LE(error, B::tolerance()) << "dx with n = group_count = " << n;
+  std::printf("[ errors   ] backward_apply with group_count on %s, largest scaled error vs float64: dx %.2e\n",
+              B::name().c_str(), error);
+  EXPECT_TRUE(bitwise_equal(backward_apply(s.count()), backward_apply(0)));
 }
 
 }  // namespace

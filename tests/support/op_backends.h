@@ -162,6 +162,10 @@ struct CpuBackend {
   static void batch_norm2d_stats(const kernels::BatchNorm2dShape& s, const T* x, T* mean, T* var) {
     kernels::cpu::batch_norm2d_stats<T>(s, x, mean, var);
   }
+  static void batch_norm2d_combine_stats(const kernels::BatchNorm2dShape& s, int64_t replicas, const T* gathered,
+                                         T* mean, T* var) {
+    kernels::cpu::batch_norm2d_combine_stats<T>(s, replicas, gathered, mean, var);
+  }
   static void batch_norm2d_finalize(const kernels::BatchNorm2dShape& s, const T* mean, const T* var, double eps,
                                     double momentum, T* invstd, T* running_mean, T* running_var) {
     kernels::cpu::batch_norm2d_finalize<T>(s, mean, var, eps, momentum, invstd, running_mean, running_var);
@@ -301,6 +305,10 @@ struct CudaBackend {
   }
   static void batch_norm2d_stats(const kernels::BatchNorm2dShape& s, const float* x, float* mean, float* var) {
     kernels::cuda::batch_norm2d_stats(s, x, mean, var, nullptr);
+  }
+  static void batch_norm2d_combine_stats(const kernels::BatchNorm2dShape& s, int64_t replicas,
+                                         const float* gathered, float* mean, float* var) {
+    kernels::cuda::batch_norm2d_combine_stats(s, replicas, gathered, mean, var, nullptr);
   }
   static void batch_norm2d_finalize(const kernels::BatchNorm2dShape& s, const float* mean, const float* var,
                                     double eps, double momentum, float* invstd, float* running_mean,
