@@ -9,6 +9,7 @@ next to each other in time, and the table reports the median over the rounds.
 
     /usr/bin/python3 bench/compare_cpu.py --bench BUILD/bench/dpcore_step_bench \
         --threads 1 2 --rounds 3 --json cpu.json
+    /usr/bin/python3 bench/compare_cpu.py --models resnet8 resnet20 --threads 2 --rounds 1
 
 Run it with Debian's PyTorch 1.13 (/usr/bin/python3). The PyTorch side is this same file
 started with --torch-worker, so that it also starts cold, in its own process.
@@ -24,11 +25,15 @@ import time
 from torch_models import build_torch_model, make_step, random_batch, sgd, summarize, write_json
 
 # Steps per run: enough for a stable median, few enough that 3 rounds x 2 engines x
-# 2 thread counts stay within minutes on a 2-core machine (vggs is ~20x simplenet).
+# 2 thread counts stay within minutes on a 2-core machine (vggs is ~20x simplenet). The
+# ResNets (1x28x28, batch 128 as He et al. train them): PyTorch takes about 0.2 s a step
+# for resnet8 and 0.5 s for resnet20 on 2 threads of the 2-core development machine.
 PLAN = {  # model: (batch, warmup, steps)
     "simplenet": (64, 5, 40),
     "fashioncnn": (64, 3, 15),
     "vggs": (64, 2, 6),
+    "resnet8": (128, 3, 15),
+    "resnet20": (128, 2, 6),
 }
 
 
@@ -113,7 +118,7 @@ def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--bench", default="build/bench/dpcore_step_bench", help="path of dpcore_step_bench")
     p.add_argument("--models", nargs="+", default=["simplenet", "fashioncnn"], choices=sorted(PLAN),
-                   help="models to compare (vggs is optional: about 20x slower a step)")
+                   help="models to compare (vggs, resnet8, resnet20 are optional: slower steps)")
     p.add_argument("--threads", nargs="+", type=int, default=[1], help="thread counts, e.g. 1 2")
     p.add_argument("--rounds", type=int, default=3, help="interleaved runs of each engine")
     p.add_argument("--steps", type=int, default=0, help="timed steps per run (0: the per-model default)")

@@ -45,6 +45,7 @@ The ratio is (fastest PyTorch mode) / dpcore in the same math mode: above 1, dpc
 
     python3 bench/compare_gpu.py --bench build/bench/dpcore_step_bench --json gpu.json
     python3 bench/compare_gpu.py --dry-run      # the plan; touches no GPU, imports no torch
+    python3 bench/compare_gpu.py --models resnet8 resnet20 --json resnet.json   # the ResNets
 """
 import argparse
 import json
@@ -56,13 +57,19 @@ import time
 
 from torch_models import build_torch_model, make_step, random_batch, sgd, summarize, write_json
 
-# (model, batch, accum): simplenet's batch sweep and accumulation, the two conv models.
+# (model, batch, accum): simplenet's batch sweep and accumulation, the two conv models, the
+# CIFAR ResNets (1x28x28, batch 128 as He et al. train them; batch norm). --models picks the
+# models; the default leaves the ResNets out, so that the default run still fits the 120 s
+# scripts/gpu-check gives it.
 CASES = [
     ("simplenet", 64, 1), ("simplenet", 256, 1), ("simplenet", 1024, 1), ("simplenet", 4096, 1),
     ("simplenet", 256, 4),
     ("fashioncnn", 64, 1), ("fashioncnn", 512, 1),
     ("vggs", 256, 1),
+    ("resnet8", 128, 1), ("resnet20", 128, 1),
 ]
+MODELS = list(dict.fromkeys(model for model, _, _ in CASES))
+DEFAULT_MODELS = ["simplenet", "fashioncnn", "vggs"]
 MATH_MODES = ["tf32", "fp32"]
 COMPILE = {("simplenet", 4096, 1): ["tf32", "fp32"], ("fashioncnn", 512, 1): ["tf32"], ("vggs", 256, 1): ["tf32"]}
 COMPILE_RESERVE_S = 45  # with --compile: no compile starts with less of the --budget-s left
@@ -247,7 +254,7 @@ def run_all(args, doc):
     print(f"{doc['gpu']}, PyTorch {doc['torch']} (CUDA {doc['cuda']}); {tuning_line(args)}", flush=True)
     start = time.perf_counter()
     left = lambda: args.budget_s - (time.perf_counter() - start)
-    for case in CASES:
+    for case in selected_cases(args):
         for math in MATH_MODES:
             set_math_mode(torch, math)
             row = {"case": case_name(case), "model": case[0], "batch": case[1], "accum": case[2], "math": math,
@@ -334,19 +341,25 @@ def print_table(doc, args):
         print(f"peak memory {m['case']}: {m['error']}")
 
 
+def selected_cases(args):
+    return [case for case in CASES if case[0] in args.models]
+
+
 def print_plan(args):
-    print(f"plan: {len(CASES)} cases x {len(MATH_MODES)} math modes ({', '.join(MATH_MODES)}), "
+    cases = selected_cases(args)
+    print(f"plan: {len(cases)} cases x {len(MATH_MODES)} math modes ({', '.join(MATH_MODES)}), "
           f"{args.warmup} warm-up + {args.steps} timed steps each, CUDA events per block of {args.block}")
+    print(f"  models: {', '.join(args.models)}")
     print(f"  {tuning_line(args)}")
     runs = 0
-    for case in CASES:
+    for case in cases:
         modes = {math: torch_modes_for(case, math, args) for math in MATH_MODES}
         runs += sum(len(m) + 1 for m in modes.values())
         listed = "; ".join(f"{math}: {', '.join(m)}" for math, m in modes.items())
         print(f"  {case_name(case):<16} pytorch {listed:<48} target: "
               f"{'>= %gx' % TARGETS[case] if case in TARGETS else '-'}")
     print(f"  {runs} measurements; dpcore runs as, e.g.:")
-    print("    " + " ".join(dpcore_command(args, CASES[0], "tf32")))
+    print("    " + " ".join(dpcore_command(args, cases[0], "tf32")))
     print(f"  peak memory: {case_name(MEMORY_CASE)} fp32, graph mode on both sides, dpcore / PyTorch <= {MEMORY_TARGET}")
     if args.compile:
         print(f"  torch.compile on: none starts with less than {COMPILE_RESERVE_S} s of --budget-s "
@@ -359,6 +372,8 @@ def print_plan(args):
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--bench", default="build/bench/dpcore_step_bench", help="path of dpcore_step_bench (CUDA build)")
+    p.add_argument("--models", nargs="+", default=DEFAULT_MODELS, choices=MODELS,
+                   help="models whose cases to measure (default: %(default)s; resnet8 and resnet20 on request)")
     p.add_argument("--warmup", type=int, default=20, help="untimed steps per measurement")
     p.add_argument("--steps", type=int, default=100, help="timed steps per measurement (a multiple of --block)")
     p.add_argument("--block", type=int, default=10, help="timed steps run back to back between two CUDA events")

@@ -73,6 +73,7 @@ double time_allreduce(int64_t elements, int replicas, Device device, int repeats
 }  // namespace
 
 int main(int argc, char** argv) {
+  dpcore::runtime::use_native_blas_kernels(argv);  // OpenBLAS's fast kernels (engine/runtime.h)
   CLI::App app{"dpcore data-parallel step benchmark: 1 replica vs R, dp vs ddp, allreduce overlap"};
   std::string model = "fashioncnn", device_flag = "cpu";
   int64_t batch = 64;

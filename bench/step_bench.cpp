@@ -289,6 +289,7 @@ nlohmann::json run(const BenchOptions& o, const CudaFlags& cuda) {
                       {"replicas", o.parallel.replicas},
                       {"device", device.str()},
                       {"threads", o.threads > 0 ? o.threads : runtime::cpu_threads()},
+                      {"blas", runtime::blas_description()},
                       {"steps", o.steps},
                       {"warmup", o.warmup},
                       {"timing", device.is_cuda() ? "cuda events, blocks of " + std::to_string(o.block) + " steps"
@@ -315,11 +316,12 @@ nlohmann::json run(const BenchOptions& o, const CudaFlags& cuda) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  dpcore::runtime::use_native_blas_kernels(argv);  // OpenBLAS's fast kernels (engine/runtime.h)
   CLI::App app{"dpcore_step_bench: times dpcore's training step (zero grads, forward, NLL loss, backward, SGD) "
                "on random data already on the device; prints one JSON line"};
   BenchOptions o;
   CudaFlags cuda;
-  app.add_option("--model", o.model, "simplenet, fashioncnn or vggs")
+  app.add_option("--model", o.model, "simplenet, fashioncnn, vggs, resnet8 or resnet20")
       ->check(CLI::IsMember(dpcore::layers::reference_model_names()))
       ->capture_default_str();
   app.add_option("--batch", o.batch, "samples per step")->check(CLI::PositiveNumber)->capture_default_str();

@@ -1,18 +1,46 @@
-"""The reference models in PyTorch (shared/reference/models.md), for bench/compare_cpu.py and
-bench/compare_gpu.py: the same layers and state_dict names as dpcore's zoo, PyTorch's default
-initialisation, log-softmax at the end (trained with NLL loss, mean over the batch).
+"""The reference models in PyTorch (shared/reference/models.md), for bench/compare_cpu.py,
+bench/compare_gpu.py and scripts/make_fixtures.py: the same layers and state_dict names as
+dpcore's zoo, log-softmax at the end (trained with NLL loss, mean over the batch).
+
+simplenet, fashioncnn, vggs: PyTorch's default initialisation.
+
+resnet8, resnet20: the CIFAR ResNets of He et al. 2016 (section 4.2) with torchvision's
+BasicBlock and torchvision's state_dict names: conv1 (3x3, 16, no bias), bn1, relu; layer1,
+layer2, layer3 of n BasicBlocks at widths 16, 32, 64 (n = 1 for resnet8, 3 for resnet20);
+the first block of layer2 and layer3 has stride 2 in its conv1 and a projection shortcut
+`downsample` = Sequential(Conv2d 1x1 stride 2 no bias, BatchNorm2d), the others the identity;
+a block is relu(bn2(conv2(relu(bn1(conv1(x))))) + shortcut(x)). Then global average pooling,
+flatten, fc = Linear(64, 10). Any input size works; in_channels defaults to INPUT's (1, a
+Fashion-MNIST image; 3 for CIFAR-10). torchvision's initialisation: kaiming_normal_(fan_out,
+relu) for the convolutions, batch norm weight 1 and bias 0, PyTorch's default for fc; the
+buffers (running_mean 0, running_var 1, num_batches_tracked 0) as PyTorch makes them.
 
 torch is imported inside the functions, so that the scripts can print their plans (--dry-run)
 and be compiled (python3 -m py_compile) where torch is absent.
 """
 
-INPUT = {"simplenet": (3, 32, 32), "fashioncnn": (1, 28, 28), "vggs": (3, 32, 32)}
+INPUT = {"simplenet": (3, 32, 32), "fashioncnn": (1, 28, 28), "vggs": (3, 32, 32),
+         "resnet8": (1, 28, 28), "resnet20": (1, 28, 28)}
 CLASSES = 10
+RESNET_BLOCKS = {"resnet8": 1, "resnet20": 3}  # BasicBlocks per stage: depth 6n + 2
+# Parameter counts with one input channel (each further input channel adds 16*3*3 = 144).
+RESNET_PARAMETERS_1CH = {"resnet8": 77754, "resnet20": 272186}
 
 
-def build_torch_model(name):
+def build_torch_model(name, in_channels=None):
+    """The model `name` (a key of INPUT). in_channels: the input's channels, for the ResNets
+    (default INPUT[name][0]); the other models take only their own."""
     import torch.nn as nn
     import torch.nn.functional as F
+
+    if name not in INPUT:
+        raise ValueError(f"unknown model '{name}' (known: {', '.join(INPUT)})")
+    if in_channels is None:
+        in_channels = INPUT[name][0]
+    if name in RESNET_BLOCKS:
+        return build_resnet(name, in_channels)
+    if in_channels != INPUT[name][0]:
+        raise ValueError(f"{name} takes {INPUT[name][0]} input channels, not {in_channels}")
 
     def conv(cin, cout):  # every reference conv: 3x3, stride 1, padding 1, with bias
         return nn.Conv2d(cin, cout, 3, stride=1, padding=1)
@@ -54,6 +82,62 @@ def build_torch_model(name):
             return F.log_softmax(self.fc(x.flatten(1)), dim=1)
 
     return {"simplenet": SimpleNet, "fashioncnn": FashionCNN, "vggs": VggS}[name]()
+
+
+def build_resnet(name, in_channels):
+    """resnet8 / resnet20 (see the module docstring), torchvision's names and initialisation."""
+    import torch.nn as nn
+    import torch.nn.functional as F
+
+    class BasicBlock(nn.Module):  # torchvision.models.resnet.BasicBlock, expansion 1
+        def __init__(self, cin, cout, stride):
+            super().__init__()
+            self.conv1 = nn.Conv2d(cin, cout, 3, stride=stride, padding=1, bias=False)
+            self.bn1 = nn.BatchNorm2d(cout)
+            self.conv2 = nn.Conv2d(cout, cout, 3, stride=1, padding=1, bias=False)
+            self.bn2 = nn.BatchNorm2d(cout)
+            self.downsample = None
+            if stride != 1 or cin != cout:
+                self.downsample = nn.Sequential(nn.Conv2d(cin, cout, 1, stride=stride, bias=False),
+                                                nn.BatchNorm2d(cout))
+
+        def forward(self, x):
+            out = F.relu(self.bn1(self.conv1(x)))
+            out = self.bn2(self.conv2(out))
+            out = out + (x if self.downsample is None else self.downsample(x))
+            return F.relu(out)
+
+    class CifarResNet(nn.Module):
+        def __init__(self, blocks):
+            super().__init__()
+            self.conv1 = nn.Conv2d(in_channels, 16, 3, stride=1, padding=1, bias=False)
+            self.bn1 = nn.BatchNorm2d(16)
+            cin = 16
+            for stage, (width, stride) in enumerate([(16, 1), (32, 2), (64, 2)], start=1):
+                layer = []
+                for b in range(blocks):
+                    layer.append(BasicBlock(cin, width, stride if b == 0 else 1))
+                    cin = width
+                setattr(self, f"layer{stage}", nn.Sequential(*layer))
+            self.fc = nn.Linear(64, CLASSES)
+            for m in self.modules():  # torchvision's ResNet initialisation
+                if isinstance(m, nn.Conv2d):
+                    nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
+                elif isinstance(m, nn.BatchNorm2d):
+                    nn.init.constant_(m.weight, 1)
+                    nn.init.constant_(m.bias, 0)
+
+        def forward(self, x):
+            x = F.relu(self.bn1(self.conv1(x)))
+            x = self.layer3(self.layer2(self.layer1(x)))
+            x = F.adaptive_avg_pool2d(x, 1).flatten(1)
+            return F.log_softmax(self.fc(x), dim=1)
+
+    model = CifarResNet(RESNET_BLOCKS[name])
+    count = sum(p.numel() for p in model.parameters())
+    expected = RESNET_PARAMETERS_1CH[name] + (in_channels - 1) * 16 * 3 * 3
+    assert count == expected, f"{name} with {in_channels} input channels has {count} parameters, expected {expected}"
+    return model
 
 
 def random_batch(name, batch, device, seed=0):

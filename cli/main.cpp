@@ -16,7 +16,10 @@
 
 #include "engine/backend.h"
 #include "engine/device.h"
+#include "engine/runtime.h"
 #include "kernels/error.h"
+#include "train/lr_schedule.h"
+#include "train/recipe.h"
 #include "train/trainer.h"
 
 namespace {
@@ -25,8 +28,27 @@ using dpcore::train::EvalOptions;
 using dpcore::train::TrainOptions;
 
 const char* kModelHelp =
-    "simplenet, fashioncnn, vggs, or a layer spec such as \"conv(16,3,p1) relu pool(2) flatten linear(10)\" "
-    "(layers: conv(OUT,K[,sS][,pP]) pool(K[,sS][,pP]) linear(OUT) relu flatten view(D1,...) logsoftmax)";
+    "simplenet, fashioncnn, vggs, resnet8, resnet20 (CIFAR ResNets for the data's image shape; they come with "
+    "training defaults for the flags not given: --epochs 10 --batch 128 --lr 0.1 --momentum 0.9 --nesterov "
+    "--weight-decay 5e-4 --lr-schedule onecycle with a 15% warm-up, --augment none), or a layer spec such as "
+    "\"conv(16,3,p1) relu pool(2) flatten linear(10)\" (layers: conv(OUT,K[,sS][,pP][,nobias]) pool(K[,sS][,pP]) "
+    "avgpool(K[,sS][,pP]) gap bn res(OUT[,sS]) linear(OUT) relu flatten view(D1,...) logsoftmax)";
+const char* kAugmentHelp =
+    "training-time augmentation, done by the loader thread (never at evaluation): none, or crop:PAD and/or flip "
+    "joined by a comma, e.g. crop:4,flip. crop:PAD = torchvision RandomCrop(size=image, padding=PAD) on the raw "
+    "image (padding pixels of 0, before normalisation); flip = RandomHorizontalFlip(p=0.5); crop is applied first. "
+    "Draws depend only on --seed, the epoch and the sample's position in it, so --resume repeats them";
+const char* kLrScheduleHelp =
+    "learning rate per optimizer step t of T (PyTorch equivalent, stepped once per step): constant; "
+    "step:EPOCHS:GAMMA = lr * GAMMA^floor(t / (EPOCHS * steps per epoch)) (StepLR(step_size=EPOCHS, gamma=GAMMA) "
+    "stepped per epoch); cosine = lr * (1 + cos(pi * t / T)) / 2 (CosineAnnealingLR(T_max=T, eta_min=0)); "
+    "onecycle = OneCycleLR(max_lr=lr, total_steps=T, pct_start=0.3 or W/T with --warmup-steps W): lr/25 up to lr, "
+    "then half-cosine down to lr/25/1e4, momentum 0.95 -> 0.85 -> 0.95 when --momentum > 0 (else not cycled). "
+    "Resumes exactly: the rate is a function of the step count";
+const char* kWarmupHelp =
+    "linear warm-up: lr * (t+1)/W for the first W steps, then the schedule counting from step W (cosine over T-W); "
+    "PyTorch: SequentialLR([LambdaLR(lambda t: min(1, (t+1)/W)), schedule], milestones=[W]). With onecycle: "
+    "pct_start = W/T. Must be less than the run's steps";
 const char* kDataHelp =
     "fashion-mnist[:DIR] (IDX files, gzipped or not; default DIR /usr/share/datasets/fashion-mnist), "
     "cifar10:DIR (data_batch_*.bin, test_batch.bin), or synthetic:C,H,W,CLASSES,N";
@@ -131,6 +153,13 @@ Rule one_of(const std::vector<std::string>& choices, std::string needs = "") {
           }};
 }
 
+// --lr-schedule: the words train/lr_schedule.h uses for what is wrong.
+Rule lr_schedule_rule() {
+  return {"constant, step:EPOCHS:GAMMA, cosine or onecycle", "", [](const std::string& text) {
+            return dpcore::train::lr_schedule_needs(text);
+          }};
+}
+
 // cpu, cuda, cuda:N or auto: what dpcore::Device::parse takes, plus auto.
 Rule device_rule() {
   std::string needs = "cpu, cuda, cuda:N (N a GPU index from 0) or auto";
@@ -224,12 +253,17 @@ void add_train_flags(CLI::App& cmd, TrainOptions& o, BackendFlags& b) {
   with_rule(cmd.add_option("--batch", o.batch, "samples per optimizer step; --accum and --replicas split it, never change it"),
             whole<int64_t>(1))
       ->capture_default_str();
-  with_rule(cmd.add_option("--accum", o.accum, "gradient accumulation micro-batches per step"), whole<int64_t>(1))
+  with_rule(cmd.add_option("--accum", o.accum,
+                                         "gradient accumulation micro-batches per step (with batch norm NOT the same "
+                                         "as one batch A times larger: each micro-batch normalises with its own "
+                                         "statistics, as in PyTorch)"), whole<int64_t>(1))
       ->capture_default_str();
   with_rule(cmd.add_option("--lr", o.sgd.lr, "SGD learning rate"), rate)->capture_default_str();
   with_rule(cmd.add_option("--momentum", o.sgd.momentum, "SGD momentum"), rate)->capture_default_str();
   with_rule(cmd.add_option("--dampening", o.sgd.dampening, "SGD momentum dampening"), rate)->capture_default_str();
   cmd.add_flag("--nesterov", o.sgd.nesterov, "Nesterov momentum (needs --momentum > 0 and --dampening 0)");
+  with_rule(cmd.add_option("--lr-schedule", o.lr_schedule, kLrScheduleHelp), lr_schedule_rule())->capture_default_str();
+  with_rule(cmd.add_option("--warmup-steps", o.warmup_steps, kWarmupHelp), whole<int64_t>(0))->capture_default_str();
   with_rule(cmd.add_option("--weight-decay", o.sgd.weight_decay, "L2 penalty added to the gradient (PyTorch's weight_decay)"),
             rate)
       ->capture_default_str();
@@ -239,6 +273,7 @@ void add_train_flags(CLI::App& cmd, TrainOptions& o, BackendFlags& b) {
   cmd.add_flag_callback("--no-normalize", [&o] { o.normalize = false; },
                "feed pixels scaled to [0, 1] (default: standardise each channel with the train set's statistics)");
   cmd.add_flag("--drop-last", o.drop_last, "drop the last partial batch of each epoch (default: keep it)");
+  cmd.add_option("--augment", o.augment, kAugmentHelp)->capture_default_str();
   with_rule(cmd.add_option("--device", o.device, "cpu, cuda, cuda:N, or auto (the best device present)"), device_rule())
       ->capture_default_str();
   with_rule(cmd.add_option("--threads", o.threads, "CPU threads for the kernels (0: all cores)"), whole<int>(0));
@@ -259,6 +294,12 @@ void add_train_flags(CLI::App& cmd, TrainOptions& o, BackendFlags& b) {
   with_rule(cmd.add_option("--backend", o.parallel.backend, "communicator: local (threads in this process), nccl, or mpi (under mpirun)"),
             one_of({"local", "nccl", "mpi"}))
       ->capture_default_str();
+  with_rule(cmd.add_option("--batchnorm", o.parallel.batchnorm,
+                           "batch norm over replicas: local (each replica's share's statistics, DDP's default; rank 0's "
+                           "running statistics broadcast each step) or sync (SyncBatchNorm: the whole micro-batch's "
+                           "statistics, equal to one replica)"),
+            one_of({"local", "sync"}))
+      ->capture_default_str();
   cmd.add_option("--split", o.parallel.split, "how the batch is shared: even, weights:3,1,..., or adaptive")->capture_default_str();
   // Upper ends keep the arithmetic in range: MiB -> bytes in a size_t, seconds -> int64 milliseconds.
   with_rule(cmd.add_option("--bucket-mb", o.parallel.bucket_mb, "DDP allreduce bucket cap in MiB (the first bucket is 1 MiB)"),
@@ -272,7 +313,25 @@ void add_train_flags(CLI::App& cmd, TrainOptions& o, BackendFlags& b) {
 
 }  // namespace
 
+// The model's training defaults (train/recipe.h) for every flag the command line left out.
+void apply_recipe(const CLI::App& cmd, TrainOptions& o) {
+  const std::optional<dpcore::train::Recipe> recipe = dpcore::train::model_recipe(o.model);
+  if (!recipe) return;
+  auto unset = [&cmd](const char* flag) { return cmd.count(flag) == 0; };
+  if (unset("--epochs")) o.epochs = recipe->epochs;
+  if (unset("--batch")) o.batch = recipe->batch;
+  if (unset("--lr")) o.sgd.lr = recipe->sgd.lr;
+  if (unset("--momentum")) o.sgd.momentum = recipe->sgd.momentum;
+  if (unset("--dampening")) o.sgd.dampening = recipe->sgd.dampening;
+  if (unset("--nesterov")) o.sgd.nesterov = recipe->sgd.nesterov;
+  if (unset("--weight-decay")) o.sgd.weight_decay = recipe->sgd.weight_decay;
+  if (unset("--lr-schedule")) o.lr_schedule = recipe->lr_schedule;
+  if (unset("--warmup-steps")) o.warmup_fraction = recipe->warmup_fraction;
+  if (unset("--augment")) o.augment = recipe->augment;
+}
+
 int main(int argc, char** argv) {
+  dpcore::runtime::use_native_blas_kernels(argv);  // may run this program again, see engine/runtime.h
   CLI::App app{"dpcore: a lean data-parallel training engine (C++17/CUDA, no framework inside)"};
   app.require_subcommand(1);
   app.failure_message(explain_parse_error);
@@ -297,6 +356,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   try {
     if (*train_cmd) {
+      apply_recipe(*train_cmd, train);
       train_backend.apply();
       dpcore::train::train(train, std::cout);
     } else {

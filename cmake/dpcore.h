@@ -10,6 +10,7 @@
 #include "engine/sgd.h"
 #include "engine/tensor.h"
 // engine: datasets, the batch loader, safetensors files
+#include "engine/data/augment.h"
 #include "engine/data/dataset.h"
 #include "engine/data/loader.h"
 #include "engine/data/spec.h"
@@ -17,12 +18,15 @@
 // layers: modules, models over flat parameters, the reference models, weights files
 #include "layers/model.h"
 #include "layers/module.h"
+#include "layers/resnet.h"
 #include "layers/weights.h"
 #include "layers/zoo.h"
 // comm: communicators (local ring, MPI, NCCL)
 #include "comm/communicator.h"
 // train: the exact accumulation step, runners (one device, dp, ddp), checkpoints, the loop
 #include "train/checkpoint.h"
+#include "train/lr_schedule.h"
+#include "train/recipe.h"
 #include "train/runner.h"
 #include "train/step.h"
 #include "train/trainer.h"

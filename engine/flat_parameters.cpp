@@ -2,15 +2,23 @@
 
 namespace dpcore {
 
-FlatParameters::FlatParameters(const std::vector<ParamSpec>& specs, DType dtype, Device device) {
-  for (const ParamSpec& spec : specs) {
-    for (const Entry& e : entries_) {
-      DPCORE_CHECK(e.name != spec.name, "parameters: the name '", spec.name, "' is used twice");
-    }
-    Entry e{spec.name, spec.shape, total_, shape_numel(spec.shape)};
-    total_ += (e.numel + kAlignment - 1) / kAlignment * kAlignment;
-    entries_.push_back(std::move(e));
+std::vector<FlatEntry> flat_layout(const std::vector<std::pair<std::string, Shape>>& named, const char* what,
+                                   int64_t& total) {
+  std::vector<FlatEntry> entries;
+  total = 0;
+  for (const auto& [name, shape] : named) {
+    for (const FlatEntry& e : entries) DPCORE_CHECK(e.name != name, what, ": the name '", name, "' is used twice");
+    FlatEntry e{name, shape, total, shape_numel(shape)};
+    total += (e.numel + kFlatAlignment - 1) / kFlatAlignment * kFlatAlignment;
+    entries.push_back(std::move(e));
   }
+  return entries;
+}
+
+FlatParameters::FlatParameters(const std::vector<ParamSpec>& specs, DType dtype, Device device) {
+  std::vector<std::pair<std::string, Shape>> named;
+  for (const ParamSpec& spec : specs) named.emplace_back(spec.name, spec.shape);
+  entries_ = flat_layout(named, "parameters", total_);
   values_ = Tensor::zeros({total_}, dtype, device);
   grads_ = Tensor::zeros({total_}, dtype, device);
   size_t esize = dtype_size(dtype);
@@ -23,12 +31,7 @@ FlatParameters::FlatParameters(const std::vector<ParamSpec>& specs, DType dtype,
 }
 
 const FlatParameters::Entry& FlatParameters::entry(const std::string& name) const {
-  for (const Entry& e : entries_) {
-    if (e.name == name) return e;
-  }
-  std::string known;
-  for (const Entry& e : entries_) known += (known.empty() ? "" : ", ") + e.name;
-  fail("parameters: no parameter named '", name, "' (the model has: ", known, ")");
+  return find_flat_entry(entries_, name, "parameters");
 }
 
 void FlatParameters::zero_grad() { grads_.zero_(); }

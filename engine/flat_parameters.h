@@ -9,6 +9,7 @@
 #pragma once
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/tensor.h"
@@ -20,15 +21,34 @@ struct ParamSpec {
   Shape shape;
 };
 
+// Where one named tensor lives in a flat buffer.
+struct FlatEntry {
+  std::string name;
+  Shape shape;
+  int64_t offset = 0;  // in elements, into the flat buffers
+  int64_t numel = 0;
+};
+// The tensors `named` laid out one after another, each starting at a multiple of
+// kFlatAlignment elements; `total` receives the buffer's length, padding included. Fails
+// when a name is used twice (`what`: "parameters", "buffers").
+constexpr int64_t kFlatAlignment = 16;
+std::vector<FlatEntry> flat_layout(const std::vector<std::pair<std::string, Shape>>& named, const char* what,
+                                   int64_t& total);
+// The entry named `name`, or an error listing the names there are.
+template <class E>
+const E& find_flat_entry(const std::vector<E>& entries, const std::string& name, const char* what) {
+  for (const E& e : entries) {
+    if (e.name == name) return e;
+  }
+  std::string known;
+  for (const E& e : entries) known += (known.empty() ? "" : ", ") + e.name;
+  fail(what, ": none named '", name, "' (the model has: ", known.empty() ? "none" : known, ")");
+}
+
 class FlatParameters {
  public:
-  struct Entry {
-    std::string name;
-    Shape shape;
-    int64_t offset = 0;  // in elements, into the flat buffers
-    int64_t numel = 0;
-  };
-  static constexpr int64_t kAlignment = 16;
+  using Entry = FlatEntry;
+  static constexpr int64_t kAlignment = kFlatAlignment;
 
   FlatParameters(const std::vector<ParamSpec>& specs, DType dtype, Device device);
 

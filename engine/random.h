@@ -5,6 +5,7 @@
 // are written out here.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <random>
 #include <utility>
@@ -51,6 +52,13 @@ class Generator {
   double uniform() { return uniform01(engine_); }
   double uniform(double lo, double hi) { return lo + (hi - lo) * uniform(); }
   uint64_t below(uint64_t n) { return uniform_below(engine_, n); }
+  // Standard normal N(0, 1) by Box-Muller from two draws (the cosine branch only, so each
+  // value costs two draws and the stream never depends on a cached second value).
+  double normal() {
+    const double u1 = 1.0 - uniform();  // in (0, 1]: the logarithm stays finite
+    const double u2 = uniform();
+    return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586476925 * u2);
+  }
 
  private:
   std::mt19937_64 engine_;

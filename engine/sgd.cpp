@@ -35,6 +35,14 @@ void Sgd::set_lr(double lr) {
   config_.lr = lr;
 }
 
+void Sgd::set_momentum(double momentum) {
+  check_rate("momentum", momentum);
+  if (momentum == config_.momentum) return;
+  DPCORE_CHECK(momentum > 0 && config_.momentum > 0, "sgd: momentum can change only between values > 0 (from ",
+               config_.momentum, " to ", momentum, ")");
+  config_.momentum = momentum;
+}
+
 void Sgd::restore(const Tensor& momentum, int64_t steps) {
   DPCORE_CHECK(steps >= 0, "sgd: negative step count ", steps);
   if (momentum_.defined()) {

@@ -24,6 +24,10 @@ class Sgd {
   // A new learning rate from the next step on (a schedule; PyTorch's param_group["lr"]).
   // A runner that replays a recorded step sees the change and records anew.
   void set_lr(double lr);
+  // A new momentum from the next step on (PyTorch's param_group["momentum"], as OneCycleLR
+  // cycles it). Only between values > 0: the buffer exists only when the optimizer was
+  // built with momentum, and nesterov needs it > 0.
+  void set_momentum(double momentum);
   int64_t steps_taken() const { return steps_; }
 
   // State for checkpoints: the momentum buffer (same layout as the parameters; undefined

@@ -32,7 +32,20 @@ Model::Model(std::unique_ptr<Sequential> net, Shape input_shape, Device device, 
   for (const ParamSlot& s : slots_) specs.push_back({s.name, s.shape});
   params_ = std::make_unique<FlatParameters>(specs, dtype, device);
   for (size_t i = 0; i < slots_.size(); ++i) *slots_[i].tensor = params_->param(i);
+
+  std::vector<BufferSlot> buffer_slots;
+  net_->collect_buffers("", buffer_slots);
+  std::vector<BufferSpec> buffer_specs;
+  for (const BufferSlot& b : buffer_slots) buffer_specs.push_back({b.name, b.shape, b.initial, b.counter});
+  buffers_ = std::make_unique<FlatBuffers>(buffer_specs, dtype, device);
+  for (size_t i = 0; i < buffer_slots.size(); ++i) *buffer_slots[i].tensor = buffers_->buffer(i);
   init_parameters(seed);
+}
+
+void Model::set_batch_norm_group(ops::BatchNormGroup* group) {
+  net_->apply([group](Module& m) {
+    if (auto* bn = dynamic_cast<BatchNorm2d*>(&m)) bn->set_group(group);
+  });
 }
 
 void Model::init_parameters(uint64_t seed) {
@@ -40,9 +53,17 @@ void Model::init_parameters(uint64_t seed) {
   std::vector<double> host(size_t(params_->total()), 0.0);
   for (size_t i = 0; i < slots_.size(); ++i) {
     const auto& e = params_->entries()[i];
-    double bound = 1.0 / std::sqrt(double(slots_[i].fan_in));
-    for (int64_t j = 0; j < e.numel; ++j) host[size_t(e.offset + j)] = gen.uniform(-bound, bound);
+    const ParamInit& init = slots_[i].init;
+    for (int64_t j = 0; j < e.numel; ++j) {
+      double& v = host[size_t(e.offset + j)];
+      switch (init.kind) {
+        case ParamInit::Kind::Uniform: v = gen.uniform(-init.value, init.value); break;
+        case ParamInit::Kind::Normal: v = init.value * gen.normal(); break;
+        case ParamInit::Kind::Constant: v = init.value; break;
+      }
+    }
   }
+  buffers_->reset();
   Tensor values = params_->values();
   if (values.dtype() == DType::Float64) {
     values.copy_(Tensor::from_vector(host, values.shape()));
@@ -54,8 +75,9 @@ void Model::init_parameters(uint64_t seed) {
 std::unique_ptr<Model> Model::replicate(Device device) const {
   auto net = std::unique_ptr<Sequential>(static_cast<Sequential*>(net_->clone().release()));
   auto copy = std::make_unique<Model>(std::move(net), input_shape_, device, dtype());
-  Tensor dst = copy->parameters().values();
-  dst.copy_(params_->values());
+  copy->parameters().values().copy_(params_->values());
+  if (!buffers_->empty()) copy->buffers().values().copy_(buffers_->values());
+  copy->train(is_training());
   return copy;
 }
 
@@ -71,6 +93,11 @@ std::string Model::summary() const {
   int64_t count = 0;
   for (const auto& e : params_->entries()) count += e.numel;
   os << count << " parameters in " << params_->entries().size() << " tensors";
+  if (!buffers_->empty()) {
+    int64_t buffer_count = 0;
+    for (const auto& e : buffers_->entries()) buffer_count += e.numel;
+    os << ", " << buffer_count << " buffer values in " << buffers_->entries().size() << " tensors";
+  }
   return os.str();
 }
 

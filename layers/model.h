@@ -1,14 +1,17 @@
-// Model: a Sequential network bound to one FlatParameters on one device.
+// Model: a Sequential network bound to one FlatParameters (and one FlatBuffers for its
+// batch norms' running statistics) on one device.
 //
 // Building a model walks the network once with the input shape (so a layer that does not
-// fit fails at construction, naming the shapes), collects the parameter slots, lays them
-// out in the flat buffers and initialises them as PyTorch does.
+// fit fails at construction, naming the shapes), collects the parameter and buffer slots,
+// lays them out in the flat buffers and initialises them as PyTorch does. A model starts
+// in training mode; evaluation runs in eval mode (train/step.h).
 #pragma once
 
 #include <cstdint>
 #include <memory>
 #include <string>
 
+#include "engine/flat_buffers.h"
 #include "engine/flat_parameters.h"
 #include "layers/module.h"
 
@@ -29,13 +32,28 @@ class Model {
 
   FlatParameters& parameters() { return *params_; }
   const FlatParameters& parameters() const { return *params_; }
+  FlatBuffers& buffers() { return *buffers_; }
+  const FlatBuffers& buffers() const { return *buffers_; }
   void zero_grad() { params_->zero_grad(); }
 
-  // PyTorch's default initialisation (U(-1/sqrt(fan_in), 1/sqrt(fan_in)) for weights and
-  // biases) from our seeded generator, parameter by parameter in declaration order.
+  // torch.nn.Module.train() / eval(): batch norm normalises with the batch's statistics
+  // (and updates the running ones) in training mode, with the running ones in eval mode.
+  void train(bool on = true) { net_->train(on); }
+  void eval() { net_->eval(); }
+  bool is_training() const { return net_->is_training(); }
+  // Synchronises every batch norm over `group` in training mode (null: each replica's own
+  // statistics, the default).
+  void set_batch_norm_group(ops::BatchNormGroup* group);
+  bool has_batch_norm() const { return !buffers_->empty(); }
+
+  // Each parameter as its slot says (PyTorch's default U(-1/sqrt(fan_in), 1/sqrt(fan_in))
+  // for convolutions and linear layers, torchvision's kaiming normal for ResNet
+  // convolutions, constants for batch norm) from our seeded generator, parameter by
+  // parameter in declaration order; the buffers back to their initial values.
   void init_parameters(uint64_t seed);
 
-  // Same network on `device`, parameters copied (one flat copy).
+  // Same network on `device`, parameters and buffers copied (one flat copy each), in the
+  // same mode.
   std::unique_ptr<Model> replicate(Device device) const;
 
   const Shape& input_shape() const { return input_shape_; }
@@ -43,7 +61,7 @@ class Model {
   Device device() const { return params_->device(); }
   DType dtype() const { return params_->dtype(); }
   Sequential& net() { return *net_; }
-  // One line per layer with output shapes, and the parameter count.
+  // One line per layer with output shapes, and the parameter (and buffer) count.
   std::string summary() const;
 
  private:
@@ -53,6 +71,7 @@ class Model {
   size_t logits_end_ = 0;
   std::vector<ParamSlot> slots_;
   std::unique_ptr<FlatParameters> params_;
+  std::unique_ptr<FlatBuffers> buffers_;
 };
 
 }  // namespace dpcore::layers

@@ -1,13 +1,18 @@
 #include "layers/module.h"
 
 #include <algorithm>
+#include <cmath>
 
+#include "engine/backend.h"
 #include "kernels/shapes.h"
 
 namespace dpcore::layers {
 
+std::string qualified_name(const std::string& prefix, const std::string& name) {
+  return prefix.empty() ? name : prefix + "." + name;
+}
+
 namespace {
-std::string join(const std::string& prefix, const std::string& name) { return prefix.empty() ? name : prefix + "." + name; }
 
 void check_rank(const char* layer, const Shape& input, size_t rank, const std::string& what) {
   DPCORE_CHECK(input.size() == rank, layer, " expects ", what, ", got input ", shape_str(input));
@@ -26,9 +31,16 @@ void check_window_fits(const char* what, const Shape& in, const Shape& out, int6
 }
 }  // namespace
 
+// ---------------------------------------------------------------- ParamInit
+ParamInit ParamInit::pytorch_default(int64_t fan_in) { return {Kind::Uniform, 1.0 / std::sqrt(double(fan_in))}; }
+
+ParamInit ParamInit::kaiming_normal_fan_out(int64_t fan_out) { return {Kind::Normal, std::sqrt(2.0 / double(fan_out))}; }
+
 // ---------------------------------------------------------------- Conv2d
-Conv2d::Conv2d(int64_t in_channels, int64_t out_channels, int64_t kernel, int64_t stride, int64_t padding)
-    : in_(in_channels), out_(out_channels), kernel_(kernel), stride_(stride), padding_(padding) {
+Conv2d::Conv2d(int64_t in_channels, int64_t out_channels, int64_t kernel, int64_t stride, int64_t padding, bool bias,
+               Init init)
+    : in_(in_channels), out_(out_channels), kernel_(kernel), stride_(stride), padding_(padding), has_bias_(bias),
+      init_(init) {
   DPCORE_CHECK(in_ > 0 && out_ > 0 && kernel_ > 0 && stride_ > 0 && padding_ >= 0, "conv: invalid configuration ",
                describe());
 }
@@ -57,15 +69,20 @@ Shape Conv2d::output_shape(const Shape& in) const {
 
 std::string Conv2d::describe() const {
   return "conv(" + std::to_string(in_) + "->" + std::to_string(out_) + ", k" + std::to_string(kernel_) + ", s" +
-         std::to_string(stride_) + ", p" + std::to_string(padding_) + ")";
+         std::to_string(stride_) + ", p" + std::to_string(padding_) + (has_bias_ ? "" : ", no bias") + ")";
 }
 
-std::unique_ptr<Module> Conv2d::clone() const { return std::make_unique<Conv2d>(in_, out_, kernel_, stride_, padding_); }
+std::unique_ptr<Module> Conv2d::clone() const {
+  return std::make_unique<Conv2d>(in_, out_, kernel_, stride_, padding_, has_bias_, init_);
+}
 
 void Conv2d::collect_parameters(const std::string& prefix, std::vector<ParamSlot>& out) {
-  int64_t fan_in = in_ * kernel_ * kernel_;
-  out.push_back({join(prefix, "weight"), {out_, in_, kernel_, kernel_}, fan_in, &weight_});
-  out.push_back({join(prefix, "bias"), {out_}, fan_in, &bias_});
+  const int64_t fan_in = in_ * kernel_ * kernel_;
+  const ParamInit weight_init = init_ == Init::KaimingNormalFanOut
+                                    ? ParamInit::kaiming_normal_fan_out(out_ * kernel_ * kernel_)
+                                    : ParamInit::pytorch_default(fan_in);
+  out.push_back({qualified_name(prefix, "weight"), {out_, in_, kernel_, kernel_}, weight_init, &weight_});
+  if (has_bias_) out.push_back({qualified_name(prefix, "bias"), {out_}, ParamInit::pytorch_default(fan_in), &bias_});
 }
 
 // ---------------------------------------------------------------- Linear
@@ -87,34 +104,73 @@ std::string Linear::describe() const { return "linear(" + std::to_string(in_) + 
 std::unique_ptr<Module> Linear::clone() const { return std::make_unique<Linear>(in_, out_); }
 
 void Linear::collect_parameters(const std::string& prefix, std::vector<ParamSlot>& out) {
-  out.push_back({join(prefix, "weight"), {out_, in_}, in_, &weight_});
-  out.push_back({join(prefix, "bias"), {out_}, in_, &bias_});
+  out.push_back({qualified_name(prefix, "weight"), {out_, in_}, ParamInit::pytorch_default(in_), &weight_});
+  out.push_back({qualified_name(prefix, "bias"), {out_}, ParamInit::pytorch_default(in_), &bias_});
 }
 
-// ---------------------------------------------------------------- MaxPool2d
-MaxPool2d::MaxPool2d(int64_t kernel, int64_t stride, int64_t padding) {
+// ---------------------------------------------------------------- Pool2d, GlobalAvgPool2d
+Pool2d::Pool2d(const char* name, int64_t kernel, int64_t stride, int64_t padding) : name_(name) {
   if (stride < 0) stride = kernel;
   opt_ = {kernel, kernel, stride, stride, padding, padding};
-  ops::check_max_pool2d_options(opt_);
+  ops::check_max_pool2d_options(opt_);  // max_pool2d's rules, which avg_pool2d shares
 }
 
-Tensor MaxPool2d::forward(const Tensor& x) { return ops::max_pool2d(x, opt_); }
-
-Shape MaxPool2d::output_shape(const Shape& in) const {
-  check_rank("pool", in, 4, "a batch of images [N, C, H, W]");
+Shape Pool2d::output_shape(const Shape& in) const {
+  check_rank(name_, in, 4, "a batch of images [N, C, H, W]");
   Shape out{in[0], in[1], kernels::conv_out_size(in[2], opt_.kernel_h, opt_.stride_h, opt_.pad_h),
             kernels::conv_out_size(in[3], opt_.kernel_w, opt_.stride_w, opt_.pad_w)};
   check_window_fits("window", in, out, opt_.kernel_h, opt_.pad_h);
   return out;
 }
 
-std::string MaxPool2d::describe() const {
-  return "pool(k" + std::to_string(opt_.kernel_h) + ", s" + std::to_string(opt_.stride_h) + ", p" +
+std::string Pool2d::describe() const {
+  return std::string(name_) + "(k" + std::to_string(opt_.kernel_h) + ", s" + std::to_string(opt_.stride_h) + ", p" +
          std::to_string(opt_.pad_h) + ")";
 }
 
-std::unique_ptr<Module> MaxPool2d::clone() const {
-  return std::make_unique<MaxPool2d>(opt_.kernel_h, opt_.stride_h, opt_.pad_h);
+Shape GlobalAvgPool2d::output_shape(const Shape& in) const {
+  check_rank("avgpool", in, 4, "a batch of images [N, C, H, W]");
+  return {in[0], in[1], 1, 1};
+}
+
+// ---------------------------------------------------------------- BatchNorm2d
+BatchNorm2d::BatchNorm2d(int64_t channels, double eps, double momentum)
+    : channels_(channels), eps_(eps), momentum_(momentum) {
+  DPCORE_CHECK(channels_ > 0 && eps_ >= 0 && momentum_ >= 0 && momentum_ <= 1, "bn: invalid configuration ",
+               describe(), " (eps ", eps_, ", momentum ", momentum_, ")");
+}
+
+Tensor BatchNorm2d::forward(const Tensor& x) {
+  Tensor y = ops::batch_norm2d(x, weight_, bias_, running_mean_, running_var_, is_training(), momentum_, eps_,
+                               is_training() ? group_ : nullptr);
+  if (is_training()) {
+    if (!one_.defined()) one_ = Tensor::full({}, 1.0, num_batches_tracked_.dtype(), num_batches_tracked_.device());
+    backend_for(one_.device()).add(num_batches_tracked_, one_, num_batches_tracked_);
+  }
+  return y;
+}
+
+Shape BatchNorm2d::output_shape(const Shape& in) const {
+  check_rank("bn", in, 4, "a batch of images [N, C, H, W]");
+  DPCORE_CHECK(in[1] == channels_, "input ", shape_str(in), " has ", in[1], " channels but the batch norm takes ",
+               channels_);
+  return in;
+}
+
+std::string BatchNorm2d::describe() const { return "bn(" + std::to_string(channels_) + ")"; }
+
+std::unique_ptr<Module> BatchNorm2d::clone() const { return std::make_unique<BatchNorm2d>(channels_, eps_, momentum_); }
+
+void BatchNorm2d::collect_parameters(const std::string& prefix, std::vector<ParamSlot>& out) {
+  out.push_back({qualified_name(prefix, "weight"), {channels_}, ParamInit::constant(1.0), &weight_});
+  out.push_back({qualified_name(prefix, "bias"), {channels_}, ParamInit::constant(0.0), &bias_});
+}
+
+void BatchNorm2d::collect_buffers(const std::string& prefix, std::vector<BufferSlot>& out) {
+  out.push_back({qualified_name(prefix, "running_mean"), {channels_}, 0.0, false, &running_mean_});
+  out.push_back({qualified_name(prefix, "running_var"), {channels_}, 1.0, false, &running_var_});
+  out.push_back({qualified_name(prefix, "num_batches_tracked"), {}, 0.0, true, &num_batches_tracked_});
+  one_ = Tensor();  // the buffers move: made again on their device
 }
 
 // ---------------------------------------------------------------- Flatten, View, LogSoftmax
@@ -212,7 +268,16 @@ std::unique_ptr<Module> Sequential::clone() const {
 }
 
 void Sequential::collect_parameters(const std::string& prefix, std::vector<ParamSlot>& out) {
-  for (auto& c : children_) c.second->collect_parameters(join(prefix, c.first), out);
+  for (auto& c : children_) c.second->collect_parameters(qualified_name(prefix, c.first), out);
+}
+
+void Sequential::collect_buffers(const std::string& prefix, std::vector<BufferSlot>& out) {
+  for (auto& c : children_) c.second->collect_buffers(qualified_name(prefix, c.first), out);
+}
+
+void Sequential::apply(const std::function<void(Module&)>& f) {
+  f(*this);
+  for (auto& c : children_) c.second->apply(f);
 }
 
 }  // namespace dpcore::layers

@@ -1,11 +1,13 @@
 // Modules: the building blocks a model is written in, mirroring torch.nn.
 //
 // A module does not own parameter memory. It declares parameter slots (name, shape,
-// fan-in); the Model (layers/model.h) lays all slots out in one FlatParameters and points
-// each slot at its view. That is what lets the whole model step, zero and allreduce as
-// three flat buffers.
+// initialisation) and buffer slots (batch norm's running statistics); the Model
+// (layers/model.h) lays all parameter slots out in one FlatParameters, all buffer slots in
+// one FlatBuffers, and points each slot at its view. That is what lets the whole model
+// step, zero and allreduce as three flat buffers, and replicate its buffers as one.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -16,10 +18,37 @@
 
 namespace dpcore::layers {
 
+// How a parameter starts (Model::init_parameters draws them from the model's seed).
+struct ParamInit {
+  enum class Kind { Uniform, Normal, Constant };
+  Kind kind = Kind::Uniform;
+  double value = 0;  // Uniform: U(-value, value); Normal: N(0, value^2); Constant: value
+
+  // PyTorch's default for convolutions and linear layers (weights and biases alike):
+  // U(-1/sqrt(fan_in), 1/sqrt(fan_in)).
+  static ParamInit pytorch_default(int64_t fan_in);
+  // torchvision's ResNet convolutions: kaiming_normal_(mode="fan_out", nonlinearity="relu"),
+  // N(0, 2 / fan_out).
+  static ParamInit kaiming_normal_fan_out(int64_t fan_out);
+  static ParamInit constant(double value) { return {Kind::Constant, value}; }
+};
+
 struct ParamSlot {
-  std::string name;    // full state_dict name, e.g. "c1.weight"
+  std::string name;  // full state_dict name, e.g. "c1.weight"
   Shape shape;
-  int64_t fan_in = 1;  // PyTorch's default init draws U(-1/sqrt(fan_in), 1/sqrt(fan_in))
+  ParamInit init;
+  Tensor* tensor = nullptr;
+};
+
+// "layer1.0" + "conv1" -> "layer1.0.conv1"; "" + "conv1" -> "conv1" (state_dict names).
+std::string qualified_name(const std::string& prefix, const std::string& name);
+
+// A buffer: model state that is not a parameter (engine/flat_buffers.h).
+struct BufferSlot {
+  std::string name;  // full state_dict name, e.g. "bn1.running_mean"
+  Shape shape;
+  double initial = 0;
+  bool counter = false;  // int64 in files
   Tensor* tensor = nullptr;
 };
 
@@ -38,11 +67,29 @@ class Module {
   virtual std::unique_ptr<Module> clone() const = 0;
   // Modules without parameters (relu, pooling, flatten, ...) add nothing.
   virtual void collect_parameters(const std::string& /*prefix*/, std::vector<ParamSlot>& /*out*/) {}
+  // Only batch norm has buffers.
+  virtual void collect_buffers(const std::string& /*prefix*/, std::vector<BufferSlot>& /*out*/) {}
+  // f on this module, then on every module inside it (torch.nn.Module.apply).
+  virtual void apply(const std::function<void(Module&)>& f) { f(*this); }
+
+  // Training or evaluation mode, for this module and every module inside it
+  // (torch.nn.Module.train / eval). Only batch norm behaves differently. Modules start in
+  // training mode.
+  void train(bool on = true) {
+    apply([on](Module& m) { m.training_ = on; });
+  }
+  void eval() { train(false); }
+  bool is_training() const { return training_; }
+
+ private:
+  bool training_ = true;
 };
 
 class Conv2d : public Module {
  public:
-  Conv2d(int64_t in_channels, int64_t out_channels, int64_t kernel, int64_t stride = 1, int64_t padding = 0);
+  enum class Init { PyTorchDefault, KaimingNormalFanOut };  // the weight's; a bias is always PyTorch's
+  Conv2d(int64_t in_channels, int64_t out_channels, int64_t kernel, int64_t stride = 1, int64_t padding = 0,
+         bool bias = true, Init init = Init::PyTorchDefault);
   Tensor forward(const Tensor& x) override;
   // This convolution followed by relu (and a max-pool), as one fused op (engine/ops.h).
   Tensor forward_relu(const Tensor& x);
@@ -54,7 +101,9 @@ class Conv2d : public Module {
 
  private:
   int64_t in_, out_, kernel_, stride_, padding_;
-  Tensor weight_, bias_;
+  bool has_bias_;
+  Init init_;
+  Tensor weight_, bias_;  // bias_ stays undefined without a bias
 };
 
 class Linear : public Module {
@@ -71,17 +120,73 @@ class Linear : public Module {
   Tensor weight_, bias_;
 };
 
-class MaxPool2d : public Module {
+// What max and average pooling share: a square window with its stride and padding
+// (max_pool2d's rules, checked when the module is built), shapes and description.
+class Pool2d : public Module {
  public:
-  explicit MaxPool2d(int64_t kernel, int64_t stride = -1 /* = kernel */, int64_t padding = 0);
+  Shape output_shape(const Shape& input) const override;
+  std::string describe() const override;  // "pool(k2, s2, p0)", "avgpool(k3, s1, p1)"
+  const ops::Pool2dOptions& options() const { return opt_; }
+
+ protected:
+  Pool2d(const char* name, int64_t kernel, int64_t stride /* < 0: = kernel */, int64_t padding);
+  const char* name_;
+  ops::Pool2dOptions opt_;
+};
+
+class MaxPool2d : public Pool2d {
+ public:
+  explicit MaxPool2d(int64_t kernel, int64_t stride = -1 /* = kernel */, int64_t padding = 0)
+      : Pool2d("pool", kernel, stride, padding) {}
+  Tensor forward(const Tensor& x) override { return ops::max_pool2d(x, opt_); }
+  std::unique_ptr<Module> clone() const override {
+    return std::make_unique<MaxPool2d>(opt_.kernel_h, opt_.stride_h, opt_.pad_h);
+  }
+};
+
+// Average pooling (count_include_pad, PyTorch's default).
+class AvgPool2d : public Pool2d {
+ public:
+  explicit AvgPool2d(int64_t kernel, int64_t stride = -1 /* = kernel */, int64_t padding = 0)
+      : Pool2d("avgpool", kernel, stride, padding) {}
+  Tensor forward(const Tensor& x) override { return ops::avg_pool2d(x, opt_); }
+  std::unique_ptr<Module> clone() const override {
+    return std::make_unique<AvgPool2d>(opt_.kernel_h, opt_.stride_h, opt_.pad_h);
+  }
+};
+
+// [N, C, H, W] -> [N, C, 1, 1], each plane's mean: torch.nn.AdaptiveAvgPool2d(1).
+class GlobalAvgPool2d : public Module {
+ public:
+  Tensor forward(const Tensor& x) override { return ops::global_avg_pool2d(x); }
+  Shape output_shape(const Shape& input) const override;
+  std::string describe() const override { return "avgpool(global)"; }
+  std::unique_ptr<Module> clone() const override { return std::make_unique<GlobalAvgPool2d>(); }
+};
+
+// torch.nn.BatchNorm2d(channels, eps, momentum), affine, with running statistics: in
+// training mode it normalises with the batch's statistics and updates running_mean,
+// running_var and num_batches_tracked; in eval mode it normalises with the running ones.
+// The weight starts at 1, the bias at 0, the running mean at 0 and the variance at 1.
+// With a group (set_group, for --batchnorm sync) training mode is synchronised over the
+// group's replicas (ops::batch_norm2d).
+class BatchNorm2d : public Module {
+ public:
+  explicit BatchNorm2d(int64_t channels, double eps = 1e-5, double momentum = 0.1);
   Tensor forward(const Tensor& x) override;
   Shape output_shape(const Shape& input) const override;
   std::string describe() const override;
   std::unique_ptr<Module> clone() const override;
-  const ops::Pool2dOptions& options() const { return opt_; }
+  void collect_parameters(const std::string& prefix, std::vector<ParamSlot>& out) override;
+  void collect_buffers(const std::string& prefix, std::vector<BufferSlot>& out) override;
+  void set_group(ops::BatchNormGroup* group) { group_ = group; }
 
  private:
-  ops::Pool2dOptions opt_;
+  int64_t channels_;
+  double eps_, momentum_;
+  Tensor weight_, bias_, running_mean_, running_var_, num_batches_tracked_;
+  Tensor one_;  // the constant 1 that counts a batch, on the buffers' device
+  ops::BatchNormGroup* group_ = nullptr;
 };
 
 class ReLU : public Module {
@@ -140,6 +245,8 @@ class Sequential : public Module {
   std::string describe() const override;
   std::unique_ptr<Module> clone() const override;
   void collect_parameters(const std::string& prefix, std::vector<ParamSlot>& out) override;
+  void collect_buffers(const std::string& prefix, std::vector<BufferSlot>& out) override;
+  void apply(const std::function<void(Module&)>& f) override;
 
   // "layer 3 'c2' (conv(32->64, k3, s1, p1))": how shape errors name child i.
   std::string layer_label(size_t i) const;

@@ -1,39 +1,77 @@
 #include "layers/weights.h"
 
-#include <vector>
+#include <cmath>
 
 namespace dpcore::layers {
 
-void save_weights(const Model& model, const std::string& path, const std::map<std::string, std::string>& metadata) {
-  const FlatParameters& params = model.parameters();
-  Tensor host = params.values().to(Device::cpu());
-  size_t esize = dtype_size(host.dtype());
-  std::vector<io::TensorView> views;
-  for (const auto& e : params.entries()) {
-    views.push_back({e.name, host.dtype(), e.shape, static_cast<const char*>(host.raw_data()) + size_t(e.offset) * esize,
-                     size_t(e.numel) * esize});
+HostState::HostState(const Model& model, const std::string& prefix)
+    : params_(model.parameters().values().to(Device::cpu())) {
+  const DType dtype = params_.dtype();
+  const size_t esize = dtype_size(dtype);
+  for (const auto& e : model.parameters().entries()) {
+    views_.push_back({prefix + e.name, dtype, e.shape, static_cast<const char*>(params_.raw_data()) + size_t(e.offset) * esize,
+                      size_t(e.numel) * esize});
   }
-  io::save_safetensors(path, views, metadata);
-}
-
-void load_weights(Model& model, const io::SafetensorsFile& file, const std::string& prefix) {
-  FlatParameters& params = model.parameters();
-  // Assemble the whole flat buffer on the host (padding stays zero), then one copy.
-  std::vector<double> host(size_t(params.total()), 0.0);
-  for (const auto& e : params.entries()) {
-    const io::TensorRecord* t = file.find(prefix + e.name);
-    DPCORE_CHECK(t != nullptr, file.source(), ": no tensor '", prefix + e.name, "' for the model's parameter ", e.name);
-    DPCORE_CHECK(t->shape == e.shape, file.source(), ": tensor '", t->name, "' has shape ", shape_str(t->shape),
-                 " but the model's ", e.name, " is ", shape_str(e.shape));
-    if (t->dtype == DType::Float32) {
-      std::copy(t->values<float>(), t->values<float>() + e.numel, host.begin() + e.offset);
-    } else if (t->dtype == DType::Float64) {
-      std::copy(t->values<double>(), t->values<double>() + e.numel, host.begin() + e.offset);
-    } else {
-      fail(file.source(), ": tensor '", t->name, "' is ", dtype_name(t->dtype), "; parameters must be F32 or F64");
+  const FlatBuffers& buffers = model.buffers();
+  if (buffers.empty()) return;
+  buffers_ = buffers.values().to(Device::cpu());
+  // Counters are converted to int64 first, so that the views into counters_ stay valid.
+  std::vector<size_t> counter_at;
+  for (const auto& e : buffers.entries()) {
+    if (!e.counter) continue;
+    counter_at.push_back(counters_.size());
+    for (int64_t i = 0; i < e.numel; ++i) {
+      const size_t at = size_t(e.offset + i);
+      counters_.push_back(dtype == DType::Float64 ? int64_t(buffers_.data<double>()[at])
+                                                  : int64_t(buffers_.data<float>()[at]));
     }
   }
-  Tensor values = params.values();
+  size_t next_counter = 0;
+  for (const auto& e : buffers.entries()) {
+    if (e.counter) {
+      views_.push_back({prefix + e.name, DType::Int64, e.shape, counters_.data() + counter_at[next_counter++],
+                        size_t(e.numel) * sizeof(int64_t)});
+    } else {
+      views_.push_back({prefix + e.name, dtype, e.shape,
+                        static_cast<const char*>(buffers_.raw_data()) + size_t(e.offset) * esize, size_t(e.numel) * esize});
+    }
+  }
+}
+
+void save_weights(const Model& model, const std::string& path, const std::map<std::string, std::string>& metadata) {
+  io::save_safetensors(path, HostState(model).views(), metadata);
+}
+
+namespace {
+
+// The file's tensor prefix + entry.name into host[entry.offset...], checking its shape;
+// `what` says what the model calls it ("parameter", "buffer").
+template <class Entry>
+void read_entry(const io::SafetensorsFile& file, const std::string& prefix, const Entry& e, bool counter,
+                const char* what, std::vector<double>& host) {
+  const io::TensorRecord* t = file.find(prefix + e.name);
+  DPCORE_CHECK(t != nullptr, file.source(), ": no tensor '", prefix + e.name, "' for the model's ", what, " ", e.name);
+  DPCORE_CHECK(t->shape == e.shape, file.source(), ": tensor '", t->name, "' has shape ", shape_str(t->shape),
+               " but the model's ", e.name, " is ", shape_str(e.shape));
+  double* out = host.data() + e.offset;
+  if (t->dtype == DType::Float32) {
+    std::copy(t->values<float>(), t->values<float>() + e.numel, out);
+  } else if (t->dtype == DType::Float64) {
+    std::copy(t->values<double>(), t->values<double>() + e.numel, out);
+  } else if (t->dtype == DType::Int64 && counter) {
+    std::copy(t->values<int64_t>(), t->values<int64_t>() + e.numel, out);
+  } else {
+    fail(file.source(), ": tensor '", t->name, "' is ", dtype_name(t->dtype), "; the model's ", what, " ", e.name,
+         " must be ", counter ? "I64, F32 or F64" : "F32 or F64");
+  }
+  for (int64_t i = 0; i < e.numel; ++i) {
+    DPCORE_CHECK(!counter || (out[i] >= 0 && out[i] == std::floor(out[i])), file.source(), ": tensor '", t->name,
+                 "' is a count but holds ", out[i]);
+  }
+}
+
+// host (one double per element of a flat buffer, padding zero) into `values` in one copy.
+void upload(const std::vector<double>& host, Tensor values) {
   if (values.dtype() == DType::Float64) {
     values.copy_(Tensor::from_vector(host, values.shape()));
   } else {
@@ -41,12 +79,27 @@ void load_weights(Model& model, const io::SafetensorsFile& file, const std::stri
   }
 }
 
+}  // namespace
+
+void load_weights(Model& model, const io::SafetensorsFile& file, const std::string& prefix) {
+  // Assemble each whole flat buffer on the host (padding stays zero), then one copy each.
+  FlatParameters& params = model.parameters();
+  std::vector<double> host(size_t(params.total()), 0.0);
+  for (const auto& e : params.entries()) read_entry(file, prefix, e, false, "parameter", host);
+  FlatBuffers& buffers = model.buffers();
+  std::vector<double> host_buffers(size_t(buffers.total()), 0.0);
+  for (const auto& e : buffers.entries()) read_entry(file, prefix, e, e.counter, "buffer", host_buffers);
+  upload(host, params.values());
+  if (!buffers.empty()) upload(host_buffers, buffers.values());
+}
+
 void load_weights(Model& model, const std::string& path) {
   io::SafetensorsFile file = io::load_safetensors(path);
   for (const auto& t : file.tensors()) {
     bool known = false;
     for (const auto& e : model.parameters().entries()) known = known || e.name == t.name;
-    DPCORE_CHECK(known, path, ": unexpected tensor '", t.name, "' (not a parameter of this model)");
+    for (const auto& e : model.buffers().entries()) known = known || e.name == t.name;
+    DPCORE_CHECK(known, path, ": unexpected tensor '", t.name, "' (not a parameter or buffer of this model)");
   }
   load_weights(model, file, "");
 }

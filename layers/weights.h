@@ -1,21 +1,39 @@
-// A model's parameters in and out of safetensors files, under PyTorch's state_dict names,
-// so weights move between dpcore and PyTorch unchanged.
+// A model's state in and out of safetensors files, under PyTorch's state_dict names
+// (parameters, then buffers such as batch norm's running statistics), so weights move
+// between dpcore and PyTorch unchanged.
 #pragma once
 
 #include <map>
 #include <string>
+#include <vector>
 
 #include "engine/io/safetensors.h"
 #include "layers/model.h"
 
 namespace dpcore::layers {
 
-// Writes every parameter (float32 or float64, as the model holds them), atomically.
+// The model's state_dict copied to the host, as views to write: every parameter (float32
+// or float64, as the model holds them) and every buffer (counters such as
+// num_batches_tracked as int64, as in PyTorch), each named `prefix + name`. The views
+// point into this object.
+class HostState {
+ public:
+  explicit HostState(const Model& model, const std::string& prefix = "");
+  const std::vector<io::TensorView>& views() const { return views_; }
+
+ private:
+  Tensor params_, buffers_;
+  std::vector<int64_t> counters_;
+  std::vector<io::TensorView> views_;
+};
+
+// Writes the model's state_dict, atomically.
 void save_weights(const Model& model, const std::string& path, const std::map<std::string, std::string>& metadata = {});
 
-// Loads parameters strictly, as load_state_dict(strict=True): every model parameter must be
-// present with its exact shape, and the file may hold no other tensors. Float32 and
-// float64 files both load into either precision.
+// Loads the state_dict strictly, as load_state_dict(strict=True): every parameter and
+// buffer of the model must be present with its exact shape, and the file may hold no other
+// tensors. Float32 and float64 files both load into either precision; counters load from
+// int64 (or a float holding a whole number).
 void load_weights(Model& model, const std::string& path);
 // The same from an already-parsed file; tensors are looked up as prefix + name, and only
 // those are checked (other tensors in the file are allowed).

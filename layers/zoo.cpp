@@ -3,6 +3,8 @@
 #include <cctype>
 #include <sstream>
 
+#include "layers/resnet.h"
+
 namespace dpcore::layers {
 
 namespace {
@@ -14,9 +16,14 @@ std::unique_ptr<Module> relu() { return std::make_unique<ReLU>(); }
 
 }  // namespace
 
-std::vector<std::string> reference_model_names() { return {"simplenet", "fashioncnn", "vggs"}; }
+std::vector<std::string> reference_model_names() { return {"simplenet", "fashioncnn", "vggs", "resnet8", "resnet20"}; }
 
-ModelDef reference_model(const std::string& name) {
+ModelDef reference_model(const std::string& name, const Shape& input_shape) {
+  if (name == "resnet8" || name == "resnet20") {
+    Shape shape = input_shape.empty() ? Shape{1, 28, 28} : input_shape;
+    DPCORE_CHECK(shape.size() == 3, "model ", name, " takes images {C, H, W}, got ", shape_str(shape));
+    return {cifar_resnet(name == "resnet8" ? 1 : 3, shape[0]), shape};
+  }
   auto net = std::make_unique<Sequential>();
   if (name == "simplenet") {
     net->add("conv", conv3x3(3, 16)).add(relu()).add(pool2()).add(std::make_unique<Flatten>());
@@ -37,7 +44,7 @@ ModelDef reference_model(const std::string& name) {
     net->add("fc", std::make_unique<Linear>(256 * 4 * 4, 10)).add(std::make_unique<LogSoftmax>());
     return {std::move(net), {3, 32, 32}};
   }
-  fail("unknown model '", name, "' (expected simplenet, fashioncnn, vggs, or a layer spec such as ",
+  fail("unknown model '", name, "' (expected simplenet, fashioncnn, vggs, resnet8, resnet20, or a layer spec such as ",
        "\"conv(16,3,p1) relu pool(2) flatten linear(10)\")");
 }
 
@@ -92,15 +99,19 @@ int64_t parse_int(const LayerToken& t, const std::string& text) {
   return v;
 }
 
-// conv/pool arguments: positional numbers, then optional sN (stride) and pN (padding).
+// conv/pool/res arguments: positional numbers, then optional sN (stride) and pN (padding),
+// and for conv the word nobias.
 struct WindowArgs {
   std::vector<int64_t> positional;
   int64_t stride = -1, padding = 0;
+  bool bias = true;
 };
 WindowArgs window_args(const LayerToken& t) {
   WindowArgs w;
   for (const std::string& a : t.args) {
-    if (!a.empty() && (a[0] == 's' || a[0] == 'p')) {
+    if (a == "nobias" && t.name == "conv") {
+      w.bias = false;
+    } else if (!a.empty() && (a[0] == 's' || a[0] == 'p')) {
       (a[0] == 's' ? w.stride : w.padding) = parse_int(t, a.substr(1));
     } else {
       w.positional.push_back(parse_int(t, a));
@@ -117,14 +128,30 @@ std::unique_ptr<Module> make_layer(const LayerToken& t, const Shape& shape) {
   if (t.name == "conv") {
     WindowArgs w = window_args(t);
     DPCORE_CHECK(w.positional.size() == 2 && shape.size() == 4,
-                 "conv takes conv(OUT,K[,sS][,pP]) after an image-shaped input, at shape ", shape_str(shape));
+                 "conv takes conv(OUT,K[,sS][,pP][,nobias]) after an image-shaped input, at shape ", shape_str(shape));
     return std::make_unique<Conv2d>(shape[1], w.positional[0], w.positional[1], w.stride < 0 ? 1 : w.stride,
-                                    w.padding);
+                                    w.padding, w.bias);
   }
-  if (t.name == "pool") {
+  if (t.name == "pool" || t.name == "avgpool") {
     WindowArgs w = window_args(t);
-    DPCORE_CHECK(w.positional.size() == 1, "pool takes pool(K[,sS][,pP])");
-    return std::make_unique<MaxPool2d>(w.positional[0], w.stride, w.padding);
+    DPCORE_CHECK(w.positional.size() == 1, t.name, " takes ", t.name, "(K[,sS][,pP])");
+    if (t.name == "pool") return std::make_unique<MaxPool2d>(w.positional[0], w.stride, w.padding);
+    return std::make_unique<AvgPool2d>(w.positional[0], w.stride, w.padding);
+  }
+  if (t.name == "res") {
+    WindowArgs w = window_args(t);
+    DPCORE_CHECK(w.positional.size() == 1 && w.padding == 0 && shape.size() == 4,
+                 "res takes res(OUT[,sS]) after an image-shaped input, at shape ", shape_str(shape));
+    return std::make_unique<BasicBlock>(shape[1], w.positional[0], w.stride < 0 ? 1 : w.stride);
+  }
+  if (t.name == "bn") {
+    expect_args(0, 0, "bn takes no arguments (its channels are the input's)");
+    DPCORE_CHECK(shape.size() == 4, "bn needs an image-shaped input [N, C, H, W], got ", shape_str(shape));
+    return std::make_unique<BatchNorm2d>(shape[1]);
+  }
+  if (t.name == "gap") {
+    expect_args(0, 0, "gap takes no arguments");
+    return std::make_unique<GlobalAvgPool2d>();
   }
   if (t.name == "linear") {
     expect_args(1, 1, "linear takes linear(OUT)");
@@ -150,7 +177,8 @@ std::unique_ptr<Module> make_layer(const LayerToken& t, const Shape& shape) {
     expect_args(0, 0, "logsoftmax takes no arguments");
     return std::make_unique<LogSoftmax>();
   }
-  fail("unknown layer '", t.name, "' (known: conv, pool, linear, relu, flatten, view, logsoftmax)");
+  fail("unknown layer '", t.name,
+       "' (known: conv, pool, avgpool, gap, bn, res, linear, relu, flatten, view, logsoftmax)");
 }
 
 }  // namespace
@@ -191,7 +219,7 @@ std::unique_ptr<Sequential> parse_layer_spec(const std::string& spec, const Shap
 
 ModelDef model_from_flag(const std::string& model, const Shape& input_shape) {
   if (model.find('(') == std::string::npos && model.find(' ') == std::string::npos) {
-    ModelDef def = reference_model(model);
+    ModelDef def = reference_model(model, input_shape);
     DPCORE_CHECK(input_shape.empty() || def.input_shape == input_shape, "model ", model, " takes inputs ",
                  shape_str(def.input_shape), " but the data has samples of shape ", shape_str(input_shape));
     return def;

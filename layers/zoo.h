@@ -14,17 +14,26 @@ struct ModelDef {
   Shape input_shape;  // {C, H, W}
 };
 
-// "simplenet", "fashioncnn", "vggs"; parameter names are PyTorch's state_dict names.
-ModelDef reference_model(const std::string& name);
+// "simplenet", "fashioncnn", "vggs" (fixed input shapes), and the CIFAR ResNets
+// "resnet8" and "resnet20" (layers/resnet.h), built for `input_shape` {C, H, W}: the
+// data's (default {1, 28, 28}, Fashion-MNIST). Parameter names are PyTorch's state_dict
+// names (torchvision's for the ResNets).
+ModelDef reference_model(const std::string& name, const Shape& input_shape = {});
 std::vector<std::string> reference_model_names();
 
 // A network from a layer spec such as "conv(16,3,p1) relu pool(2) flatten linear(10)",
 // for inputs of `input_shape` {C, H, W}. Layers:
-//   conv(OUT,K[,sS][,pP])  pool(K[,sS][,pP])  linear(OUT)  relu  flatten  view(D1,D2,...)
-//   logsoftmax
+//   conv(OUT,K[,sS][,pP][,nobias])  pool(K[,sS][,pP])  avgpool(K[,sS][,pP])  gap
+//   bn  res(OUT[,sS])  linear(OUT)  relu  flatten  view(D1,D2,...)  logsoftmax
+// pool is max pooling, avgpool average pooling (count_include_pad), gap global average
+// pooling ([N,C,H,W] -> [N,C,1,1]), bn batch norm over the channels (BatchNorm2d), res a
+// residual BasicBlock (layers/resnet.h) to OUT channels with stride S (default 1), whose
+// shortcut is a 1x1 convolution + batch norm when the shape changes. For example resnet8
+// on Fashion-MNIST is
+//   "conv(16,3,p1,nobias) bn relu res(16) res(32,s2) res(64,s2) gap flatten linear(10)"
 // Input channels and features are inferred from the preceding layer. A final logsoftmax
 // is appended when the spec does not end in one (models end in log-probabilities).
-// Children are named by index ("0.weight"), as in torch.nn.Sequential.
+// Children are named by index ("0.weight", "3.conv1.weight"), as in torch.nn.Sequential.
 // Shapes are worked out layer by layer as the network is built: a layer that does not fit
 // its input (a window larger than the padded input, a view that does not fit) or whose
 // output would be empty fails here with a dpcore::Error naming the layer (index and text

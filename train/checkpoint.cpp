@@ -12,7 +12,8 @@ namespace dpcore::train {
 
 namespace {
 
-constexpr const char* kFormat = "dpcore-checkpoint-1";
+constexpr const char* kFormat = "dpcore-checkpoint-2";
+constexpr const char* kModelPrefix = "model.";  // + the state_dict name
 
 uint32_t crc_of(const std::vector<std::pair<const void*, size_t>>& blocks) {
   uLong crc = crc32(0L, Z_NULL, 0);
@@ -47,17 +48,11 @@ void save_checkpoint(const std::string& dir, const Model& model, const Sgd& sgd,
   std::filesystem::create_directories(dir, ec);
   DPCORE_CHECK(!ec, "checkpoint: cannot create directory ", dir, ": ", ec.message());
 
-  const FlatParameters& params = model.parameters();
-  Tensor values = params.values().to(Device::cpu());
+  layers::HostState state(model, kModelPrefix);
   Tensor momentum = sgd.momentum().defined() ? sgd.momentum().to(Device::cpu()) : Tensor();
-  size_t esize = dtype_size(values.dtype());
-  std::vector<io::TensorView> views;
+  std::vector<io::TensorView> views = state.views();
   std::vector<std::pair<const void*, size_t>> blocks;
-  for (const auto& e : params.entries()) {
-    const char* data = static_cast<const char*>(values.raw_data()) + size_t(e.offset) * esize;
-    views.push_back({"param." + e.name, values.dtype(), e.shape, data, size_t(e.numel) * esize});
-    blocks.emplace_back(data, size_t(e.numel) * esize);
-  }
+  for (const io::TensorView& v : views) blocks.emplace_back(v.data, v.bytes);
   if (momentum.defined()) {
     views.push_back({"optimizer.momentum", momentum.dtype(), momentum.shape(), momentum.raw_data(), momentum.nbytes()});
     blocks.emplace_back(momentum.raw_data(), momentum.nbytes());
@@ -93,7 +88,7 @@ TrainProgress load_checkpoint(const std::string& dir, Model& model, Sgd& sgd,
                  "; resume with the same settings");
   }
 
-  layers::load_weights(model, file, "param.");
+  layers::load_weights(model, file, kModelPrefix);
   const io::TensorRecord* momentum = file.find("optimizer.momentum");
   DPCORE_CHECK((momentum != nullptr) == sgd.momentum().defined(), path, ": optimizer state ",
                momentum ? "has" : "lacks", " a momentum buffer but this run's momentum is ", sgd.config().momentum);

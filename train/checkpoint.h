@@ -1,7 +1,7 @@
 // Checkpoints: everything needed to continue a run exactly where it stopped.
 //
-// One safetensors file, DIR/checkpoint.safetensors: the parameters under their state_dict
-// names ("param.<name>"), the flat momentum buffer ("optimizer.momentum"), and metadata
+// One safetensors file, DIR/checkpoint.safetensors: the model's parameters and buffers
+// under their state_dict names ("model.<name>"), the flat momentum buffer ("optimizer.momentum"), and metadata
 // strings: the step, the data loader's position (epoch, batch; the sample order is a pure
 // function of seed and epoch, so this is the whole RNG state), the optimizer's step count,
 // the run's settings (a resumed run must use the same ones), and a CRC-32 of all tensor

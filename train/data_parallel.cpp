@@ -27,9 +27,29 @@ std::vector<Replica> replicate(std::unique_ptr<layers::Model> root, const std::v
 void broadcast_state(Replica& r, int64_t steps) {
   Tensor values = r.model->parameters().values();
   r.comm->broadcast(values, 0).wait();
+  broadcast_buffers(r);
   Tensor momentum = r.sgd->momentum();
   if (momentum.defined()) r.comm->broadcast(momentum, 0).wait();
   r.sgd->restore(momentum, steps);
+}
+
+void broadcast_buffers(Replica& r) {
+  if (!r.model->has_batch_norm()) return;
+  Tensor buffers = r.model->buffers().values();
+  r.comm->broadcast(buffers, 0).wait();
+}
+
+void prepare_batch_norm(Replica& r, const std::vector<int64_t>& pieces) {
+  if (!r.batch_norm_group) return;
+  int64_t rows = 0;
+  std::string listed;
+  for (int64_t p : pieces) rows += p, listed += (listed.empty() ? "" : ",") + std::to_string(p);
+  for (size_t g = 0; g < pieces.size(); ++g) {
+    DPCORE_CHECK(pieces[g] > 0, "--batchnorm sync: replica ", g, " gets no samples of a micro-batch of ", rows,
+                 " (shares ", listed, "), but every replica must join every synchronised batch norm: use a larger ",
+                 "--batch, or fewer --accum or --replicas");
+  }
+  r.batch_norm_group->set_rows(rows);
 }
 
 std::vector<Shard> scatter(const data::Batch& batch, int64_t begin, const std::vector<int64_t>& shares,
@@ -99,15 +119,31 @@ CommConfig comm_config(const ParallelOptions& options, std::vector<Device> devic
 }
 
 ReplicatedRunner::ReplicatedRunner(const ParallelOptions& options, int64_t accum)
-    : splitter_(options.split, options.replicas), accum_(accum) {}
+    : splitter_(options.split, options.replicas), accum_(accum), sync_batch_norm_(options.batchnorm == "sync") {
+  DPCORE_CHECK(options.batchnorm == "local" || options.batchnorm == "sync", "--batchnorm '", options.batchnorm,
+               "': expected local or sync");
+}
 
 void ReplicatedRunner::start(std::unique_ptr<layers::Model> model, const std::vector<Device>& devices,
                              std::vector<std::unique_ptr<Communicator>> comms, const SgdConfig& sgd) {
   replicas_ = replicate(std::move(model), devices, std::move(comms), sgd);
+  if (sync_batch_norm_) {
+    for (Replica& r : replicas_) {
+      r.batch_norm_group = std::make_unique<ReplicaBatchNormGroup>(*r.comm);
+      r.model->set_batch_norm_group(r.batch_norm_group.get());
+    }
+  }
   threads_ = std::make_unique<ReplicaThreads>(int(replicas_.size()),
                                         [this](int r, const std::string& m) { abort_all(replicas_, r, m); });
   use_replica_streams(*threads_, replicas_);
   sync_replicas();
+}
+
+void ReplicatedRunner::set_rates(double lr, double momentum) {
+  for (Replica& r : replicas_) {
+    r.sgd->set_lr(lr);
+    r.sgd->set_momentum(momentum);
+  }
 }
 
 void ReplicatedRunner::sync_replicas() {
@@ -133,11 +169,15 @@ StepStats DataParallelRunner::step(const data::Batch& batch) {
   std::vector<int64_t> computed(R, 0);
   Tensor loss_sum = Tensor::zeros({}, DType::Float32, root);
 
-  threads_->run([this](int r) { replicas_[size_t(r)].model->zero_grad(); });
+  threads_->run([this](int r) {
+    broadcast_buffers(replicas_[size_t(r)]);
+    replicas_[size_t(r)].model->zero_grad();
+  });
   int64_t begin = 0;
   for (int64_t micro : even_split(n, std::min<int64_t>(accum_, n))) {
     // scatter
     std::vector<int64_t> shares = splitter_.shares(micro);
+    for (Replica& r : replicas_) prepare_batch_norm(r, shares);
     std::vector<Shard> shards = scatter(batch, begin, shares, devices_);
     // The shards were copied on this thread's stream; the replicas read them on their own
     // (non-blocking) streams, which a pageable copy still in flight would not wait for.
@@ -187,6 +227,7 @@ std::string DataParallelRunner::describe() const {
   d.replicas = int(replicas_.size());
   d.devices = devices_;
   d.details = {"split " + splitter_.describe()};
+  if (sync_batch_norm_) d.details.push_back("batchnorm sync");
   d.accum = accum_;
   return describe_runner(d);
 }

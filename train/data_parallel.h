@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "comm/communicator.h"
+#include "train/batch_norm_group.h"
 #include "train/replica_threads.h"
 #include "train/split.h"
 #include "engine/data/loader.h"
@@ -35,11 +36,13 @@ using comm::ReduceOp;
 using comm::Work;
 
 // One replica of this process: its model (parameters in flat buffers on its device), its
-// optimizer, and its communicator (rank = global replica index).
+// optimizer, its communicator (rank = global replica index), and with --batchnorm sync the
+// group its batch norms combine statistics over.
 struct Replica {
   std::unique_ptr<layers::Model> model;
   std::unique_ptr<Sgd> sgd;
   std::unique_ptr<Communicator> comm;
+  std::unique_ptr<ReplicaBatchNormGroup> batch_norm_group;  // null: --batchnorm local
   Device device() const { return model->device(); }
   int rank() const { return comm->rank(); }
 };
@@ -48,10 +51,17 @@ struct Replica {
 // devices. Call broadcast_parameters afterwards, on every replica's thread.
 std::vector<Replica> replicate(std::unique_ptr<layers::Model> root, const std::vector<Device>& devices,
                                std::vector<std::unique_ptr<Communicator>> comms, const SgdConfig& sgd);
-// Rank 0's parameters and optimizer state (momentum buffer, step count) to every replica
-// (runs on replica r's thread). `steps` is rank 0's step count, known to every process:
-// the processes of an mpi run resume from the same checkpoint.
+// Rank 0's parameters, buffers and optimizer state (momentum buffer, step count) to every
+// replica (runs on replica r's thread). `steps` is rank 0's step count, known to every
+// process: the processes of an mpi run resume from the same checkpoint.
 void broadcast_state(Replica& r, int64_t steps);
+// Rank 0's buffers (batch norm's running statistics) to every replica, at the start of
+// each step, as DDP's broadcast_buffers: with --batchnorm local each replica updated its
+// own from its share. Nothing to do for a model without buffers.
+void broadcast_buffers(Replica& r);
+// Before a micro-batch's forward: with --batchnorm sync, the group's rows (`pieces`, each
+// replica's share of the micro-batch, all of them non-empty: checked, naming the replica).
+void prepare_batch_norm(Replica& r, const std::vector<int64_t>& pieces);
 
 // A replica's share of the rows [begin, begin + count) of a host batch, on its device.
 struct Shard {
@@ -72,6 +82,8 @@ class ReplicatedRunner : public StepRunner {
  public:
   layers::Model& model() override { return *replicas_[0].model; }
   Sgd& optimizer() override { return *replicas_[0].sgd; }
+  // Every replica of this process (the other processes of an mpi run set the same rates).
+  void set_rates(double lr, double momentum) override;
   // Rank 0's parameters and optimizer state to every replica.
   void sync_replicas() override;
   // This process's replica number `replica` (0 is model()).
@@ -80,6 +92,7 @@ class ReplicatedRunner : public StepRunner {
 
  protected:
   ReplicatedRunner(const ParallelOptions& options, int64_t accum);
+  // Also makes each replica's batch norm group under --batchnorm sync.
   // Replicates `model` over `devices` with `comms`, starts one thread per replica, each on
   // its own stream, and broadcasts rank 0's state.
   void start(std::unique_ptr<layers::Model> model, const std::vector<Device>& devices,
@@ -89,6 +102,7 @@ class ReplicatedRunner : public StepRunner {
   std::unique_ptr<ReplicaThreads> threads_;
   Splitter splitter_;
   int64_t accum_;
+  bool sync_batch_norm_;
 };
 
 // --mode dp: one process, R replicas; the loss is computed on the root from gathered outputs.

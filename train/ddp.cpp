@@ -122,27 +122,41 @@ DistributedRunner::DistributedRunner(std::unique_ptr<layers::Model> model, const
 
 StepStats DistributedRunner::step(const data::Batch& batch) {
   const int64_t n = batch.size;
-  std::vector<int64_t> shares = splitter_.shares(n);  // the same on every rank
+  // The batch is cut into micro-batches first, and each micro-batch shared among the
+  // replicas (the same on every rank): micro-batch m of R replicas is then exactly
+  // micro-batch m of one replica, which is what makes --batchnorm sync equal one replica.
+  const std::vector<int64_t> micro = even_split(n, std::min<int64_t>(accum_, n));
+  std::vector<std::vector<int64_t>> pieces;  // [micro-batch][rank]
+  std::vector<int64_t> shares(size_t(world_size_), 0);
+  for (int64_t size : micro) {
+    pieces.push_back(splitter_.shares(size));
+    for (int g = 0; g < world_size_; ++g) shares[size_t(g)] += pieces.back()[size_t(g)];
+  }
   std::vector<double> seconds(size_t(world_size_), 0.0);
   Tensor global_loss;
 
   threads_->run([&](int local) {
     Replica& rep = replicas_[size_t(local)];
     BucketReducer& reducer = *reducers_[size_t(local)];
-    int rank = rep.rank();
-    int64_t begin = 0;
-    for (int g = 0; g < rank; ++g) begin += shares[size_t(g)];
-    int64_t share = shares[size_t(rank)];
+    const int rank = rep.rank();
+    size_t last = 0;  // this replica's last micro-batch with samples: its backward communicates
+    for (size_t m = 0; m < micro.size(); ++m) {
+      if (pieces[m][size_t(rank)] > 0) last = m;
+    }
 
+    broadcast_buffers(rep);
     auto t0 = Clock::now();
     rep.model->zero_grad();
-    std::vector<int64_t> micro = even_split(share, std::max<int64_t>(1, std::min(accum_, share)));
     Tensor loss_sum = Tensor::zeros({}, rep.model->dtype(), rep.device());
-    int64_t row = begin;
-    for (size_t m = 0; m < micro.size(); row += micro[m], ++m) {
-      if (micro[m] == 0) continue;
-      if (m + 1 == micro.size()) reducer.arm();  // only the last micro-batch communicates
-      auto [x, y] = batch_tensors(batch_rows(batch, row, row + micro[m]), rep.device());
+    int64_t begin = 0;  // of micro-batch m
+    for (size_t m = 0; m < micro.size(); begin += micro[m], ++m) {
+      int64_t row = begin;
+      for (int g = 0; g < rank; ++g) row += pieces[m][size_t(g)];
+      const int64_t size = pieces[m][size_t(rank)];
+      prepare_batch_norm(rep, pieces[m]);
+      if (size == 0) continue;
+      if (m == last) reducer.arm();
+      auto [x, y] = batch_tensors(batch_rows(batch, row, row + size), rep.device());
       Tensor l = forward_backward(*rep.model, x, y, 1.0 / double(n));
       backend_for(rep.device()).add(loss_sum, l, loss_sum);
     }
@@ -182,6 +196,7 @@ std::string DistributedRunner::describe() const {
   for (const Replica& r : replicas_) d.devices.push_back(r.device());
   d.devices_here = true;  // with mpi, each process holds only some of the replicas
   d.details = {std::to_string(reducers_[0]->buckets().size()) + " buckets", "split " + splitter_.describe()};
+  if (sync_batch_norm_) d.details.push_back("batchnorm sync");
   d.accum = accum_;
   return describe_runner(d);
 }

@@ -20,7 +20,8 @@ SingleDeviceRunner::~SingleDeviceRunner() {
 StepStats SingleDeviceRunner::step(const data::Batch& batch) {
   const Device device = model_->device();
   const int64_t accum = std::min<int64_t>(accum_, batch.size);  // a short last batch may hold fewer samples than A
-  if (graph_ && graph_outdated()) {
+  const bool new_rates = rates_changed();
+  if (graph_ && (new_rates || graph_outdated())) {
     drop_graph();  // graph_batch_ stays: the next step of the recorded size records anew,
     warmup_steps_ = kWarmupSteps - 1;  // warming the new graph's stream up first
   }
@@ -35,7 +36,8 @@ StepStats SingleDeviceRunner::step(const data::Batch& batch) {
     return {static_loss_.clone(), batch.size};
   }
   auto [x, y] = batch_tensors(batch, device);
-  if (!graph_ && !eager_only_ && (graph_batch_ == 0 || graph_batch_ == batch.size)) {
+  // (Not at a step whose rates just changed: they may change again at the next.)
+  if (!graph_ && !eager_only_ && !new_rates && (graph_batch_ == 0 || graph_batch_ == batch.size)) {
     graph_batch_ = batch.size;
     if (++warmup_steps_ == kWarmupSteps) return {warm_up_and_record(x, y, accum), batch.size};
   }
@@ -53,7 +55,6 @@ Tensor SingleDeviceRunner::warm_up_and_record(const Tensor& x, const Tensor& y, 
   graph->warm_up([&] { loss = accumulate_and_step(*model_, *sgd_, x, y, accum); });
   static_x_ = x.clone();
   static_y_ = y.clone();
-  recorded_sgd_ = sgd_->config();
   recorded_first_step_ = sgd_->steps_taken() == 0;
   try {
     graph->record([&] {
@@ -72,11 +73,34 @@ Tensor SingleDeviceRunner::warm_up_and_record(const Tensor& x, const Tensor& y, 
 }
 
 bool SingleDeviceRunner::graph_outdated() const {
+  return graph_->stale() || (sgd_->steps_taken() == 0) != recorded_first_step_;
+}
+
+bool SingleDeviceRunner::rates_changed() {
   const SgdConfig& now = sgd_->config();
-  const bool same_sgd = now.lr == recorded_sgd_.lr && now.momentum == recorded_sgd_.momentum &&
-                        now.dampening == recorded_sgd_.dampening && now.weight_decay == recorded_sgd_.weight_decay &&
-                        now.nesterov == recorded_sgd_.nesterov;
-  return graph_->stale() || !same_sgd || (sgd_->steps_taken() == 0) != recorded_first_step_;
+  const bool same = now.lr == last_sgd_.lr && now.momentum == last_sgd_.momentum &&
+                    now.dampening == last_sgd_.dampening && now.weight_decay == last_sgd_.weight_decay &&
+                    now.nesterov == last_sgd_.nesterov;
+  const bool changed = stepped_ && !same;
+  if (changed && rates_were_changing_ && !noted_changing_ && !eager_only_) {
+    noted_changing_ = true;
+    if (backend_for(model_->device()).make_graph(model_->device().index)) {
+      std::cerr << "dpcore: note: the learning rate or momentum changes at every step (--lr-schedule, "
+                   "--warmup-steps); such steps run without a CUDA graph, which would have to be recorded anew "
+                   "for each\n";
+    } else {
+      eager_only_ = true;  // the backend cannot record: nothing to note
+    }
+  }
+  last_sgd_ = now;
+  stepped_ = true;
+  rates_were_changing_ = changed;
+  return changed;
+}
+
+void SingleDeviceRunner::set_rates(double lr, double momentum) {
+  sgd_->set_lr(lr);
+  sgd_->set_momentum(momentum);
 }
 
 void SingleDeviceRunner::drop_graph() {

@@ -25,6 +25,10 @@ struct ParallelOptions {
   double bucket_mb = 25;           // DDP bucket cap (the first bucket is 1 MiB)
   std::vector<Device> devices;     // one per replica; empty: all on the model's device
   double timeout_s = 300;          // a replica that does not answer within this fails the run
+  // Batch norm over replicas: "local" (each replica normalises with its share's statistics;
+  // rank 0's running statistics are broadcast at the start of each step, DDP's
+  // broadcast_buffers) or "sync" (SyncBatchNorm: the statistics of the whole micro-batch).
+  std::string batchnorm = "local";
 };
 
 struct StepStats {
@@ -41,6 +45,9 @@ class StepRunner {
   // The root replica: the one evaluated, saved and checkpointed.
   virtual Model& model() = 0;
   virtual Sgd& optimizer() = 0;
+  // The learning rate and momentum of the next steps (a schedule, train/lr_schedule.h: the
+  // trainer calls it before every step), on the optimizer of every replica of this process.
+  virtual void set_rates(double lr, double momentum) = 0;
   // Called after the root's parameters or optimizer state were replaced (resume, --init),
   // so that every replica starts equal again.
   virtual void sync_replicas() = 0;
@@ -63,9 +70,17 @@ class StepRunner {
 // What the recording bakes in is checked before every replay; when any of it changed, the
 // step runs eagerly on a fresh graph's stream and is recorded anew:
 //   * the backend's settings (engines, TF32, --cuda-graph), through Captured::stale;
-//   * the optimizer's hyper-parameters (Sgd::set_lr) and whether its step was the first;
+//   * the optimizer's hyper-parameters (set_rates, Sgd::set_lr) and whether its step was
+//     the first (the hyper-parameters are compared with the previous step's: see below);
 //   * the gradient scale 1/N and the micro-batch split need no check: both follow from
 //     the batch size, and only batches of the recorded size replay.
+// Rates that change from one step to the next (an --lr-schedule other than constant, a
+// warm-up) would record anew at every step, which costs more than running eagerly: so a
+// step whose rates differ from the previous step's runs eagerly, drops the graph, and
+// recording waits for steps whose rates hold still (a step decay records anew once per
+// decay; cosine and onecycle run eagerly throughout, with a note on stderr saying so the
+// first time, when the backend could have recorded).
+//
 // A recording that fails (a library doing something a capture forbids) costs nothing but
 // a warning on stderr: that step was already taken by the warm-up, the step count is
 // unchanged, and training goes on eagerly.
@@ -76,6 +91,7 @@ class SingleDeviceRunner : public StepRunner {
   StepStats step(const data::Batch& batch) override;
   Model& model() override { return *model_; }
   Sgd& optimizer() override { return *sgd_; }
+  void set_rates(double lr, double momentum) override;
   void sync_replicas() override {}
   std::string describe() const override;
   // True while steps of the recorded size replay a graph.
@@ -86,8 +102,12 @@ class SingleDeviceRunner : public StepRunner {
  private:
   // This step on the graph's capture stream, then the recording of the next ones.
   Tensor warm_up_and_record(const Tensor& x, const Tensor& y, int64_t accum);
-  // Whether something the graph baked in has changed since it was recorded.
+  // Whether something the graph baked in, other than the optimizer's rates, has changed
+  // since it was recorded.
   bool graph_outdated() const;
+  // Whether the rates differ from the previous step's; notes on stderr, once, when they
+  // change at consecutive steps on a backend that records graphs.
+  bool rates_changed();
   void drop_graph();
 
   std::unique_ptr<Model> model_;
@@ -96,8 +116,12 @@ class SingleDeviceRunner : public StepRunner {
   int64_t graph_batch_ = 0;   // the batch size the graph is (to be) recorded at
   int warmup_steps_ = 0;      // eager steps taken at that size
   bool eager_only_ = false;   // the backend cannot capture, or a recording failed
-  SgdConfig recorded_sgd_;    // the optimizer as the graph recorded it
   bool recorded_first_step_ = false;
+  // The optimizer as the previous step used it (a graph, when there is one, recorded it
+  // so: a change drops the graph), whether its rates had changed, and whether the note
+  // that rates changing at every step keep graphs off was printed.
+  SgdConfig last_sgd_;
+  bool stepped_ = false, rates_were_changing_ = false, noted_changing_ = false;
   std::unique_ptr<Backend::Captured> graph_;  // declared first: destroyed after its buffers
   Tensor static_x_, static_y_, static_loss_;  // the graph's fixed input and output buffers
 };

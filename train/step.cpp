@@ -43,8 +43,22 @@ double train_step(Model& model, Sgd& optimizer, const Tensor& x, const Tensor& y
   return accumulate_and_step(model, optimizer, x, y, accum).item() / double(x.size(0));
 }
 
+namespace {
+// Eval mode for a scope, then back to the mode the model was in (also when it throws).
+class EvalMode {
+ public:
+  explicit EvalMode(Model& model) : model_(model), was_training_(model.is_training()) { model_.eval(); }
+  ~EvalMode() { model_.train(was_training_); }
+
+ private:
+  Model& model_;
+  bool was_training_;
+};
+}  // namespace
+
 EvalResult evaluate_batch(Model& model, const Tensor& x, const Tensor& y) {
   autograd::NoGradGuard no_grad;
+  EvalMode eval_mode(model);
   Tensor logp = model.forward(x);
   EvalResult r;
   r.loss_sum = ops::nll_loss(logp, y, ops::Reduction::Sum).item();

@@ -43,7 +43,8 @@ struct EvalResult {
   int64_t correct = 0;   // argmax hits
   int64_t samples = 0;
 };
-// Evaluation mode: no graph is recorded.
+// Evaluation: in eval mode (batch norm uses its running statistics; the model's mode is
+// restored afterwards), and no graph is recorded.
 EvalResult evaluate_batch(Model& model, const Tensor& x, const Tensor& y);
 
 }  // namespace dpcore::train

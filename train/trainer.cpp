@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <iomanip>
@@ -12,9 +13,11 @@
 #include <sstream>
 
 #include "engine/backend.h"
+#include "engine/data/augment.h"
 #include "engine/data/spec.h"
 #include "engine/runtime.h"
 #include "train/checkpoint.h"
+#include "train/lr_schedule.h"
 #include "train/step.h"
 #include "layers/weights.h"
 #include "layers/zoo.h"
@@ -86,6 +89,17 @@ std::string format_bytes(size_t b) {
   return os.str();
 }
 
+// The schedule as a resumed run must repeat it: its text, the warm-up, and for a schedule
+// that depends on the run's total steps, what sets them.
+std::string schedule_setting(const TrainOptions& o) {
+  std::string s = o.lr_schedule + ", warm-up " + std::to_string(o.warmup_steps);
+  if (o.warmup_steps == 0 && o.warmup_fraction > 0) s += ", warm-up fraction " + std::to_string(o.warmup_fraction);
+  if (lr_schedule_uses_total(o.lr_schedule)) {
+    s += o.steps > 0 ? ", steps " + std::to_string(o.steps) : ", epochs " + std::to_string(o.epochs);
+  }
+  return s;
+}
+
 // The flags a resumed run must share with the run that wrote the checkpoint.
 std::map<std::string, std::string> resume_settings(const TrainOptions& o) {
   std::ostringstream lr;
@@ -94,7 +108,8 @@ std::map<std::string, std::string> resume_settings(const TrainOptions& o) {
   return {{"model", o.model},     {"data", o.data},
           {"batch_size", std::to_string(o.batch)}, {"seed", std::to_string(o.seed)},
           {"shuffle", o.shuffle ? "1" : "0"},     {"normalize", o.normalize ? "1" : "0"},
-          {"drop_last", o.drop_last ? "1" : "0"}, {"sgd", lr.str()}};
+          {"drop_last", o.drop_last ? "1" : "0"}, {"sgd", lr.str()}, {"lr_schedule", schedule_setting(o)},
+          {"augment", data::describe(data::parse_augment(o.augment))}};
 }
 
 class MetricsLog {
@@ -106,7 +121,7 @@ class MetricsLog {
   }
   void write(const EpochMetrics& m) {
     if (!file_.is_open()) return;
-    nlohmann::json j = {{"epoch", m.epoch},          {"step", m.step},
+    nlohmann::json j = {{"epoch", m.epoch},          {"step", m.step},          {"lr", m.lr},
                         {"train_loss", m.train_loss}, {"test_loss", m.test_loss},
                         {"test_accuracy", m.test_accuracy}, {"samples_per_s", m.samples_per_s},
                         {"seconds", m.seconds},       {"peak_bytes", m.peak_bytes}};
@@ -125,7 +140,14 @@ const TrainOptions& checked(const TrainOptions& o) {
   DPCORE_CHECK(o.accum >= 1 && o.accum * o.parallel.replicas <= o.batch, "--batch ", o.batch,
                " cannot be split into --accum ", o.accum, " x --replicas ", o.parallel.replicas, " micro-batches");
   DPCORE_CHECK(!o.resume || !o.checkpoint_dir.empty(), "--resume needs --checkpoint DIR");
+  data::parse_augment(o.augment);  // refuses a bad --augment before any data is loaded
   DPCORE_CHECK(o.checkpoint_every >= 0, "--checkpoint-every ", o.checkpoint_every, " must not be negative");
+  // (The rest of the schedule's checks need the run's length: LrSchedule, once it is known.)
+  const std::string schedule_needs = lr_schedule_needs(o.lr_schedule);
+  DPCORE_CHECK(schedule_needs.empty(), "--lr-schedule ", o.lr_schedule, ": must be ", schedule_needs);
+  DPCORE_CHECK(o.warmup_steps >= 0, "--warmup-steps ", o.warmup_steps, " must not be negative");
+  DPCORE_CHECK(o.warmup_fraction >= 0 && o.warmup_fraction < 1, "warm-up fraction ", o.warmup_fraction,
+               " must be in [0, 1)");
   DPCORE_CHECK(!o.sgd.nesterov || (o.sgd.momentum > 0 && o.sgd.dampening == 0),
                "--nesterov: needs --momentum > 0 and --dampening 0 (as in PyTorch), got --momentum ", o.sgd.momentum,
                " and --dampening ", o.sgd.dampening);
@@ -195,6 +217,8 @@ class TrainingRun {
   TrainProgress progress_;
   std::unique_ptr<data::DataLoader> loader_;
   int64_t per_epoch_ = 0, total_steps_ = 0;
+  std::optional<LrSchedule> schedule_;  // once T and E are known
+  double last_lr_ = 0;                  // the lr of the last step taken
   bool bar_ = false;  // a progress bar redrawn in place, else plain lines
   std::optional<MetricsLog> metrics_;
   TrainResult result_;
@@ -215,6 +239,9 @@ TrainingRun::TrainingRun(const TrainOptions& options, std::ostream& primary_out)
   loader_ = make_loader();
   per_epoch_ = loader_->batches_per_epoch();
   total_steps_ = o_.steps > 0 ? o_.steps : o_.epochs * per_epoch_;
+  const int64_t warmup = o_.warmup_steps > 0 ? o_.warmup_steps
+                                             : std::llround(o_.warmup_fraction * double(total_steps_));
+  schedule_.emplace(o_.lr_schedule, o_.sgd, warmup, total_steps_, per_epoch_);
   bar_ = o_.progress == 1 || (o_.progress == -1 && isatty(STDOUT_FILENO));
   print_header();
   metrics_.emplace(primary_ ? o_.metrics : "", o_.resume);
@@ -239,6 +266,7 @@ void TrainingRun::restore_state() {
 std::unique_ptr<data::DataLoader> TrainingRun::make_loader() const {
   data::LoaderOptions lo;
   lo.batch_size = o_.batch, lo.shuffle = o_.shuffle, lo.drop_last = o_.drop_last, lo.seed = o_.seed;
+  lo.augment = data::parse_augment(o_.augment);
   // Batches in memory the device can copy from asynchronously (pinned, on a GPU).
   Backend* host_memory = &backend_for(device_);
   lo.allocator = {[host_memory](size_t bytes) { return host_memory->alloc_host(bytes); },
@@ -249,7 +277,11 @@ std::unique_ptr<data::DataLoader> TrainingRun::make_loader() const {
 
 void TrainingRun::print_header() const {
   out_ << "dpcore: " << o_.model << " on " << data_.train.name << " (" << data::describe(data_.train) << "), "
-       << runner_->describe() << ", batch " << o_.batch << ", " << per_epoch_ << " steps per epoch" << std::endl;
+       << runner_->describe() << ", batch " << o_.batch << ", lr " << schedule_->describe() << ", " << per_epoch_
+       << " steps per epoch";
+  const data::Augment augment = data::parse_augment(o_.augment);
+  if (!augment.none()) out_ << ", augment " << data::describe(augment);
+  out_ << std::endl;
 }
 
 TrainResult TrainingRun::run() {
@@ -278,6 +310,9 @@ bool TrainingRun::train_epoch(int64_t epoch) {
 }
 
 void TrainingRun::take_step(const data::Batch& batch, int64_t epoch) {
+  const Rates rates = schedule_->at(progress_.step);
+  runner_->set_rates(rates.lr, rates.momentum);
+  last_lr_ = rates.lr;
   Clock::time_point t = Clock::now();
   StepStats s = runner_->step(batch);
   totals_.train_seconds += seconds_since(t);
@@ -321,7 +356,7 @@ void TrainingRun::end_epoch(int64_t epoch) {
 
 EpochMetrics TrainingRun::epoch_metrics(int64_t epoch) {
   EpochMetrics m = evaluate_dataset(runner_->model(), data_.test, kEvalBatch);
-  m.epoch = epoch + 1, m.step = progress_.step;
+  m.epoch = epoch + 1, m.step = progress_.step, m.lr = last_lr_;
   m.train_loss = totals_.samples ? totals_.loss_sum.item() / double(totals_.samples) : 0;
   m.seconds = totals_.train_seconds;
   m.samples_per_s = totals_.train_seconds > 0 ? double(totals_.samples) / totals_.train_seconds : 0;

@@ -18,10 +18,15 @@ struct TrainOptions {
   int64_t batch = 64;         // samples per optimizer step (split over micro-batches and replicas)
   int64_t accum = 1;
   SgdConfig sgd{0.03, 0.9, 0.0, 0.0, false};
+  std::string lr_schedule = "constant";  // constant | step:EPOCHS:GAMMA | cosine | onecycle (train/lr_schedule.h)
+  int64_t warmup_steps = 0;              // linear warm-up steps; with onecycle, pct_start = W/T
+  double warmup_fraction = 0;            // when warmup_steps is 0: the warm-up as this fraction of the
+                                         // run's steps (a model's recipe, train/recipe.h)
   uint64_t seed = 0;
   bool shuffle = true;
   bool normalize = true;
   bool drop_last = false;
+  std::string augment = "none";  // none, crop:PAD, flip or crop:PAD,flip (engine/data/augment.h)
   std::string device = "auto";  // cpu | cuda | cuda:N | auto
   int threads = 0;
   std::string init;             // safetensors weights to start from
@@ -37,6 +42,7 @@ struct TrainOptions {
 struct EpochMetrics {
   int64_t epoch = 0, step = 0;
   double train_loss = 0, test_loss = 0, test_accuracy = 0;
+  double lr = 0;  // the learning rate of the epoch's last step
   double samples_per_s = 0, seconds = 0;
   size_t peak_bytes = 0;
 };

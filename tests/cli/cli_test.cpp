@@ -52,10 +52,12 @@ TEST(Cli, HelpExplainsEveryFlag) {
   CommandResult r = run("train --help");
   EXPECT_EQ(r.status, 0);
   for (const char* flag : {"--model", "--data", "--epochs", "--steps", "--batch", "--accum", "--lr", "--momentum",
-                           "--nesterov", "--weight-decay", "--seed", "--no-shuffle", "--no-normalize", "--device",
+                           "--nesterov", "--weight-decay", "--seed", "--no-shuffle", "--no-normalize", "--augment",
+                           "--device",
                            "--threads", "--init", "--save", "--checkpoint", "--checkpoint-every", "--resume",
                            "--metrics", "--replicas", "--mode", "--backend", "--split", "--bucket-mb",
-                           "--conv-engine", "--gemm-engine", "--tf32", "--cuda-graph"}) {
+                           "--conv-engine", "--gemm-engine", "--tf32", "--cuda-graph", "--lr-schedule",
+                           "--warmup-steps"}) {
     EXPECT_NE(r.output.find(flag), std::string::npos) << flag;
   }
   EXPECT_EQ(run("--help").status, 0);
@@ -117,6 +119,16 @@ TEST(Cli, RejectedFlagsSayWhatTheyNeed) {
       {kJob + " --weight-decay x", "--weight-decay x: must be a finite number >= 0"},
       {kJob + " --bucket-mb 0", "--bucket-mb 0: must be a finite number of MiB > 0 and at most 1048576"},
       {kJob + " --replica-timeout nan", "--replica-timeout nan: must be a finite number of seconds > 0"},
+      // learning-rate schedules
+      {kJob + " --lr-schedule linear",
+       "--lr-schedule linear: must be constant, step:EPOCHS:GAMMA (EPOCHS a whole number of at least 1, GAMMA a "
+       "finite number > 0), cosine or onecycle"},
+      {kJob + " --lr-schedule step:0:0.5",
+       "--lr-schedule step:0:0.5: must be step:EPOCHS:GAMMA with EPOCHS a whole number of at least 1 (got '0')"},
+      {kJob + " --lr-schedule step:2:-1",
+       "--lr-schedule step:2:-1: must be step:EPOCHS:GAMMA with GAMMA a finite number > 0 (got '-1')"},
+      {kJob + " --warmup-steps -1", "--warmup-steps -1: must be a whole number of at least 0"},
+      {kJob + " --steps 30 --warmup-steps 30", "--warmup-steps 30 must be less than the run's 30 steps"},
       // choices
       {kJob + " --progress 2", "--progress 2: must be -1 (a bar on a terminal), 0 (plain lines) or 1 (a bar)"},
       {kJob + " --mode fast", "--mode fast: must be one of dp, ddp"},
@@ -131,6 +143,11 @@ TEST(Cli, RejectedFlagsSayWhatTheyNeed) {
       {kJob + " --nesterov=maybe", "--nesterov=maybe: must be given alone (a switch takes no value)"},
       {kJob + " --no-shuffle=maybe", "--no-shuffle=maybe: must be given alone (a switch takes no value)"},
       {kJob + " --nesterov --momentum 0", "--nesterov: needs --momentum > 0 and --dampening 0"},
+      // --augment's syntax, and a padding the 8 x 8 images cannot take
+      {kJob + " --augment crop:abc", "--augment \"crop:abc\": PAD \"abc\" of crop:PAD is not a positive integer"},
+      {kJob + " --augment crop:-1", "--augment \"crop:-1\": PAD \"-1\" of crop:PAD is not a positive integer"},
+      {kJob + " --augment blur", "--augment \"blur\": unknown augmentation \"blur\""},
+      {kJob + " --augment crop:8,flip", "--augment \"crop:8,flip\": PAD 8 must be smaller than the 8 x 8 images"},
       // eval's own flags
       {eval + " --batch 0", "--batch 0: must be a whole number of at least 1"},
       {eval + " --threads x", "--threads x: must be a whole number of at least 0"},
@@ -206,6 +223,109 @@ TEST(Cli, ResumeIsBitIdenticalToAnUninterruptedRun) {
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_NE(r.output.find("resumed"), std::string::npos);
   EXPECT_EQ(slurp(dir.file("straight.safetensors")), slurp(dir.file("resumed.safetensors")));
+}
+
+// A network with batch norm: the running statistics and batch counts are in the
+// checkpoint, so a resumed run ends bit-identical to an uninterrupted one, also with
+// synchronised batch norm over two replicas; the weights file holds the batch count.
+TEST(Cli, BatchNormResumesBitIdenticallyWithItsRunningStatistics) {
+  const std::string bn_job = job("\"conv(4,3,p1,nobias) bn relu res(8,s2) gap flatten linear(4)\"");
+  for (const std::string parallel : {"", " --replicas 2 --batchnorm sync"}) {
+    dpcore::testing::TempDir dir;
+    const std::string ckpt = " --checkpoint " + dir.file("ckpt");
+    ASSERT_EQ(run(bn_job + parallel + " --steps 30 --save " + dir.file("straight.safetensors")).status, 0);
+    ASSERT_EQ(run(bn_job + parallel + " --steps 15" + ckpt).status, 0);
+    CommandResult r = run(bn_job + parallel + " --steps 30 --resume --save " + dir.file("resumed.safetensors") + ckpt);
+    ASSERT_EQ(r.status, 0) << r.output;
+    EXPECT_EQ(slurp(dir.file("straight.safetensors")), slurp(dir.file("resumed.safetensors"))) << parallel;
+    dpcore::io::SafetensorsFile saved = dpcore::io::load_safetensors(dir.file("resumed.safetensors"));
+    EXPECT_EQ(*saved.at("1.num_batches_tracked").values<int64_t>(), 30) << parallel;
+  }
+}
+
+// resnet8's recipe fills in the flags the command line leaves out, and only those.
+TEST(Cli, ResNetRecipeDefaultsApplyToFlagsNotGiven) {
+  const std::string resnet = "train --model resnet8 --data synthetic:1,28,28,10,300 --device cpu --progress 0 --steps 2";
+  CommandResult r = run(resnet);
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("batch 128, lr onecycle to 0.1"), std::string::npos) << r.output;
+  CommandResult own = run(resnet + " --batch 32 --lr-schedule constant --lr 0.01");
+  ASSERT_EQ(own.status, 0) << own.output;
+  EXPECT_NE(own.output.find("batch 32, lr constant 0.01"), std::string::npos) << own.output;
+}
+
+// Augmented training: the header says so, the weights differ from an unaugmented run, a
+// resume repeats the augmented batches exactly and refuses another --augment, and the test
+// metrics of each epoch are those of the unaugmented test set (what `eval` computes).
+TEST(Cli, AugmentedTrainingResumesExactlyAndNeverAugmentsEvaluation) {
+  dpcore::testing::TempDir dir;
+  const std::string job = kJob + " --augment flip,crop:2";
+  const std::string ckpt = " --checkpoint " + dir.file("ckpt");
+  CommandResult r = run(job + " --steps 30 --save " + dir.file("straight.safetensors"));
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find(", augment crop:2,flip\n"), std::string::npos) << r.output;
+  CommandResult plain = run(kJob + " --steps 30 --save " + dir.file("plain.safetensors"));
+  ASSERT_EQ(plain.status, 0) << plain.output;
+  EXPECT_EQ(plain.output.find("augment"), std::string::npos) << plain.output;
+  EXPECT_NE(slurp(dir.file("straight.safetensors")), slurp(dir.file("plain.safetensors")));
+
+  ASSERT_EQ(run(job + " --steps 15" + ckpt).status, 0);  // mid-epoch (13 steps per epoch)
+  r = run(job + " --steps 30 --resume --save " + dir.file("resumed.safetensors") + ckpt);
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_EQ(slurp(dir.file("straight.safetensors")), slurp(dir.file("resumed.safetensors")));
+  r = run(kJob + " --augment crop:2 --steps 45 --resume" + ckpt);
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.output.find("augment = crop:2,flip, this run uses crop:2"), std::string::npos) << r.output;
+
+  // The last epoch line's test metrics, against eval of the same weights.
+  CommandResult t = run(job + " --steps 26 --save " + dir.file("w.safetensors"));
+  ASSERT_EQ(t.status, 0) << t.output;
+  const size_t begin = t.output.rfind("test loss "), end = t.output.find('%', begin);
+  ASSERT_NE(end, std::string::npos) << t.output;
+  CommandResult e = run("eval --data " + kData + " --model " + kSpec + " --device cpu --init " + dir.file("w.safetensors"));
+  ASSERT_EQ(e.status, 0) << e.output;
+  EXPECT_NE(e.output.find(t.output.substr(begin, end + 1 - begin)), std::string::npos)
+      << e.output << " vs " << t.output;
+}
+
+// The schedule is a function of the step count, which the checkpoint restores: a run
+// resumed in the middle of the warm-up-then-step-decay schedule (13 steps per epoch: the
+// warm-up ends at step 5, the lr halves at steps 5+13 and 5+26) ends bit-identical to one
+// that was never interrupted; a schedule restarted on resume would warm up again.
+TEST(Cli, AScheduledRunResumesExactly) {
+  dpcore::testing::TempDir dir;
+  const std::string scheduled = kJob + " --lr 0.1 --lr-schedule step:1:0.5 --warmup-steps 5";
+  std::string ckpt = " --checkpoint " + dir.file("ckpt");
+  CommandResult straight = run(scheduled + " --steps 30 --metrics " + dir.file("m.jsonl") + " --save " +
+                               dir.file("straight.safetensors"));
+  ASSERT_EQ(straight.status, 0) << straight.output;
+  EXPECT_NE(straight.output.find("lr step 0.1 x0.5 every 1 epoch after 5 warm-up steps"), std::string::npos)
+      << straight.output;
+  ASSERT_EQ(run(scheduled + " --steps 6" + ckpt).status, 0);  // stopped one step after the warm-up
+  CommandResult r = run(scheduled + " --steps 30 --resume --save " + dir.file("resumed.safetensors") + ckpt);
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("resumed"), std::string::npos);
+  EXPECT_EQ(slurp(dir.file("straight.safetensors")), slurp(dir.file("resumed.safetensors")));
+  // Each epoch's metrics carry the lr of its last step (steps 12, 25 and 29).
+  std::istringstream lines(slurp(dir.file("m.jsonl")));
+  std::vector<double> lrs;
+  for (std::string line; std::getline(lines, line);) lrs.push_back(nlohmann::json::parse(line)["lr"].get<double>());
+  EXPECT_EQ(lrs, (std::vector<double>{0.1, 0.05, 0.05}));
+  // The schedule is applied: a constant lr ends elsewhere.
+  ASSERT_EQ(run(kJob + " --lr 0.1 --steps 30 --save " + dir.file("constant.safetensors")).status, 0);
+  EXPECT_NE(slurp(dir.file("straight.safetensors")), slurp(dir.file("constant.safetensors")));
+}
+
+TEST(Cli, ResumeRefusesAnotherSchedule) {
+  dpcore::testing::TempDir dir;
+  std::string ckpt = " --checkpoint " + dir.file("ckpt");
+  ASSERT_EQ(run(kJob + " --steps 3 --lr-schedule cosine" + ckpt).status, 0);
+  for (const char* other : {" --steps 6 --lr-schedule onecycle", " --steps 3 --lr-schedule cosine --warmup-steps 1",
+                            " --steps 6 --lr-schedule cosine"}) {  // cosine over another total
+    CommandResult r = run(kJob + other + " --resume" + ckpt);
+    EXPECT_NE(r.status, 0) << other;
+    EXPECT_NE(r.output.find("lr_schedule = cosine, warm-up 0, steps 3"), std::string::npos) << other << "\n" << r.output;
+  }
 }
 
 TEST(Cli, ResumeRefusesDifferentSettingsAndDamagedCheckpoints) {
@@ -317,16 +437,25 @@ TEST(Cli, NoShuffleNoNormalizeRunIsReproducibleInPyTorch) {
   CommandResult r = run("train" + data + " --no-shuffle --no-normalize --batch 32 --steps 5 --lr 0.05 --momentum 0.9 " +
                         "--init " + init + " --save " + result);
   ASSERT_EQ(r.status, 0) << r.output;
-  std::string replay = "/usr/bin/python3 " + dpcore::testing::source_dir() + "/tests/cli/torch_replay.py --data " +
-                       dir.path() + " --model fashioncnn --init " + init + " --result " + result +
-                       " --batch 32 --steps 5 --lr 0.05 --momentum 0.9 2>&1";
-  FILE* pipe = popen(replay.c_str(), "r");
-  std::string out;
-  char buf[4096];
-  while (size_t k = fread(buf, 1, sizeof buf, pipe)) out.append(buf, k);
-  int status = pclose(pipe);
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << out;
-  std::cout << out;
+  auto replay = [&](const std::string& schedule) {
+    std::string cmd = "/usr/bin/python3 " + dpcore::testing::source_dir() + "/tests/cli/torch_replay.py --data " +
+                      dir.path() + " --model fashioncnn --init " + init + " --result " + result +
+                      " --batch 32 --steps 5 --lr 0.05 --momentum 0.9" + schedule + " 2>&1";
+    FILE* pipe = popen(cmd.c_str(), "r");
+    std::string out;
+    char buf[4096];
+    while (size_t k = fread(buf, 1, sizeof buf, pipe)) out.append(buf, k);
+    int status = pclose(pipe);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << schedule << "\n" << out;
+    std::cout << out;
+  };
+  replay("");
+  // The same run under onecycle: lr and momentum set before every step as OneCycleLR sets them.
+  const std::string onecycle = " --lr-schedule onecycle --warmup-steps 2";
+  r = run("train" + data + " --no-shuffle --no-normalize --batch 32 --steps 5 --lr 0.05 --momentum 0.9 " + "--init " +
+          init + " --save " + result + onecycle);
+  ASSERT_EQ(r.status, 0) << r.output;
+  replay(onecycle);
 }
 
 }  // namespace

@@ -7,7 +7,11 @@ weights, with the same SGD settings, must end with the same weights (to float32 
 Used by tests/cli/cli_test.cpp (Cli.NoShuffleNoNormalizeRunIsReproducibleInPyTorch):
 
     /usr/bin/python3 tests/cli/torch_replay.py --data DIR --model fashioncnn --init INIT \\
-        --result RESULT --batch B --steps S --lr LR --momentum M
+        --result RESULT --batch B --steps S --lr LR --momentum M [--lr-schedule onecycle --warmup-steps W]
+
+With --lr-schedule onecycle the loop steps torch.optim.lr_scheduler.OneCycleLR after every
+optimizer step, as train/lr_schedule.h says dpcore's onecycle does (pct_start W/S, or 0.3
+without a warm-up; momentum cycled when M > 0).
 
 Exits 0 when every parameter matches to 1e-5 of its largest magnitude, 1 otherwise.
 
@@ -73,6 +77,8 @@ def main():
     p.add_argument("--steps", type=int, required=True)
     p.add_argument("--lr", type=float, required=True)
     p.add_argument("--momentum", type=float, required=True)
+    p.add_argument("--lr-schedule", choices=("constant", "onecycle"), default="constant")
+    p.add_argument("--warmup-steps", type=int, default=0)
     a = p.parse_args()
 
     torch.set_num_threads(1)
@@ -82,6 +88,11 @@ def main():
     model = build_torch_model(a.model)
     model.load_state_dict(load_safetensors(a.init), strict=True)
     sgd = torch.optim.SGD(model.parameters(), lr=a.lr, momentum=a.momentum)
+    schedule = None
+    if a.lr_schedule == "onecycle":
+        pct_start = a.warmup_steps / a.steps if a.warmup_steps > 0 else 0.3
+        schedule = torch.optim.lr_scheduler.OneCycleLR(sgd, max_lr=a.lr, total_steps=a.steps, pct_start=pct_start,
+                                                       cycle_momentum=a.momentum > 0)
     ties = PoolTieCounter()
     F.max_pool2d = ties
     n, begin = len(labels), 0
@@ -92,6 +103,8 @@ def main():
         sgd.zero_grad()
         F.nll_loss(model(images[begin:end]), labels[begin:end]).backward()
         sgd.step()
+        if schedule:
+            schedule.step()
         begin = end
 
     F.max_pool2d = ties.original

@@ -1,13 +1,16 @@
 // dpcore against real PyTorch (fixtures written by scripts/make_fixtures.py with Debian's
 // PyTorch 1.13): logits, loss, every gradient, parameters after 3 SGD steps (momentum,
 // nesterov, weight decay) and after one step with 3 accumulation micro-batches, all in
-// float32, to a relative error of 1e-5. Each check prints its error as a fraction of the
+// float32, to a relative error of 1e-5. For the ResNet (batch norm in training mode) also
+// the running statistics and batch counts after each of these, and the eval-mode logits
+// after the 3 steps. Each check prints its error as a fraction of the
 // threshold (llm.c's report), so the margin is visible in the test log.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <iostream>
 
+#include "engine/autograd.h"
 #include "engine/io/safetensors.h"
 #include "engine/ops.h"
 #include "train/step.h"
@@ -49,7 +52,23 @@ class Parity : public ::testing::TestWithParam<std::string> {
     const auto& entries = m->parameters().entries();
     for (size_t i = 0; i < entries.size(); ++i) std::copy(init[i].begin(), init[i].end(), flat.begin() + entries[i].offset);
     m->parameters().values().copy_(Tensor::from_vector(flat, {m->parameters().total()}));
-    return m;
+    return m;  // (buffers start at PyTorch's defaults, as the fixture's do)
+  }
+
+  // The model's buffers against the fixture's `prefix.<name>`: the running statistics to
+  // the tolerance, the batch counts exactly. Nothing for a model without batch norm.
+  void expect_buffers(const std::string& prefix, const Model& m) {
+    const auto all = m.buffers().values().to_vector<float>();
+    for (const auto& e : m.buffers().entries()) {
+      std::vector<float> got(all.begin() + e.offset, all.begin() + e.offset + e.numel);
+      if (!e.counter) {
+        expect_close(prefix + "." + e.name, got);
+        continue;
+      }
+      const io::TensorRecord& ref = file_->at(prefix + "." + e.name);
+      ASSERT_EQ(ref.dtype, DType::Int64) << ref.name;
+      EXPECT_EQ(double(got[0]), double(*ref.values<int64_t>())) << ref.name;
+    }
   }
 
   Tensor tensor(const std::string& name) {
@@ -99,6 +118,7 @@ TEST_P(Parity, LogitsLossAndGradients) {
   expect_close("logits", logits.to_vector<float>());
   expect_close("loss", loss.to_vector<float>());
   for (const auto& e : m->parameters().entries()) expect_close("grad." + e.name, param(*m, e, m->parameters().grads()));
+  if (m->has_batch_norm()) expect_buffers("buffers1", *m);
 }
 
 TEST_P(Parity, FusedCrossEntropyStepGivesTheSameGradients) {
@@ -116,6 +136,12 @@ TEST_P(Parity, ThreeSgdStepsWithMomentumNesterovAndWeightDecay) {
   Tensor x = tensor("input"), y = tensor("target");
   for (int i = 0; i < std::stoi(meta_.at("after3.steps")); ++i) train::train_step(*m, sgd, x, y, 1);
   for (const auto& e : m->parameters().entries()) expect_close("after3." + e.name, param(*m, e, m->parameters().values()));
+  if (!m->has_batch_norm()) return;
+  expect_buffers("after3", *m);
+  // Eval mode: normalised with the running statistics of the three steps.
+  m->eval();
+  autograd::NoGradGuard no_grad;
+  expect_close("eval_logits", m->forward(x).to_vector<float>());
 }
 
 TEST_P(Parity, OneStepWithThreeAccumulationMicroBatches) {
@@ -124,9 +150,12 @@ TEST_P(Parity, OneStepWithThreeAccumulationMicroBatches) {
   Tensor x = tensor("input"), y = tensor("target");
   train::train_step(*m, sgd, x, y, std::stoi(meta_.at("accum")));
   for (const auto& e : m->parameters().entries()) expect_close("accum3." + e.name, param(*m, e, m->parameters().values()));
+  // With batch norm, each micro-batch normalised with its own statistics (the fixture
+  // script checks that this differs from one step on the whole batch).
+  if (m->has_batch_norm()) expect_buffers("accum3", *m);
 }
 
-INSTANTIATE_TEST_SUITE_P(ReferenceModels, Parity, ::testing::Values("simplenet", "fashioncnn", "vggs"));
+INSTANTIATE_TEST_SUITE_P(ReferenceModels, Parity, ::testing::Values("simplenet", "fashioncnn", "vggs", "resnet8"));
 
 }  // namespace
 }  // namespace dpcore::layers

@@ -2,7 +2,9 @@
 // training through any runner, compared parameter by parameter.
 #pragma once
 
+#include <cctype>
 #include <cmath>
+#include <string>
 #include <vector>
 
 #include "train/runner.h"
@@ -47,6 +49,38 @@ inline std::vector<float> train_with(train::StepRunner& runner, int64_t n, int s
 inline std::vector<float> reference_params(int64_t n, int steps, Device device = Device::cpu()) {
   train::SingleDeviceRunner single(simplenet(5, device), kSgd, 1);
   return train_with(single, n, steps);
+}
+
+// One data-parallel configuration to compare with single-replica training.
+struct RunnerCase {
+  std::string mode;  // dp | ddp
+  int replicas;
+  int64_t accum;
+  std::string split;
+};
+
+// "ddp_R3_A2_weights_5_1_2": a test name.
+inline std::string case_name(const RunnerCase& c) {
+  std::string split = c.split;
+  for (char& ch : split) ch = std::isalnum(static_cast<unsigned char>(ch)) ? ch : '_';
+  return c.mode + "_R" + std::to_string(c.replicas) + "_A" + std::to_string(c.accum) + "_" + split;
+}
+
+// Both modes, each replica count and accumulation: even shares and, for R > 1, the uneven
+// weights 5,1,2,...
+inline std::vector<RunnerCase> runner_cases(const std::vector<int>& replicas, const std::vector<int64_t>& accums) {
+  std::vector<RunnerCase> out;
+  for (std::string mode : {"dp", "ddp"}) {
+    for (int r : replicas) {
+      for (int64_t a : accums) {
+        out.push_back({mode, r, a, "even"});
+        std::string weights = "weights:5";
+        for (int k = 1; k < r; ++k) weights += "," + std::to_string(k);
+        if (r > 1) out.push_back({mode, r, a, weights});
+      }
+    }
+  }
+  return out;
 }
 
 // max |a - b| / max |b|

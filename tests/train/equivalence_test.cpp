@@ -17,18 +17,7 @@ namespace {
 
 using testing::kSgd;
 
-struct Case {
-  std::string mode;
-  int replicas;
-  int64_t accum;
-  std::string split;
-};
-
-std::string name(const Case& c) {
-  std::string split = c.split;
-  for (char& ch : split) ch = std::isalnum(static_cast<unsigned char>(ch)) ? ch : '_';
-  return c.mode + "_R" + std::to_string(c.replicas) + "_A" + std::to_string(c.accum) + "_" + split;
-}
+using Case = testing::RunnerCase;
 
 class Equivalence : public ::testing::TestWithParam<Case> {};
 
@@ -46,23 +35,13 @@ TEST_P(Equivalence, FiveStepsEqualSingleReplicaTraining) {
 }
 
 std::vector<Case> cases() {
-  std::vector<Case> out;
-  for (std::string mode : {"dp", "ddp"}) {
-    for (int r : {1, 2, 3, 4}) {
-      for (int64_t a : {1, 3}) {
-        out.push_back({mode, r, a, "even"});
-        std::string weights = "weights:5";
-        for (int k = 1; k < r; ++k) weights += "," + std::to_string(k);  // 5,1,2,...: uneven
-        if (r > 1) out.push_back({mode, r, a, weights});
-      }
-    }
-    out.push_back({mode, 3, 1, "adaptive"});
-  }
+  std::vector<Case> out = testing::runner_cases({1, 2, 3, 4}, {1, 3});
+  for (std::string mode : {"dp", "ddp"}) out.push_back({mode, 3, 1, "adaptive"});
   return out;
 }
 
 INSTANTIATE_TEST_SUITE_P(AllModes, Equivalence, ::testing::ValuesIn(cases()),
-                         [](const ::testing::TestParamInfo<Case>& info) { return name(info.param); });
+                         [](const ::testing::TestParamInfo<Case>& info) { return testing::case_name(info.param); });
 
 // On a GPU: R replicas sharing one GPU (each on its own stream, local backend), and NCCL at
 // world size 1 (NCCL refuses two ranks on one GPU), against one replica on the same GPU.

@@ -9,7 +9,8 @@
 // Checked against plain eager steps, bit for bit: replaying, the loss each step returns
 // (its own, not a buffer the next replay overwrites), recording anew when the learning
 // rate, the first-step flag or a backend setting changes, and a failed recording falling
-// back to eager steps with a warning and the right step count.
+// back to eager steps with a warning and the right step count; rates that change at every
+// step (a schedule) running eagerly rather than recording anew at every step.
 #include <gtest/gtest.h>
 
 #include <sstream>
@@ -118,6 +119,10 @@ class RecordingBackend : public Backend {
   }
   void batch_norm2d_stats(const kernels::BatchNorm2dShape& s, const Tensor& x, Tensor& mean, Tensor& var) override {
     run([=, mean = mean, var = var]() mutable { cpu_.batch_norm2d_stats(s, x, mean, var); });
+  }
+  void batch_norm2d_combine_stats(const kernels::BatchNorm2dShape& s, int64_t replicas, const Tensor& gathered,
+                                  Tensor& mean, Tensor& var) override {
+    run([=, mean = mean, var = var]() mutable { cpu_.batch_norm2d_combine_stats(s, replicas, gathered, mean, var); });
   }
   void batch_norm2d_finalize(const kernels::BatchNorm2dShape& s, const Tensor& mean, const Tensor& var, double eps,
                              double momentum, Tensor& invstd, Tensor* running_mean, Tensor* running_var) override {
@@ -308,6 +313,53 @@ TEST(GraphRunner, ALearningRateChangeIsRecordedAnew) {
   EXPECT_TRUE(runner.replaying());
   EXPECT_EQ(values(runner.model()), values(*ref.model));
   EXPECT_EQ(runner.optimizer().steps_taken(), 8);
+}
+
+// A schedule sets the rates before every step (set_rates). Rates that change at every step
+// would need a new recording for each: those steps run eagerly instead, with one note on
+// stderr; once the rates hold still (a warm-up ended), the runner records again and replays.
+TEST(GraphRunner, RatesChangingEveryStepRunEagerlyUntilTheyHoldStill) {
+  RecordingBackend backend;
+  SingleDeviceRunner runner(small_model(), kSgd, 2);
+  Reference ref(kSgd);
+  std::ostringstream notes;
+  std::streambuf* stderr_buffer = std::cerr.rdbuf(notes.rdbuf());
+  for (int step = 0; step < 12; ++step) {
+    const bool warming = step < 8;  // lr and momentum change at every step, then hold still
+    const double lr = warming ? 0.01 * (step + 1) : 0.08, momentum = warming ? 0.95 - 0.01 * step : 0.88;
+    runner.set_rates(lr, momentum);
+    ref.sgd.set_lr(lr);
+    ref.sgd.set_momentum(momentum);
+    HostBatch b(step);
+    EXPECT_EQ(runner.step(b.view).loss_sum.item(), ref.step(b)) << "step " << step;
+    if (step == 7) {
+      EXPECT_EQ(backend.recordings, 0) << "rates that change at every step are never recorded";
+      EXPECT_FALSE(runner.replaying());
+    }
+  }
+  std::cerr.rdbuf(stderr_buffer);
+  EXPECT_EQ(backend.recordings, 1) << "recorded once the rates held still";
+  EXPECT_TRUE(runner.replaying());
+  EXPECT_EQ(values(runner.model()), values(*ref.model));
+  EXPECT_EQ(runner.optimizer().steps_taken(), 12);
+  EXPECT_EQ(runner.optimizer().config().momentum, 0.88);
+  EXPECT_EQ(notes.str(),
+            "dpcore: note: the learning rate or momentum changes at every step (--lr-schedule, --warmup-steps); such "
+            "steps run without a CUDA graph, which would have to be recorded anew for each\n");
+}
+
+TEST(GraphRunner, AConstantScheduleStillReplays) {
+  RecordingBackend backend;
+  SingleDeviceRunner runner(small_model(), kSgd, 2);
+  Reference ref(kSgd);
+  for (int step = 0; step < 6; ++step) {
+    runner.set_rates(kSgd.lr, kSgd.momentum);  // what --lr-schedule constant sets before every step
+    HostBatch b(step);
+    EXPECT_EQ(runner.step(b.view).loss_sum.item(), ref.step(b)) << "step " << step;
+  }
+  EXPECT_EQ(backend.recordings, 1);
+  EXPECT_TRUE(runner.replaying());
+  EXPECT_EQ(values(runner.model()), values(*ref.model));
 }
 
 TEST(GraphRunner, RestartingTheStepCountIsRecordedAnew) {
