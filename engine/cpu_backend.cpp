@@ -24,9 +24,11 @@ namespace k = kernels::cpu;
 // handed out again for the same size: a training step allocates the same activation sizes
 // at every step, and glibc returns such large blocks to the kernel, which then faults them
 // in again, zero-filled, page by page at the next step (5% of a resnet8 step on the CPU).
-// The cache holds at most what the sizes' peaks needed at once; bytes_in_use counts blocks
-// handed out only. Under AddressSanitizer nothing is cached, so that a use after free is
-// still caught.
+// The cache holds at most as many bytes as were ever in use at once (the peak), so a
+// process takes at most twice its peak; beyond that, freed blocks go back to glibc (a run
+// with several batch sizes, the last short batch and evaluation's, would otherwise keep a
+// set of blocks for each). bytes_in_use counts blocks handed out only. Under
+// AddressSanitizer nothing is cached, so that a use after free is still caught.
 class CpuAllocator : public Allocator {
  public:
 #ifdef DPCORE_SANITIZE_ADDRESS
@@ -52,13 +54,16 @@ class CpuAllocator : public Allocator {
   }
   void deallocate(void* ptr, size_t bytes) override {
     const size_t rounded = (bytes + 63) / 64 * 64;
+    in_use_ -= bytes;
     if (rounded >= kCachedFrom) {
       std::lock_guard<std::mutex> lock(mutex_);
-      cache_[rounded].push_back(ptr);
-    } else {
-      std::free(ptr);
+      if (cached_bytes_ + rounded <= peak_) {
+        cache_[rounded].push_back(ptr);
+        cached_bytes_ += rounded;
+        return;
+      }
     }
-    in_use_ -= bytes;
+    std::free(ptr);
   }
   size_t bytes_in_use() const override { return in_use_; }
   size_t peak_bytes() const override { return peak_; }
@@ -71,12 +76,14 @@ class CpuAllocator : public Allocator {
     if (it == cache_.end() || it->second.empty()) return nullptr;
     void* p = it->second.back();
     it->second.pop_back();
+    cached_bytes_ -= rounded;
     return p;
   }
 
   std::atomic<size_t> in_use_{0}, peak_{0};
   std::mutex mutex_;
   std::unordered_map<size_t, std::vector<void*>> cache_;  // free blocks by rounded size
+  size_t cached_bytes_ = 0;                                 // in cache_; guarded by mutex_
 };
 
 // Calls f(T{}) with T = float or double according to the tensor's dtype.

@@ -17,32 +17,12 @@
 namespace dpcore::train {
 namespace {
 
-// A small network with batch norm in the stem, in a residual block and its projection.
-std::unique_ptr<layers::Model> bn_net(uint64_t seed = 5) {
-  auto net = layers::parse_layer_spec("conv(8,3,s2,p1,nobias) bn relu res(16,s2) gap flatten linear(10)", {3, 32, 32});
-  return std::make_unique<layers::Model>(std::move(net), Shape{3, 32, 32}, Device::cpu(), DType::Float32, seed);
-}
+using testing::BatchNormState;
+using testing::kBatchNormBatch;
 
-constexpr int64_t kBatch = 14;  // micro-batches of 14 or 7: every share non-empty for R <= 4
-constexpr int kSteps = 3;
+BatchNormState train_steps(StepRunner& runner) { return testing::train_batch_norm_net(runner); }
 
-struct State {
-  std::vector<float> params, buffers;
-};
-
-State train_steps(StepRunner& runner) {
-  for (int s = 0; s < kSteps; ++s) {
-    testing::HostBatch b = testing::make_batch(kBatch, uint64_t(200 + s));
-    runner.step(b.batch);
-  }
-  return {runner.model().parameters().values().to_vector<float>(),
-          runner.model().buffers().values().to_vector<float>()};
-}
-
-State single_replica(int64_t accum) {
-  SingleDeviceRunner single(bn_net(), testing::kSgd, accum);
-  return train_steps(single);
-}
+BatchNormState single_replica(int64_t accum) { return testing::single_replica_batch_norm(accum); }
 
 using Case = testing::RunnerCase;
 
@@ -50,7 +30,7 @@ std::unique_ptr<StepRunner> runner_for(const Case& c, const std::string& batchno
   ParallelOptions options;
   options.replicas = c.replicas, options.mode = c.mode, options.split = c.split, options.batchnorm = batchnorm;
   options.timeout_s = 60;
-  return make_runner(bn_net(), testing::kSgd, c.accum, options);
+  return make_runner(testing::batch_norm_net(), testing::kSgd, c.accum, options);
 }
 
 class SyncBatchNorm : public ::testing::TestWithParam<Case> {};
@@ -64,8 +44,8 @@ constexpr double kTolerance = 1e-5;
 TEST_P(SyncBatchNorm, ReplicasEqualOneReplicaWithTheSameMicroBatches) {
   const Case c = GetParam();
   auto runner = runner_for(c, "sync");
-  State got = train_steps(*runner);
-  State want = single_replica(c.accum);
+  BatchNormState got = train_steps(*runner);
+  BatchNormState want = single_replica(c.accum);
   const double params = testing::relative_difference(got.params, want.params);
   const double buffers = testing::relative_difference(got.buffers, want.buffers);
   EXPECT_LE(params, kTolerance) << runner->describe();
@@ -86,8 +66,8 @@ class LocalBatchNorm : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(LocalBatchNorm, DiffersFromOneReplica) {
   auto runner = runner_for({GetParam(), 2, 1, "even"}, "local");
-  State got = train_steps(*runner);
-  State want = single_replica(1);
+  BatchNormState got = train_steps(*runner);
+  BatchNormState want = single_replica(1);
   const double params = testing::relative_difference(got.params, want.params);
   const double buffers = testing::relative_difference(got.buffers, want.buffers);
   // Each replica normalised with the statistics of 7 samples instead of 14: far more than
@@ -99,13 +79,13 @@ TEST_P(LocalBatchNorm, DiffersFromOneReplica) {
 
 TEST_P(LocalBatchNorm, AccumulatedMicroBatchesAreNotOneBigBatch) {
   // Even on one replica: two micro-batches of 7 normalise with their own statistics.
-  State accumulated = single_replica(2), whole = single_replica(1);
+  BatchNormState accumulated = single_replica(2), whole = single_replica(1);
   EXPECT_GT(testing::relative_difference(accumulated.params, whole.params), 100 * kTolerance);
 }
 
 TEST_P(LocalBatchNorm, SyncNeedsSamplesOnEveryReplica) {
   auto runner = runner_for({GetParam(), 4, 1, "weights:1,1,1,100"}, "sync");
-  testing::HostBatch b = testing::make_batch(kBatch, 1);
+  testing::HostBatch b = testing::make_batch(kBatchNormBatch, 1);
   try {
     runner->step(b.batch);
     FAIL() << "a replica without samples joined a synchronised batch norm";

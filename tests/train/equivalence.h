@@ -51,6 +51,36 @@ inline std::vector<float> reference_params(int64_t n, int steps, Device device =
   return train_with(single, n, steps);
 }
 
+// For batch norm across replicas: a small network with batch norm in the stem, in a
+// residual block and its projection, trained kBatchNormSteps steps on batches of
+// kBatchNormBatch (micro-batches of 14 or 7: every share non-empty for up to 4 replicas).
+constexpr int64_t kBatchNormBatch = 14;
+constexpr int kBatchNormSteps = 3;
+
+inline std::unique_ptr<layers::Model> batch_norm_net(uint64_t seed = 5) {
+  auto net = layers::parse_layer_spec("conv(8,3,s2,p1,nobias) bn relu res(16,s2) gap flatten linear(10)", {3, 32, 32});
+  return std::make_unique<layers::Model>(std::move(net), Shape{3, 32, 32}, Device::cpu(), DType::Float32, seed);
+}
+
+struct BatchNormState {
+  std::vector<float> params, buffers;  // the root replica's flat buffers
+};
+
+inline BatchNormState train_batch_norm_net(train::StepRunner& runner) {
+  for (int s = 0; s < kBatchNormSteps; ++s) {
+    HostBatch b = make_batch(kBatchNormBatch, uint64_t(200 + s));
+    runner.step(b.batch);
+  }
+  return {runner.model().parameters().values().to_vector<float>(),
+          runner.model().buffers().values().to_vector<float>()};
+}
+
+// The reference: one replica with the same `accum` micro-batches.
+inline BatchNormState single_replica_batch_norm(int64_t accum) {
+  train::SingleDeviceRunner single(batch_norm_net(), kSgd, accum);
+  return train_batch_norm_net(single);
+}
+
 // One data-parallel configuration to compare with single-replica training.
 struct RunnerCase {
   std::string mode;  // dp | ddp

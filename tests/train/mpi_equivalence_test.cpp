@@ -23,7 +23,23 @@ void expect_equivalent(int64_t accum, const std::string& split) {
   EXPECT_LE(diff, 1e-5) << runner->describe();
 }
 
+// --batchnorm sync over MPI: the processes' batch norms combine their statistics, so every
+// process ends with one replica's parameters and running statistics (float32 rounding).
+void expect_sync_batch_norm_equivalent(int64_t accum, const std::string& split) {
+  train::ParallelOptions options;
+  options.mode = "ddp", options.backend = "mpi", options.split = split, options.batchnorm = "sync";
+  options.timeout_s = 120;
+  auto runner = train::make_runner(testing::batch_norm_net(), kSgd, accum, options);
+  testing::BatchNormState got = testing::train_batch_norm_net(*runner);
+  testing::BatchNormState want = testing::single_replica_batch_norm(accum);
+  EXPECT_LE(testing::relative_difference(got.params, want.params), 1e-5) << runner->describe();
+  EXPECT_LE(testing::relative_difference(got.buffers, want.buffers), 1e-5) << runner->describe();
+}
+
 TEST(MpiDdp, EvenSplit) { expect_equivalent(1, "even"); }
+TEST(MpiDdp, SyncBatchNorm) { expect_sync_batch_norm_equivalent(1, "even"); }
+// (Micro-batches of 7 share out 4,3 over 2 processes and 3,3,1 over 3: uneven.)
+TEST(MpiDdp, SyncBatchNormWithAccumulationAndUnevenShares) { expect_sync_batch_norm_equivalent(2, "even"); }
 TEST(MpiDdp, EvenSplitWithAccumulation) { expect_equivalent(3, "even"); }
 TEST(MpiDdp, AdaptiveSplitWithAccumulation) { expect_equivalent(3, "adaptive"); }
 
