@@ -239,8 +239,13 @@ TrainingRun::TrainingRun(const TrainOptions& options, std::ostream& primary_out)
   loader_ = make_loader();
   per_epoch_ = loader_->batches_per_epoch();
   total_steps_ = o_.steps > 0 ? o_.steps : o_.epochs * per_epoch_;
-  const int64_t warmup = o_.warmup_steps > 0 ? o_.warmup_steps
-                                             : std::llround(o_.warmup_fraction * double(total_steps_));
+  int64_t warmup = o_.warmup_steps;
+  if (warmup == 0 && o_.warmup_fraction > 0) {
+    // A fraction of a short run can round to a warm-up of 1 step, which onecycle refuses
+    // (PyTorch divides by zero there): 2 steps then, or none in a run of 2 steps or fewer.
+    warmup = std::llround(o_.warmup_fraction * double(total_steps_));
+    if (warmup == 1) warmup = total_steps_ > 2 ? 2 : 0;
+  }
   schedule_.emplace(o_.lr_schedule, o_.sgd, warmup, total_steps_, per_epoch_);
   bar_ = o_.progress == 1 || (o_.progress == -1 && isatty(STDOUT_FILENO));
   print_header();

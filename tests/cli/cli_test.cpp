@@ -249,6 +249,9 @@ TEST(Cli, ResNetRecipeDefaultsApplyToFlagsNotGiven) {
   CommandResult r = run(resnet);
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_NE(r.output.find("batch 128, lr onecycle to 0.1"), std::string::npos) << r.output;
+  // A run so short that 15% of it rounds to one warm-up step (which onecycle refuses) still runs.
+  CommandResult short_run = run("train --model resnet8 --data synthetic:1,28,28,10,300 --device cpu --progress 0 --steps 7");
+  EXPECT_EQ(short_run.status, 0) << short_run.output;
   CommandResult own = run(resnet + " --batch 32 --lr-schedule constant --lr 0.01");
   ASSERT_EQ(own.status, 0) << own.output;
   EXPECT_NE(own.output.find("batch 32, lr constant 0.01"), std::string::npos) << own.output;
