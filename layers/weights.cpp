@@ -15,26 +15,23 @@ HostState::HostState(const Model& model, const std::string& prefix)
   const FlatBuffers& buffers = model.buffers();
   if (buffers.empty()) return;
   buffers_ = buffers.values().to(Device::cpu());
-  // Counters are converted to int64 first, so that the views into counters_ stay valid.
-  std::vector<size_t> counter_at;
+  // Counters go to int64 in counters_, sized first so that the views into it stay valid.
+  size_t counter_values = 0;
+  for (const auto& e : buffers.entries()) counter_values += e.counter ? size_t(e.numel) : 0;
+  counters_.reserve(counter_values);
   for (const auto& e : buffers.entries()) {
-    if (!e.counter) continue;
-    counter_at.push_back(counters_.size());
+    if (!e.counter) {
+      views_.push_back({prefix + e.name, dtype, e.shape,
+                        static_cast<const char*>(buffers_.raw_data()) + size_t(e.offset) * esize, size_t(e.numel) * esize});
+      continue;
+    }
+    const size_t first = counters_.size();
     for (int64_t i = 0; i < e.numel; ++i) {
       const size_t at = size_t(e.offset + i);
       counters_.push_back(dtype == DType::Float64 ? int64_t(buffers_.data<double>()[at])
                                                   : int64_t(buffers_.data<float>()[at]));
     }
-  }
-  size_t next_counter = 0;
-  for (const auto& e : buffers.entries()) {
-    if (e.counter) {
-      views_.push_back({prefix + e.name, DType::Int64, e.shape, counters_.data() + counter_at[next_counter++],
-                        size_t(e.numel) * sizeof(int64_t)});
-    } else {
-      views_.push_back({prefix + e.name, dtype, e.shape,
-                        static_cast<const char*>(buffers_.raw_data()) + size_t(e.offset) * esize, size_t(e.numel) * esize});
-    }
+    views_.push_back({prefix + e.name, DType::Int64, e.shape, counters_.data() + first, size_t(e.numel) * sizeof(int64_t)});
   }
 }
 

@@ -1,11 +1,11 @@
 #include "engine/data/augment.h"
 
 #include <algorithm>
-#include <charconv>
 #include <cstring>
 #include <random>
 #include <vector>
 
+#include "engine/data/flag_text.h"
 #include "engine/random.h"
 #include "kernels/error.h"
 
@@ -17,15 +17,8 @@ Augment parse_augment(const std::string& value) {
   Augment a;
   a.text = value;
   if (value == "none") return a;
-  std::vector<std::string> items(1);
-  for (char ch : value) {
-    if (ch == ',')
-      items.emplace_back();
-    else
-      items.back() += ch;
-  }
   bool crop_seen = false;
-  for (const std::string& item : items) {
+  for (const std::string& item : split_commas(value)) {
     if (item == "flip") {
       DPCORE_CHECK(!a.flip, "--augment \"", value, "\": flip is given twice");
       a.flip = true;
@@ -33,11 +26,9 @@ Augment parse_augment(const std::string& value) {
       DPCORE_CHECK(!crop_seen, "--augment \"", value, "\": crop is given twice");
       crop_seen = true;
       const std::string pad = item.substr(5);
-      int64_t v = 0;
-      auto [end, ec] = std::from_chars(pad.data(), pad.data() + pad.size(), v);
-      DPCORE_CHECK(ec == std::errc() && end == pad.data() + pad.size() && v > 0, "--augment \"", value,
-                   "\": PAD \"", pad, "\" of crop:PAD is not a positive integer");
-      a.crop_pad = v;
+      const std::optional<int64_t> v = positive_integer(pad);
+      DPCORE_CHECK(v.has_value(), "--augment \"", value, "\": PAD \"", pad, "\" of crop:PAD is not a positive integer");
+      a.crop_pad = *v;
     } else if (item == "crop") {
       fail("--augment \"", value, "\": crop needs its padding, crop:PAD (e.g. crop:4)");
     } else if (item == "none") {

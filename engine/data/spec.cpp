@@ -1,10 +1,10 @@
 #include "engine/data/spec.h"
 
 #include <algorithm>
-#include <charconv>
 #include <vector>
 
 #include "engine/data/cifar10.h"
+#include "engine/data/flag_text.h"
 #include "engine/data/fashion_mnist.h"
 #include "engine/random.h"
 #include "kernels/error.h"
@@ -13,23 +13,11 @@ namespace dpcore::data {
 
 static const char* const kForms = "expected fashion-mnist, fashion-mnist:DIR, cifar10:DIR or synthetic:C,H,W,CLASSES,N";
 
-static std::vector<std::string> split_commas(const std::string& s) {
-  std::vector<std::string> parts(1);
-  for (char ch : s) {
-    if (ch == ',')
-      parts.emplace_back();
-    else
-      parts.back() += ch;
-  }
-  return parts;
-}
-
 static int64_t parse_positive(const std::string& field, const char* what, const std::string& value) {
-  int64_t v = 0;
-  auto [end, ec] = std::from_chars(field.data(), field.data() + field.size(), v);
-  DPCORE_CHECK(ec == std::errc() && end == field.data() + field.size() && v > 0, "--data \"", value, "\": ", what,
-               " \"", field, "\" is not a positive integer (synthetic:C,H,W,CLASSES,N)");
-  return v;
+  std::optional<int64_t> v = positive_integer(field);
+  DPCORE_CHECK(v.has_value(), "--data \"", value, "\": ", what, " \"", field,
+               "\" is not a positive integer (synthetic:C,H,W,CLASSES,N)");
+  return *v;
 }
 
 static DataSpec parse_synthetic(const std::string& fields, const std::string& value) {

@@ -14,7 +14,7 @@ std::string blas_core() {
 std::string better_blas_core() {
   if (std::getenv("OPENBLAS_CORETYPE")) return "";  // the user's choice (tests set it on purpose)
   const std::string core = blas_core();
-  if (core != "Prescott" && core != "prescott") return "";
+  if (core != "Prescott") return "";
 #if defined(__x86_64__)
   __builtin_cpu_init();
   if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&

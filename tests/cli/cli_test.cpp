@@ -409,7 +409,7 @@ TEST(Cli, TrainsOnCifar10BinaryBatches) {
 }
 
 TEST(Cli, NoShuffleNoNormalizeRunIsReproducibleInPyTorch) {
-  if (std::system("/usr/bin/python3 -c 'import torch' > /dev/null 2>&1") != 0) {
+  if (!dpcore::testing::python_has_torch()) {
     GTEST_SKIP() << "/usr/bin/python3 cannot import torch (Debian's python3-torch is not installed)";
   }
   // A small Fashion-MNIST-shaped dataset in raw IDX files: 100 train and 20 test images.

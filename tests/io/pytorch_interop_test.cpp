@@ -18,31 +18,17 @@ namespace {
 
 using namespace dpcore::testing;
 
-const char* const kPython = "/usr/bin/python3";
-
-int exit_status(int system_result) { return WIFEXITED(system_result) ? WEXITSTATUS(system_result) : -1; }
-
-bool python_has_torch() {
-  return exit_status(std::system((std::string(kPython) + " -c 'import torch' >/dev/null 2>&1").c_str())) == 0;
-}
-
 class PyTorchLoad : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (!python_has_torch()) GTEST_SKIP() << kPython << " cannot import torch (scripts/install-deps.sh installs python3-torch)";
+    if (!python_has_torch()) GTEST_SKIP() << kTorchPython << " cannot import torch (scripts/install-deps.sh installs python3-torch)";
   }
 
   // Runs the check on a file; returns its exit status and keeps its output for messages.
   int check_load(const std::string& file, const std::string& model) {
-    const std::string log = dir.file("check.log");
-    const std::string cmd = std::string(kPython) + " '" + source_dir() + "/scripts/make_fixtures.py' --check-load '" +
-                            file + "' " + model + " >'" + log + "' 2>&1";
-    int status = exit_status(std::system(cmd.c_str()));
-    std::ifstream in(log);
-    std::stringstream text;
-    text << in.rdbuf();
-    output = text.str();
-    return status;
+    ScriptResult r = run_python_script("scripts/make_fixtures.py", "--check-load '" + file + "' " + model);
+    output = r.output;
+    return r.status;
   }
 
   // simplenet's weights at the fixture initialisation plus the fixture's input and logits,

@@ -23,18 +23,6 @@ namespace {
 
 constexpr double kTolerance = 1e-5;
 
-// Relative error of a tensor: max |got - ref| / max |ref|. Element-wise ratios are
-// meaningless for gradient elements that cancel to ~0 (float32 rounding of the reference
-// alone exceeds 1e-5 there); relative to the tensor's scale the bound is a fair one.
-double relative_error(const std::vector<float>& got, const float* ref, size_t n) {
-  double scale = 0, worst = 0;
-  for (size_t i = 0; i < n; ++i) {
-    scale = std::max(scale, std::abs(double(ref[i])));
-    worst = std::max(worst, std::abs(double(got[i]) - double(ref[i])));
-  }
-  return scale > 0 ? worst / scale : worst;
-}
-
 class Parity : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
@@ -82,7 +70,7 @@ class Parity : public ::testing::TestWithParam<std::string> {
     const io::TensorRecord& ref = file_->at(name);
     std::vector<float> got = ref.numel() == int64_t(full.size()) ? full : testing::fixture_sample(full.data(), int64_t(full.size()));
     ASSERT_EQ(int64_t(got.size()), ref.numel()) << name;
-    double err = relative_error(got, ref.values<float>(), got.size());
+    double err = testing::scaled_difference(got.data(), ref.values<float>(), got.size());
     std::cout << GetParam() << " " << name << ": relative error " << err << " (" << err / kTolerance
               << " of the threshold)\n";
     EXPECT_LE(err, kTolerance) << name;

@@ -31,15 +31,8 @@ namespace {
 
 using namespace dpcore::testing;
 
-const char* const kPython = "/usr/bin/python3";
 constexpr double kTolerance = 1e-5;
 constexpr int64_t kBatch = 6;
-
-int exit_status(int system_result) { return WIFEXITED(system_result) ? WEXITSTATUS(system_result) : -1; }
-
-bool python_has_torch() {
-  return exit_status(std::system((std::string(kPython) + " -c 'import torch' >/dev/null 2>&1").c_str())) == 0;
-}
 
 Tensor images(const Shape& sample, uint64_t seed) {
   Shape shape{kBatch};
@@ -55,13 +48,7 @@ Tensor labels(uint64_t seed) {
 
 // max |got - ref| / max |ref|, as the parity tests measure.
 double relative_error(const std::vector<float>& got, const io::TensorRecord& ref) {
-  const float* r = ref.values<float>();
-  double scale = 0, worst = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    scale = std::max(scale, std::abs(double(r[i])));
-    worst = std::max(worst, std::abs(double(got[i]) - double(r[i])));
-  }
-  return scale > 0 ? worst / scale : worst;
+  return scaled_difference(got.data(), ref.values<float>(), got.size());
 }
 
 std::string shape_text(const Shape& s) {
@@ -73,7 +60,7 @@ std::string shape_text(const Shape& s) {
 class PyTorchWeights : public ::testing::TestWithParam<Shape> {
  protected:
   void SetUp() override {
-    if (!python_has_torch()) GTEST_SKIP() << kPython << " cannot import torch (scripts/install-deps.sh installs python3-torch)";
+    if (!python_has_torch()) GTEST_SKIP() << kTorchPython << " cannot import torch (scripts/install-deps.sh installs python3-torch)";
   }
 
   std::unique_ptr<Model> resnet8(uint64_t seed) {
@@ -85,17 +72,12 @@ class PyTorchWeights : public ::testing::TestWithParam<Shape> {
   // and keeps its output for messages.
   int run_script(const std::string& args) {
     const Shape& s = GetParam();
-    const std::string log = dir.file("script.log");
-    const std::string cmd = std::string(kPython) + " '" + source_dir() + "/scripts/make_fixtures.py' " + args +
-                            " --input-shape " + std::to_string(s[0]) + "," + std::to_string(s[1]) + "," +
-                            std::to_string(s[2]) + " >'" + log + "' 2>&1";
-    int status = exit_status(std::system(cmd.c_str()));
-    std::ifstream in(log);
-    std::stringstream text;
-    text << in.rdbuf();
-    output = text.str();
+    ScriptResult r = run_python_script("scripts/make_fixtures.py", args + " --input-shape " + std::to_string(s[0]) +
+                                                                      "," + std::to_string(s[1]) + "," +
+                                                                      std::to_string(s[2]));
+    output = r.output;
     std::cout << output;
-    return status;
+    return r.status;
   }
 
   // resnet8 trained 3 SGD steps by dpcore in training mode, then in eval mode: its state,

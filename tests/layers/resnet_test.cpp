@@ -19,7 +19,8 @@ Model build(const std::string& name, const Shape& input = {}, uint64_t seed = 0,
   return Model(std::move(def.net), def.input_shape, Device::cpu(), dtype, seed);
 }
 
-int64_t count(const std::vector<FlatEntry>& entries) {
+template <class Entries>
+int64_t count(const Entries& entries) {
   int64_t n = 0;
   for (const auto& e : entries) n += e.numel;
   return n;
@@ -49,8 +50,7 @@ TEST(ResNet, Resnet8HasTorchvisionsNamesAndPyTorchsParameterCount) {
   Model m = build("resnet8");
   // He et al.'s resnet8 with projection shortcuts on 1-channel images: 77,754 parameters,
   // the count of the equivalent PyTorch module (bench/torch_models.py).
-  std::vector<FlatEntry> params(m.parameters().entries().begin(), m.parameters().entries().end());
-  EXPECT_EQ(count(params), 77754);
+  EXPECT_EQ(count(m.parameters().entries()), 77754);
   std::vector<std::string> expected = {"conv1.weight", "bn1.weight", "bn1.bias"};
   auto block = [&](const std::string& b, bool projection) {
     for (const char* p : {".conv1.weight", ".bn1.weight", ".bn1.bias", ".conv2.weight", ".bn2.weight", ".bn2.bias"})

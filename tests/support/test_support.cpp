@@ -1,9 +1,15 @@
 #include "support/test_support.h"
 
+#include <sys/wait.h>
+
 #include <algorithm>
 #include <cmath>
+#include <cerrno>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
+#include <stdexcept>
 
 namespace dpcore::testing {
 
@@ -21,9 +27,21 @@ static double max_rel(const T* a, const T* b, size_t n, double floor) {
 double max_relative_error(const float* a, const float* b, size_t n, double floor) { return max_rel(a, b, n, floor); }
 double max_relative_error(const double* a, const double* b, size_t n, double floor) { return max_rel(a, b, n, floor); }
 
+double scaled_difference(const float* got, const float* ref, size_t n) {
+  double scale = 0, worst = 0;
+  for (size_t i = 0; i < n; ++i) {
+    scale = std::max(scale, std::abs(double(ref[i])));
+    worst = std::max(worst, std::abs(double(got[i]) - double(ref[i])));
+  }
+  return scale > 0 ? worst / scale : worst;
+}
+
 TempDir::TempDir() {
+  // mkdtemp replaces the XXXXXX with a unique name and creates the directory.
   std::string templ = (std::filesystem::temp_directory_path() / "dpcore-test-XXXXXX").string();
-  path_ = mkdtemp(templ.data());
+  const char* made = mkdtemp(templ.data());
+  if (!made) throw std::runtime_error("TempDir: cannot create a directory from " + templ + ": " + std::strerror(errno));
+  path_ = made;
 }
 
 TempDir::~TempDir() {
@@ -34,6 +52,23 @@ TempDir::~TempDir() {
 std::string source_dir() {
   const char* dir = std::getenv("DPCORE_SOURCE_DIR");
   return dir ? dir : "..";
+}
+
+bool python_has_torch() {
+  const int result = std::system((std::string(kTorchPython) + " -c 'import torch' >/dev/null 2>&1").c_str());
+  return WIFEXITED(result) && WEXITSTATUS(result) == 0;
+}
+
+ScriptResult run_python_script(const std::string& script, const std::string& args) {
+  const std::string cmd = std::string(kTorchPython) + " '" + source_dir() + "/" + script + "' " + args + " 2>&1";
+  ScriptResult r;
+  FILE* pipe = popen(cmd.c_str(), "r");
+  if (!pipe) return r;
+  char buffer[4096];
+  for (size_t got; (got = std::fread(buffer, 1, sizeof buffer, pipe)) > 0;) r.output.append(buffer, got);
+  const int result = pclose(pipe);
+  r.status = WIFEXITED(result) ? WEXITSTATUS(result) : -1;
+  return r;
 }
 
 }  // namespace dpcore::testing

@@ -24,6 +24,11 @@ std::vector<T> random_vector(size_t n, uint64_t seed, double lo = -1.0, double h
 double max_relative_error(const float* a, const float* b, size_t n, double floor = 1e-3);
 double max_relative_error(const double* a, const double* b, size_t n, double floor = 1e-3);
 
+// max |got - ref| / max |ref| over two arrays (max |got - ref| when ref is all zeros): the
+// error relative to the reference tensor's scale, which element-wise ratios are not when
+// some reference elements cancel to ~0.
+double scaled_difference(const float* got, const float* ref, size_t n);
+
 // True when a CUDA device can actually be used (false on machines without a GPU or driver).
 bool cuda_available();
 
@@ -41,5 +46,17 @@ class TempDir {
 
 // Root of the source tree (set by CMake for ctest; falls back to "..").
 std::string source_dir();
+
+// Debian's Python, the one that sees python3-torch.
+constexpr const char* kTorchPython = "/usr/bin/python3";
+// Whether kTorchPython can import torch (the tests that need it skip otherwise).
+bool python_has_torch();
+struct ScriptResult {
+  int status = -1;     // the exit status (-1: killed or not run)
+  std::string output;  // stdout and stderr together
+};
+// Runs the script at source_dir()/<script> ("scripts/make_fixtures.py") with kTorchPython
+// and `args` (already quoted for the shell).
+ScriptResult run_python_script(const std::string& script, const std::string& args);
 
 }  // namespace dpcore::testing

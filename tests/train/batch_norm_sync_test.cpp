@@ -20,10 +20,6 @@ namespace {
 using testing::BatchNormState;
 using testing::kBatchNormBatch;
 
-BatchNormState train_steps(StepRunner& runner) { return testing::train_batch_norm_net(runner); }
-
-BatchNormState single_replica(int64_t accum) { return testing::single_replica_batch_norm(accum); }
-
 using Case = testing::RunnerCase;
 
 std::unique_ptr<StepRunner> runner_for(const Case& c, const std::string& batchnorm) {
@@ -44,8 +40,8 @@ constexpr double kTolerance = 1e-5;
 TEST_P(SyncBatchNorm, ReplicasEqualOneReplicaWithTheSameMicroBatches) {
   const Case c = GetParam();
   auto runner = runner_for(c, "sync");
-  BatchNormState got = train_steps(*runner);
-  BatchNormState want = single_replica(c.accum);
+  BatchNormState got = testing::train_batch_norm_net(*runner);
+  BatchNormState want = testing::single_replica_batch_norm(c.accum);
   const double params = testing::relative_difference(got.params, want.params);
   const double buffers = testing::relative_difference(got.buffers, want.buffers);
   EXPECT_LE(params, kTolerance) << runner->describe();
@@ -66,8 +62,8 @@ class LocalBatchNorm : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(LocalBatchNorm, DiffersFromOneReplica) {
   auto runner = runner_for({GetParam(), 2, 1, "even"}, "local");
-  BatchNormState got = train_steps(*runner);
-  BatchNormState want = single_replica(1);
+  BatchNormState got = testing::train_batch_norm_net(*runner);
+  BatchNormState want = testing::single_replica_batch_norm(1);
   const double params = testing::relative_difference(got.params, want.params);
   const double buffers = testing::relative_difference(got.buffers, want.buffers);
   // Each replica normalised with the statistics of 7 samples instead of 14: far more than
@@ -79,7 +75,7 @@ TEST_P(LocalBatchNorm, DiffersFromOneReplica) {
 
 TEST_P(LocalBatchNorm, AccumulatedMicroBatchesAreNotOneBigBatch) {
   // Even on one replica: two micro-batches of 7 normalise with their own statistics.
-  BatchNormState accumulated = single_replica(2), whole = single_replica(1);
+  BatchNormState accumulated = testing::single_replica_batch_norm(2), whole = testing::single_replica_batch_norm(1);
   EXPECT_GT(testing::relative_difference(accumulated.params, whole.params), 100 * kTolerance);
 }
 

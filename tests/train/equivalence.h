@@ -115,12 +115,7 @@ inline std::vector<RunnerCase> runner_cases(const std::vector<int>& replicas, co
 
 // max |a - b| / max |b|
 inline double relative_difference(const std::vector<float>& a, const std::vector<float>& b) {
-  double worst = 0, scale = 0;
-  for (size_t i = 0; i < b.size(); ++i) {
-    worst = std::max(worst, std::abs(double(a[i]) - double(b[i])));
-    scale = std::max(scale, std::abs(double(b[i])));
-  }
-  return worst / scale;
+  return scaled_difference(a.data(), b.data(), b.size());
 }
 
 }  // namespace dpcore::testing
