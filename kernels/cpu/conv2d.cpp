@@ -1,4 +1,5 @@
-// conv2d as im2col + GEMM, one image at a time (Caffe's scheme). The batch is spread over
+// conv2d as im2col + GEMM, one image at a time (Caffe's scheme), except where the direct
+// stride-1 convolution of conv2d_direct.h applies (float on an AVX-512 CPU). The batch is spread over
 // the OpenMP threads, each with its own im2col buffer and a single-threaded GEMM; with
 // fewer images than threads the GEMMs themselves are split instead (gemm_parallel).
 //
@@ -12,8 +13,10 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <type_traits>
 #include <vector>
 
+#include "kernels/cpu/conv2d_direct.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/im2col.h"
 #include "kernels/cpu/kernels.h"
@@ -53,6 +56,9 @@ void im2col_images(const Conv2dShape& s, const T* x, int64_t n0, int64_t images,
 // the relu of an image runs on one thread; those are batches smaller than the team.)
 template <class T>
 void conv2d_forward_images(const Conv2dShape& s, const T* x, const T* w, const T* bias, bool relu, T* y) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (direct_conv2d_forward_applies(s)) return direct_conv2d_forward(s, x, w, bias, relu, y);
+  }
   const ConvDims d(s);
   const int64_t depth = d.crs + (bias ? 1 : 0);
   std::vector<T> w_and_bias;  // [W | b], row k = w[k, :], bias[k]
@@ -91,6 +97,9 @@ void conv2d_relu_forward(const Conv2dShape& s, const T* x, const T* w, const T* 
 
 template <class T>
 void conv2d_backward_data(const Conv2dShape& s, const T* dy, const T* w, T* dx) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (direct_conv2d_backward_data_applies(s)) return direct_conv2d_backward_data(s, dy, w, dx);
+  }
   const ConvDims d(s);
 #pragma omp parallel for num_threads(batch_threads(s)) schedule(static)
   for (int64_t n = 0; n < s.N; ++n) {
@@ -111,6 +120,9 @@ constexpr int64_t kWeightGradDepth = 256;
 // of images [r.begin, r.end), summed over them in order, a group of images per GEMM.
 template <class T>
 void weight_grad_of_images(const Conv2dShape& s, const T* x, const T* dy, Range r, int64_t depth, T* grad) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (direct_conv2d_backward_weight_applies(s)) return direct_conv2d_weight_grad(s, x, dy, r, depth, grad);
+  }
   const ConvDims d(s);
   const int64_t count = r.end - r.begin;
   if (count == 0) {

@@ -19,7 +19,8 @@
 
 namespace dpcore::kernels::cpu {
 
-// ---- conv2d (im2col + GEMM through BLAS) ----
+// ---- conv2d: im2col + GEMM through BLAS; for float with stride 1 on an AVX-512 CPU, a
+// direct convolution (kernels/cpu/conv2d_direct.h) unless set_direct_conv2d(false) ----
 template <class T> void conv2d_forward(const Conv2dShape& s, const T* x, const T* w, const T* bias, T* y);  // bias may be null
 // y = relu(conv2d(x)), bit for bit conv2d_forward then relu_forward, in one pass over y.
 template <class T> void conv2d_relu_forward(const Conv2dShape& s, const T* x, const T* w, const T* bias, T* y);
@@ -125,6 +126,10 @@ template <class T> void sum(int64_t n, const T* x, T* out);                 // o
 //   g = grad + wd * p; if momentum: buf = first_step ? g : mu*buf + (1-dampening)*g;
 //   g = nesterov ? g + mu*buf : buf;  p -= lr * g.   grad itself is not modified. ----
 template <class T> void sgd_step(int64_t n, const SgdConfig& cfg, bool first_step, T* param, const T* grad, T* momentum);
+
+// Whether float stride-1 convolutions may take the direct path (default true); false
+// keeps every convolution on im2col + GEMM, for benchmarking one against the other.
+void set_direct_conv2d(bool enabled);
 
 // Threads used by the CPU kernels (OpenMP loops and OpenBLAS). 0 = library default.
 void set_num_threads(int threads);

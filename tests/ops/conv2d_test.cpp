@@ -71,6 +71,16 @@ const ConvCase kCases[] = {
     {"simplenet_conv",                           8,  3, 32, 32,  16, 3, 3, 1, 1, 1, 1},
     {"fashioncnn_c2",                            4, 32, 14, 14,  64, 3, 3, 1, 1, 1, 1},
     {"vggs_c3",                                  2, 128, 8,  8, 256, 3, 3, 1, 1, 1, 1},
+    // The CPU's direct stride-1 path (kernels/cpu/conv2d_direct.h) where it has AVX-512:
+    // channel counts that leave partial blocks (K = 11: 8 + 3 single channels; C = 5: 3 + 2),
+    // a 5x3 kernel and a 1x1 one (tap by tap), K = 17 (a second, mostly empty vector of
+    // output channels in the weight gradient), padding past the kernel (backward data then
+    // takes im2col), and a ResNet layer1 convolution.
+    {"direct_partial_channel_blocks",            3,  5,  9,  7,  11, 3, 3, 1, 1, 1, 1},
+    {"direct_5x3_kernel_k17",                    2,  6,  8, 10,  17, 5, 3, 1, 1, 1, 2},
+    {"direct_1x1_many_channels",                 2, 40,  6,  5,  20, 1, 1, 1, 1, 0, 0},
+    {"direct_pad_past_kernel",                   2,  8,  5,  5,   8, 3, 3, 1, 1, 3, 3},
+    {"resnet_layer1",                            2, 16, 28, 28,  16, 3, 3, 1, 1, 1, 1},
 };
 
 std::string describe(const ConvCase& c, int threads) {
@@ -221,6 +231,70 @@ TYPED_TEST(Conv2dTest, BackwardWeightIsDeterministic) {
       EXPECT_TRUE(bitwise_equal(first_db.download(), second_db.download()));
     }
   }
+}
+
+// The CPU's float stride-1 convolutions have two paths (kernels/cpu/conv2d_direct.h): the
+// typed tests above take the direct one where the CPU has AVX-512. With it turned off,
+// im2col + GEMM must meet the reference on the same cases, so that both paths stay
+// checked on every machine, with or without AVX-512.
+class DirectConv2dOff {
+ public:
+  DirectConv2dOff() { kernels::cpu::set_direct_conv2d(false); }
+  ~DirectConv2dOff() { kernels::cpu::set_direct_conv2d(true); }
+};
+
+TEST(Conv2dCpuPaths, Im2colMatchesReferenceWithTheDirectPathOff) {
+  using B = CpuBackend<float>;
+  DirectConv2dOff off;
+  for (const ConvCase& c : kCases) {
+    const Conv2dShape s = c.shape();
+    SCOPED_TRACE(describe(c, 0));
+    const auto x = random_vector<float>(s.x_size(), 1), w = random_vector<float>(s.w_size(), 2), b = random_vector<float>(s.K, 3);
+    const auto dy = random_vector<float>(s.y_size(), 4);
+    std::vector<float> want_y(s.y_size()), want_dx(s.x_size()), want_dw(s.w_size()), want_db(s.K);
+    naive::conv2d_forward(s, x.data(), w.data(), b.data(), want_y.data());
+    naive::conv2d_backward_data(s, dy.data(), w.data(), want_dx.data());
+    naive::conv2d_backward_weight(s, x.data(), dy.data(), want_dw.data(), want_db.data(), false);
+    auto y = nan_filled<float>(s.y_size()), dx = nan_filled<float>(s.x_size());
+    auto dw = nan_filled<float>(s.w_size()), db = nan_filled<float>(s.K);
+    B::conv2d_forward(s, x.data(), w.data(), b.data(), y.data());
+    B::conv2d_backward_data(s, dy.data(), w.data(), dx.data());
+    B::conv2d_backward_weight(s, x.data(), dy.data(), dw.data(), db.data(), false);
+    EXPECT_OP_CLOSE(B, y, want_y);
+    EXPECT_OP_CLOSE(B, dx, want_dx);
+    EXPECT_OP_CLOSE(B, dw, want_dw);
+    EXPECT_OP_CLOSE(B, db, want_db);
+  }
+}
+
+// A NaN input reaches exactly the weight gradients it reaches in the reference: the ones
+// whose taps pair it with an output that exists (at a corner with padding 1, the taps
+// that look up and left of an output, not the others). Both CPU paths, both precisions.
+template <class T>
+void expect_nan_reaches_the_reference_weight_grads(const char* path) {
+  for (const ConvCase& c : kCases) {
+    const Conv2dShape s = c.shape();
+    SCOPED_TRACE(describe(c, 0) + ", " + path);
+    auto x = random_vector<T>(s.x_size(), 6);
+    const auto dy = random_vector<T>(s.y_size(), 7);
+    x[0] = std::numeric_limits<T>::quiet_NaN();  // image 0, channel 0, top-left pixel
+    std::vector<T> want(s.w_size()), want_db(s.K), got(s.w_size()), got_db(s.K);
+    naive::conv2d_backward_weight(s, x.data(), dy.data(), want.data(), want_db.data(), false);
+    kernels::cpu::conv2d_backward_weight(s, x.data(), dy.data(), got.data(), got_db.data(), false);
+    for (size_t i = 0; i < want.size(); ++i) ASSERT_EQ(std::isnan(got[i]), std::isnan(want[i])) << "dw[" << i << "]";
+    if (s.pad_h == 1 && s.pad_w == 1 && s.R == 3 && s.S == 3 && s.stride_h == 1 && s.stride_w == 1) {
+      // The case exercises both sides: taps the NaN reaches and taps it misses.
+      EXPECT_GT(std::count_if(want.begin(), want.end(), [](T v) { return std::isnan(v); }), 0);
+      EXPECT_GT(std::count_if(want.begin(), want.end(), [](T v) { return !std::isnan(v); }), 0);
+    }
+  }
+}
+
+TEST(Conv2dCpuPaths, NanInputReachesTheReferenceWeightGradsOnly) {
+  expect_nan_reaches_the_reference_weight_grads<float>("default path (direct where it applies)");
+  expect_nan_reaches_the_reference_weight_grads<double>("double (im2col)");
+  DirectConv2dOff off;
+  expect_nan_reaches_the_reference_weight_grads<float>("im2col");
 }
 
 #ifdef DPCORE_CUDA_LIBRARIES
