@@ -1,5 +1,8 @@
 // The CPU conv2d and linear kernels on the reference models' layer shapes (batch 64,
 // float32), on 1 and 2 threads. Reports GFLOP/s (2 flops per multiply-add) as a counter.
+// The convolutions run on both CPU paths where the direct one applies (argument
+// "direct": 1 = the default choice, kernels/cpu/conv2d_direct.h where it applies; 0 =
+// im2col + GEMM everywhere, set_direct_conv2d(false)), one after the other.
 //   cpu_kernels_bench --benchmark_filter=Conv2dForward
 #include <benchmark/benchmark.h>
 
@@ -19,13 +22,17 @@ constexpr int64_t kBatch = 64;
 
 struct ConvLayer {
   const char* name;
-  int64_t C, K, HW;
+  int64_t C, K, HW, stride;  // 3x3, padding 1; HW is the input's height and width
 };
-// Every convolution of the reference models: 3x3, stride 1, padding 1.
+// Every 3x3 convolution of the reference models and of resnet8 on 1x28x28 (resnet20's are
+// the same shapes, more of them).
 const ConvLayer kConvLayers[] = {
-    {"fashioncnn.c1 1->32 28x28", 1, 32, 28},    {"fashioncnn.c2 32->64 14x14", 32, 64, 14},
-    {"simplenet.conv 3->16 32x32", 3, 16, 32},   {"vggs.c1 3->64 32x32", 3, 64, 32},
-    {"vggs.c2 64->128 16x16", 64, 128, 16},      {"vggs.c3 128->256 8x8", 128, 256, 8},
+    {"fashioncnn.c1 1->32 28x28", 1, 32, 28, 1},      {"fashioncnn.c2 32->64 14x14", 32, 64, 14, 1},
+    {"simplenet.conv 3->16 32x32", 3, 16, 32, 1},     {"vggs.c1 3->64 32x32", 3, 64, 32, 1},
+    {"vggs.c2 64->128 16x16", 64, 128, 16, 1},        {"vggs.c3 128->256 8x8", 128, 256, 8, 1},
+    {"resnet.conv1 1->16 28x28", 1, 16, 28, 1},       {"resnet.layer1 16->16 28x28", 16, 16, 28, 1},
+    {"resnet.layer2.0.conv1 16->32 /2", 16, 32, 28, 2}, {"resnet.layer2 32->32 14x14", 32, 32, 14, 1},
+    {"resnet.layer3.0.conv1 32->64 /2", 32, 64, 14, 2}, {"resnet.layer3 64->64 7x7", 64, 64, 7, 1},
 };
 
 struct LinearLayer {
@@ -41,7 +48,8 @@ const LinearLayer kLinearLayers[] = {
 Conv2dShape conv_shape(const ConvLayer& l) {
   Conv2dShape s;
   s.N = kBatch, s.C = l.C, s.H = l.HW, s.W = l.HW, s.K = l.K, s.R = 3, s.S = 3, s.pad_h = 1, s.pad_w = 1;
-  s.P = l.HW, s.Q = l.HW;
+  s.stride_h = s.stride_w = l.stride;
+  s.P = s.Q = dpcore::kernels::conv_out_size(l.HW, 3, l.stride, 1);
   return s;
 }
 
@@ -70,6 +78,7 @@ void run_conv(benchmark::State& state, ConvPass pass) {
   const ConvLayer& layer = kConvLayers[state.range(0)];
   prepare(state, layer.name);
   const Conv2dShape s = conv_shape(layer);
+  cpu::set_direct_conv2d(state.range(2) != 0);
   auto x = random_floats(s.x_size()), w = random_floats(s.w_size()), b = random_floats(s.K),
        y = random_floats(s.y_size()), dw = random_floats(s.w_size());
   for (auto _ : state) {
@@ -82,6 +91,7 @@ void run_conv(benchmark::State& state, ConvPass pass) {
     }
     benchmark::ClobberMemory();
   }
+  cpu::set_direct_conv2d(true);
   report_flops(state, s.flops());
 }
 
@@ -122,10 +132,20 @@ void layer_and_thread_args(benchmark::internal::Benchmark* b) {
   b->UseRealTime()->Unit(benchmark::kMillisecond);
 }
 
-constexpr size_t kConvCount = std::size(kConvLayers), kLinearCount = std::size(kLinearLayers);
-BENCHMARK(BM_Conv2dForward)->Apply(layer_and_thread_args<kConvCount>);
-BENCHMARK(BM_Conv2dBackwardData)->Apply(layer_and_thread_args<kConvCount>);
-BENCHMARK(BM_Conv2dBackwardWeight)->Apply(layer_and_thread_args<kConvCount>);
+// Arguments {layer index, threads, direct}: each convolution on both paths, the im2col one
+// right after the default one, so that the two see about the same machine.
+void conv_args(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"layer", "threads", "direct"});
+  for (int64_t layer = 0; layer < int64_t(std::size(kConvLayers)); ++layer)
+    for (int64_t threads : {1, 2})
+      for (int64_t direct : {1, 0}) b->Args({layer, threads, direct});
+  b->UseRealTime()->Unit(benchmark::kMillisecond);
+}
+
+constexpr size_t kLinearCount = std::size(kLinearLayers);
+BENCHMARK(BM_Conv2dForward)->Apply(conv_args);
+BENCHMARK(BM_Conv2dBackwardData)->Apply(conv_args);
+BENCHMARK(BM_Conv2dBackwardWeight)->Apply(conv_args);
 BENCHMARK(BM_LinearForward)->Apply(layer_and_thread_args<kLinearCount>);
 BENCHMARK(BM_LinearBackwardData)->Apply(layer_and_thread_args<kLinearCount>);
 BENCHMARK(BM_LinearBackwardWeight)->Apply(layer_and_thread_args<kLinearCount>);

@@ -1,4 +1,4 @@
-// Direct stride-1 convolution on AVX-512 (see conv2d_direct.h for when it is used).
+// Direct convolution on AVX-512 (see conv2d_direct.h for when it is used).
 //
 // The trick that keeps the inner loops plain vector code is the flat padded plane. Each
 // input plane is copied, with its zero padding, into a row-major [H + 2*pad_h, Wp] block
@@ -19,7 +19,8 @@
 //
 // Backward weight vectorises over output channels instead: dy is transposed to
 // dyt[pixel][k], and each (c, r, s) gets dW[k..k+15, c, r, s] += dyt[pixel][k..k+15] *
-// x[c, pixel + (r, s)], one FMA with a broadcast input, at each output pixel that exists.
+// x[c, pixel * stride + (r, s)], one FMA with a broadcast input, at each output pixel that
+// exists (so any stride).
 // For a 3x3 kernel, 3 input channels' nine taps stay in registers (27 accumulators per 1
 // vector load and 27 broadcasts). Each image's sums start from zero and are then added to
 // the thread's running sums, so no float sum runs longer than one image's pixels.
@@ -57,9 +58,11 @@ bool cpu_has_avx512() {
   return has;
 }
 
-// A stride-1 convolution of C planes H x W into K planes P x Q, on flat padded planes.
+// A stride-1 convolution of C planes H x W into K planes P x Q, on flat padded planes (the
+// weight gradient, which reads its inputs pixel by pixel, also takes other strides).
 struct Geometry {
   int64_t C, H, W, K, R, S, pad_h, pad_w, P, Q;
+  int64_t stride_h = 1, stride_w = 1;  // other than 1 only in the weight gradient
   int64_t Wp;       // padded row width
   int64_t vectors;  // 16-float vectors covering the P*Wp flat outputs
   int64_t plane;    // floats per padded input plane: the padded rows, then zeros that the
@@ -200,7 +203,7 @@ DPCORE_AVX512 inline void weight_image_block(const Geometry& g, const float* dyt
 #pragma GCC unroll 9
     for (int t = 0; t < taps; ++t) acc[ci][t] = _mm512_setzero_ps();
   for (int64_t p = 0; p < g.P; ++p) {
-    const float* xrow = xc + (p + r0) * g.Wp + s0;
+    const float* xrow = xc + (p * g.stride_h + r0) * g.Wp + s0;
     const float* drow = dyt + p * g.Q * ldk;
     for (int64_t q = 0; q < g.Q; ++q) {
       const __m512 d = _mm512_loadu_ps(drow + q * ldk);
@@ -211,7 +214,8 @@ DPCORE_AVX512 inline void weight_image_block(const Geometry& g, const float* dyt
 #pragma GCC unroll 3
           for (int s = 0; s < TS; ++s)
             acc[ci][r * TS + s] =
-                _mm512_fmadd_ps(d, _mm512_set1_ps(xrow[ci * g.plane + r * g.Wp + s + q]), acc[ci][r * TS + s]);
+                _mm512_fmadd_ps(d, _mm512_set1_ps(xrow[ci * g.plane + r * g.Wp + s + q * g.stride_w]),
+                                acc[ci][r * TS + s]);
     }
   }
   const int64_t RS = g.R * g.S;
@@ -280,6 +284,10 @@ namespace {
 // direct kernels cost more than they save: a first layer of 1 channel x 3x3 (9) runs faster
 // as im2col + GEMM (0.57 against 0.86 ms at batch 128, 1x28x28 to 16 channels, one thread).
 constexpr int64_t kMinDirectDepth = 32;
+// The forward-style passes block 8 output channels per register tile; with fewer (the
+// backward data of a first layer: 1 or 3 image channels) the tiles are single channels
+// and im2col + GEMM was 1.5-2.3x faster (docs/benchmarks.md, "Kernels").
+constexpr int64_t kMinDirectOutputChannels = 8;
 
 bool direct_stride1(const Conv2dShape& s) {
   return s.stride_h == 1 && s.stride_w == 1 && s.P > 0 && s.Q > 0 && cpu_has_avx512() &&
@@ -289,15 +297,17 @@ bool direct_stride1(const Conv2dShape& s) {
 }  // namespace
 
 bool direct_conv2d_forward_applies(const Conv2dShape& s) {
-  return direct_stride1(s) && s.C * s.R * s.S >= kMinDirectDepth;
+  return direct_stride1(s) && s.C * s.R * s.S >= kMinDirectDepth && s.K >= kMinDirectOutputChannels;
 }
 
 bool direct_conv2d_backward_data_applies(const Conv2dShape& s) {
-  return direct_stride1(s) && s.K * s.R * s.S >= kMinDirectDepth && s.pad_h <= s.R - 1 && s.pad_w <= s.S - 1;
+  return direct_stride1(s) && s.K * s.R * s.S >= kMinDirectDepth && s.C >= kMinDirectOutputChannels &&
+         s.pad_h <= s.R - 1 && s.pad_w <= s.S - 1;
 }
 
 bool direct_conv2d_backward_weight_applies(const Conv2dShape& s) {
-  return direct_stride1(s) && s.C * s.R * s.S >= kMinDirectDepth;
+  return s.P > 0 && s.Q > 0 && cpu_has_avx512() && direct_enabled.load(std::memory_order_relaxed) &&
+         s.C * s.R * s.S >= kMinDirectDepth;
 }
 
 void direct_conv2d_forward(const Conv2dShape& s, const float* x, const float* w, const float* bias, bool relu,
@@ -324,7 +334,8 @@ void direct_conv2d_backward_data(const Conv2dShape& s, const float* dy, const fl
 
 void direct_conv2d_weight_grad(const Conv2dShape& s, const float* x, const float* dy, Range range, int64_t depth,
                                float* grad) {
-  const Geometry g = forward_geometry(s);
+  Geometry g = forward_geometry(s);  // its padded planes; the output and the strides are s's
+  g.P = s.P, g.Q = s.Q, g.stride_h = s.stride_h, g.stride_w = s.stride_w;
   const int64_t RS = s.R * s.S, pixels = s.P * s.Q;
   const int64_t ldk = round_up(s.K, kLanes);  // dyt's row: K channels, zeros up to a whole vector
   const bool bias = depth > s.C * RS;

@@ -1,9 +1,9 @@
-// conv2d with stride 1, float, as a direct convolution in AVX-512 registers: the CPU
-// backend's fast path for the 3x3 layers of the ResNets, whose 16 output channels make
-// im2col + GEMM a thin GEMM that OpenBLAS runs far below peak (docs/benchmarks.md).
-// conv2d.cpp takes it where direct_conv2d_applies says so and falls back to im2col +
-// GEMM everywhere else (other strides, double, CPUs without AVX-512, or when turned off).
-// Internal to kernels/cpu.
+// conv2d, float, as a direct convolution in AVX-512 registers: the CPU backend's fast path
+// for the 3x3 layers of the ResNets, whose 16 output channels make im2col + GEMM a thin
+// GEMM that OpenBLAS runs far below peak (docs/benchmarks.md). conv2d.cpp takes it where
+// the *_applies functions below say so and keeps im2col + GEMM everywhere else (strides
+// other than 1 outside the weight gradient, double, shallow layers, CPUs without AVX-512,
+// or when turned off). Internal to kernels/cpu.
 #pragma once
 
 #include <cstdint>
@@ -13,11 +13,13 @@
 
 namespace dpcore::kernels::cpu {
 
-// Which passes of shape `s` the direct path computes: stride 1 in both axes, an AVX-512
-// CPU, direct convolutions not turned off (set_direct_conv2d), and at least 32 multiply-
-// adds per value (C*R*S for the forward and the weight gradient, K*R*S for backward data).
-// The backward-data pass is the forward of dy with the flipped kernel, padded by
-// R-1-pad_h and S-1-pad_w, so it also needs pad_h <= R-1 and pad_w <= S-1.
+// Which passes of shape `s` the direct path computes: an AVX-512 CPU, direct convolutions
+// not turned off (set_direct_conv2d), at least 32 multiply-adds per value (C*R*S for the
+// forward and the weight gradient, K*R*S for backward data), at least 8 output channels
+// in the forward-style passes (K for the forward, C for backward data), stride 1 in both axes
+// for the forward and backward data (the weight gradient takes any stride). The
+// backward-data pass is the forward of dy with the flipped kernel, padded by R-1-pad_h
+// and S-1-pad_w, so it also needs pad_h <= R-1 and pad_w <= S-1.
 bool direct_conv2d_forward_applies(const Conv2dShape& s);
 bool direct_conv2d_backward_data_applies(const Conv2dShape& s);
 bool direct_conv2d_backward_weight_applies(const Conv2dShape& s);

@@ -72,12 +72,13 @@ const ConvCase kCases[] = {
     {"fashioncnn_c2",                            4, 32, 14, 14,  64, 3, 3, 1, 1, 1, 1},
     {"vggs_c3",                                  2, 128, 8,  8, 256, 3, 3, 1, 1, 1, 1},
     // The CPU's direct stride-1 path (kernels/cpu/conv2d_direct.h) where it has AVX-512:
-    // channel counts that leave partial blocks (K = 11: 8 + 3 single channels; C = 5: 3 + 2),
-    // a 5x3 kernel and a 1x1 one (tap by tap), K = 17 (a second, mostly empty vector of
-    // output channels in the weight gradient), padding past the kernel (backward data then
-    // takes im2col), and a ResNet layer1 convolution.
-    {"direct_partial_channel_blocks",            3,  5,  9,  7,  11, 3, 3, 1, 1, 1, 1},
-    {"direct_5x3_kernel_k17",                    2,  6,  8, 10,  17, 5, 3, 1, 1, 1, 2},
+    // channel counts that leave partial blocks (K = 11 in the forward and C = 13 in
+    // backward data: 8 + single channels; C = 13 in the weight gradient: 4 x 3 + 1), a 5x3
+    // kernel and a 1x1 one (tap by tap), K = 17 (a second, mostly empty vector of output
+    // channels in the weight gradient), padding past the kernel (backward data then takes
+    // im2col), and a ResNet layer1 convolution.
+    {"direct_partial_channel_blocks",            3, 13,  9,  7,  11, 3, 3, 1, 1, 1, 1},
+    {"direct_5x3_kernel_k17",                    2, 10,  8, 10,  17, 5, 3, 1, 1, 1, 2},
     {"direct_1x1_many_channels",                 2, 40,  6,  5,  20, 1, 1, 1, 1, 0, 0},
     {"direct_pad_past_kernel",                   2,  8,  5,  5,   8, 3, 3, 1, 1, 3, 3},
     {"resnet_layer1",                            2, 16, 28, 28,  16, 3, 3, 1, 1, 1, 1},
