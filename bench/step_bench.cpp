@@ -40,6 +40,7 @@
 #include "kernels/error.h"
 #include "engine/random.h"
 #include "engine/runtime.h"
+#include "engine/trace.h"
 #include "train/runner.h"
 #include "train/step.h"
 #include "layers/zoo.h"
@@ -64,6 +65,7 @@ struct BenchOptions {
   int threads = 0;
   uint64_t seed = 0;
   bool profile = false;
+  std::string trace;  // record the timed steps into this Chrome trace (engine/trace.h)
   train::ParallelOptions parallel;
 };
 
@@ -215,6 +217,7 @@ nlohmann::json run(const BenchOptions& o, const CudaFlags& cuda) {
   DPCORE_CHECK(!o.profile || (device.is_cpu() && o.parallel.replicas == 1),
                "--profile times CPU kernel calls of one replica: it needs --device cpu and --replicas 1");
   bench::TimingBackend* timing = o.profile ? &bench::TimingBackend::install() : nullptr;
+  if (!o.trace.empty()) trace::check_writable(o.trace, "--trace");
 
   layers::ModelDef def = layers::reference_model(o.model);
   auto model = std::make_unique<layers::Model>(std::move(def.net), def.input_shape, device, DType::Float32, o.seed);
@@ -272,10 +275,16 @@ nlohmann::json run(const BenchOptions& o, const CudaFlags& cuda) {
 
   if (timing) timing->times().clear();
   Tensor first_loss_sum, last_loss_sum;
+  if (!o.trace.empty()) trace::start();
   std::vector<double> us = time_steps(device, o.steps, o.block, [&] {
     last_loss_sum = step();
     if (!first_loss_sum.defined()) first_loss_sum = last_loss_sum;
   });
+  size_t trace_events = 0;
+  if (!o.trace.empty()) {
+    trace::stop();
+    trace_events = trace::write(o.trace);
+  }
   // Read back only now: reading a loss in between would synchronise inside a block.
   if (o.warmup == 0) first_loss = mean_loss(first_loss_sum);
   const double last_loss = mean_loss(last_loss_sum);
@@ -304,6 +313,7 @@ nlohmann::json run(const BenchOptions& o, const CudaFlags& cuda) {
                       {"cuda_graph", graph != nullptr},
                       {"backend_options", backend_options}};
   if (o.parallel.replicas > 1) j["mode"] = o.parallel.mode;
+  if (!o.trace.empty()) j["trace_events"] = trace_events;
   if (timing) {
     double mean = 0;
     for (double v : us) mean += v / double(us.size());
@@ -344,6 +354,7 @@ int main(int argc, char** argv) {
   app.add_option("--mode", o.parallel.mode, "with --replicas > 1: dp or ddp")
       ->check(CLI::IsMember({"dp", "ddp"}))
       ->capture_default_str();
+  app.add_option("--trace", o.trace, "record the timed steps into this Chrome trace file (the cost of tracing on)");
   app.add_flag("--profile", o.profile,
                "also time every kernel call and allocation (CPU, one replica): per-op microseconds per step");
   cuda.add_to(app);

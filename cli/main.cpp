@@ -284,6 +284,14 @@ void add_train_flags(CLI::App& cmd, TrainOptions& o, BackendFlags& b) {
             whole<int64_t>(0));
   cmd.add_flag("--resume", o.resume, "continue exactly where the checkpoint in --checkpoint DIR stopped");
   cmd.add_option("--metrics", o.metrics, "append one JSON object per epoch to this JSONL file");
+  CLI::Option* trace = cmd.add_option(
+      "--trace", o.trace,
+      "write a timeline of --trace-steps training steps (after 2 warm-up steps) to this JSON file: one lane per "
+      "replica, communication thread, the main thread and the loader; open it in ui.perfetto.dev or "
+      "chrome://tracing (docs/data-parallel.md, \"Watching a step\")");
+  with_rule(cmd.add_option("--trace-steps", o.trace_steps, "steps recorded by --trace"), whole<int64_t>(1))
+      ->capture_default_str()
+      ->needs(trace);
   with_rule(cmd.add_option("--progress", o.progress, "1: progress bar, 0: plain lines, -1: bar on a terminal"),
             one_of({"-1", "0", "1"}, "-1 (a bar on a terminal), 0 (plain lines) or 1 (a bar)"));
   with_rule(cmd.add_option("--replicas", o.parallel.replicas, "data-parallel replicas (R)"), whole<int>(1))

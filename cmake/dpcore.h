@@ -3,12 +3,13 @@
 // on its own as <dpcore/PATH>, e.g. <dpcore/train/step.h>. docs/embedding.md shows a program.
 #pragma once
 
-// engine: tensors, autograd, the differentiable ops, devices and allocators, SGD
+// engine: tensors, autograd, the differentiable ops, devices and allocators, SGD, traces
 #include "engine/autograd.h"
 #include "engine/ops.h"
 #include "engine/runtime.h"
 #include "engine/sgd.h"
 #include "engine/tensor.h"
+#include "engine/trace.h"
 // engine: datasets, the batch loader, safetensors files
 #include "engine/data/augment.h"
 #include "engine/data/dataset.h"

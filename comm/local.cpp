@@ -12,6 +12,7 @@
 #include "comm/rendezvous.h"
 #include "comm/ring.h"
 #include "engine/backend.h"
+#include "engine/trace.h"
 
 namespace dpcore::comm {
 namespace {
@@ -34,7 +35,9 @@ std::string with_op(ReduceOp reduce) { return concat(" (", reduce_op_name(reduce
 class LocalCommunicator : public Communicator {
  public:
   LocalCommunicator(std::shared_ptr<Rendezvous> rendezvous, int rank)
-      : rendezvous_(std::move(rendezvous)), rank_(rank) {}
+      : rendezvous_(std::move(rendezvous)), rank_(rank) {
+    thread_.run([rank] { trace::set_lane("comm " + std::to_string(rank), trace::kCommLanes + rank); });
+  }
   // A replica that goes away must not leave the others waiting for it until the timeout.
   // After a completed collective the group is idle and aborting it harms nobody.
   ~LocalCommunicator() override {
@@ -132,11 +135,27 @@ class LocalCommunicator : public Communicator {
   // instead of waiting for it.
   // `input` (the collective's input; undefined for barrier) names the device whose stream
   // the collective is ordered after (ring.h).
+  //
+  // In a trace, the collective is a span on the communication thread's lane from when that
+  // thread takes it up to its end, named by what the caller said it is for
+  // ("allreduce bucket 3"); queued_us is how long it waited behind earlier collectives.
   Work submit(const char* name, const Tensor& input, std::function<void(const std::string& op)> body) {
     std::string op = concat("local ", name);
     const Device device = input.defined() ? input.device() : Device::cpu();
     std::shared_ptr<Backend::Event> submitted = ring::record_submission(device);
-    return thread_.submit([this, op, body, device, submitted] {
+    trace::Label purpose;
+    int64_t launched_ns = 0;
+    if (trace::recording()) purpose = trace::CollectiveLabel::current(), launched_ns = trace::now_ns();
+    const int64_t bytes = input.defined() ? int64_t(input.nbytes()) : 0;
+    return thread_.submit([this, op, body, device, submitted, name, purpose, launched_ns, bytes] {
+      trace::Span span("comm", [&] {
+        trace::Label label{purpose.name.empty() ? name : concat(name, " ", purpose.name),
+                           {{"bytes", bytes}, {"algorithm", "ring"}, {"ranks", int64_t(size())},
+                            {"rank", int64_t(rank_)}}};
+        if (launched_ns > 0) label.args.push_back({"queued_us", double(trace::now_ns() - launched_ns) / 1000.0});
+        label.args.insert(label.args.end(), purpose.args.begin(), purpose.args.end());
+        return label;
+      });
       try {
         ring::start_on_own_stream(device, submitted);
         body(op);
@@ -150,7 +169,13 @@ class LocalCommunicator : public Communicator {
   // The first meeting of a collective: every replica must be in the same one.
   ring::Peer start(const std::string& op, Device device, const std::string& call) {
     ring::Peer peer{*rendezvous_, rank_, device, op, workspace_};
-    std::vector<Slot> slots = peer.meet(Slot{Tensor(), call});
+    std::vector<Slot> slots;
+    {
+      trace::Span span("wait", [&] {
+        return trace::Label{"wait for every replica to join", {{"replicas", int64_t(size())}}};
+      });
+      slots = peer.meet(Slot{Tensor(), call});
+    }
     for (size_t r = 1; r < slots.size(); ++r) {
       DPCORE_CHECK(slots[r].call == slots[0].call, "local group: replica ", r, " called ", slots[r].call,
                    " while replica 0 called ", slots[0].call);

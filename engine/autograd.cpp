@@ -5,6 +5,7 @@
 #include <unordered_map>
 
 #include "engine/backend.h"
+#include "engine/trace.h"
 
 namespace dpcore::autograd {
 
@@ -79,6 +80,24 @@ bool record(const std::shared_ptr<Node>& node, Tensor& output, const std::vector
   return true;
 }
 
+namespace {
+// A node's span in a trace: its name and the gradient it receives; for AccumulateGrad, the
+// parameter's shape and where its gradient lives in the flat gradient buffer (the offset a
+// DDP bucket's range is made of), since that is where the gradient becomes final.
+trace::Label trace_label(const Node& node, const Tensor& grad) {
+  trace::Label label{node.name(), {}};
+  if (auto* acc = dynamic_cast<const AccumulateGrad*>(&node)) {
+    if (auto leaf = acc->leaf()) {
+      label.args.push_back({"param", shape_str(leaf->shape)});
+      if (leaf->grad) label.args.push_back({"grad_offset", int64_t(leaf->grad->offset / dtype_size(leaf->grad->dtype))});
+    }
+  } else if (grad.defined()) {
+    label.args.push_back({"grad_output", shape_str(grad.shape())});
+  }
+  return label;
+}
+}  // namespace
+
 void run_backward(const Tensor& root, const Tensor& seed_in) {
   DPCORE_CHECK(root.requires_grad(), "backward: ", root.str(), " does not require a gradient ",
                "(no input of the graph requires grad, or it was computed in evaluation mode)");
@@ -89,6 +108,7 @@ void run_backward(const Tensor& root, const Tensor& seed_in) {
   }
   DPCORE_CHECK(seed.shape() == root.shape(), "backward: seed ", seed.str(), " does not match ", root.str());
   std::shared_ptr<Node> start = edge_to(root).node;
+  trace::Span pass("backward", [&] { return trace::Label{"backward", {{"from", shape_str(root.shape())}}}; });
 
   // Count how many edges lead into each node, so a node runs only once all of its
   // gradient contributions have arrived.
@@ -124,7 +144,10 @@ void run_backward(const Tensor& root, const Tensor& seed_in) {
     // A node whose contributions were all accumulated in place has nothing left to
     // propagate; AccumulateGrad still runs, to fire the leaf's hooks.
     std::vector<Tensor> input_grads;
-    if (grad.defined() || dynamic_cast<AccumulateGrad*>(node.get())) input_grads = node->apply(grad);
+    if (grad.defined() || dynamic_cast<AccumulateGrad*>(node.get())) {
+      trace::Span span("backward", [&] { return trace_label(*node, grad); });
+      input_grads = node->apply(grad);
+    }
     for (size_t i = 0; i < node->next.size(); ++i) {
       Node* next = node->next[i].node.get();
       if (!next) continue;

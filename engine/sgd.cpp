@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "engine/backend.h"
+#include "engine/trace.h"
 
 namespace dpcore {
 
@@ -26,6 +27,9 @@ Sgd::Sgd(FlatParameters& params, const SgdConfig& config) : params_(params), con
 void Sgd::step() {
   Tensor values = params_.values();
   Tensor momentum = momentum_;  // undefined without momentum
+  trace::Span span("optimizer", [&] {
+    return trace::Label{"optimizer step", {{"parameters", values.numel()}, {"lr", config_.lr}}};
+  });
   backend_for(values.device()).sgd_step(config_, steps_ == 0, values, params_.grads(), momentum);
   ++steps_;
 }

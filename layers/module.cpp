@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "engine/backend.h"
+#include "engine/trace.h"
 #include "kernels/shapes.h"
 
 namespace dpcore::layers {
@@ -206,6 +207,16 @@ template <class M>
 M* child_as(const Children& children, size_t i, size_t count) {
   return i < count ? dynamic_cast<M*>(children[i].second.get()) : nullptr;
 }
+// The span of children [i, i + n) (one layer, or a fused conv + relu (+ pool)) in a trace:
+// "forward conv(1->32, k3, s1, p1) + relu", with the children's names and the input shape.
+trace::Label forward_label(const Children& children, size_t i, size_t n, const Tensor& input) {
+  std::string what, names;
+  for (size_t k = i; k < i + n; ++k) {
+    what += (k > i ? " + " : "") + children[k].second->describe();
+    names += (k > i ? "," : "") + children[k].first;
+  }
+  return {"forward " + what, {{"layer", names}, {"input", shape_str(input.shape())}}};
+}
 }  // namespace
 
 Tensor Sequential::forward_prefix(const Tensor& x, size_t count) {
@@ -213,18 +224,14 @@ Tensor Sequential::forward_prefix(const Tensor& x, size_t count) {
   Tensor h = x;
   for (size_t i = 0; i < count;) {
     auto* conv = child_as<Conv2d>(children_, i, count);
-    if (conv && child_as<ReLU>(children_, i + 1, count)) {
-      if (auto* pool = child_as<MaxPool2d>(children_, i + 2, count)) {
-        h = conv->forward_relu_pool(h, pool->options());
-        i += 3;
-      } else {
-        h = conv->forward_relu(h);
-        i += 2;
-      }
-      continue;
-    }
-    h = children_[i].second->forward(h);
-    ++i;
+    const bool relu = conv && child_as<ReLU>(children_, i + 1, count);
+    auto* pool = relu ? child_as<MaxPool2d>(children_, i + 2, count) : nullptr;
+    const size_t n = pool ? 3 : relu ? 2 : 1;
+    trace::Span span("forward", [&] { return forward_label(children_, i, n, h); });
+    if (pool) h = conv->forward_relu_pool(h, pool->options());
+    else if (relu) h = conv->forward_relu(h);
+    else h = children_[i].second->forward(h);
+    i += n;
   }
   return h;
 }

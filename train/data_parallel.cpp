@@ -5,7 +5,7 @@
 #include "engine/autograd.h"
 #include "engine/backend.h"
 #include "engine/runtime.h"
-#include "engine/ops.h"
+#include "engine/trace.h"
 #include "train/step.h"
 
 namespace dpcore::train {
@@ -14,6 +14,10 @@ std::vector<Replica> replicate(std::unique_ptr<layers::Model> root, const std::v
                                std::vector<std::unique_ptr<Communicator>> comms, const SgdConfig& sgd) {
   DPCORE_CHECK(devices.size() == comms.size() && !devices.empty(), "replicate: ", devices.size(), " devices for ",
                comms.size(), " communicators");
+  trace::Span span("replicate", [&] {
+    return trace::Label{"replicate", {{"replicas", int64_t(devices.size())},
+                                      {"bytes", int64_t(root->parameters().values().nbytes())}}};
+  });
   std::vector<Replica> replicas(devices.size());
   for (size_t r = 0; r < devices.size(); ++r) {
     replicas[r].model = r == 0 ? std::move(root) : replicas[0].model->replicate(devices[r]);
@@ -24,19 +28,32 @@ std::vector<Replica> replicate(std::unique_ptr<layers::Model> root, const std::v
   return replicas;
 }
 
+namespace {
+// Rank 0's `t` to every replica, waiting for it, as one span named "broadcast WHAT" on
+// the replica's lane (and on its communication lane).
+void broadcast_from_rank0(Replica& r, Tensor& t, const char* what) {
+  auto label = [&] {
+    return trace::Label{std::string("broadcast ") + what, {{"bytes", int64_t(t.nbytes())}, {"on", comm_lane(r)}}};
+  };
+  trace::Span span("comm", label);
+  trace::CollectiveLabel purpose([&] { return trace::Label{what, {}}; });
+  r.comm->broadcast(t, 0).wait();
+}
+}  // namespace
+
 void broadcast_state(Replica& r, int64_t steps) {
   Tensor values = r.model->parameters().values();
-  r.comm->broadcast(values, 0).wait();
+  broadcast_from_rank0(r, values, "parameters");
   broadcast_buffers(r);
   Tensor momentum = r.sgd->momentum();
-  if (momentum.defined()) r.comm->broadcast(momentum, 0).wait();
+  if (momentum.defined()) broadcast_from_rank0(r, momentum, "momentum");
   r.sgd->restore(momentum, steps);
 }
 
 void broadcast_buffers(Replica& r) {
   if (!r.model->has_batch_norm()) return;
   Tensor buffers = r.model->buffers().values();
-  r.comm->broadcast(buffers, 0).wait();
+  broadcast_from_rank0(r, buffers, "buffers");
 }
 
 void prepare_batch_norm(Replica& r, const std::vector<int64_t>& pieces) {
@@ -54,6 +71,12 @@ void prepare_batch_norm(Replica& r, const std::vector<int64_t>& pieces) {
 
 std::vector<Shard> scatter(const data::Batch& batch, int64_t begin, const std::vector<int64_t>& shares,
                            const std::vector<Device>& devices) {
+  trace::Span span("scatter", [&] {
+    const int64_t row_bytes = batch.c * batch.h * batch.w * int64_t(sizeof(float)) + int64_t(sizeof(int64_t));
+    std::vector<int64_t> bytes;
+    for (int64_t share : shares) bytes.push_back(share * row_bytes);
+    return trace::Label{"scatter", {{"first_row", begin}, {"rows", shares}, {"bytes", bytes}}};
+  });
   std::vector<Shard> shards(shares.size());
   int64_t row = begin;
   for (size_t r = 0; r < shares.size(); ++r) {
@@ -66,6 +89,14 @@ std::vector<Shard> scatter(const data::Batch& batch, int64_t begin, const std::v
 }
 
 Tensor gather(const std::vector<Tensor>& parts, Device device) {
+  trace::Span span("gather", [&] {
+    std::vector<int64_t> rows, bytes;
+    for (const Tensor& p : parts) {
+      rows.push_back(p.defined() ? p.size(0) : 0);
+      bytes.push_back(p.defined() ? int64_t(p.nbytes()) : 0);
+    }
+    return trace::Label{"gather", {{"rows", rows}, {"bytes", bytes}, {"to", device.str()}}};
+  });
   int64_t rows = 0, cols = -1;
   DType dtype = DType::Float32;
   for (const Tensor& p : parts) {
@@ -85,6 +116,11 @@ Tensor gather(const std::vector<Tensor>& parts, Device device) {
 
 void reduce_gradients(Replica& r) {
   Tensor grads = r.model->parameters().grads();
+  trace::Span span("comm", [&] {
+    return trace::Label{"allreduce gradients (wait)", {{"bytes", int64_t(grads.nbytes())},
+                                                       {"on", comm_lane(r)}}};
+  });
+  trace::CollectiveLabel purpose([&] { return trace::Label{"all gradients", {}}; });
   r.comm->allreduce(grads, ReduceOp::Sum).wait();
 }
 
@@ -105,6 +141,8 @@ void use_replica_streams(ReplicaThreads& pool, std::vector<Replica>& replicas) {
 }
 
 void finish_device_work(Replica& r) { runtime::synchronize(r.device()); }
+
+std::string comm_lane(const Replica& r) { return "comm " + std::to_string(r.rank()); }
 
 void abort_all(std::vector<Replica>& replicas, int failed, const std::string& message) {
   for (Replica& r : replicas) r.comm->abort("replica " + std::to_string(failed) + " failed: " + message);
@@ -136,6 +174,10 @@ void ReplicatedRunner::start(std::unique_ptr<layers::Model> model, const std::ve
   threads_ = std::make_unique<ReplicaThreads>(int(replicas_.size()),
                                         [this](int r, const std::string& m) { abort_all(replicas_, r, m); });
   use_replica_streams(*threads_, replicas_);
+  threads_->run([this](int r) {
+    const int rank = replicas_[size_t(r)].rank();
+    trace::set_lane("replica " + std::to_string(rank), trace::kReplicaLanes + rank);
+  });
   sync_replicas();
 }
 
@@ -186,14 +228,17 @@ StepStats DataParallelRunner::step(const data::Batch& batch) {
     std::vector<Tensor> outputs(R);
     threads_->run([&](int r) {
       auto t0 = std::chrono::steady_clock::now();
-      if (shards[size_t(r)].size > 0) outputs[size_t(r)] = replicas_[size_t(r)].model->forward_logits(shards[size_t(r)].x);
+      if (shards[size_t(r)].size > 0) {
+        trace::Span span("forward", [&] { return trace::Label{"forward", {{"rows", shards[size_t(r)].size}}}; });
+        outputs[size_t(r)] = replicas_[size_t(r)].model->forward_logits(shards[size_t(r)].x);
+      }
       finish_device_work(replicas_[size_t(r)]);  // gather reads the outputs from another thread
       seconds[size_t(r)] += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     });
     // gather, and the loss on the root
     Tensor logits = gather(outputs, root).set_requires_grad(true);
     Tensor y = batch_labels(batch_rows(batch, begin, begin + micro), root);
-    Tensor loss = ops::cross_entropy(logits, y, ops::Reduction::Sum);
+    Tensor loss = loss_of(logits, y, /*logits=*/true);
     loss.backward(Tensor::full({}, 1.0 / double(n), loss.dtype(), root));
     backend_for(root).add(loss_sum, loss.detach(), loss_sum);
     // scatter the loss gradient back; parallel_apply: backward
@@ -203,7 +248,11 @@ StepStats DataParallelRunner::step(const data::Batch& batch) {
       const Shard& s = shards[size_t(r)];
       if (s.size == 0) return;
       auto t0 = std::chrono::steady_clock::now();
-      Tensor d = dlogits.narrow0(s.begin - begin, s.begin - begin + s.size).to(replicas_[size_t(r)].device());
+      Tensor d;
+      {
+        trace::Span span("scatter", [&] { return trace::Label{"scatter loss gradient", {{"rows", s.size}}}; });
+        d = dlogits.narrow0(s.begin - begin, s.begin - begin + s.size).to(replicas_[size_t(r)].device());
+      }
       outputs[size_t(r)].backward(d);
       finish_device_work(replicas_[size_t(r)]);
       seconds[size_t(r)] += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -128,6 +128,8 @@ std::vector<Device> replica_devices(const ParallelOptions& options, Device model
 void use_replica_streams(ReplicaThreads& pool, std::vector<Replica>& replicas);
 // Waits for the device work this replica queued (before another thread reads its results).
 void finish_device_work(Replica& r);
+// The trace lane of replica r's communication thread ("comm 2"): whom its waits wait on.
+std::string comm_lane(const Replica& r);
 // Aborts every communicator of `replicas` (a replica failed: wake the others).
 void abort_all(std::vector<Replica>& replicas, int failed, const std::string& message);
 

@@ -4,6 +4,7 @@
 
 #include "engine/backend.h"
 #include "engine/runtime.h"
+#include "engine/trace.h"
 #include "train/step.h"
 
 namespace dpcore::train {
@@ -67,14 +68,30 @@ void BucketReducer::launch_ready_buckets() {
   // the same order, whatever order its hooks happened to fire in.
   Tensor grads = replica_.model->parameters().grads();
   while (next_to_launch_ < buckets_.size() && pending_[next_to_launch_] == 0) {
-    const Bucket& b = buckets_[next_to_launch_++];
+    const size_t index = next_to_launch_++;
+    const Bucket& b = buckets_[index];
     Tensor slice = grads.narrow0(b.begin, b.end);  // a view: the allreduce works in place
+    trace::CollectiveLabel purpose([&] { return bucket_label(index, slice); });
     works_.push_back(replica_.comm->allreduce(slice, ReduceOp::Sum));
   }
 }
 
+trace::Label BucketReducer::bucket_label(size_t index, const Tensor& slice) const {
+  const Bucket& b = buckets_[index];
+  const auto& entries = replica_.model->parameters().entries();
+  std::string names;
+  for (size_t p : b.params) names += (names.empty() ? "" : ",") + entries[p].name;
+  return {"bucket " + std::to_string(index),
+          {{"bucket", int64_t(index)}, {"bytes", int64_t(slice.nbytes())}, {"params", names},
+           {"elements", std::vector<int64_t>{b.begin, b.end}}}};
+}
+
 void BucketReducer::finish() {
   Clock::time_point backward_done = Clock::now();
+  trace::Span span("comm", [&] {
+    return trace::Label{"wait for allreduce", {{"on", comm_lane(replica_)},
+                                               {"buckets", int64_t(buckets_.size())}}};
+  });
   std::vector<Work> works;
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -83,6 +100,7 @@ void BucketReducer::finish() {
       next_to_launch_ = 0;
       works_.clear();
     }
+    span.add("launched_after_backward", int64_t(buckets_.size() - next_to_launch_));
     std::fill(pending_.begin(), pending_.end(), 0);
     launch_ready_buckets();
     armed_ = false;
@@ -113,6 +131,10 @@ DistributedRunner::DistributedRunner(std::unique_ptr<layers::Model> model, const
   world_size_ = comms[0]->size();
   if (world_size_ != options.replicas) splitter_ = Splitter(options.split, world_size_);  // set by mpirun
   start(std::move(model), devices, std::move(comms), sgd);
+  // Processes of one job: each its rank in a trace, so that their files can be told apart.
+  if (world_size_ > int(replicas_.size())) {
+    trace::set_process(replicas_[0].rank(), "dpcore rank " + std::to_string(replicas_[0].rank()));
+  }
   size_t mib = size_t(1) << 20;
   for (Replica& r : replicas_) {
     reducers_.push_back(std::make_unique<BucketReducer>(
@@ -155,6 +177,10 @@ StepStats DistributedRunner::step(const data::Batch& batch) {
       const int64_t size = pieces[m][size_t(rank)];
       prepare_batch_norm(rep, pieces[m]);
       if (size == 0) continue;
+      trace::Span span("step", [&] {
+        return trace::Label{"micro-batch " + std::to_string(m + 1) + " of " + std::to_string(micro.size()),
+                            {{"rows", size}, {"first_row", row}, {"communicates", int64_t(m == last)}}};
+      });
       if (m == last) reducer.arm();
       auto [x, y] = batch_tensors(batch_rows(batch, row, row + size), rep.device());
       Tensor l = forward_backward(*rep.model, x, y, 1.0 / double(n));
@@ -165,12 +191,18 @@ StepStats DistributedRunner::step(const data::Batch& batch) {
     rep.sgd->step();
 
     // Bookkeeping all ranks must agree on: the global loss, and (adaptive) the timings.
-    rep.comm->allreduce(loss_sum, ReduceOp::Sum).wait();
+    {
+      trace::Span span("comm", [&] { return trace::Label{"allreduce loss (wait)", {{"on", comm_lane(rep)}}}; });
+      trace::CollectiveLabel purpose([] { return trace::Label{"loss", {}}; });
+      rep.comm->allreduce(loss_sum, ReduceOp::Sum).wait();
+    }
     finish_device_work(rep);
     if (local == 0) global_loss = loss_sum;
     if (splitter_.adaptive()) {
       Tensor mine = Tensor::full({1}, seconds[size_t(rank)], DType::Float32, rep.device());
       Tensor all = Tensor::empty({world_size_}, DType::Float32, rep.device());
+      trace::Span span("comm", [&] { return trace::Label{"allgather timings (wait)", {{"on", comm_lane(rep)}}}; });
+      trace::CollectiveLabel purpose([] { return trace::Label{"timings", {}}; });
       rep.comm->allgather(mine, all).wait();
       if (local == 0) {
         auto gathered = all.to_vector<float>();

@@ -21,6 +21,7 @@
 #include <mutex>
 #include <vector>
 
+#include "engine/trace.h"
 #include "train/data_parallel.h"
 
 namespace dpcore::train {
@@ -53,6 +54,8 @@ class BucketReducer {
  private:
   void on_gradient_ready(size_t param);
   void launch_ready_buckets();  // in bucket order; mutex held
+  // What a trace shows of bucket `index`'s allreduce: its number, bytes, parameters, range.
+  trace::Label bucket_label(size_t index, const Tensor& slice) const;
 
   Replica& replica_;
   std::vector<Bucket> buckets_;

@@ -1,5 +1,6 @@
 #include "train/replica_threads.h"
 
+#include "engine/trace.h"
 #include "kernels/error.h"
 
 namespace dpcore::train {
@@ -19,6 +20,8 @@ ReplicaThreads::~ReplicaThreads() {
 }
 
 void ReplicaThreads::run(const std::function<void(int)>& work) {
+  // On the caller's lane: the time it waits for the replicas, and which one it waited for.
+  trace::Span span("wait", [&] { return trace::Label{"wait for replicas", {{"replicas", int64_t(size())}}}; });
   std::unique_lock<std::mutex> lock(mutex_);
   work_ = &work;
   running_ = size();
@@ -26,6 +29,7 @@ void ReplicaThreads::run(const std::function<void(int)>& work) {
   ++generation_;
   wake_.notify_all();
   finished_.wait(lock, [&] { return running_ == 0; });
+  span.add("last_to_finish", int64_t(last_finished_));
   work_ = nullptr;
   if (first_failed_ >= 0) fail("replica ", first_failed_, " failed: ", first_error_);
 }
@@ -59,7 +63,10 @@ void ReplicaThreads::loop(int replica) {
       if (on_failure_) on_failure_(replica, error);
     }
     std::lock_guard<std::mutex> lock(mutex_);
-    if (--running_ == 0) finished_.notify_all();
+    if (--running_ == 0) {
+      last_finished_ = replica;
+      finished_.notify_all();
+    }
   }
 }
 

@@ -37,6 +37,7 @@ class ReplicaThreads {
   const std::function<void(int)>* work_ = nullptr;
   uint64_t generation_ = 0;
   int running_ = 0;
+  int last_finished_ = -1;  // the replica whose work ended last in the latest run()
   bool stopping_ = false;
   int first_failed_ = -1;
   std::string first_error_;

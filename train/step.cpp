@@ -3,6 +3,7 @@
 #include "engine/autograd.h"
 #include "engine/backend.h"
 #include "engine/ops.h"
+#include "engine/trace.h"
 
 namespace dpcore::train {
 
@@ -14,11 +15,21 @@ std::vector<int64_t> even_split(int64_t n, int64_t parts) {
 }
 
 Tensor forward_backward(Model& model, const Tensor& x, const Tensor& y, double grad_scale) {
-  Tensor loss_sum = model.ends_in_log_softmax()
-                        ? ops::cross_entropy(model.forward_logits(x), y, ops::Reduction::Sum)
-                        : ops::nll_loss(model.forward(x), y, ops::Reduction::Sum);
+  Tensor output;
+  {
+    trace::Span span("forward", [&] { return trace::Label{"forward", {{"rows", x.size(0)}}}; });
+    output = model.ends_in_log_softmax() ? model.forward_logits(x) : model.forward(x);
+  }
+  Tensor loss_sum = loss_of(output, y, model.ends_in_log_softmax());
   loss_sum.backward(Tensor::full({}, grad_scale, loss_sum.dtype(), loss_sum.device()));
   return loss_sum.detach();
+}
+
+Tensor loss_of(const Tensor& output, const Tensor& y, bool logits) {
+  trace::Span span("loss", [&] {
+    return trace::Label{logits ? "loss (cross entropy)" : "loss (nll)", {{"input", shape_str(output.shape())}}};
+  });
+  return logits ? ops::cross_entropy(output, y, ops::Reduction::Sum) : ops::nll_loss(output, y, ops::Reduction::Sum);
 }
 
 Tensor accumulate_and_step(Model& model, Sgd& optimizer, const Tensor& x, const Tensor& y, int64_t accum) {

@@ -29,6 +29,9 @@ std::vector<int64_t> even_split(int64_t n, int64_t parts);
 // so the caller decides when to synchronise). Runs the fused cross-entropy when the model
 // ends in LogSoftmax.
 Tensor forward_backward(Model& model, const Tensor& x, const Tensor& y, double grad_scale);
+// The summed loss of `output` against y: the fused cross-entropy of logits, or the NLL of
+// log-probabilities. Where every runner computes its loss (a span "loss" in a trace).
+Tensor loss_of(const Tensor& output, const Tensor& y, bool logits);
 
 // A whole step on one model: zero the gradients, run the `accum` micro-batches of
 // (x, y), step the optimizer. Returns the summed loss of the batch as a one-element tensor

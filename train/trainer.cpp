@@ -16,9 +16,11 @@
 #include "engine/data/augment.h"
 #include "engine/data/spec.h"
 #include "engine/runtime.h"
+#include "engine/trace.h"
 #include "train/checkpoint.h"
 #include "train/lr_schedule.h"
 #include "train/step.h"
+#include "train/trace_window.h"
 #include "layers/weights.h"
 #include "layers/zoo.h"
 
@@ -142,6 +144,9 @@ const TrainOptions& checked(const TrainOptions& o) {
   DPCORE_CHECK(!o.resume || !o.checkpoint_dir.empty(), "--resume needs --checkpoint DIR");
   data::parse_augment(o.augment);  // refuses a bad --augment before any data is loaded
   DPCORE_CHECK(o.checkpoint_every >= 0, "--checkpoint-every ", o.checkpoint_every, " must not be negative");
+  DPCORE_CHECK(o.trace_steps >= 1, "--trace-steps ", o.trace_steps, " must be at least 1");
+  // Now, not after the run's steps: a trace that cannot be written should cost no training.
+  if (!o.trace.empty()) trace::check_writable(o.trace, "--trace");
   // (The rest of the schedule's checks need the run's length: LrSchedule, once it is known.)
   const std::string schedule_needs = lr_schedule_needs(o.lr_schedule);
   DPCORE_CHECK(schedule_needs.empty(), "--lr-schedule ", o.lr_schedule, ": must be ", schedule_needs);
@@ -221,6 +226,7 @@ class TrainingRun {
   double last_lr_ = 0;                  // the lr of the last step taken
   bool bar_ = false;  // a progress bar redrawn in place, else plain lines
   std::optional<MetricsLog> metrics_;
+  std::optional<TraceWindow> trace_;
   TrainResult result_;
 
   EpochTotals totals_;
@@ -250,6 +256,9 @@ TrainingRun::TrainingRun(const TrainOptions& options, std::ostream& primary_out)
   bar_ = o_.progress == 1 || (o_.progress == -1 && isatty(STDOUT_FILENO));
   print_header();
   metrics_.emplace(primary_ ? o_.metrics : "", o_.resume);
+  // (Only rank 0 of a multi-process run writes: its own lanes.)
+  trace_.emplace(primary_ ? o_.trace : "", o_.trace_steps, progress_.step, total_steps_);
+  trace::set_lane("main", trace::kMainLane);
 
   totals_.loss_sum = Tensor::zeros({}, DType::Float32, runner_->model().device());
   run_start_ = Clock::now();
@@ -318,9 +327,19 @@ void TrainingRun::take_step(const data::Batch& batch, int64_t epoch) {
   const Rates rates = schedule_->at(progress_.step);
   runner_->set_rates(rates.lr, rates.momentum);
   last_lr_ = rates.lr;
+  trace_->before_step(progress_.step);
   Clock::time_point t = Clock::now();
-  StepStats s = runner_->step(batch);
+  StepStats s;
+  {
+    trace::Span span("step", [&] {
+      return trace::Label{"step " + std::to_string(progress_.step + 1),
+                          {{"samples", batch.size}, {"epoch", epoch + 1}, {"lr", rates.lr}}};
+    });
+    s = runner_->step(batch);
+  }
   totals_.train_seconds += seconds_since(t);
+  const std::string traced = trace_->after_step(progress_.step);
+  if (!traced.empty()) out_ << (bar_ ? "\n" : "") << traced << std::endl;  // (off the bar's line)
   backend_for(totals_.loss_sum.device()).add(totals_.loss_sum, s.loss_sum, totals_.loss_sum);
   totals_.samples += s.samples;
   ++progress_.step;

@@ -35,6 +35,8 @@ struct TrainOptions {
   int64_t checkpoint_every = 0; // steps; 0: only at the end
   bool resume = false;
   std::string metrics;          // JSONL file, one object per epoch
+  std::string trace;            // Chrome trace-event JSON of a few steps (train/trace_window.h)
+  int64_t trace_steps = 3;      // steps in the trace
   int progress = -1;            // -1: a progress bar when stdout is a terminal; 0: plain lines; 1: bar
   ParallelOptions parallel;
 };

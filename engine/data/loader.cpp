@@ -7,6 +7,7 @@
 #include <random>
 
 #include "engine/random.h"
+#include "engine/trace.h"
 #include "kernels/error.h"
 
 namespace dpcore::data {
@@ -99,6 +100,8 @@ void DataLoader::stop_worker() {
 }
 
 bool DataLoader::next(Batch& out) {
+  // On the consumer's lane: time waiting for the loader thread (none when it is ahead).
+  trace::Span span("data", "wait for data");
   Item item;
   {
     std::unique_lock<std::mutex> lock(mutex_);
@@ -125,6 +128,7 @@ bool DataLoader::next(Batch& out) {
 }
 
 void DataLoader::work(LoaderPosition pos) {
+  trace::set_lane("loader", trace::kLoaderLane);
   try {
     for (;;) {
       const bool epoch_end = pos.batch == batches_per_epoch_;
@@ -144,7 +148,12 @@ void DataLoader::work(LoaderPosition pos) {
       if (epoch_end) {
         pos = {pos.epoch + 1, 0};
       } else {
+        trace::Span span("data", [&] {
+          return trace::Label{"prepare batch", {{"epoch", pos.epoch + 1}, {"batch", pos.batch},
+                                                {"augment", describe(options_.augment)}}};
+        });
         item.batch = gather(item.slot, pos);
+        span.add("samples", item.batch.size);
         ++pos.batch;
       }
       {

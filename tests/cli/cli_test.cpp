@@ -16,6 +16,7 @@
 #include "data/data_files.h"
 #include "engine/io/safetensors.h"
 #include "support/test_support.h"
+#include "support/trace_checks.h"
 
 namespace {
 
@@ -57,7 +58,7 @@ TEST(Cli, HelpExplainsEveryFlag) {
                            "--threads", "--init", "--save", "--checkpoint", "--checkpoint-every", "--resume",
                            "--metrics", "--replicas", "--mode", "--backend", "--split", "--bucket-mb",
                            "--conv-engine", "--gemm-engine", "--tf32", "--cuda-graph", "--lr-schedule",
-                           "--warmup-steps"}) {
+                           "--warmup-steps", "--trace", "--trace-steps"}) {
     EXPECT_NE(r.output.find(flag), std::string::npos) << flag;
   }
   EXPECT_EQ(run("--help").status, 0);
@@ -143,6 +144,10 @@ TEST(Cli, RejectedFlagsSayWhatTheyNeed) {
       {kJob + " --nesterov=maybe", "--nesterov=maybe: must be given alone (a switch takes no value)"},
       {kJob + " --no-shuffle=maybe", "--no-shuffle=maybe: must be given alone (a switch takes no value)"},
       {kJob + " --nesterov --momentum 0", "--nesterov: needs --momentum > 0 and --dampening 0"},
+      {kJob + " --trace-steps 2", "--trace-steps requires --trace"},
+      // --trace's window
+      {kJob + " --trace t.json --trace-steps 0", "--trace-steps 0: must be a whole number of at least 1"},
+      {kJob + " --trace t.json --trace-steps -3", "--trace-steps -3: must be a whole number of at least 1"},
       // --augment's syntax, and a padding the 8 x 8 images cannot take
       {kJob + " --augment crop:abc", "--augment \"crop:abc\": PAD \"abc\" of crop:PAD is not a positive integer"},
       {kJob + " --augment crop:-1", "--augment \"crop:-1\": PAD \"-1\" of crop:PAD is not a positive integer"},
@@ -391,6 +396,46 @@ TEST(Cli, EveryTrainingFlagIsAccepted) {
   CommandResult n = run(kJob + " --steps 3 --nesterov --momentum 0.9 --replicas 3 --mode ddp --bucket-mb 1");
   ASSERT_EQ(n.status, 0) << n.output;
   EXPECT_NE(n.output.find("ddp, local) over 3 replicas"), std::string::npos) << n.output;
+}
+
+// --trace: the steps it says, in a file the trace checks accept, with the lanes of a ddp
+// run; the events the log line counts are the file's.
+TEST(Cli, TraceRecordsTheStepsItNamesOnEveryLane) {
+  dpcore::testing::TempDir dir;
+  const std::string file = dir.file("trace.json");
+  CommandResult r = run(kJob + " --steps 8 --replicas 3 --mode ddp --trace " + file + " --trace-steps 2");
+  ASSERT_EQ(r.status, 0) << r.output;
+  const std::string said = " events of steps 3-4 written to " + file;
+  const size_t at = r.output.find(said);
+  ASSERT_NE(at, std::string::npos) << r.output;
+  const size_t line = r.output.rfind("trace: ", at);
+  ASSERT_NE(line, std::string::npos) << r.output;
+  const size_t events = std::stoul(r.output.substr(line + 7, at - line - 7));
+
+  dpcore::testing::TraceFile t = dpcore::testing::read_trace(file);
+  EXPECT_EQ(t.spans.size(), events);
+  std::vector<std::string> steps;
+  for (const auto& s : dpcore::testing::spans_of(t, "main", "step ")) steps.push_back(s.name);
+  EXPECT_EQ(steps, (std::vector<std::string>{"step 3", "step 4"}));
+  for (const char* lane : {"replica 0", "replica 1", "replica 2", "comm 0", "comm 1", "comm 2", "main", "loader"}) {
+    bool found = false;
+    for (const auto& [tid, name] : t.lanes) found = found || name == lane;
+    EXPECT_TRUE(found) << "no lane " << lane;
+  }
+}
+
+// A trace that could not be written is refused before the run spends anything on training.
+TEST(Cli, UnwritableTracePathFailsBeforeTraining) {
+  dpcore::testing::TempDir dir;
+  for (const std::string& bad : {dir.file("missing/trace.json"), dir.path()}) {
+    CommandResult r = run(kJob + " --steps 3 --metrics " + dir.file("m.jsonl") + " --checkpoint " + dir.file("ck") +
+                          " --trace " + bad);
+    EXPECT_NE(r.status, 0) << r.output;
+    EXPECT_NE(r.output.find("dpcore: error: --trace " + bad + ": "), std::string::npos) << r.output;
+    EXPECT_EQ(r.output.find("step "), std::string::npos) << r.output;
+    EXPECT_FALSE(std::ifstream(dir.file("m.jsonl")).good()) << "metrics written for " << bad;
+    EXPECT_FALSE(std::ifstream(dir.file("ck/checkpoint.safetensors")).good()) << "checkpoint written for " << bad;
+  }
 }
 
 TEST(Cli, TrainsOnCifar10BinaryBatches) {

@@ -1,0 +1,88 @@
+#include "support/trace_checks.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <fstream>
+
+namespace dpcore::testing {
+
+namespace {
+
+// Spans end where their clock reads said, converted from nanoseconds: a child may end in
+// the same nanosecond as its parent, and ts + dur rounds in the last decimal.
+constexpr double kSlackUs = 1e-3;
+
+void expect_nested(const TraceFile& trace) {
+  std::map<int, std::vector<const TraceSpan*>> by_lane;
+  for (const TraceSpan& s : trace.spans) by_lane[s.tid].push_back(&s);
+  for (auto& [tid, spans] : by_lane) {
+    // Outer spans first: by beginning, the longer of two that begin together first.
+    std::sort(spans.begin(), spans.end(), [](const TraceSpan* a, const TraceSpan* b) {
+      return a->begin != b->begin ? a->begin < b->begin : a->end > b->end;
+    });
+    std::vector<const TraceSpan*> open;
+    for (const TraceSpan* s : spans) {
+      while (!open.empty() && open.back()->end <= s->begin + kSlackUs) open.pop_back();
+      if (!open.empty()) {
+        EXPECT_LE(s->end, open.back()->end + kSlackUs)
+            << "on lane " << s->lane << ", '" << s->name << "' [" << s->begin << ", " << s->end
+            << "] overlaps '" << open.back()->name << "' [" << open.back()->begin << ", " << open.back()->end
+            << "] without nesting in it";
+      }
+      open.push_back(s);
+    }
+  }
+}
+
+}  // namespace
+
+TraceFile read_trace(const std::string& path) {
+  std::ifstream in(path);
+  EXPECT_TRUE(in.good()) << "no trace at " << path;
+  nlohmann::json doc = nlohmann::json::parse(in);  // throws, failing the test, on invalid JSON
+  TraceFile trace;
+  EXPECT_TRUE(doc.is_object() && doc.contains("traceEvents") && doc["traceEvents"].is_array()) << path;
+  if (!doc.is_object() || !doc.contains("traceEvents")) return trace;
+  for (const nlohmann::json& e : doc["traceEvents"]) {
+    const std::string ph = e.value("ph", "");
+    if (ph == "M") {
+      if (e["name"] == "thread_name") trace.lanes[e["tid"].get<int>()] = e["args"]["name"].get<std::string>();
+      if (e["name"] == "thread_sort_index") trace.sort_index[e["tid"].get<int>()] = e["args"]["sort_index"].get<int>();
+      continue;
+    }
+    EXPECT_EQ(ph, "X") << e.dump();
+    bool complete = true;
+    for (const char* key : {"name", "cat", "ts", "dur", "pid", "tid", "args"}) {
+      if (!e.contains(key)) ADD_FAILURE() << "event without " << key << ": " << e.dump(), complete = false;
+    }
+    if (!complete) continue;
+    EXPECT_GE(e["dur"].get<double>(), 0.0) << e.dump();
+    TraceSpan s;
+    s.name = e["name"].get<std::string>();
+    s.tid = e["tid"].get<int>();
+    s.begin = e["ts"].get<double>();
+    s.end = s.begin + e["dur"].get<double>();
+    s.args = e["args"];
+    trace.spans.push_back(std::move(s));
+  }
+  for (TraceSpan& s : trace.spans) {
+    auto lane = trace.lanes.find(s.tid);
+    EXPECT_TRUE(lane != trace.lanes.end()) << "tid " << s.tid << " of '" << s.name << "' has no thread_name";
+    EXPECT_TRUE(trace.sort_index.count(s.tid)) << "tid " << s.tid << " has no thread_sort_index";
+    if (lane != trace.lanes.end()) s.lane = lane->second;
+  }
+  expect_nested(trace);
+  return trace;
+}
+
+std::vector<TraceSpan> spans_of(const TraceFile& trace, const std::string& lane, const std::string& prefix) {
+  std::vector<TraceSpan> found;
+  for (const TraceSpan& s : trace.spans) {
+    if (s.lane == lane && s.name.rfind(prefix, 0) == 0) found.push_back(s);
+  }
+  std::sort(found.begin(), found.end(), [](const TraceSpan& a, const TraceSpan& b) { return a.begin < b.begin; });
+  return found;
+}
+
+}  // namespace dpcore::testing

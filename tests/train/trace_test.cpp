@@ -1,0 +1,166 @@
+// Traces of the runners' steps (engine/trace.h): what a learner reads off the timeline must
+// be true of the run. Each bucket's allreduce ends after its last gradient became final
+// (checked against the runner's own buckets), the allreduces of one bucket overlap on every
+// replica, dp's scatter and gather account for every row, every lane nests, and a run
+// without tracing records nothing.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include "engine/trace.h"
+#include "equivalence.h"
+#include "support/trace_checks.h"
+#include "train/ddp.h"
+
+namespace dpcore::testing {
+namespace {
+
+constexpr int64_t kBatch = 24;
+constexpr int kReplicas = 3;
+
+// Three DDP buckets: the first (capped at 1 MiB) closes after the 1 MiB weight of the first
+// linear layer; with a tiny --bucket-mb, the convolution's bias and weight get one each.
+std::unique_ptr<layers::Model> bucketed_net() {
+  auto net = layers::parse_layer_spec("conv(4,3,s2,p1) relu flatten linear(256) relu linear(10)", {3, 32, 32});
+  return std::make_unique<layers::Model>(std::move(net), Shape{3, 32, 32}, Device::cpu(), DType::Float32, 5);
+}
+
+ParallelOptions parallel(const std::string& mode, const std::string& split = "even") {
+  ParallelOptions o;
+  o.replicas = kReplicas;
+  o.mode = mode;
+  o.split = split;
+  o.bucket_mb = 1e-5;
+  return o;
+}
+
+// `steps` steps of `runner` traced, after one that is not; the trace as read back.
+TraceFile traced_steps(StepRunner& runner, int steps, const TempDir& dir) {
+  HostBatch warm = make_batch(kBatch, 1);
+  runner.step(warm.batch);
+  trace::set_lane("main", trace::kMainLane);
+  trace::start();
+  for (int s = 0; s < steps; ++s) {
+    HostBatch b = make_batch(kBatch, uint64_t(10 + s));
+    runner.step(b.batch);
+  }
+  trace::stop();
+  const size_t written = trace::write(dir.file("trace.json"));
+  TraceFile t = read_trace(dir.file("trace.json"));
+  EXPECT_EQ(written, t.spans.size());
+  return t;
+}
+
+std::string lane(const char* what, int r) { return std::string(what) + " " + std::to_string(r); }
+
+TEST(TrainTrace, DdpBucketAllreducesEndAfterTheirLastGradientAndOverlapAcrossReplicas) {
+  TempDir dir;
+  auto runner = make_runner(bucketed_net(), kSgd, 1, parallel("ddp"));
+  const auto& ddp = dynamic_cast<const DistributedRunner&>(*runner);
+  const std::vector<Bucket>& buckets = ddp.reducer(0).buckets();
+  ASSERT_EQ(buckets.size(), 3u);
+  const auto& entries = runner->model().parameters().entries();
+  constexpr int kSteps = 2;
+  TraceFile t = traced_steps(*runner, kSteps, dir);
+
+  std::vector<std::vector<TraceSpan>> allreduces(kReplicas);  // [replica][step * buckets + bucket]
+  for (int r = 0; r < kReplicas; ++r) {
+    allreduces[size_t(r)] = spans_of(t, lane("comm", r), "allreduce bucket");
+    ASSERT_EQ(allreduces[size_t(r)].size(), kSteps * buckets.size()) << lane("comm", r);
+    const std::vector<TraceSpan> gradients = spans_of(t, lane("replica", r), "AccumulateGrad");
+    for (int s = 0; s < kSteps; ++s) {
+      for (size_t k = 0; k < buckets.size(); ++k) {
+        const TraceSpan& allreduce = allreduces[size_t(r)][size_t(s) * buckets.size() + k];
+        EXPECT_EQ(allreduce.args["bucket"], k);
+        EXPECT_EQ(allreduce.args["bytes"], (buckets[k].end - buckets[k].begin) * 4);
+        EXPECT_EQ(allreduce.args["algorithm"], "ring");
+        EXPECT_EQ(allreduce.args["ranks"], kReplicas);
+        // The bucket's last gradient (in the order backward finalises them), where it
+        // became final in step s: its AccumulateGrad, found by its place in the buffer.
+        const int64_t offset = entries[buckets[k].params.back()].offset;
+        std::vector<TraceSpan> last;
+        for (const TraceSpan& g : gradients) {
+          if (g.args.value("grad_offset", int64_t(-1)) == offset) last.push_back(g);
+        }
+        ASSERT_EQ(last.size(), size_t(kSteps)) << "AccumulateGrad at offset " << offset;
+        EXPECT_GE(allreduce.end, last[size_t(s)].begin)
+            << "replica " << r << " step " << s << ": bucket " << k << "'s allreduce ended before its last gradient";
+      }
+    }
+    const std::vector<TraceSpan> waits = spans_of(t, lane("replica", r), "wait for allreduce");
+    ASSERT_EQ(waits.size(), size_t(kSteps));
+    EXPECT_EQ(waits[0].args["on"], lane("comm", r));
+  }
+  // A ring allreduce cannot end on one replica before every replica has entered it.
+  for (size_t i = 0; i < allreduces[0].size(); ++i) {
+    double latest_begin = 0, earliest_end = 1e300;
+    for (int r = 0; r < kReplicas; ++r) {
+      latest_begin = std::max(latest_begin, allreduces[size_t(r)][i].begin);
+      earliest_end = std::min(earliest_end, allreduces[size_t(r)][i].end);
+    }
+    EXPECT_LT(latest_begin, earliest_end) << "allreduce " << i << " does not overlap on every replica";
+  }
+}
+
+TEST(TrainTrace, DpScatterAndGatherAccountForEveryRowOfTheBatch) {
+  TempDir dir;
+  auto runner = make_runner(bucketed_net(), kSgd, /*accum=*/2, parallel("dp", "weights:1,2,3"));
+  TraceFile t = traced_steps(*runner, 1, dir);
+  const std::vector<TraceSpan> scatters = spans_of(t, "main", "scatter"), gathers = spans_of(t, "main", "gather");
+  ASSERT_EQ(scatters.size(), 2u);  // one per micro-batch
+  ASSERT_EQ(gathers.size(), 2u);
+  const int64_t row_bytes = 3 * 32 * 32 * 4 + 8;  // image and label
+  int64_t rows = 0;
+  for (size_t m = 0; m < scatters.size(); ++m) {
+    const auto shares = scatters[m].args["rows"].get<std::vector<int64_t>>();
+    const auto bytes = scatters[m].args["bytes"].get<std::vector<int64_t>>();
+    ASSERT_EQ(shares.size(), size_t(kReplicas));
+    EXPECT_EQ(shares, (std::vector<int64_t>{2, 4, 6})) << "weights 1:2:3 of 12 rows";
+    for (int r = 0; r < kReplicas; ++r) EXPECT_EQ(bytes[size_t(r)], shares[size_t(r)] * row_bytes);
+    EXPECT_EQ(gathers[m].args["rows"].get<std::vector<int64_t>>(), shares);
+    EXPECT_LT(scatters[m].end, gathers[m].begin);
+    for (int64_t n : shares) rows += n;
+  }
+  EXPECT_EQ(rows, kBatch);
+  for (int r = 0; r < kReplicas; ++r) {
+    EXPECT_EQ(spans_of(t, lane("comm", r), "allreduce all gradients").size(), 1u) << lane("comm", r);
+    EXPECT_EQ(spans_of(t, lane("replica", r), "optimizer step").size(), 1u) << lane("replica", r);
+  }
+}
+
+TEST(TrainTrace, OneDeviceStepShowsEachLayerLossBackwardAndOptimizer) {
+  TempDir dir;
+  train::SingleDeviceRunner runner(bucketed_net(), kSgd, 1);
+  TraceFile t = traced_steps(runner, 1, dir);
+  // One span per layer (conv + relu run fused, so they share one), named by the layers,
+  // with the input's shape.
+  const std::vector<std::pair<std::string, std::string>> layers = {
+      {"forward conv(3->4, k3, s2, p1) + relu", "[24, 3, 32, 32]"}, {"forward flatten", "[24, 4, 16, 16]"},
+      {"forward linear(1024->256)", "[24, 1024]"},                   {"forward relu", "[24, 256]"},
+      {"forward linear(256->10)", "[24, 256]"}};
+  const std::vector<TraceSpan> forward = spans_of(t, "main", "forward ");
+  ASSERT_EQ(forward.size(), layers.size());
+  for (size_t i = 0; i < layers.size(); ++i) {
+    EXPECT_EQ(forward[i].name, layers[i].first);
+    EXPECT_EQ(forward[i].args["input"], layers[i].second) << layers[i].first;
+  }
+  EXPECT_EQ(spans_of(t, "main", "loss").size(), 1u);
+  EXPECT_EQ(spans_of(t, "main", "optimizer step").size(), 1u);
+  const std::vector<TraceSpan> backward = spans_of(t, "main", "backward");
+  ASSERT_EQ(backward.size(), 1u);
+  EXPECT_EQ(spans_of(t, "main", "AccumulateGrad").size(), runner.model().parameters().entries().size());
+}
+
+TEST(TrainTrace, ARunWithoutTracingRecordsNothing) {
+  TempDir dir;
+  trace::write(dir.file("before.json"));  // whatever earlier tests of this process left
+  auto runner = make_runner(bucketed_net(), kSgd, 2, parallel("ddp"));
+  for (int s = 0; s < 2; ++s) {
+    HostBatch b = make_batch(kBatch, uint64_t(s));
+    runner->step(b.batch);
+  }
+  EXPECT_EQ(trace::write(dir.file("off.json")), 0u);
+}
+
+}  // namespace
+}  // namespace dpcore::testing
