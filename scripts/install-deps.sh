@@ -7,6 +7,7 @@
 # ${TMPDIR:-/tmp}/dpcore-install-deps.XXXXXX.log named in the first line (outside the tree,
 # so that a run as root leaves nothing root-owned in the checkout), and is shown (its last
 # lines, and its path) only when a step fails. Runs as root, or as a user with sudo.
+#   scripts/install-deps.sh [--pictures]
 set -euo pipefail
 
 packages=(
@@ -19,6 +20,11 @@ packages=(
   dataset-fashion-mnist                         # the real dataset the main job trains on
   python3-torch python3-numpy                   # PyTorch 1.13 (CPU): parity fixtures and the CPU benchmark
 )
+# --pictures: also what regenerates the docs' figures (scripts/make_timelines.sh), which
+# the build and the tests do not need.
+if [ "${1:-}" = --pictures ]; then
+  packages+=(python3-matplotlib)
+fi
 
 missing=()
 for p in "${packages[@]}"; do

@@ -35,7 +35,7 @@ void broadcast_from_rank0(Replica& r, Tensor& t, const char* what) {
   auto label = [&] {
     return trace::Label{std::string("broadcast ") + what, {{"bytes", int64_t(t.nbytes())}, {"on", comm_lane(r)}}};
   };
-  trace::Span span("comm", label);
+  trace::Span span("wait", label);  // the replica waits; its comm lane runs the broadcast
   trace::CollectiveLabel purpose([&] { return trace::Label{what, {}}; });
   r.comm->broadcast(t, 0).wait();
 }
@@ -116,7 +116,7 @@ Tensor gather(const std::vector<Tensor>& parts, Device device) {
 
 void reduce_gradients(Replica& r) {
   Tensor grads = r.model->parameters().grads();
-  trace::Span span("comm", [&] {
+  trace::Span span("wait", [&] {
     return trace::Label{"allreduce gradients (wait)", {{"bytes", int64_t(grads.nbytes())},
                                                        {"on", comm_lane(r)}}};
   });

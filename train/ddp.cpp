@@ -88,7 +88,7 @@ trace::Label BucketReducer::bucket_label(size_t index, const Tensor& slice) cons
 
 void BucketReducer::finish() {
   Clock::time_point backward_done = Clock::now();
-  trace::Span span("comm", [&] {
+  trace::Span span("wait", [&] {
     return trace::Label{"wait for allreduce", {{"on", comm_lane(replica_)},
                                                {"buckets", int64_t(buckets_.size())}}};
   });
@@ -192,7 +192,7 @@ StepStats DistributedRunner::step(const data::Batch& batch) {
 
     // Bookkeeping all ranks must agree on: the global loss, and (adaptive) the timings.
     {
-      trace::Span span("comm", [&] { return trace::Label{"allreduce loss (wait)", {{"on", comm_lane(rep)}}}; });
+      trace::Span span("wait", [&] { return trace::Label{"allreduce loss (wait)", {{"on", comm_lane(rep)}}}; });
       trace::CollectiveLabel purpose([] { return trace::Label{"loss", {}}; });
       rep.comm->allreduce(loss_sum, ReduceOp::Sum).wait();
     }
@@ -201,7 +201,7 @@ StepStats DistributedRunner::step(const data::Batch& batch) {
     if (splitter_.adaptive()) {
       Tensor mine = Tensor::full({1}, seconds[size_t(rank)], DType::Float32, rep.device());
       Tensor all = Tensor::empty({world_size_}, DType::Float32, rep.device());
-      trace::Span span("comm", [&] { return trace::Label{"allgather timings (wait)", {{"on", comm_lane(rep)}}}; });
+      trace::Span span("wait", [&] { return trace::Label{"allgather timings (wait)", {{"on", comm_lane(rep)}}}; });
       trace::CollectiveLabel purpose([] { return trace::Label{"timings", {}}; });
       rep.comm->allgather(mine, all).wait();
       if (local == 0) {
