@@ -20,6 +20,7 @@
 #include "kernels/error.h"
 #include "train/lr_schedule.h"
 #include "train/recipe.h"
+#include "train/predict.h"
 #include "train/trainer.h"
 
 namespace {
@@ -361,12 +362,52 @@ int main(int argc, char** argv) {
   with_rule(eval_cmd->add_option("--threads", eval.threads, "CPU threads (0: all cores)"), whole<int>(0));
   eval_backend.add_to(*eval_cmd);
 
+  dpcore::train::PredictOptions predict;
+  CLI::App* predict_cmd = app.add_subcommand(
+      "predict", "predict the step time and scaling efficiency of data parallelism on a cluster (docs/scaling.md)");
+  predict_cmd->add_option("--model", predict.model, kModelHelp)->capture_default_str();
+  predict_cmd->add_option("--input", predict.input, "one sample's shape, CxHxW")->capture_default_str();
+  with_rule(predict_cmd->add_option("--classes", predict.classes, "the model's outputs"), whole<int64_t>(1))
+      ->capture_default_str();
+  with_rule(predict_cmd->add_option("--batch", predict.batch, "samples per replica"), whole<int64_t>(1))
+      ->capture_default_str();
+  predict_cmd
+      ->add_option("--cluster", predict.cluster,
+                   "a preset (h200x8-nvlink-ib400) or G,A,B,a,b: replicas per node, then latency (us) and "
+                   "bandwidth (GB/s) inside a node and between nodes")
+      ->capture_default_str();
+  predict_cmd->add_option("--strategies", predict.strategies, "comma-separated: ddp, dp, local:K")
+      ->capture_default_str();
+  predict_cmd->add_option("--algorithm", predict.algorithm, "allreduce: ring, tree or best")->capture_default_str();
+  with_rule(predict_cmd->add_option("--max-replicas", predict.max_replicas, "predict for 1, 2, 4, ... up to this"),
+            whole<int>(1))
+      ->capture_default_str();
+  with_rule(predict_cmd->add_option("--bucket-mb", predict.bucket_mb, "DDP's bucket cap, as for train"),
+            number(0, false))
+      ->capture_default_str();
+  with_rule(predict_cmd->add_option("--compute-scale", predict.compute_scale,
+                                    "multiply the profile's times (standing in for a faster device: an assumption)"),
+            number(0, false))
+      ->capture_default_str();
+  with_rule(predict_cmd->add_option("--profile-steps", predict.steps, "timed steps of the measured profile"),
+            whole<int>(1))
+      ->capture_default_str();
+  with_rule(predict_cmd->add_option("--threads", predict.threads, "CPU threads of the measurement (0: all cores)"),
+            whole<int>(0));
+  with_rule(predict_cmd->add_option("--seed", predict.seed, "initial weights and the random batch"),
+            whole<uint64_t>(0));
+  predict_cmd->add_option("--profile", predict.profile_in, "load the step profile from this JSON file instead of measuring");
+  predict_cmd->add_option("--profile-out", predict.profile_out, "save the measured step profile here (JSON)");
+  predict_cmd->add_option("--json", predict.json, "also write the predictions here (JSON)");
+
   CLI11_PARSE(app, argc, argv);
   try {
     if (*train_cmd) {
       apply_recipe(*train_cmd, train);
       train_backend.apply();
       dpcore::train::train(train, std::cout);
+    } else if (*predict_cmd) {
+      dpcore::train::predict(predict, std::cout);
     } else {
       eval_backend.apply();
       dpcore::train::evaluate(eval, std::cout);

@@ -506,4 +506,63 @@ TEST(Cli, NoShuffleNoNormalizeRunIsReproducibleInPyTorch) {
   replay(onecycle);
 }
 
+// dpcore predict (train/predict.h): a row per power of two up to --max-replicas, full
+// efficiency on one replica, and a saved profile that gives the same predictions again.
+TEST(Cli, PredictTabulatesEveryPowerOfTwoAndReplaysASavedProfile) {
+  dpcore::testing::TempDir dir;
+  const std::string common = "predict --model " + kSpec +
+                             " --input 1x8x8 --classes 4 --batch 8 --threads 1 --max-replicas 16 --profile-steps 2"
+                             " --cluster 4,20,3,20,3 --strategies ddp,dp,local:4";
+  CommandResult r = run(common + " --profile-out " + dir.file("profile.json") + " --json " + dir.file("first.json"));
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("measured on the CPU, 1 thread,"), std::string::npos) << r.output;
+  const nlohmann::json first = nlohmann::json::parse(slurp(dir.file("first.json")));
+  const nlohmann::json& rows = first.at("predictions");
+  ASSERT_EQ(rows.size(), 5u) << first.dump();  // 1, 2, 4, 8, 16
+  for (size_t i = 0; i < rows.size(); ++i) {
+    EXPECT_EQ(rows[i].at("replicas"), 1 << i);
+    for (const char* s : {"ddp", "dp", "local:4"}) {
+      const double e = rows[i].at(s).at("efficiency");
+      EXPECT_GT(e, 0.0) << s;
+      EXPECT_LE(e, 1.0) << s;
+      if (i == 0) EXPECT_EQ(e, 1.0) << s;
+    }
+  }
+  r = run(common + " --profile " + dir.file("profile.json") + " --json " + dir.file("again.json"));
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("loaded from " + dir.file("profile.json")), std::string::npos) << r.output;
+  EXPECT_EQ(nlohmann::json::parse(slurp(dir.file("again.json"))).at("predictions"), rows);
+}
+
+TEST(Cli, PredictRefusesWhatItCannotUseNamingIt) {
+  dpcore::testing::TempDir dir;
+  const std::string base = "predict --model " + kSpec + " --batch 4 --threads 1 --profile-steps 1";
+  const std::string small = base + " --input 1x8x8 --classes 4";
+  struct Case {
+    std::string args, names;
+  };
+  const Case cases[] = {
+      {small + " --cluster dgx-a100", "'dgx-a100'"},
+      {small + " --cluster 8,2,370,5", "8,2,370,5"},
+      {small + " --strategies ddp,local:0", "local:0"},
+      {small + " --algorithm butterfly", "butterfly"},
+      {base + " --input 8x8 --classes 4", "--input '8x8'"},
+      {base + " --input 1x8x8 --classes 7", "--classes 7"},
+      {small + " --profile " + dir.file("missing.json"), dir.file("missing.json")},
+      {small + " --json " + dir.file("no/such/dir/p.json"), dir.file("no/such/dir/p.json")},
+  };
+  for (const Case& c : cases) {
+    CommandResult r = run(c.args);
+    EXPECT_NE(r.status, 0) << c.args;
+    EXPECT_NE(r.output.find(c.names), std::string::npos) << c.args << "\n" << r.output;
+    EXPECT_EQ(r.output.find("step profile"), std::string::npos) << "measured before refusing: " << c.args;
+  }
+  // A profile of another model is refused, naming both parameter counts.
+  ASSERT_EQ(run(small + " --profile-out " + dir.file("small.json")).status, 0);
+  CommandResult r = run("predict --model \"conv(4,3,p1) relu conv(4,3,p1) relu pool(2) flatten linear(4)\" --input 1x8x8 "
+                        "--classes 4 --profile " + dir.file("small.json"));
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.output.find("4 parameters, but the model has 6"), std::string::npos) << r.output;
+}
+
 }  // namespace

@@ -1,0 +1,131 @@
+// The step-time model of train/scaling_model.h: its formulas on cases small enough to work
+// out by hand, and the properties any such model must have.
+#include "train/scaling_model.h"
+
+#include <gtest/gtest.h>
+
+#include "kernels/error.h"
+
+namespace dpcore::train::scaling {
+namespace {
+
+// Two replicas per node; 1 us and 1 GB/s inside, 10 us and 0.1 GB/s between nodes.
+Cluster toy_cluster() { return {"toy", 2, {1e-6, 1e9}, {10e-6, 1e8}}; }
+
+TEST(ScalingModel, RingAllreduceIsTwoRMinusOneStepsOfAnRthOfTheMessage) {
+  const Cluster c = toy_cluster();
+  // 2 replicas, one node: 2 steps of (1 us + 0.5 MB / 1 GB/s = 500 us).
+  EXPECT_DOUBLE_EQ(allreduce_seconds(1e6, 2, c, Algorithm::Ring), 2 * (1e-6 + 0.5e-3));
+  // 4 replicas cross nodes: 6 steps at the inter-node link's pace.
+  EXPECT_DOUBLE_EQ(allreduce_seconds(1e6, 4, c, Algorithm::Ring), 6 * (10e-6 + 0.25e6 / 1e8));
+  EXPECT_EQ(allreduce_seconds(1e6, 1, c, Algorithm::Ring), 0.0);
+  EXPECT_EQ(allreduce_seconds(0, 4, c, Algorithm::Ring), 0.0);
+}
+
+TEST(ScalingModel, TreeAllreducePaysLogRLatenciesAndTwoPassesOfTheMessage) {
+  const Cluster c = toy_cluster();
+  // 8 replicas: depth 3, up and down.
+  EXPECT_DOUBLE_EQ(allreduce_seconds(1e6, 8, c, Algorithm::Tree), 2 * (3 * 10e-6 + 1e6 / 1e8));
+  // 5 replicas still need depth 3.
+  EXPECT_DOUBLE_EQ(allreduce_seconds(1e6, 5, c, Algorithm::Tree), 2 * (3 * 10e-6 + 1e6 / 1e8));
+}
+
+TEST(ScalingModel, RingWinsLargeMessagesOnFewReplicasAndTreeWinsAtScale) {
+  const Cluster& c = preset("h200x8-nvlink-ib400");
+  EXPECT_LT(allreduce_seconds(1e9, 8, c, Algorithm::Ring), allreduce_seconds(1e9, 8, c, Algorithm::Tree));
+  EXPECT_LT(allreduce_seconds(4096, 8, c, Algorithm::Tree), allreduce_seconds(4096, 8, c, Algorithm::Ring));
+  EXPECT_LT(allreduce_seconds(1e9, 1024, c, Algorithm::Tree), allreduce_seconds(1e9, 1024, c, Algorithm::Ring));
+}
+
+// Three parameters of 1 MB; backward takes 10 ms and finalises them at 2, 5 and 9 ms.
+StepProfile toy_profile() {
+  StepProfile p;
+  p.forward_s = 4e-3, p.backward_s = 10e-3, p.optimizer_s = 1e-3;
+  p.param_bytes = {1000000, 1000000, 1000000};
+  p.grad_ready_s = {9e-3, 5e-3, 2e-3};  // parameter 2 is the last layer's: ready first
+  p.input_bytes = 100000, p.output_bytes = 1000;
+  return p;
+}
+
+TEST(ScalingModel, DdpHidesBucketsThatFinishBeforeBackwardEnds) {
+  const StepProfile p = toy_profile();
+  const Cluster c = toy_cluster();
+  // One bucket per parameter, in the order backward finalises them: 2 at 2 ms, 1 at 5 ms,
+  // 0 at 9 ms. On 2 replicas each allreduce takes 2 * (1 us + 0.5 ms) = 1.002 ms: the
+  // first two end before 9 ms, the last at 10.002 ms, 0.002 ms after backward.
+  const Prediction d = predict_ddp(p, {{2}, {1}, {0}}, 2, c, Algorithm::Ring);
+  EXPECT_NEAR(d.exposed_comm_s, 9e-3 + 1.002e-3 - 10e-3, 1e-12);
+  EXPECT_NEAR(d.step_s, 15e-3 + d.exposed_comm_s, 1e-12);
+  EXPECT_NEAR(d.efficiency, 15e-3 / d.step_s, 1e-12);
+  // One bucket of everything waits for the last gradient: nothing hidden but what
+  // overlaps nothing.
+  const Prediction whole = predict_ddp(p, {{2, 1, 0}}, 2, c, Algorithm::Ring);
+  EXPECT_NEAR(whole.exposed_comm_s, 9e-3 + allreduce_seconds(3e6, 2, c, Algorithm::Ring) - 10e-3, 1e-12);
+  EXPECT_GT(whole.exposed_comm_s, d.exposed_comm_s);
+}
+
+TEST(ScalingModel, DdpBucketsQueueOnOneStream) {
+  StepProfile p = toy_profile();
+  p.grad_ready_s = {1e-3, 1e-3, 1e-3};  // all ready at once: the allreduces run one after another
+  const Cluster c = toy_cluster();
+  const double each = allreduce_seconds(1e6, 4, c, Algorithm::Ring);
+  const Prediction d = predict_ddp(p, {{2}, {1}, {0}}, 4, c, Algorithm::Ring);
+  EXPECT_NEAR(d.exposed_comm_s, std::max(0.0, 1e-3 + 3 * each - 10e-3), 1e-12);
+}
+
+TEST(ScalingModel, DpExposesTheCopiesAndTheWholeAllreduce) {
+  const StepProfile p = toy_profile();
+  const Cluster c = toy_cluster();
+  const Prediction d = predict_dp(p, 2, c, Algorithm::Ring);
+  const double copies = (1e-6 + 1e5 / 1e9) + 2 * (1e-6 + 1e3 / 1e9);
+  EXPECT_NEAR(d.exposed_comm_s, copies + allreduce_seconds(3e6, 2, c, Algorithm::Ring), 1e-12);
+  EXPECT_GT(d.step_s, predict_ddp(p, {{2}, {1}, {0}}, 2, c, Algorithm::Ring).step_s);
+}
+
+TEST(ScalingModel, LocalSgdSpreadsOneAveragingOfParametersAndMomentumOverKSteps) {
+  const StepProfile p = toy_profile();
+  const Cluster c = toy_cluster();
+  const double averaging = allreduce_seconds(6e6, 4, c, Algorithm::Ring);
+  EXPECT_NEAR(predict_local_sgd(p, 1, 4, c, Algorithm::Ring).exposed_comm_s, averaging, 1e-12);
+  EXPECT_NEAR(predict_local_sgd(p, 16, 4, c, Algorithm::Ring).exposed_comm_s, averaging / 16, 1e-12);
+  EXPECT_THROW(predict_local_sgd(p, 0, 4, c, Algorithm::Ring), Error);
+}
+
+TEST(ScalingModel, OneReplicaIsFullyEfficientAndEfficiencyNeverGrowsWithReplicas) {
+  const StepProfile p = toy_profile();
+  const Cluster& c = preset("h200x8-nvlink-ib400");
+  for (Algorithm a : {Algorithm::Ring, Algorithm::Tree}) {
+    EXPECT_DOUBLE_EQ(predict_ddp(p, {{2}, {1}, {0}}, 1, c, a).efficiency, 1.0);
+    EXPECT_DOUBLE_EQ(predict_dp(p, 1, c, a).efficiency, 1.0);
+    EXPECT_DOUBLE_EQ(predict_local_sgd(p, 4, 1, c, a).efficiency, 1.0);
+    double previous = 1.0;
+    for (int r = 2; r <= 1024; r *= 2) {
+      SCOPED_TRACE(std::string(algorithm_name(a)) + ", " + std::to_string(r) + " replicas");
+      const double e = predict_dp(p, r, c, a).efficiency;
+      EXPECT_LE(e, previous + 1e-15);
+      EXPECT_GT(e, 0.0);
+      previous = e;
+    }
+  }
+}
+
+TEST(ScalingModel, AnUnknownPresetIsRefusedNamingItAndTheKnownOnes) {
+  try {
+    preset("dgx-a100");
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("'dgx-a100'"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("h200x8-nvlink-ib400"), std::string::npos) << e.what();
+  }
+}
+
+TEST(ScalingModel, MismatchedProfilesAndBucketsAreRefused) {
+  StepProfile p = toy_profile();
+  const Cluster c = toy_cluster();
+  EXPECT_THROW(predict_ddp(p, {{3}}, 2, c, Algorithm::Ring), Error);  // no parameter 3
+  p.grad_ready_s.pop_back();
+  EXPECT_THROW(predict_ddp(p, {{0}}, 2, c, Algorithm::Ring), Error);
+}
+
+}  // namespace
+}  // namespace dpcore::train::scaling

@@ -1,0 +1,199 @@
+// dpcore predict (train/predict.h).
+#include "train/predict.h"
+
+#include <cstdio>
+#include <fstream>
+#include <iomanip>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <vector>
+
+#include "engine/io/atomic_file.h"
+#include "engine/random.h"
+#include "kernels/cpu/kernels.h"
+#include "kernels/error.h"
+#include "layers/zoo.h"
+#include "train/ddp.h"
+#include "train/scaling_model.h"
+#include "train/step_profile.h"
+
+namespace dpcore::train {
+
+namespace {
+
+using nlohmann::json;
+using scaling::Prediction;
+using scaling::StepProfile;
+
+struct Strategy {
+  std::string name;   // "ddp", "dp", "local:K"
+  int sync_every = 0;  // K of local:K
+};
+
+std::vector<Strategy> parse_strategies(const std::string& text) {
+  std::vector<Strategy> out;
+  std::stringstream in(text);
+  for (std::string part; std::getline(in, part, ',');) {
+    if (part == "ddp" || part == "dp") {
+      out.push_back({part, 0});
+      continue;
+    }
+    const std::string prefix = "local:";
+    char* end = nullptr;
+    const long k = part.rfind(prefix, 0) == 0 ? std::strtol(part.c_str() + prefix.size(), &end, 10) : 0;
+    DPCORE_CHECK(k >= 1 && end && *end == '\0' && part.size() > prefix.size(), "--strategies '", text, "': '", part,
+                 "' is not ddp, dp or local:K with K >= 1");
+    out.push_back({part, int(k)});
+  }
+  DPCORE_CHECK(!out.empty(), "--strategies: empty; expected ddp, dp and/or local:K, comma-separated");
+  return out;
+}
+
+Shape parse_input(const std::string& text) {
+  Shape shape;
+  std::stringstream in(text);
+  for (std::string part; std::getline(in, part, 'x');) {
+    char* end = nullptr;
+    const long v = std::strtol(part.c_str(), &end, 10);
+    DPCORE_CHECK(!part.empty() && *end == '\0' && v >= 1, "--input '", text, "': expected CxHxW, e.g. 3x32x32");
+    shape.push_back(v);
+  }
+  DPCORE_CHECK(shape.size() == 3, "--input '", text, "': expected CxHxW, e.g. 3x32x32");
+  return shape;
+}
+
+json profile_json(const StepProfile& p) {
+  return {{"forward_s", p.forward_s},         {"backward_s", p.backward_s},     {"optimizer_s", p.optimizer_s},
+          {"param_bytes", p.param_bytes},     {"grad_ready_s", p.grad_ready_s}, {"input_bytes", p.input_bytes},
+          {"output_bytes", p.output_bytes}};
+}
+
+StepProfile load_profile(const std::string& path, size_t params) {
+  std::ifstream file(path);
+  DPCORE_CHECK(file.good(), "--profile ", path, ": cannot open it for reading");
+  StepProfile p;
+  try {
+    const json j = json::parse(file);
+    p.forward_s = j.at("forward_s"), p.backward_s = j.at("backward_s"), p.optimizer_s = j.at("optimizer_s");
+    p.param_bytes = j.at("param_bytes").get<std::vector<int64_t>>();
+    p.grad_ready_s = j.at("grad_ready_s").get<std::vector<double>>();
+    p.input_bytes = j.at("input_bytes"), p.output_bytes = j.at("output_bytes");
+  } catch (const json::exception& e) {
+    fail("--profile ", path, ": not a step profile (", e.what(), ")");
+  }
+  DPCORE_CHECK(p.param_bytes.size() == params && p.grad_ready_s.size() == params, "--profile ", path, ": ",
+               p.param_bytes.size(), " parameters, but the model has ", params);
+  return p;
+}
+
+void write_json(const std::string& path, const json& j, const char* flag) {
+  const std::string text = j.dump(1) + "\n";
+  io::AtomicFileWriter file(path, flag);
+  file.write(text.data(), text.size());
+  file.commit();
+}
+
+std::string fixed(double v, int digits) {
+  std::ostringstream os;
+  os << std::fixed << std::setprecision(digits) << v;
+  return os.str();
+}
+
+}  // namespace
+
+void predict(const PredictOptions& o, std::ostream& out) {
+  DPCORE_CHECK(o.batch >= 1, "--batch ", o.batch, ": expected at least 1 sample per replica");
+  DPCORE_CHECK(o.max_replicas >= 1, "--max-replicas ", o.max_replicas, ": expected at least 1");
+  DPCORE_CHECK(o.compute_scale > 0, "--compute-scale ", o.compute_scale, ": expected a positive factor");
+  DPCORE_CHECK(o.bucket_mb > 0, "--bucket-mb ", o.bucket_mb, ": expected a positive size");
+  const scaling::Preset cluster = scaling::cluster_from_flag(o.cluster, "--cluster");
+  const scaling::Algorithm algorithm = scaling::parse_algorithm(o.algorithm, "--algorithm");
+  const std::vector<Strategy> strategies = parse_strategies(o.strategies);
+  // Output paths that cannot be written fail now, not after the measurement.
+  if (!o.profile_out.empty()) io::AtomicFileWriter(o.profile_out, "--profile-out");
+  if (!o.json.empty()) io::AtomicFileWriter(o.json, "--json");
+
+  const Shape input = parse_input(o.input);
+  layers::ModelDef def = layers::model_from_flag(o.model, input);
+  layers::Model model(std::move(def.net), def.input_shape, Device::cpu(), DType::Float32, o.seed);
+  DPCORE_CHECK(model.num_classes() == o.classes, "--model ", o.model, " has ", model.num_classes(),
+               " outputs, not --classes ", o.classes);
+  const size_t params = model.parameters().params().size();
+
+  StepProfile profile;
+  std::string source;
+  if (!o.profile_in.empty()) {
+    profile = load_profile(o.profile_in, params);
+    source = "loaded from " + o.profile_in;
+  } else {
+    if (o.threads > 0) kernels::cpu::set_num_threads(o.threads);
+    Generator gen(o.seed + 1);
+    Shape batch_shape{o.batch};
+    batch_shape.insert(batch_shape.end(), input.begin(), input.end());
+    std::vector<float> pixels(size_t(shape_numel(batch_shape)));
+    for (float& v : pixels) v = float(gen.normal());
+    std::vector<int64_t> labels(size_t(o.batch));
+    for (size_t i = 0; i < labels.size(); ++i) labels[i] = int64_t(i) % o.classes;
+    profile = measure_step_profile(model, Tensor::from_vector(pixels, batch_shape),
+                                   Tensor::from_vector(labels, {o.batch}), SgdConfig{0.01, 0.9, 0.0, 5e-4, true},
+                                   o.warmup, o.steps);
+    const int threads = kernels::cpu::num_threads();
+    source = "measured on the CPU, " + std::to_string(threads) + (threads == 1 ? " thread" : " threads") +
+             ", median of " + std::to_string(o.steps) + " steps";
+    if (!o.profile_out.empty()) write_json(o.profile_out, profile_json(profile), "--profile-out");
+  }
+  if (o.compute_scale != 1.0) {
+    profile.forward_s *= o.compute_scale, profile.backward_s *= o.compute_scale;
+    profile.optimizer_s *= o.compute_scale;
+    for (double& t : profile.grad_ready_s) t *= o.compute_scale;
+    source += ", compute times x " + fixed(o.compute_scale, 4);
+  }
+
+  scaling::Buckets buckets;
+  const size_t mib = size_t(1) << 20;
+  for (const Bucket& b : make_buckets(model.parameters(), mib, size_t(o.bucket_mb * double(mib))))
+    buckets.push_back(b.params);
+
+  out << "dpcore predict: " << o.model << " (" << fixed(double(profile.total_param_bytes()) / double(mib), 2)
+      << " MiB of parameters, " << buckets.size() << " DDP bucket" << (buckets.size() == 1 ? "" : "s") << "), batch "
+      << o.batch << " per replica\n"
+      << "step profile (" << source << "): forward " << fixed(profile.forward_s * 1e3, 2) << " ms, backward "
+      << fixed(profile.backward_s * 1e3, 2) << " ms, optimizer " << fixed(profile.optimizer_s * 1e3, 2) << " ms\n"
+      << "cluster " << cluster.cluster.name << ": " << cluster.assumptions << "\n"
+      << "allreduce: " << scaling::algorithm_name(algorithm) << "; efficiency = step(1) / step(R), per-replica batch fixed\n";
+  out << std::setw(8) << "replicas";
+  for (const Strategy& s : strategies) out << " | " << std::setw(9) << (s.name + " ms") << std::setw(12) << "exposed ms" << std::setw(6) << "eff";
+  out << "\n";
+
+  json rows = json::array();
+  for (int r = 1; r <= o.max_replicas; r *= 2) {
+    out << std::setw(8) << r;
+    json row = {{"replicas", r}};
+    for (const Strategy& s : strategies) {
+      const Prediction p =
+          s.name == "ddp"  ? scaling::predict_ddp(profile, buckets, r, cluster.cluster, algorithm)
+          : s.name == "dp" ? scaling::predict_dp(profile, r, cluster.cluster, algorithm)
+                           : scaling::predict_local_sgd(profile, s.sync_every, r, cluster.cluster, algorithm);
+      out << " | " << std::setw(9) << fixed(p.step_s * 1e3, 2) << std::setw(12) << fixed(p.exposed_comm_s * 1e3, 3)
+          << std::setw(6) << fixed(p.efficiency, 2);
+      row[s.name] = {{"step_s", p.step_s}, {"exposed_comm_s", p.exposed_comm_s}, {"efficiency", p.efficiency}};
+    }
+    out << "\n";
+    rows.push_back(row);
+    if (r > o.max_replicas / 2) break;  // no overflow past the largest power of two asked for
+  }
+  if (!o.json.empty()) {
+    write_json(o.json,
+               {{"model", o.model},
+                {"batch_per_replica", o.batch},
+                {"cluster", cluster.cluster.name},
+                {"assumptions", cluster.assumptions},
+                {"algorithm", scaling::algorithm_name(algorithm)},
+                {"profile", profile_json(profile)},
+                {"buckets", buckets},
+                {"predictions", rows}},
+               "--json");
+  }
+}
+
+}  // namespace dpcore::train
