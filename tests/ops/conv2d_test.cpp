@@ -81,7 +81,7 @@ const ConvCase kCases[] = {
     {"direct_5x3_kernel_k17",                    2, 10,  8, 10,  17, 5, 3, 1, 1, 1, 2},
     {"direct_1x1_many_channels",                 2, 40,  6,  5,  20, 1, 1, 1, 1, 0, 0},
     {"direct_pad_past_kernel",                   2,  8,  5,  5,   8, 3, 3, 1, 1, 3, 3},
-    {"resnet_layer1",                            2, 16, 28, 28,  16, 3, 3, 1, 1, 1, 1},
+    {"resnet_layer1",                            1, 16, 28, 28,  16, 3, 3, 1, 1, 1, 1},
 };
 
 std::string describe(const ConvCase& c, int threads) {
@@ -234,6 +234,9 @@ TYPED_TEST(Conv2dTest, BackwardWeightIsDeterministic) {
   }
 }
 
+// The CPU-only tests below are left out of the host execution builds (tests/host_exec),
+// which run this file for the hand CUDA kernels under the sanitizers.
+#if !defined(DPCORE_HOST_EXEC)
 // The CPU's float stride-1 convolutions have two paths (kernels/cpu/conv2d_direct.h): the
 // typed tests above take the direct one where the CPU has AVX-512. With it turned off,
 // im2col + GEMM must meet the reference on the same cases, so that both paths stay
@@ -297,6 +300,7 @@ TEST(Conv2dCpuPaths, NanInputReachesTheReferenceWeightGradsOnly) {
   DirectConv2dOff off;
   expect_nan_reaches_the_reference_weight_grads<float>("im2col");
 }
+#endif  // !DPCORE_HOST_EXEC
 
 #ifdef DPCORE_CUDA_LIBRARIES
 // The two CUDA engines on the same inputs: they must agree to FP32 rounding.
