@@ -1,13 +1,14 @@
 // dpcore predict (train/predict.h).
 #include "train/predict.h"
 
-#include <cstdio>
 #include <fstream>
 #include <iomanip>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 #include <vector>
 
+#include "engine/data/flag_text.h"
 #include "engine/io/atomic_file.h"
 #include "engine/random.h"
 #include "kernels/cpu/kernels.h"
@@ -32,20 +33,17 @@ struct Strategy {
 
 std::vector<Strategy> parse_strategies(const std::string& text) {
   std::vector<Strategy> out;
-  std::stringstream in(text);
-  for (std::string part; std::getline(in, part, ',');) {
+  const std::string local = "local:";
+  for (const std::string& part : data::split_commas(text)) {
     if (part == "ddp" || part == "dp") {
       out.push_back({part, 0});
       continue;
     }
-    const std::string prefix = "local:";
-    char* end = nullptr;
-    const long k = part.rfind(prefix, 0) == 0 ? std::strtol(part.c_str() + prefix.size(), &end, 10) : 0;
-    DPCORE_CHECK(k >= 1 && end && *end == '\0' && part.size() > prefix.size(), "--strategies '", text, "': '", part,
-                 "' is not ddp, dp or local:K with K >= 1");
-    out.push_back({part, int(k)});
+    const std::optional<int64_t> k =
+        part.rfind(local, 0) == 0 ? data::positive_integer(part.substr(local.size())) : std::nullopt;
+    DPCORE_CHECK(k.has_value(), "--strategies '", text, "': '", part, "' is not ddp, dp or local:K with K >= 1");
+    out.push_back({part, int(*k)});
   }
-  DPCORE_CHECK(!out.empty(), "--strategies: empty; expected ddp, dp and/or local:K, comma-separated");
   return out;
 }
 
@@ -53,10 +51,9 @@ Shape parse_input(const std::string& text) {
   Shape shape;
   std::stringstream in(text);
   for (std::string part; std::getline(in, part, 'x');) {
-    char* end = nullptr;
-    const long v = std::strtol(part.c_str(), &end, 10);
-    DPCORE_CHECK(!part.empty() && *end == '\0' && v >= 1, "--input '", text, "': expected CxHxW, e.g. 3x32x32");
-    shape.push_back(v);
+    const std::optional<int64_t> v = data::positive_integer(part);
+    DPCORE_CHECK(v.has_value(), "--input '", text, "': expected CxHxW, e.g. 3x32x32");
+    shape.push_back(*v);
   }
   DPCORE_CHECK(shape.size() == 3, "--input '", text, "': expected CxHxW, e.g. 3x32x32");
   return shape;

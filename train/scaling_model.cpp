@@ -5,8 +5,8 @@
 #include <cmath>
 #include <cstdlib>
 #include <numeric>
-#include <sstream>
 
+#include "engine/data/flag_text.h"
 #include "kernels/error.h"
 
 namespace dpcore::train::scaling {
@@ -62,8 +62,7 @@ Preset cluster_from_flag(const std::string& text, const std::string& flag) {
     if (p.cluster.name == text) return p;
   if (text.find(',') == std::string::npos) preset(text);  // fails naming the presets
   std::vector<double> v;
-  std::stringstream in(text);
-  for (std::string part; std::getline(in, part, ',');) {
+  for (const std::string& part : data::split_commas(text)) {
     char* end = nullptr;
     const double x = std::strtod(part.c_str(), &end);
     DPCORE_CHECK(!part.empty() && *end == '\0' && x > 0 && std::isfinite(x), flag, " '", text, "': '", part,

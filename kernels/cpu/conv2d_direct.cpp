@@ -35,7 +35,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cmath>
 #include <vector>
 
 #include "kernels/cpu/kernels.h"
