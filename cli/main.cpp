@@ -14,10 +14,12 @@
 #include <string>
 #include <vector>
 
+#include "cli/launch.h"
 #include "engine/backend.h"
 #include "engine/device.h"
 #include "engine/runtime.h"
 #include "kernels/error.h"
+#include "train/fault_injection.h"
 #include "train/lr_schedule.h"
 #include "train/recipe.h"
 #include "train/predict.h"
@@ -210,6 +212,11 @@ std::string explain_parse_error(const CLI::App* app, const CLI::Error& e) {
       }
     }
   }
+  // `dpcore launch -n 2 train --steps 5`: the train flags reach launch's parser without --.
+  const CLI::App* launch = app->get_subcommand_ptr("launch").get();
+  if (launch && launch->parsed() && message.rfind("The following argument", 0) == 0) {
+    message += " (put -- before the command: dpcore launch -n N -- train FLAGS...)";
+  }
   return "dpcore: error: " + message + "\nRun with --help for more information.\n";
 }
 
@@ -243,6 +250,42 @@ struct BackendFlags {
     cuda->set_option("cuda-graph", cuda_graph);
   }
 };
+
+// Faults to inject and the guards against bad steps (docs/fault-tolerance.md).
+void add_fault_tolerance_flags(CLI::App& cmd, TrainOptions& o) {
+  cmd.add_option_function<std::vector<std::string>>(
+         "--inject",
+         [&o](const std::vector<std::string>& specs) {
+           std::vector<dpcore::train::Fault> faults = o.parallel.faults.faults();
+           for (const std::string& spec : specs) {
+             try {
+               for (const auto& f : dpcore::train::parse_faults(spec, "--inject")) faults.push_back(f);
+             } catch (const dpcore::Error& e) {
+               throw FlagError(e.what());
+             }
+           }
+           o.parallel.faults = dpcore::train::FaultInjector(std::move(faults));
+         },
+         "make a replica fail at a step, to try recovery and the guards (repeatable; also read from the environment "
+         "variable DPCORE_INJECT, ';' between faults): KIND:replica=R,step=S[,factor=F], KIND throw, hang, exit, "
+         "nan (NaN gradients), bitflip (one bit of the first parameter), slow (compute takes F times as long from "
+         "step S, default 1), e.g. nan:replica=1,step=3 (docs/fault-tolerance.md)")
+      ->expected(1)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  CLI::Option* skip = cmd.add_flag("--skip-nonfinite", o.parallel.guards.skip_nonfinite,
+                                   "skip a step whose global loss or reduced gradient holds a NaN or Inf on every "
+                                   "replica alike (parameters and optimizer state unchanged), log and count it");
+  with_rule(cmd.add_option("--max-skipped", o.parallel.guards.max_skipped,
+                           "--skip-nonfinite: stop the run when this many steps in a row were skipped"),
+            whole<int64_t>(1))
+      ->capture_default_str()
+      ->needs(skip);
+  with_rule(cmd.add_option("--check-replicas", o.parallel.guards.check_replicas,
+                           "every N steps, compare bit checksums of the replicas' parameters and momentum and stop "
+                           "naming the replica and the first tensor that differ (0: never)"),
+            whole<int64_t>(0))
+      ->capture_default_str();
+}
 
 void add_train_flags(CLI::App& cmd, TrainOptions& o, BackendFlags& b) {
   const Rule rate = number(0, true);  // PyTorch's SGD refuses negative values; nan and inf make no sense
@@ -283,8 +326,24 @@ void add_train_flags(CLI::App& cmd, TrainOptions& o, BackendFlags& b) {
   cmd.add_option("--checkpoint", o.checkpoint_dir, "directory for DIR/checkpoint.safetensors (written at the end)");
   with_rule(cmd.add_option("--checkpoint-every", o.checkpoint_every, "also write a checkpoint every N steps (0: only at the end)"),
             whole<int64_t>(0));
-  cmd.add_flag("--resume", o.resume, "continue exactly where the checkpoint in --checkpoint DIR stopped");
+  with_rule(cmd.add_option("--keep-checkpoints", o.keep_checkpoints,
+                           "keep the K newest checkpoints: DIR/checkpoint.safetensors and the K-1 before it as "
+                           "DIR/checkpoint-STEP.safetensors, the oldest removed once the newest is written"),
+            whole<int>(1))
+      ->capture_default_str();
+  CLI::Option* resume = cmd.add_flag("--resume", o.resume,
+                                     "continue exactly where the newest valid checkpoint in --checkpoint DIR stopped, "
+                                     "with any replica count, backend or mode (docs/fault-tolerance.md)");
+  cmd.add_flag("--force-resume", o.force_resume,
+               "resume even where the model, data, --batch, --accum, SGD or schedule differ from the checkpoint's, "
+               "logging each change (old -> new)")
+      ->needs(resume);
   cmd.add_option("--metrics", o.metrics, "append one JSON object per epoch to this JSONL file");
+  with_rule(cmd.add_option("--eval-every", o.eval_every,
+                           "also evaluate on the test set every N steps (a line, and a metrics record of kind "
+                           "\"eval\"); 0: at the end of each epoch only"),
+            whole<int64_t>(0))
+      ->capture_default_str();
   CLI::Option* trace = cmd.add_option(
       "--trace", o.trace,
       "write a timeline of --trace-steps training steps (after 2 warm-up steps) to this JSON file: one lane per "
@@ -293,6 +352,9 @@ void add_train_flags(CLI::App& cmd, TrainOptions& o, BackendFlags& b) {
   with_rule(cmd.add_option("--trace-steps", o.trace_steps, "steps recorded by --trace"), whole<int64_t>(1))
       ->capture_default_str()
       ->needs(trace);
+  cmd.add_flag("--explain", o.explain,
+               "print the first step move by move with this run's numbers: shares, bytes copied, the loss seed, "
+               "buckets, the ring's chunk schedule, the SGD step (docs/data-parallel.md)");
   with_rule(cmd.add_option("--progress", o.progress, "1: progress bar, 0: plain lines, -1: bar on a terminal"),
             one_of({"-1", "0", "1"}, "-1 (a bar on a terminal), 0 (plain lines) or 1 (a bar)"));
   with_rule(cmd.add_option("--replicas", o.parallel.replicas, "data-parallel replicas (R)"), whole<int>(1))
@@ -309,6 +371,14 @@ void add_train_flags(CLI::App& cmd, TrainOptions& o, BackendFlags& b) {
                            "statistics, equal to one replica)"),
             one_of({"local", "sync"}))
       ->capture_default_str();
+  cmd.add_option("--sync", o.parallel.sync,
+                 "how replicas combine their work: full (one synchronous step), local:K (local SGD, parameters "
+                 "averaged every K steps) or async (a parameter server in this process; docs/strategies.md)")
+      ->capture_default_str();
+  with_rule(cmd.add_option("--max-staleness", o.parallel.max_staleness,
+                           "--sync async: the most updates a gradient may lag behind the master"),
+            whole<int64_t>(0))
+      ->capture_default_str();
   cmd.add_option("--split", o.parallel.split, "how the batch is shared: even, weights:3,1,..., or adaptive")->capture_default_str();
   // Upper ends keep the arithmetic in range: MiB -> bytes in a size_t, seconds -> int64 milliseconds.
   with_rule(cmd.add_option("--bucket-mb", o.parallel.bucket_mb, "DDP allreduce bucket cap in MiB (the first bucket is 1 MiB)"),
@@ -317,6 +387,7 @@ void add_train_flags(CLI::App& cmd, TrainOptions& o, BackendFlags& b) {
   with_rule(cmd.add_option("--replica-timeout", o.parallel.timeout_s, "seconds before a silent replica fails the run"),
             number(0, false, 1e9, " of seconds"))
       ->capture_default_str();
+  add_fault_tolerance_flags(cmd, o);
   b.add_to(cmd);
 }
 
@@ -337,6 +408,28 @@ void apply_recipe(const CLI::App& cmd, TrainOptions& o) {
   if (unset("--lr-schedule")) o.lr_schedule = recipe->lr_schedule;
   if (unset("--warmup-steps")) o.warmup_fraction = recipe->warmup_fraction;
   if (unset("--augment")) o.augment = recipe->augment;
+}
+
+// `dpcore launch -n N ... -- train ...` (cli/launch.h): the flags before --; what follows
+// it is the command to run under mpirun, kept as it is.
+CLI::App* add_launch_command(CLI::App& app, dpcore::cli::LaunchOptions& o) {
+  CLI::App* cmd = app.add_subcommand(
+      "launch", "run `dpcore train` under mpirun and restart it from its newest checkpoint when a rank dies: "
+                "dpcore launch -n N [--max-restarts K] [--min-nproc M] [--mpirun CMD] -- train FLAGS... "
+                "(docs/fault-tolerance.md)");
+  with_rule(cmd->add_option("-n,--np", o.nproc, "ranks (mpirun -np) of the first attempt"), whole<int>(1))->required();
+  with_rule(cmd->add_option("--max-restarts", o.max_restarts, "restarts after failures before giving up"),
+            whole<int>(0))
+      ->capture_default_str();
+  with_rule(cmd->add_option("--min-nproc", o.min_nproc,
+                            "fewest ranks: each restart uses one rank fewer than the attempt before, down to this "
+                            "(default -n: every attempt uses N)"),
+            whole<int>(1));
+  cmd->add_option("--mpirun", o.mpirun,
+                  "the MPI launcher and its flags, split at spaces, e.g. \"mpirun --oversubscribe\" (default: "
+                  "$DPCORE_MPIRUN, else mpirun)");
+  cmd->add_option("command", o.command, "after --: train and its flags")->required();
+  return cmd;
 }
 
 int main(int argc, char** argv) {
@@ -400,9 +493,21 @@ int main(int argc, char** argv) {
   predict_cmd->add_option("--profile-out", predict.profile_out, "save the measured step profile here (JSON)");
   predict_cmd->add_option("--json", predict.json, "also write the predictions here (JSON)");
 
+  dpcore::cli::LaunchOptions launch;
+  CLI::App* launch_cmd = add_launch_command(app, launch);
+
   CLI11_PARSE(app, argc, argv);
   try {
-    if (*train_cmd) {
+    if (*launch_cmd) {
+      return dpcore::cli::launch(launch, argv[0], std::cerr);
+    } else if (*train_cmd) {
+      // DPCORE_INJECT adds to --inject: faults for a command line one cannot change (a
+      // launcher's, a script's).
+      if (const char* env = std::getenv("DPCORE_INJECT")) {
+        std::vector<dpcore::train::Fault> faults = train.parallel.faults.faults();
+        for (const auto& f : dpcore::train::parse_faults(env, "DPCORE_INJECT")) faults.push_back(f);
+        train.parallel.faults = dpcore::train::FaultInjector(std::move(faults));
+      }
       apply_recipe(*train_cmd, train);
       train_backend.apply();
       dpcore::train::train(train, std::cout);

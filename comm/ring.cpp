@@ -29,6 +29,22 @@ Range chunk_range(int64_t count, int n, int c) {
   return {begin, begin + base + (c < extra ? 1 : 0)};
 }
 
+int left_of(int rank, int n) { return wrap(rank - 1, n); }
+int right_of(int rank, int n) { return wrap(rank + 1, n); }
+
+// Chunk c starts at rank c+1 (its owner's right neighbour) and moves one rank right per
+// step, so at step s rank r passes on chunk r-1-s and adds to chunk r-2-s, which after
+// the n-1 steps is chunk r itself: complete at its owner.
+Move reduce_scatter_move(int n, int rank, int step) {
+  return {wrap(rank - 1 - step, n), wrap(rank - 2 - step, n), right_of(rank, n), left_of(rank, n)};
+}
+
+// Each complete chunk leaves its owner and moves one rank right per step: at step s rank
+// r passes on chunk r-s (its own at step 0) and receives chunk r-1-s.
+Move allgather_move(int n, int rank, int step) {
+  return {wrap(rank - step, n), wrap(rank - 1 - step, n), right_of(rank, n), left_of(rank, n)};
+}
+
 std::vector<Tensor> split(const Tensor& flat, int n) {
   std::vector<Tensor> chunks;
   for (int c = 0; c < n; ++c) {
@@ -73,7 +89,7 @@ void Peer::finish() {
 
 Tensor Peer::pass_right(const Tensor& outgoing) {
   std::vector<Slot> slots = meet(Slot{outgoing, ""});
-  return slots[size_t(wrap(rank - 1, size()))].tensor;
+  return slots[size_t(left_of(rank, size()))].tensor;
 }
 
 void reduce_scatter(Peer& peer, const std::vector<Tensor>& chunks, bool in_place, const Tensor& result) {
@@ -85,10 +101,12 @@ void reduce_scatter(Peer& peer, const std::vector<Tensor>& chunks, bool in_place
     partials[0] = peer.workspace.get(Workspace::kPartialEven, largest.numel(), largest.dtype(), largest.device());
     partials[1] = peer.workspace.get(Workspace::kPartialOdd, largest.numel(), largest.dtype(), largest.device());
   }
-  Tensor outgoing = chunks[size_t(wrap(r - 1, n))];
+  // The chunk sent at step s+1 is the partial sum written at step s (reduce_scatter_move's
+  // send(s+1) == receive(s)); only step 0 sends this rank's own data.
+  Tensor outgoing = chunks[size_t(reduce_scatter_move(n, r, 0).send)];
   for (int s = 0; s < n - 1; ++s) {
     Tensor incoming = peer.pass_right(outgoing);
-    const Tensor& mine = chunks[size_t(wrap(r - 2 - s, n))];
+    const Tensor& mine = chunks[size_t(reduce_scatter_move(n, r, s).receive)];
     // Not in place, partial sums alternate between two buffers: the right neighbour is
     // still reading the previous step's while this step's is written.
     Tensor dst = s == n - 2 ? result : in_place ? mine : partials[s % 2].narrow0(0, mine.numel());
@@ -100,10 +118,12 @@ void reduce_scatter(Peer& peer, const std::vector<Tensor>& chunks, bool in_place
 
 void allgather(Peer& peer, const std::vector<Tensor>& chunks) {
   const int n = peer.size(), r = peer.rank;
-  Tensor outgoing = chunks[size_t(r)];
+  // The chunk sent at step s+1 is the one received at step s (allgather_move's send(s+1)
+  // == receive(s)); step 0 sends this rank's own.
+  Tensor outgoing = chunks[size_t(allgather_move(n, r, 0).send)];
   for (int s = 0; s < n - 1; ++s) {
     Tensor incoming = peer.pass_right(outgoing);
-    const Tensor& chunk = chunks[size_t(wrap(r - 1 - s, n))];
+    const Tensor& chunk = chunks[size_t(allgather_move(n, r, s).receive)];
     chunk.copy_(incoming);
     outgoing = chunk;
   }

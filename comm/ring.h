@@ -45,6 +45,22 @@ Range chunk_range(int64_t count, int n, int c);
 // The n chunks of a 1-D tensor, as views.
 std::vector<Tensor> split(const Tensor& flat, int n);
 
+// The ring's chunk arithmetic, in one place: reduce_scatter and allgather below run it,
+// and `dpcore train --explain` (train/explain.h) prints it, so the two cannot disagree.
+// At step `step` (0 .. n-2) of a phase, rank `rank` of n sends chunk `send` to its right
+// neighbour `to` and receives chunk `receive` from its left neighbour `from`.
+struct Move {
+  int send, receive;  // chunk numbers
+  int to, from;       // ranks
+};
+int left_of(int rank, int n);
+int right_of(int rank, int n);
+// Reduce-scatter: `send` is this rank's partial sum of a chunk (its own data at step 0),
+// `receive` the left neighbour's partial sum of the chunk this rank adds its data to.
+Move reduce_scatter_move(int n, int rank, int step);
+// Allgather: `send` is a complete chunk this rank holds, `receive` one it does not yet.
+Move allgather_move(int n, int rank, int step);
+
 // Scratch buffers kept by one replica across collectives, so that steady-state training
 // does not allocate.
 class Workspace {

@@ -29,6 +29,9 @@ class Sgd {
   // built with momentum, and nesterov needs it > 0.
   void set_momentum(double momentum);
   int64_t steps_taken() const { return steps_; }
+  // Host seconds the last step() took (on a GPU, its launch), for the per-epoch breakdown
+  // of train/step_times.h.
+  double last_step_seconds() const { return last_step_seconds_; }
 
   // State for checkpoints: the momentum buffer (same layout as the parameters; undefined
   // when momentum is 0) and the step count (the first step initialises the buffer).
@@ -40,6 +43,7 @@ class Sgd {
   SgdConfig config_;
   Tensor momentum_;
   int64_t steps_ = 0;
+  double last_step_seconds_ = 0;
 };
 
 }  // namespace dpcore

@@ -28,6 +28,7 @@ COLOURS = {
     "comm": ("#55a868", "collective (allreduce, broadcast)"),
     "wait": ("#c44e52", "waiting"),
     "optimizer": ("#8172b3", "optimizer step"),
+    "injected": ("#da8bc3", "injected slowdown (--inject slow)"),
     "scatter": ("#937860", "scatter / gather"),
     "gather": ("#937860", "scatter / gather"),
     "replicate": ("#937860", "scatter / gather"),
@@ -110,8 +111,9 @@ def draw(ax, label, path, step):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--trace", action="append", required=True, metavar="LABEL=FILE",
-                   help="a trace and its panel's title; one panel per --trace, top to bottom")
+    p.add_argument("--trace", action="append", required=True, metavar="LABEL=FILE[@STEP]",
+                   help="a trace and its panel's title; one panel per --trace, top to bottom; @STEP draws that "
+                   "step (a number or 'median') of this trace instead of --step's")
     p.add_argument("--step", default="", help="the step to draw: its number, or 'median' for the step of median "
                    "duration in each trace (default: the first recorded)")
     p.add_argument("--out", required=True, help="the PNG to write")
@@ -121,10 +123,11 @@ def main():
     for t in args.trace:
         label, sep, path = t.rpartition("=")
         if not sep or not label:
-            sys.exit(f"plot_timeline: --trace '{t}': expected LABEL=FILE")
-        panels.append((label, path))
+            sys.exit(f"plot_timeline: --trace '{t}': expected LABEL=FILE[@STEP]")
+        path, at, step = path.partition("@")  # FILE@STEP: this panel's step, instead of --step's
+        panels.append((label, path, step if at else args.step))
     fig, axes = plt.subplots(len(panels), 1, figsize=(12, 3.2 * len(panels)), squeeze=False)
-    longest = max(draw(ax, label, path, args.step) for ax, (label, path) in zip(axes[:, 0], panels))
+    longest = max(draw(ax, label, path, step) for ax, (label, path, step) in zip(axes[:, 0], panels))
     for ax in axes[:, 0]:
         ax.set_xlim(0, longest)  # one scale for every panel, so that lengths compare
     axes[-1, 0].set_xlabel("milliseconds since the step began")

@@ -40,13 +40,12 @@ int64_t meta_int(const io::SafetensorsFile& f, const std::string& key) {
 
 }  // namespace
 
-std::string checkpoint_path(const std::string& dir) { return dir + "/checkpoint.safetensors"; }
-
-void save_checkpoint(const std::string& dir, const Model& model, const Sgd& sgd, const TrainProgress& progress,
-                     const std::map<std::string, std::string>& settings) {
+void write_checkpoint(const std::string& path, const Model& model, const Sgd& sgd, const TrainProgress& progress,
+                      const std::map<std::string, std::string>& settings) {
   std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  DPCORE_CHECK(!ec, "checkpoint: cannot create directory ", dir, ": ", ec.message());
+  const std::filesystem::path dir = std::filesystem::path(path).parent_path();
+  if (!dir.empty()) std::filesystem::create_directories(dir, ec);
+  DPCORE_CHECK(!ec, "checkpoint: cannot create directory ", dir.string(), ": ", ec.message());
 
   layers::HostState state(model, kModelPrefix);
   Tensor momentum = sgd.momentum().defined() ? sgd.momentum().to(Device::cpu()) : Tensor();
@@ -64,42 +63,38 @@ void save_checkpoint(const std::string& dir, const Model& model, const Sgd& sgd,
   meta["batch"] = std::to_string(progress.position.batch);
   meta["optimizer_steps"] = std::to_string(sgd.steps_taken());
   meta["crc32"] = std::to_string(crc_of(blocks));
-  io::save_safetensors(checkpoint_path(dir), views, meta);
+  io::save_safetensors(path, views, meta);
 }
 
-TrainProgress load_checkpoint(const std::string& dir, Model& model, Sgd& sgd,
-                              const std::map<std::string, std::string>& settings) {
-  std::string path = checkpoint_path(dir);
-  DPCORE_CHECK(std::filesystem::exists(path), "--resume: no checkpoint at ", path);
+io::SafetensorsFile read_checkpoint(const std::string& path) {
+  DPCORE_CHECK(std::filesystem::exists(path), path, ": no such file");
   io::SafetensorsFile file = io::load_safetensors(path);
   auto fmt = file.metadata().find("format");
   DPCORE_CHECK(fmt != file.metadata().end() && fmt->second == kFormat, path, ": not a dpcore checkpoint (format ",
                fmt == file.metadata().end() ? "missing" : "'" + fmt->second + "'", ")");
-
   std::vector<std::pair<const void*, size_t>> blocks;
   for (const auto& t : file.tensors()) blocks.emplace_back(t.data.data(), t.data.size());
-  DPCORE_CHECK(std::to_string(crc_of(blocks)) == file.metadata().at("crc32"), path,
+  auto crc = file.metadata().find("crc32");
+  DPCORE_CHECK(crc != file.metadata().end() && std::to_string(crc_of(blocks)) == crc->second, path,
                ": checkpoint is damaged (CRC-32 of its tensors does not match)");
+  return file;
+}
 
-  for (const auto& [key, value] : settings) {
-    auto it = file.metadata().find(key);
-    DPCORE_CHECK(it != file.metadata().end() && it->second == value, path, ": the checkpoint was written with ",
-                 key, " = ", it == file.metadata().end() ? "(unset)" : it->second, ", this run uses ", value,
-                 "; resume with the same settings");
-  }
-
-  layers::load_weights(model, file, kModelPrefix);
-  const io::TensorRecord* momentum = file.find("optimizer.momentum");
-  DPCORE_CHECK((momentum != nullptr) == sgd.momentum().defined(), path, ": optimizer state ",
-               momentum ? "has" : "lacks", " a momentum buffer but this run's momentum is ", sgd.config().momentum);
-  Tensor m;
-  if (momentum) m = Tensor::from_host(momentum->data.data(), momentum->shape, momentum->dtype);
-  sgd.restore(m, meta_int(file, "optimizer_steps"));
-
+TrainProgress checkpoint_progress(const io::SafetensorsFile& file) {
   TrainProgress p;
   p.step = meta_int(file, "step");
   p.position = {meta_int(file, "epoch"), meta_int(file, "batch")};
   return p;
+}
+
+void restore_checkpoint(const io::SafetensorsFile& file, Model& model, Sgd& sgd) {
+  layers::load_weights(model, file, kModelPrefix);
+  const io::TensorRecord* momentum = file.find("optimizer.momentum");
+  DPCORE_CHECK((momentum != nullptr) == sgd.momentum().defined(), file.source(), ": optimizer state ",
+               momentum ? "has" : "lacks", " a momentum buffer but this run's momentum is ", sgd.config().momentum);
+  Tensor m;
+  if (momentum) m = Tensor::from_host(momentum->data.data(), momentum->shape, momentum->dtype);
+  sgd.restore(m, meta_int(file, "optimizer_steps"));
 }
 
 }  // namespace dpcore::train

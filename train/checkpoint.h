@@ -1,19 +1,23 @@
-// Checkpoints: everything needed to continue a run exactly where it stopped.
+// One checkpoint file: everything needed to continue a run exactly where it stopped.
 //
-// One safetensors file, DIR/checkpoint.safetensors: the model's parameters and buffers
-// under their state_dict names ("model.<name>"), the flat momentum buffer ("optimizer.momentum"), and metadata
-// strings: the step, the data loader's position (epoch, batch; the sample order is a pure
-// function of seed and epoch, so this is the whole RNG state), the optimizer's step count,
-// the run's settings (a resumed run must use the same ones), and a CRC-32 of all tensor
-// bytes so that a damaged file is refused instead of silently training on garbage.
+// A safetensors file: the model's parameters and buffers under their state_dict names
+// ("model.<name>"), the flat momentum buffer ("optimizer.momentum"), and metadata strings:
+// the step, the data loader's position (epoch, batch; the sample order is a pure function
+// of seed and epoch, so this is the whole RNG state), the optimizer's step count, the run's
+// settings (train/resume.h compares them on resume), and a CRC-32 of all tensor bytes so
+// that a damaged file is refused instead of silently training on garbage. Nothing in it
+// depends on how many replicas or processes wrote it: it is the one model every replica
+// holds, and the position of the global batch.
+//
 // Written to a temporary name, synced, then renamed: a run killed mid-write leaves the
-// previous checkpoint intact.
+// previous checkpoint intact. Which files a run keeps: train/checkpoint_files.h.
 #pragma once
 
 #include <map>
 #include <string>
 
 #include "engine/data/loader.h"
+#include "engine/io/safetensors.h"
 #include "engine/sgd.h"
 #include "layers/model.h"
 
@@ -26,15 +30,19 @@ struct TrainProgress {
   data::LoaderPosition position;   // the next batch to train on
 };
 
-std::string checkpoint_path(const std::string& dir);
+// Writes the checkpoint at `path`; `settings` go into the metadata as they are.
+void write_checkpoint(const std::string& path, const Model& model, const Sgd& sgd, const TrainProgress& progress,
+                      const std::map<std::string, std::string>& settings);
 
-// `settings` are the flags that must match on resume (model, data, batch, seed, ...).
-void save_checkpoint(const std::string& dir, const Model& model, const Sgd& sgd, const TrainProgress& progress,
-                     const std::map<std::string, std::string>& settings);
+// Reads the whole file and checks that it is a dpcore checkpoint whose tensors match their
+// CRC-32; fails naming the file and what is wrong (missing, truncated, damaged, other format).
+io::SafetensorsFile read_checkpoint(const std::string& path);
 
-// Restores model, optimizer and progress; fails with a clear error when the file is
-// missing, damaged, or was written with other settings (naming the differing flag).
-TrainProgress load_checkpoint(const std::string& dir, Model& model, Sgd& sgd,
-                              const std::map<std::string, std::string>& settings);
+// The step and data position a checkpoint read by read_checkpoint continues from.
+TrainProgress checkpoint_progress(const io::SafetensorsFile& file);
+
+// Loads its weights, buffers and optimizer state into `model` and `sgd`; fails when they do
+// not fit (another model, momentum on one side only), naming both.
+void restore_checkpoint(const io::SafetensorsFile& file, Model& model, Sgd& sgd);
 
 }  // namespace dpcore::train

@@ -1,6 +1,7 @@
 #include "train/data_parallel.h"
 
 #include <chrono>
+#include <optional>
 
 #include "engine/autograd.h"
 #include "engine/backend.h"
@@ -133,6 +134,19 @@ std::vector<Device> replica_devices(const ParallelOptions& options, Device model
   return comm::place_replicas(options.replicas, model_device.type);
 }
 
+std::vector<Device> process_replica_devices(const ParallelOptions& options, Device model_device) {
+  // In a job started by mpirun (--backend mpi, or nccl with one process per GPU), this
+  // process holds one replica and mpirun decides how many there are; a GPU replica goes to
+  // the GPU of its rank on this host.
+  std::optional<comm::Launch> launch = comm::mpirun_launch();
+  if (options.backend == "mpi" || (options.backend == "nccl" && launch && launch->size > 1)) {
+    Device d = model_device;
+    if (d.is_cuda() && launch) d = Device::cuda(launch->local_rank % std::max(1, runtime::cuda_device_count()));
+    return {d};
+  }
+  return replica_devices(options, model_device);
+}
+
 void use_replica_streams(ReplicaThreads& pool, std::vector<Replica>& replicas) {
   pool.run([&](int r) {
     Device d = replicas[size_t(r)].device();
@@ -157,14 +171,28 @@ CommConfig comm_config(const ParallelOptions& options, std::vector<Device> devic
 }
 
 ReplicatedRunner::ReplicatedRunner(const ParallelOptions& options, int64_t accum)
-    : splitter_(options.split, options.replicas), accum_(accum), sync_batch_norm_(options.batchnorm == "sync") {
+    : splitter_(options.split, options.replicas),
+      accum_(accum),
+      sync_batch_norm_(options.batchnorm == "sync"),
+      faults_(options.faults),
+      guards_(options.guards) {
   DPCORE_CHECK(options.batchnorm == "local" || options.batchnorm == "sync", "--batchnorm '", options.batchnorm,
                "': expected local or sync");
+}
+
+void ReplicatedRunner::check_faults(int world_size, const ParallelOptions& options) const {
+  faults_.check(world_size,
+                world_size != options.replicas ? std::to_string(world_size) + " processes (mpirun -np)"
+                                               : "--replicas " + std::to_string(world_size),
+                options.backend);
 }
 
 void ReplicatedRunner::start(std::unique_ptr<layers::Model> model, const std::vector<Device>& devices,
                              std::vector<std::unique_ptr<Communicator>> comms, const SgdConfig& sgd) {
   replicas_ = replicate(std::move(model), devices, std::move(comms), sgd);
+  // Processes of one job: each its rank in a trace, so that their files can be told apart.
+  const int rank = replicas_[0].rank();
+  if (replicas_[0].comm->size() > int(replicas_.size())) trace::set_process(rank, "dpcore rank " + std::to_string(rank));
   if (sync_batch_norm_) {
     for (Replica& r : replicas_) {
       r.batch_norm_group = std::make_unique<ReplicaBatchNormGroup>(*r.comm);
@@ -172,7 +200,10 @@ void ReplicatedRunner::start(std::unique_ptr<layers::Model> model, const std::ve
     }
   }
   threads_ = std::make_unique<ReplicaThreads>(int(replicas_.size()),
-                                        [this](int r, const std::string& m) { abort_all(replicas_, r, m); });
+                                        [this](int r, const std::string& m) {
+                                          abort_all(replicas_, r, m);
+                                          faults_.release_hangs();  // an injected hang ends too
+                                        });
   use_replica_streams(*threads_, replicas_);
   threads_->run([this](int r) {
     const int rank = replicas_[size_t(r)].rank();
@@ -200,6 +231,7 @@ DataParallelRunner::DataParallelRunner(std::unique_ptr<layers::Model> model, con
     : ReplicatedRunner(options, accum) {
   DPCORE_CHECK(options.backend != "mpi", "--mode dp runs its replicas in one process; with --backend mpi use --mode ddp");
   devices_ = replica_devices(options, model->device());
+  check_faults(options.replicas, options);
   start(std::move(model), devices_, comm::make_communicators(comm_config(options, devices_)), sgd);
 }
 
@@ -210,15 +242,25 @@ StepStats DataParallelRunner::step(const data::Batch& batch) {
   std::vector<double> seconds(R, 0.0);
   std::vector<int64_t> computed(R, 0);
   Tensor loss_sum = Tensor::zeros({}, DType::Float32, root);
+  // The main thread's time in the phases the replicas run (forward, backward): a replica
+  // idles for what of it it does not compute (train/step_times.h).
+  using SteadyClock = std::chrono::steady_clock;
+  auto seconds_since = [](SteadyClock::time_point t) {
+    return std::chrono::duration<double>(SteadyClock::now() - t).count();
+  };
+  double apply_seconds = 0;
+  std::vector<ReplicaLane> lanes(R);
 
   threads_->run([this](int r) {
     broadcast_buffers(replicas_[size_t(r)]);
     replicas_[size_t(r)].model->zero_grad();
   });
   int64_t begin = 0;
+  last_shares_.clear();
   for (int64_t micro : even_split(n, std::min<int64_t>(accum_, n))) {
     // scatter
     std::vector<int64_t> shares = splitter_.shares(micro);
+    last_shares_.push_back(shares);
     for (Replica& r : replicas_) prepare_batch_norm(r, shares);
     std::vector<Shard> shards = scatter(batch, begin, shares, devices_);
     // The shards were copied on this thread's stream; the replicas read them on their own
@@ -226,6 +268,7 @@ StepStats DataParallelRunner::step(const data::Batch& batch) {
     for (const Device& d : devices_) runtime::synchronize(d);
     // parallel_apply: forward
     std::vector<Tensor> outputs(R);
+    SteadyClock::time_point applied = SteadyClock::now();
     threads_->run([&](int r) {
       auto t0 = std::chrono::steady_clock::now();
       if (shards[size_t(r)].size > 0) {
@@ -235,6 +278,7 @@ StepStats DataParallelRunner::step(const data::Batch& batch) {
       finish_device_work(replicas_[size_t(r)]);  // gather reads the outputs from another thread
       seconds[size_t(r)] += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     });
+    apply_seconds += seconds_since(applied);
     // gather, and the loss on the root
     Tensor logits = gather(outputs, root).set_requires_grad(true);
     Tensor y = batch_labels(batch_rows(batch, begin, begin + micro), root);
@@ -244,6 +288,7 @@ StepStats DataParallelRunner::step(const data::Batch& batch) {
     // scatter the loss gradient back; parallel_apply: backward
     Tensor dlogits = logits.grad();
     runtime::synchronize(root);  // the replicas' streams read what the root's stream wrote
+    applied = SteadyClock::now();
     threads_->run([&](int r) {
       const Shard& s = shards[size_t(r)];
       if (s.size == 0) return;
@@ -258,16 +303,47 @@ StepStats DataParallelRunner::step(const data::Batch& batch) {
       seconds[size_t(r)] += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       computed[size_t(r)] += s.size;
     });
+    apply_seconds += seconds_since(applied);
     begin += micro;
   }
-  // reduce, then the same step everywhere
-  threads_->run([this](int r) {
-    reduce_gradients(replicas_[size_t(r)]);
-    replicas_[size_t(r)].sgd->step();
-    finish_device_work(replicas_[size_t(r)]);
+  // reduce, then the same step everywhere. The step's faults (--inject) all happen here, on
+  // the replica's thread after its last backward and before the reduction: dp's forward
+  // and backward are phases the main thread drives, and this is the first point where a
+  // replica meets the others in a collective, whose timeout notices a hang.
+  const int64_t step = step_number();
+  const bool loss_finite = !guards_.skip_nonfinite || all_finite(loss_sum);  // the root's: one for all
+  std::vector<char> skipped(R, 0);
+  std::vector<std::string> diverged(R);
+  threads_->run([&](int r) {
+    Replica& rep = replicas_[size_t(r)];
+    faults_.before(rep.rank(), step);
+    const SteadyClock::time_point injected = SteadyClock::now();
+    faults_.after(rep.rank(), step, *rep.model, seconds[size_t(r)]);
+    // An injected slowdown is part of this replica's compute, for --split adaptive too.
+    seconds[size_t(r)] += std::chrono::duration<double>(SteadyClock::now() - injected).count();
+    const SteadyClock::time_point reducing = SteadyClock::now();
+    reduce_gradients(rep);
+    ReplicaLane& lane = lanes[size_t(r)];
+    lane.blocked = seconds_since(reducing);
+    // Every replica decides from the reduced gradients, the same bits on all of them.
+    skipped[size_t(r)] = guards_.skip_nonfinite && (!loss_finite || !all_finite(rep.model->parameters().grads()));
+    if (!skipped[size_t(r)]) rep.sgd->step();
+    lane.optimizer = skipped[size_t(r)] ? 0 : rep.sgd->last_step_seconds();
+    finish_device_work(rep);
+    if (guards_.check_due(step)) diverged[size_t(r)] = check_replicas(*rep.comm, *rep.model, *rep.sgd, step);
   });
+  for (size_t r = 1; r < R; ++r) {
+    DPCORE_CHECK(skipped[r] == skipped[0], "--skip-nonfinite: at step ", step, " replica ", r,
+                 skipped[r] ? " skipped" : " took", " the step and replica 0 did not: their reduced gradients differ");
+  }
+  DPCORE_CHECK(diverged[0].empty(), diverged[0]);
+  for (size_t r = 0; r < R; ++r) {
+    lanes[r].compute = seconds[r];
+    lanes[r].idle = std::max(0.0, apply_seconds - seconds[r]);
+    lanes[r].samples = computed[r];
+  }
   splitter_.observe(seconds, computed);
-  return {loss_sum, n};
+  return {loss_sum, n, skipped[0] != 0, combine_lanes(lanes)};
 }
 
 std::string DataParallelRunner::describe() const {

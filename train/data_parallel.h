@@ -89,6 +89,15 @@ class ReplicatedRunner : public StepRunner {
   // This process's replica number `replica` (0 is model()).
   const layers::Model& replica_model(size_t replica) const { return *replicas_[replica].model; }
   size_t local_replicas() const { return replicas_.size(); }
+  // Read-only views of the runner's state, for --explain (train/explain.h), which must
+  // describe what ran rather than what the options asked for.
+  const Replica& replica(size_t local) const { return replicas_[local]; }
+  const Splitter& splitter() const { return splitter_; }
+  int64_t accum() const { return accum_; }
+  bool sync_batch_norm() const { return sync_batch_norm_; }
+  // The shares the last step used, [micro-batch][rank] (global ranks: with mpi, also the
+  // other processes' replicas, which the splitter gives every rank alike).
+  const std::vector<std::vector<int64_t>>& last_shares() const { return last_shares_; }
 
  protected:
   ReplicatedRunner(const ParallelOptions& options, int64_t accum);
@@ -97,12 +106,18 @@ class ReplicatedRunner : public StepRunner {
   // its own stream, and broadcasts rank 0's state.
   void start(std::unique_ptr<layers::Model> model, const std::vector<Device>& devices,
              std::vector<std::unique_ptr<Communicator>> comms, const SgdConfig& sgd);
+  // --inject's faults against the job's replicas (world_size: mpirun's, with mpi), naming
+  // the flag that set their number.
+  void check_faults(int world_size, const ParallelOptions& options) const;
 
   std::vector<Replica> replicas_;
   std::unique_ptr<ReplicaThreads> threads_;
   Splitter splitter_;
   int64_t accum_;
   bool sync_batch_norm_;
+  FaultInjector faults_;   // --inject; its hangs are released when a replica fails
+  GuardOptions guards_;    // --skip-nonfinite, --check-replicas
+  std::vector<std::vector<int64_t>> last_shares_;  // set by step()
 };
 
 // --mode dp: one process, R replicas; the loss is computed on the root from gathered outputs.
@@ -123,6 +138,9 @@ CommConfig comm_config(const ParallelOptions& options, std::vector<Device> devic
 // Device of each replica for the options: --replicas R local replicas on the model's
 // device type (round-robin over GPUs), or the explicit list.
 std::vector<Device> replica_devices(const ParallelOptions& options, Device model_device);
+// The devices of this process's replicas: one, the GPU of its rank on this host (or the
+// CPU), in a job started by mpirun; else replica_devices.
+std::vector<Device> process_replica_devices(const ParallelOptions& options, Device model_device);
 // Puts each replica's device work on its own stream (replica r's thread, stream r), so
 // replicas sharing a GPU run concurrently. Nothing to do on the CPU.
 void use_replica_streams(ReplicaThreads& pool, std::vector<Replica>& replicas);

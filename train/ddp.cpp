@@ -53,13 +53,17 @@ void BucketReducer::arm() {
   armed_ = true;
   next_to_launch_ = 0;
   works_.clear();
+  ready_.clear();
+  arrived_ = 0;
   for (size_t b = 0; b < buckets_.size(); ++b) pending_[b] = int(buckets_[b].params.size());
 }
 
 void BucketReducer::on_gradient_ready(size_t param) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (!armed_) return;
-  pending_[size_t(bucket_of_param_[param])]--;
+  const size_t bucket = size_t(bucket_of_param_[param]);
+  ++arrived_;
+  if (--pending_[bucket] == 0) ready_.push_back({bucket, arrived_});
   launch_ready_buckets();
 }
 
@@ -99,6 +103,7 @@ void BucketReducer::finish() {
       armed_ = true;
       next_to_launch_ = 0;
       works_.clear();
+      ready_.clear();
     }
     span.add("launched_after_backward", int64_t(buckets_.size() - next_to_launch_));
     std::fill(pending_.begin(), pending_.end(), 0);
@@ -115,30 +120,18 @@ void BucketReducer::finish() {
 DistributedRunner::DistributedRunner(std::unique_ptr<layers::Model> model, const SgdConfig& sgd, int64_t accum,
                                      const ParallelOptions& options)
     : ReplicatedRunner(options, accum) {
-  // In a job started by mpirun (--backend mpi, or nccl with one process per GPU), this
-  // process holds one replica and mpirun decides how many there are; a GPU replica goes to
-  // the GPU of its rank on this host.
-  std::vector<Device> devices;
-  std::optional<comm::Launch> launch = comm::mpirun_launch();
-  if (options.backend == "mpi" || (options.backend == "nccl" && launch && launch->size > 1)) {
-    Device d = model->device();
-    if (d.is_cuda() && launch) d = Device::cuda(launch->local_rank % std::max(1, runtime::cuda_device_count()));
-    devices = {d};
-  } else {
-    devices = replica_devices(options, model->device());
-  }
+  std::vector<Device> devices = process_replica_devices(options, model->device());
   auto comms = make_communicators(comm_config(options, devices));
   world_size_ = comms[0]->size();
   if (world_size_ != options.replicas) splitter_ = Splitter(options.split, world_size_);  // set by mpirun
+  check_faults(world_size_, options);
   start(std::move(model), devices, std::move(comms), sgd);
-  // Processes of one job: each its rank in a trace, so that their files can be told apart.
-  if (world_size_ > int(replicas_.size())) {
-    trace::set_process(replicas_[0].rank(), "dpcore rank " + std::to_string(replicas_[0].rank()));
-  }
-  size_t mib = size_t(1) << 20;
+  const size_t mib = size_t(1) << 20;
+  first_cap_bytes_ = mib;  // as PyTorch's first bucket: small, so that communication starts early
+  cap_bytes_ = size_t(options.bucket_mb * double(mib));
   for (Replica& r : replicas_) {
-    reducers_.push_back(std::make_unique<BucketReducer>(
-        r, make_buckets(r.model->parameters(), mib, size_t(options.bucket_mb * double(mib)))));
+    reducers_.push_back(
+        std::make_unique<BucketReducer>(r, make_buckets(r.model->parameters(), first_cap_bytes_, cap_bytes_)));
   }
 }
 
@@ -154,10 +147,16 @@ StepStats DistributedRunner::step(const data::Batch& batch) {
     pieces.push_back(splitter_.shares(size));
     for (int g = 0; g < world_size_; ++g) shares[size_t(g)] += pieces.back()[size_t(g)];
   }
+  last_shares_ = pieces;
   std::vector<double> seconds(size_t(world_size_), 0.0);
   Tensor global_loss;
+  const int64_t step = step_number();
+  std::vector<char> skipped(replicas_.size(), 0);
+  std::vector<std::string> diverged(replicas_.size());
+  std::vector<ReplicaLane> lanes(replicas_.size());
 
   threads_->run([&](int local) {
+    const Clock::time_point started = Clock::now();
     Replica& rep = replicas_[size_t(local)];
     BucketReducer& reducer = *reducers_[size_t(local)];
     const int rank = rep.rank();
@@ -165,7 +164,11 @@ StepStats DistributedRunner::step(const data::Batch& batch) {
     for (size_t m = 0; m < micro.size(); ++m) {
       if (pieces[m][size_t(rank)] > 0) last = m;
     }
+    // An injected NaN is written into the gradients after compute: that replica's buckets
+    // then wait for it (no overlap at that step), so that the reduction carries it.
+    const bool overlap = !faults_.writes_gradients(rank, step);
 
+    faults_.before(rank, step);  // throw, hang, exit: before any of the step's work
     broadcast_buffers(rep);
     auto t0 = Clock::now();
     rep.model->zero_grad();
@@ -181,21 +184,33 @@ StepStats DistributedRunner::step(const data::Batch& batch) {
         return trace::Label{"micro-batch " + std::to_string(m + 1) + " of " + std::to_string(micro.size()),
                             {{"rows", size}, {"first_row", row}, {"communicates", int64_t(m == last)}}};
       });
-      if (m == last) reducer.arm();
+      if (m == last && overlap) reducer.arm();
       auto [x, y] = batch_tensors(batch_rows(batch, row, row + size), rep.device());
       Tensor l = forward_backward(*rep.model, x, y, 1.0 / double(n));
       backend_for(rep.device()).add(loss_sum, l, loss_sum);
     }
     seconds[size_t(rank)] = std::chrono::duration<double>(Clock::now() - t0).count();
+    if (!faults_.empty()) {
+      finish_device_work(rep);  // the gradients are final before a fault writes them
+      faults_.after(rank, step, *rep.model, seconds[size_t(rank)]);
+      // An injected slowdown is part of this replica's compute, for --split adaptive too.
+      seconds[size_t(rank)] = std::chrono::duration<double>(Clock::now() - t0).count();
+    }
+    ReplicaLane& lane = lanes[size_t(local)];
+    lane.compute = seconds[size_t(rank)];  // (before the adaptive allgather rewrites `seconds`)
     reducer.finish();
-    rep.sgd->step();
 
     // Bookkeeping all ranks must agree on: the global loss, and (adaptive) the timings.
+    // The loss is reduced before the optimizer step, which --skip-nonfinite decides from it.
     {
       trace::Span span("wait", [&] { return trace::Label{"allreduce loss (wait)", {{"on", comm_lane(rep)}}}; });
       trace::CollectiveLabel purpose([] { return trace::Label{"loss", {}}; });
       rep.comm->allreduce(loss_sum, ReduceOp::Sum).wait();
     }
+    // From the global loss and the reduced gradients: the same data, so the same decision,
+    // on every rank.
+    skipped[size_t(local)] = guards_.skip_nonfinite && step_is_nonfinite(loss_sum, rep.model->parameters().grads());
+    if (!skipped[size_t(local)]) rep.sgd->step();
     finish_device_work(rep);
     if (local == 0) global_loss = loss_sum;
     if (splitter_.adaptive()) {
@@ -209,14 +224,25 @@ StepStats DistributedRunner::step(const data::Batch& batch) {
         seconds.assign(gathered.begin(), gathered.end());
       }
     }
+    if (guards_.check_due(step)) diverged[size_t(local)] = check_replicas(*rep.comm, *rep.model, *rep.sgd, step);
+    lane.optimizer = skipped[size_t(local)] ? 0 : rep.sgd->last_step_seconds();
+    lane.samples = shares[size_t(rank)];
+    const double total = std::chrono::duration<double>(Clock::now() - started).count();
+    lane.blocked = std::max(0.0, total - lane.compute - lane.optimizer);  // collectives, mostly
   });
+  for (size_t r = 1; r < replicas_.size(); ++r) {
+    DPCORE_CHECK(skipped[r] == skipped[0], "--skip-nonfinite: at step ", step, " replica ", replicas_[r].rank(),
+                 skipped[r] ? " skipped" : " took", " the step and replica ", replicas_[0].rank(),
+                 " did not: their reduced gradients differ");
+  }
+  DPCORE_CHECK(diverged[0].empty(), diverged[0]);
   splitter_.observe(seconds, shares);
   // global_loss was allocated on replica 0's stream, but the caller reads it on its own: it
   // gets a copy made on its stream, and the original goes back to replica 0's free list
   // only once that copy has run (the allocator reuses blocks per stream).
   Tensor loss = global_loss.clone();
   runtime::synchronize(loss.device());
-  return {loss, n};
+  return {loss, n, skipped[0] != 0, combine_lanes(lanes)};
 }
 
 bool DistributedRunner::is_primary() const { return replicas_[0].rank() == 0; }

@@ -50,6 +50,15 @@ class BucketReducer {
   // Seconds between the end of the armed backward and the last allreduce finishing: the
   // communication that the overlap did NOT hide (for benchmarks).
   double exposed_seconds() const { return exposed_seconds_; }
+  // The buckets whose last gradient arrived during the last armed backward, in the order
+  // they became ready, each with how many of the armed gradients had arrived by then
+  // (for --explain). A bucket missing here was launched by finish(): this replica ran no
+  // backward (an empty share).
+  struct Ready {
+    size_t bucket;
+    int64_t gradients;
+  };
+  const std::vector<Ready>& ready_order() const { return ready_; }
 
  private:
   void on_gradient_ready(size_t param);
@@ -64,6 +73,8 @@ class BucketReducer {
   std::vector<Work> works_;
   size_t next_to_launch_ = 0;
   bool armed_ = false;
+  std::vector<Ready> ready_;
+  int64_t arrived_ = 0;           // gradients since arm()
   std::mutex mutex_;
   double exposed_seconds_ = 0;
 };
@@ -76,10 +87,14 @@ class DistributedRunner : public ReplicatedRunner {
   bool is_primary() const override;
   std::string describe() const override;
   const BucketReducer& reducer(size_t replica) const { return *reducers_[replica]; }
+  // The caps make_buckets cut the gradient buffer with (for --explain).
+  size_t first_bucket_cap_bytes() const { return first_cap_bytes_; }
+  size_t bucket_cap_bytes() const { return cap_bytes_; }
 
  private:
   std::vector<std::unique_ptr<BucketReducer>> reducers_;
   int world_size_ = 1;
+  size_t first_cap_bytes_ = 0, cap_bytes_ = 0;
 };
 
 }  // namespace dpcore::train

@@ -1,15 +1,24 @@
-// Chooses the runner of a training run: one device, or the data-parallel runner of --mode.
+// Chooses the runner of a training run: one device, the data-parallel runner of --mode, or
+// the runner of another --sync strategy (train/sync_strategy.h).
+#include "train/async_sgd.h"
 #include "train/data_parallel.h"
 #include "train/ddp.h"
+#include "train/local_sgd.h"
 #include "train/runner.h"
+#include "train/sync_strategy.h"
 
 namespace dpcore::train {
 
 std::unique_ptr<StepRunner> make_runner(std::unique_ptr<Model> model, const SgdConfig& sgd, int64_t accum,
                                         const ParallelOptions& options) {
   DPCORE_CHECK(options.replicas >= 1, "--replicas ", options.replicas, " must be at least 1");
+  const SyncStrategy sync = parse_sync(options.sync);
+  if (sync.kind == SyncStrategy::Kind::Local) {
+    return std::make_unique<LocalSgdRunner>(std::move(model), sgd, accum, options, sync.period);
+  }
+  if (sync.kind == SyncStrategy::Kind::Async) return std::make_unique<AsyncRunner>(std::move(model), sgd, accum, options);
   if (options.replicas == 1 && options.backend == "local" && options.split == "even") {
-    return std::make_unique<SingleDeviceRunner>(std::move(model), sgd, accum);
+    return std::make_unique<SingleDeviceRunner>(std::move(model), sgd, accum, options);
   }
   if (options.mode == "dp") return std::make_unique<DataParallelRunner>(std::move(model), sgd, accum, options);
   if (options.mode == "ddp") return std::make_unique<DistributedRunner>(std::move(model), sgd, accum, options);

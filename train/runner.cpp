@@ -7,9 +7,21 @@
 
 namespace dpcore::train {
 
-SingleDeviceRunner::SingleDeviceRunner(std::unique_ptr<Model> model, const SgdConfig& sgd, int64_t accum)
-    : model_(std::move(model)), sgd_(std::make_unique<Sgd>(model_->parameters(), sgd)), accum_(accum) {
+SingleDeviceRunner::SingleDeviceRunner(std::unique_ptr<Model> model, const SgdConfig& sgd, int64_t accum,
+                                       const ParallelOptions& options)
+    : model_(std::move(model)),
+      sgd_(std::make_unique<Sgd>(model_->parameters(), sgd)),
+      accum_(accum),
+      faults_(options.faults),
+      guards_(options.guards),
+      guarded_(!options.faults.empty() || options.guards.skip_nonfinite) {
   DPCORE_CHECK(accum >= 1, "--accum ", accum, " must be at least 1");
+  faults_.check(1, "one replica", options.backend);
+  if (guarded_ && backend_for(model_->device()).make_graph(model_->device().index)) {
+    std::cerr << "dpcore: note: --inject and --skip-nonfinite run every step without a CUDA graph (they act "
+                 "between backward and the optimizer step, where a recorded step cannot stop)\n";
+  }
+  eager_only_ = guarded_;
 }
 
 SingleDeviceRunner::~SingleDeviceRunner() {
@@ -41,7 +53,17 @@ StepStats SingleDeviceRunner::step(const data::Batch& batch) {
     graph_batch_ = batch.size;
     if (++warmup_steps_ == kWarmupSteps) return {warm_up_and_record(x, y, accum), batch.size};
   }
+  if (guarded_) return guarded_step(x, y, accum, batch.size);
   return {accumulate_and_step(*model_, *sgd_, x, y, accum), batch.size};
+}
+
+StepStats SingleDeviceRunner::guarded_step(const Tensor& x, const Tensor& y, int64_t accum, int64_t samples) {
+  Tensor loss;
+  model_->zero_grad();
+  faults_.run(0, step_number(), *model_, [&] { loss = accumulate_gradients(*model_, x, y, accum, 1.0 / double(samples)); });
+  if (guards_.skip_nonfinite && step_is_nonfinite(loss, model_->parameters().grads())) return {loss, samples, true};
+  sgd_->step();
+  return {loss, samples};
 }
 
 Tensor SingleDeviceRunner::warm_up_and_record(const Tensor& x, const Tensor& y, int64_t accum) {

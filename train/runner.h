@@ -6,12 +6,16 @@
 
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/backend.h"
 #include "engine/data/loader.h"
 #include "engine/sgd.h"
 #include "layers/model.h"
+#include "train/fault_injection.h"
+#include "train/guards.h"
+#include "train/step_times.h"
 
 namespace dpcore::train {
 
@@ -29,12 +33,21 @@ struct ParallelOptions {
   // rank 0's running statistics are broadcast at the start of each step, DDP's
   // broadcast_buffers) or "sync" (SyncBatchNorm: the statistics of the whole micro-batch).
   std::string batchnorm = "local";
+  // How replicas combine their work (train/sync_strategy.h): "full" (one synchronous step over
+  // the global batch), "local:K" (local SGD: each replica steps on its own share, the
+  // parameters are averaged every K steps) or "async" (a parameter server in this process).
+  std::string sync = "full";
+  int64_t max_staleness = 8;       // async: updates a gradient may lag behind the master
+  FaultInjector faults;            // --inject (train/fault_injection.h); empty: none
+  GuardOptions guards;             // --skip-nonfinite, --check-replicas (train/guards.h)
 };
 
 struct StepStats {
   Tensor loss_sum;       // summed loss over the global batch, one element, on the root device,
                          // the step's own (later steps never write it)
   int64_t samples = 0;   // (read it only when needed: reading synchronises with the device)
+  bool skipped = false;  // --skip-nonfinite: the step held a NaN or Inf and was not applied
+  StepTimes times = {};  // where the step's time went (train/step_times.h); dp and ddp fill it
 };
 
 class StepRunner {
@@ -55,6 +68,23 @@ class StepRunner {
   // leave printing and writing files to rank 0.
   virtual bool is_primary() const { return true; }
   virtual std::string describe() const = 0;
+  // The number of the step the next step() takes, from 1, as the log counts them (resumed
+  // runs keep counting; a step skipped by --skip-nonfinite counts too). The trainer sets it
+  // before every step; fault injection and the guards' messages use it. Unset, it is the
+  // optimizer's steps_taken() + 1.
+  void set_step_number(int64_t step) { step_number_ = step; }
+  int64_t step_number() { return step_number_ > 0 ? step_number_ : optimizer().steps_taken() + 1; }
+  // Brings the replicas to one model before it is evaluated, saved or checkpointed (the
+  // trainer calls it at the end of every epoch and before writing files): local SGD
+  // averages now, async waits for the updates still in flight. Returns the loss and samples
+  // of work finished since the last step() returned and not reported yet (async).
+  virtual StepStats settle() { return {}; }
+  // Counts the runner kept since the last call, for the metrics of an epoch (e.g. async's
+  // staleness histogram): name and values. None by default.
+  virtual std::vector<std::pair<std::string, std::vector<int64_t>>> epoch_counters() { return {}; }
+
+ private:
+  int64_t step_number_ = 0;  // 0: not set
 };
 
 // One model, one device: zero, A micro-batches, one fused SGD step.
@@ -81,12 +111,19 @@ class StepRunner {
 // decay; cosine and onecycle run eagerly throughout, with a note on stderr saying so the
 // first time, when the backend could have recorded).
 //
+// With --inject or --skip-nonfinite every step runs eagerly: a fault runs host code
+// between backward and the optimizer step, and the guard reads the loss and the gradients
+// there, which a recorded graph cannot do (a note on stderr says so, where the backend
+// could have recorded).
+//
 // A recording that fails (a library doing something a capture forbids) costs nothing but
 // a warning on stderr: that step was already taken by the warm-up, the step count is
 // unchanged, and training goes on eagerly.
 class SingleDeviceRunner : public StepRunner {
  public:
-  SingleDeviceRunner(std::unique_ptr<Model> model, const SgdConfig& sgd, int64_t accum);
+  // `options`: only its faults and guards matter here (one replica: replica 0).
+  SingleDeviceRunner(std::unique_ptr<Model> model, const SgdConfig& sgd, int64_t accum,
+                     const ParallelOptions& options = {});
   ~SingleDeviceRunner() override;
   StepStats step(const data::Batch& batch) override;
   Model& model() override { return *model_; }
@@ -96,6 +133,8 @@ class SingleDeviceRunner : public StepRunner {
   std::string describe() const override;
   // True while steps of the recorded size replay a graph.
   bool replaying() const { return graph_ != nullptr; }
+  Device device() const { return model_->device(); }
+  int64_t accum() const { return accum_; }  // micro-batches per step (fewer when a batch is smaller)
 
   static constexpr int kWarmupSteps = 2;
 
@@ -109,6 +148,8 @@ class SingleDeviceRunner : public StepRunner {
   // change at consecutive steps on a backend that records graphs.
   bool rates_changed();
   void drop_graph();
+  // The step through the fault injector and the --skip-nonfinite guard, eagerly.
+  StepStats guarded_step(const Tensor& x, const Tensor& y, int64_t accum, int64_t samples);
 
   std::unique_ptr<Model> model_;
   std::unique_ptr<Sgd> sgd_;
@@ -122,6 +163,9 @@ class SingleDeviceRunner : public StepRunner {
   // that rates changing at every step keep graphs off was printed.
   SgdConfig last_sgd_;
   bool stepped_ = false, rates_were_changing_ = false, noted_changing_ = false;
+  FaultInjector faults_;
+  GuardOptions guards_;
+  bool guarded_ = false;      // faults or --skip-nonfinite: guarded_step, never a graph
   std::unique_ptr<Backend::Captured> graph_;  // declared first: destroyed after its buffers
   Tensor static_x_, static_y_, static_loss_;  // the graph's fixed input and output buffers
 };

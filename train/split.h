@@ -33,6 +33,9 @@ class Splitter {
   void observe(const std::vector<double>& seconds, const std::vector<int64_t>& shares);
 
   bool adaptive() const { return adaptive_; }
+  bool even() const { return even_; }
+  // weights/adaptive: the weights shares() is proportional to now (empty when even).
+  const std::vector<double>& weights() const { return weights_; }
   std::string describe() const;
 
   static constexpr int kInterval = 5;       // steps between re-weightings

@@ -32,20 +32,25 @@ Tensor loss_of(const Tensor& output, const Tensor& y, bool logits) {
   return logits ? ops::cross_entropy(output, y, ops::Reduction::Sum) : ops::nll_loss(output, y, ops::Reduction::Sum);
 }
 
-Tensor accumulate_and_step(Model& model, Sgd& optimizer, const Tensor& x, const Tensor& y, int64_t accum) {
+Tensor accumulate_gradients(Model& model, const Tensor& x, const Tensor& y, int64_t accum, double grad_scale) {
   DPCORE_CHECK(x.dim() >= 1 && y.dim() == 1 && x.size(0) == y.size(0), "train step: inputs ", x.str(),
                " and targets ", y.str(), " disagree on the batch size");
   int64_t n = x.size(0);
   DPCORE_CHECK(accum >= 1 && accum <= n, "train step: cannot split a batch of ", n, " into ", accum,
                " micro-batches");
-  model.zero_grad();
   Tensor loss_sum = Tensor::zeros({}, model.dtype(), model.device());
   int64_t begin = 0;
   for (int64_t size : even_split(n, accum)) {
-    Tensor part = forward_backward(model, x.narrow0(begin, begin + size), y.narrow0(begin, begin + size), 1.0 / double(n));
+    Tensor part = forward_backward(model, x.narrow0(begin, begin + size), y.narrow0(begin, begin + size), grad_scale);
     backend_for(loss_sum.device()).add(loss_sum, part, loss_sum);
     begin += size;
   }
+  return loss_sum;
+}
+
+Tensor accumulate_and_step(Model& model, Sgd& optimizer, const Tensor& x, const Tensor& y, int64_t accum) {
+  model.zero_grad();
+  Tensor loss_sum = accumulate_gradients(model, x, y, accum, 1.0 / double(x.dim() >= 1 ? x.size(0) : 1));
   optimizer.step();
   return loss_sum;
 }

@@ -33,6 +33,10 @@ Tensor forward_backward(Model& model, const Tensor& x, const Tensor& y, double g
 // log-probabilities. Where every runner computes its loss (a span "loss" in a trace).
 Tensor loss_of(const Tensor& output, const Tensor& y, bool logits);
 
+// The `accum` micro-batches of (x, y) (as even as possible), each adding
+// grad_scale * d(sum of its losses)/dparams to the gradient buffer (not zeroed here).
+// Returns the summed loss as a one-element tensor on the model's device, not read back.
+Tensor accumulate_gradients(Model& model, const Tensor& x, const Tensor& y, int64_t accum, double grad_scale);
 // A whole step on one model: zero the gradients, run the `accum` micro-batches of
 // (x, y), step the optimizer. Returns the summed loss of the batch as a one-element tensor
 // on the model's device, without reading it back: the whole step queues device work only,

@@ -18,7 +18,10 @@
 #include "engine/runtime.h"
 #include "engine/trace.h"
 #include "train/checkpoint.h"
+#include "train/checkpoint_files.h"
+#include "train/explain.h"
 #include "train/lr_schedule.h"
+#include "train/resume.h"
 #include "train/step.h"
 #include "train/trace_window.h"
 #include "layers/weights.h"
@@ -91,29 +94,6 @@ std::string format_bytes(size_t b) {
   return os.str();
 }
 
-// The schedule as a resumed run must repeat it: its text, the warm-up, and for a schedule
-// that depends on the run's total steps, what sets them.
-std::string schedule_setting(const TrainOptions& o) {
-  std::string s = o.lr_schedule + ", warm-up " + std::to_string(o.warmup_steps);
-  if (o.warmup_steps == 0 && o.warmup_fraction > 0) s += ", warm-up fraction " + std::to_string(o.warmup_fraction);
-  if (lr_schedule_uses_total(o.lr_schedule)) {
-    s += o.steps > 0 ? ", steps " + std::to_string(o.steps) : ", epochs " + std::to_string(o.epochs);
-  }
-  return s;
-}
-
-// The flags a resumed run must share with the run that wrote the checkpoint.
-std::map<std::string, std::string> resume_settings(const TrainOptions& o) {
-  std::ostringstream lr;
-  lr << o.sgd.lr << "," << o.sgd.momentum << "," << o.sgd.dampening << "," << o.sgd.weight_decay << ","
-     << o.sgd.nesterov;
-  return {{"model", o.model},     {"data", o.data},
-          {"batch_size", std::to_string(o.batch)}, {"seed", std::to_string(o.seed)},
-          {"shuffle", o.shuffle ? "1" : "0"},     {"normalize", o.normalize ? "1" : "0"},
-          {"drop_last", o.drop_last ? "1" : "0"}, {"sgd", lr.str()}, {"lr_schedule", schedule_setting(o)},
-          {"augment", data::describe(data::parse_augment(o.augment))}};
-}
-
 class MetricsLog {
  public:
   MetricsLog(const std::string& path, bool append) {
@@ -123,10 +103,16 @@ class MetricsLog {
   }
   void write(const EpochMetrics& m) {
     if (!file_.is_open()) return;
-    nlohmann::json j = {{"epoch", m.epoch},          {"step", m.step},          {"lr", m.lr},
+    nlohmann::json j = {{"kind", m.kind},             {"epoch", m.epoch},          {"step", m.step},          {"lr", m.lr},
                         {"train_loss", m.train_loss}, {"test_loss", m.test_loss},
                         {"test_accuracy", m.test_accuracy}, {"samples_per_s", m.samples_per_s},
-                        {"seconds", m.seconds},       {"peak_bytes", m.peak_bytes}};
+                        {"seconds", m.seconds},       {"peak_bytes", m.peak_bytes},
+                        {"skipped_steps", m.skipped_steps},
+                        {"compute_s", m.time.compute}, {"communication_s", m.time.communication},
+                        {"waiting_s", m.time.waiting}, {"data_s", m.time.data}, {"optimizer_s", m.time.optimizer},
+                        {"wall_s", m.wall_seconds}, {"replica_samples_per_s", m.replica_samples_per_s},
+                        {"shares", m.shares}};
+    for (const auto& [name, values] : m.counters) j[name] = values;
     file_ << j.dump() << "\n";
     file_.flush();
   }
@@ -142,9 +128,18 @@ const TrainOptions& checked(const TrainOptions& o) {
   DPCORE_CHECK(o.accum >= 1 && o.accum * o.parallel.replicas <= o.batch, "--batch ", o.batch,
                " cannot be split into --accum ", o.accum, " x --replicas ", o.parallel.replicas, " micro-batches");
   DPCORE_CHECK(!o.resume || !o.checkpoint_dir.empty(), "--resume needs --checkpoint DIR");
+  DPCORE_CHECK(!o.force_resume || o.resume, "--force-resume needs --resume");
+  DPCORE_CHECK(o.keep_checkpoints >= 1, "--keep-checkpoints ", o.keep_checkpoints, " must be at least 1");
   data::parse_augment(o.augment);  // refuses a bad --augment before any data is loaded
   DPCORE_CHECK(o.checkpoint_every >= 0, "--checkpoint-every ", o.checkpoint_every, " must not be negative");
   DPCORE_CHECK(o.trace_steps >= 1, "--trace-steps ", o.trace_steps, " must be at least 1");
+  DPCORE_CHECK(!o.explain || o.parallel.sync == "full",
+               "--explain tells one synchronous step (--sync full); with --sync ", o.parallel.sync,
+               " the replicas step on their own");
+  DPCORE_CHECK(o.parallel.guards.max_skipped >= 1, "--max-skipped ", o.parallel.guards.max_skipped,
+               " must be at least 1");
+  DPCORE_CHECK(o.parallel.guards.check_replicas >= 0, "--check-replicas ", o.parallel.guards.check_replicas,
+               " must not be negative");
   // Now, not after the run's steps: a trace that cannot be written should cost no training.
   if (!o.trace.empty()) trace::check_writable(o.trace, "--trace");
   // (The rest of the schedule's checks need the run's length: LrSchedule, once it is known.)
@@ -177,6 +172,9 @@ struct EpochTotals {
   Tensor loss_sum;           // summed training loss; stays on the device, read only when reported
   int64_t samples = 0;
   double train_seconds = 0;  // in the runner's steps only: not evaluation, reporting or checkpoints
+  // --skip-nonfinite: steps not applied, and their samples (counted in `samples`, for the
+  // speed, but not in the training loss, which would be NaN)
+  int64_t skipped_steps = 0, skipped_samples = 0;
 };
 
 // One `dpcore train` job. The constructor sets everything up (options, data, model,
@@ -197,13 +195,24 @@ class TrainingRun {
   // Trains on the rest of epoch `epoch`: false when the run reached its last step first.
   bool train_epoch(int64_t epoch);
   void take_step(const data::Batch& batch, int64_t epoch);
+  // --skip-nonfinite: step `step` was not applied. Logs it; stops the run after
+  // --max-skipped such steps in a row.
+  void note_skipped_step(int64_t step, int64_t samples);
   bool report_due() const;
   void report_step(const StepStats& last, int64_t epoch) const;
 
+  // The runner's replicas brought to one model (StepRunner::settle), the work that
+  // finished meanwhile counted in the epoch's totals: before evaluating or writing it.
+  void settle_runner();
+  // --eval-every: evaluates and records where the epoch has got to (a record of kind
+  // "eval"; its seconds and train loss are the epoch's so far).
+  void evaluate_mid_epoch(int64_t epoch);
   // Evaluates, reports and records the epoch that just ended; then starts new totals.
   void end_epoch(int64_t epoch);
   EpochMetrics epoch_metrics(int64_t epoch);
   void print_epoch(const EpochMetrics& m) const;
+  // The epoch's breakdown of its time (train/epoch_breakdown.h), on a line of its own.
+  void print_breakdown(const EpochMetrics& m) const;
 
   // Rank 0 writes the checkpoint (every --checkpoint-every steps, and at the end) and the
   // final --save weights; the other ranks hold the same state.
@@ -230,8 +239,10 @@ class TrainingRun {
   TrainResult result_;
 
   EpochTotals totals_;
+  EpochBreakdown breakdown_;
   Clock::time_point run_start_;
   int64_t steps_at_start_ = 0;
+  int64_t skipped_in_row_ = 0, first_skipped_ = 0;  // the current run of skipped steps
 };
 
 TrainingRun::TrainingRun(const TrainOptions& options, std::ostream& primary_out)
@@ -255,6 +266,9 @@ TrainingRun::TrainingRun(const TrainOptions& options, std::ostream& primary_out)
   schedule_.emplace(o_.lr_schedule, o_.sgd, warmup, total_steps_, per_epoch_);
   bar_ = o_.progress == 1 || (o_.progress == -1 && isatty(STDOUT_FILENO));
   print_header();
+  if (o_.parallel.guards.check_replicas > 0 && dynamic_cast<SingleDeviceRunner*>(runner_.get())) {
+    out_ << "note: --check-replicas: one replica, nothing to compare\n";
+  }
   metrics_.emplace(primary_ ? o_.metrics : "", o_.resume);
   // (Only rank 0 of a multi-process run writes: its own lanes.)
   trace_.emplace(primary_ ? o_.trace : "", o_.trace_steps, progress_.step, total_steps_);
@@ -264,14 +278,15 @@ TrainingRun::TrainingRun(const TrainOptions& options, std::ostream& primary_out)
   run_start_ = Clock::now();
   steps_at_start_ = progress_.step;
   runtime::reset_peak_bytes(device_);
+  breakdown_.reset();  // the first epoch starts now, after the setup
 }
 
 void TrainingRun::restore_state() {
   if (o_.resume) {
-    progress_ = load_checkpoint(o_.checkpoint_dir, runner_->model(), runner_->optimizer(), resume_settings(o_));
+    const Resumed resumed = resume_from_checkpoint(o_, data_.train.n, runner_->model(), runner_->optimizer());
     runner_->sync_replicas();
-    out_ << "resumed from " << checkpoint_path(o_.checkpoint_dir) << " at step " << progress_.step << " (epoch "
-         << progress_.position.epoch + 1 << ")\n";
+    progress_ = resumed.progress;
+    for (const std::string& line : resumed.log) out_ << line << "\n";
   } else if (!o_.init.empty()) {
     runner_->sync_replicas();
   }
@@ -317,7 +332,9 @@ TrainResult TrainingRun::run() {
 bool TrainingRun::train_epoch(int64_t epoch) {
   data::Batch batch;
   while (progress_.step < total_steps_) {
+    const Clock::time_point asked = Clock::now();
     if (!loader_->next(batch)) return true;
+    breakdown_.add_data(seconds_since(asked));
     take_step(batch, epoch);
   }
   return false;
@@ -335,17 +352,48 @@ void TrainingRun::take_step(const data::Batch& batch, int64_t epoch) {
       return trace::Label{"step " + std::to_string(progress_.step + 1),
                           {{"samples", batch.size}, {"epoch", epoch + 1}, {"lr", rates.lr}}};
     });
+    runner_->set_step_number(progress_.step + 1);
     s = runner_->step(batch);
   }
-  totals_.train_seconds += seconds_since(t);
+  const double step_seconds = seconds_since(t);
+  totals_.train_seconds += step_seconds;
+  breakdown_.add_step(step_seconds, s.times, runner_->optimizer().last_step_seconds(), s.samples);
   const std::string traced = trace_->after_step(progress_.step);
   if (!traced.empty()) out_ << (bar_ ? "\n" : "") << traced << std::endl;  // (off the bar's line)
-  backend_for(totals_.loss_sum.device()).add(totals_.loss_sum, s.loss_sum, totals_.loss_sum);
+  // Told from the runner's state right after the step, before another step changes it;
+  // by rank 0 alone (the explanation says what the other ranks do).
+  if (o_.explain && primary_ && progress_.step == steps_at_start_) {
+    out_ << render(explain_step(*runner_, batch, s)) << std::flush;
+  }
+  if (s.skipped) {
+    note_skipped_step(progress_.step + 1, s.samples);
+  } else {
+    skipped_in_row_ = 0;
+    backend_for(totals_.loss_sum.device()).add(totals_.loss_sum, s.loss_sum, totals_.loss_sum);
+  }
   totals_.samples += s.samples;
   ++progress_.step;
   progress_.position = loader_->position();
   if (o_.checkpoint_every > 0 && progress_.step % o_.checkpoint_every == 0) checkpoint();
+  // (Not at an epoch's last step: the epoch's own evaluation follows.)
+  if (o_.eval_every > 0 && progress_.step % o_.eval_every == 0 && progress_.step % per_epoch_ != 0) {
+    evaluate_mid_epoch(epoch);
+  }
   if (report_due()) report_step(s, epoch);
+}
+
+void TrainingRun::note_skipped_step(int64_t step, int64_t samples) {
+  const int64_t max = o_.parallel.guards.max_skipped;
+  ++totals_.skipped_steps;
+  totals_.skipped_samples += samples;
+  if (skipped_in_row_++ == 0) first_skipped_ = step;
+  out_ << (bar_ ? "\n" : "") << "step " << step << " skipped: NaN or Inf in the loss or the gradients "
+       << "(--skip-nonfinite: parameters and optimizer state unchanged; " << skipped_in_row_
+       << " in a row, the run stops at " << max << ")" << std::endl;
+  DPCORE_CHECK(skipped_in_row_ < max, "--skip-nonfinite: ", max, " steps in a row (steps ", first_skipped_, " to ",
+               step, ") had a NaN or Inf in the loss or the gradients and were skipped (--max-skipped ", max,
+               "); the parameters are those after step ", first_skipped_ - 1,
+               ". Lower --lr, check the data, or resume from a checkpoint");
 }
 
 bool TrainingRun::report_due() const {
@@ -360,28 +408,59 @@ void TrainingRun::report_step(const StepStats& last, int64_t epoch) const {
   // (The 1e-9 floors only keep the first instant of a run from dividing by zero.)
   double rate = double(progress_.step - steps_at_start_) / std::max(elapsed, 1e-9);
   std::ostringstream line;
-  line << std::fixed << "step " << progress_.step << "/" << total_steps_ << "  epoch " << epoch + 1 << "  loss "
-       << std::setprecision(4) << last.loss_sum.item() / double(last.samples) << "  " << std::setprecision(0)
+  line << std::fixed << "step " << progress_.step << "/" << total_steps_ << "  epoch " << epoch + 1 << "  loss ";
+  // (--sync async reports the pieces applied since the last step: possibly none yet.)
+  if (last.samples > 0) line << std::setprecision(4) << last.loss_sum.item() / double(last.samples);
+  else line << "-";
+  line << "  " << std::setprecision(0)
        << (totals_.train_seconds > 0 ? double(totals_.samples) / totals_.train_seconds : 0) << " samples/s  ETA "
-       << format_duration(double(total_steps_ - progress_.step) / std::max(rate, 1e-9));
+       << format_duration(double(total_steps_ - progress_.step) / std::max(rate, 1e-9)) << "  "
+       << breakdown_.biggest_two();
   // The bar redraws its line in place; the trailing spaces blank what a longer line left.
   if (bar_) out_ << "\r" << line.str() << "   " << std::flush;
   else out_ << line.str() << std::endl;
 }
 
-void TrainingRun::end_epoch(int64_t epoch) {
+void TrainingRun::settle_runner() {
+  Clock::time_point t = Clock::now();
+  StepStats s = runner_->settle();
+  totals_.train_seconds += seconds_since(t);
+  if (s.samples == 0) return;
+  backend_for(totals_.loss_sum.device()).add(totals_.loss_sum, s.loss_sum, totals_.loss_sum);
+  totals_.samples += s.samples;
+}
+
+void TrainingRun::evaluate_mid_epoch(int64_t epoch) {
+  settle_runner();
   EpochMetrics m = epoch_metrics(epoch);
+  m.kind = "eval";
+  out_ << (bar_ ? "\n" : "") << std::fixed << std::setprecision(4) << "step " << m.step << ": test loss "
+       << m.test_loss << ", test accuracy " << std::setprecision(2) << 100 * m.test_accuracy << "%" << std::endl;
+  metrics_->write(m);
+}
+
+void TrainingRun::end_epoch(int64_t epoch) {
+  settle_runner();
+  EpochMetrics m = epoch_metrics(epoch);
+  m.counters = runner_->epoch_counters();
   print_epoch(m);
   metrics_->write(m);
   result_.epochs.push_back(m);
   totals_.loss_sum.zero_();
   totals_.samples = 0, totals_.train_seconds = 0;
+  totals_.skipped_steps = totals_.skipped_samples = 0;
+  breakdown_.reset();
 }
 
 EpochMetrics TrainingRun::epoch_metrics(int64_t epoch) {
+  const double wall = breakdown_.wall_seconds();  // (the evaluation is not the epoch's)
   EpochMetrics m = evaluate_dataset(runner_->model(), data_.test, kEvalBatch);
+  m.time = breakdown_.parts(), m.wall_seconds = wall;
+  m.replica_samples_per_s = breakdown_.replica_samples_per_s(), m.shares = breakdown_.shares();
   m.epoch = epoch + 1, m.step = progress_.step, m.lr = last_lr_;
-  m.train_loss = totals_.samples ? totals_.loss_sum.item() / double(totals_.samples) : 0;
+  const int64_t counted = totals_.samples - totals_.skipped_samples;  // the steps applied
+  m.train_loss = counted ? totals_.loss_sum.item() / double(counted) : 0;
+  m.skipped_steps = totals_.skipped_steps;
   m.seconds = totals_.train_seconds;
   m.samples_per_s = totals_.train_seconds > 0 ? double(totals_.samples) / totals_.train_seconds : 0;
   m.peak_bytes = runtime::peak_bytes(device_);
@@ -394,15 +473,43 @@ void TrainingRun::print_epoch(const EpochMetrics& m) const {
        << ", test loss " << m.test_loss << ", test accuracy " << std::setprecision(2) << 100 * m.test_accuracy
        << "%, " << std::setprecision(0) << m.samples_per_s << " samples/s, " << std::setprecision(1) << m.seconds
        << " s, peak memory " << format_bytes(m.peak_bytes) << std::endl;
+  print_breakdown(m);
+}
+
+// "  time: compute 11.8 s (87%), communication 0.90 s (7%), waiting 0.40 s (3%), data 0.10 s
+// (1%), optimizer 0.20 s (1%), of 13.5 s; per replica 1702, 1688, 1540 samples/s; shares 22, 22, 20"
+void TrainingRun::print_breakdown(const EpochMetrics& m) const {
+  const TimeParts& t = m.time;
+  std::ostringstream line;
+  line << std::fixed << "  time:";
+  const std::pair<const char*, double> parts[] = {{"compute", t.compute}, {"communication", t.communication},
+                                                  {"waiting", t.waiting}, {"data", t.data},
+                                                  {"optimizer", t.optimizer}};
+  for (const auto& [name, seconds] : parts) {
+    line << " " << name << " " << std::setprecision(seconds < 10 ? 2 : 1) << seconds << " s ("
+         << std::setprecision(0) << 100 * seconds / std::max(m.wall_seconds, 1e-9) << "%),";
+  }
+  line << std::setprecision(1) << " of " << m.wall_seconds << " s; per replica" << std::setprecision(0);
+  for (size_t r = 0; r < m.replica_samples_per_s.size(); ++r) line << (r ? ", " : " ") << m.replica_samples_per_s[r];
+  line << " samples/s; shares";
+  for (size_t r = 0; r < m.shares.size(); ++r) line << (r ? ", " : " ") << m.shares[r];
+  out_ << line.str() << std::endl;
 }
 
 void TrainingRun::checkpoint() {
-  if (o_.checkpoint_dir.empty() || !primary_) return;
-  save_checkpoint(o_.checkpoint_dir, runner_->model(), runner_->optimizer(), progress_, resume_settings(o_));
+  if (o_.checkpoint_dir.empty()) return;
+  settle_runner();  // (on every rank: averaging local SGD's replicas is a collective)
+  if (!primary_) return;
+  save_keeping(o_.checkpoint_dir, progress_.step, o_.keep_checkpoints, [this](const std::string& path) {
+    write_checkpoint(path, runner_->model(), runner_->optimizer(), progress_,
+                     checkpoint_settings(o_, runner_->describe()));
+  });
 }
 
 void TrainingRun::save_final_weights() {
-  if (o_.save.empty() || !primary_) return;
+  if (o_.save.empty()) return;
+  settle_runner();
+  if (!primary_) return;
   layers::save_weights(runner_->model(), o_.save);
   out_ << "saved weights to " << o_.save << "\n";
 }

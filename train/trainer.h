@@ -5,7 +5,10 @@
 #include <cstdint>
 #include <iosfwd>
 #include <string>
+#include <utility>
+#include <vector>
 
+#include "train/epoch_breakdown.h"
 #include "train/runner.h"
 
 namespace dpcore::train {
@@ -33,20 +36,36 @@ struct TrainOptions {
   std::string save;             // safetensors weights written at the end
   std::string checkpoint_dir;
   int64_t checkpoint_every = 0; // steps; 0: only at the end
+  int keep_checkpoints = 1;     // the newest K checkpoints are kept (train/checkpoint_files.h)
   bool resume = false;
-  std::string metrics;          // JSONL file, one object per epoch
+  bool force_resume = false;    // resume even where recorded settings differ, logging each (train/resume.h)
+  std::string metrics;          // JSONL file, one object per epoch (and per --eval-every evaluation)
+  int64_t eval_every = 0;       // also evaluate every this many steps; 0: at the end of each epoch only
   std::string trace;            // Chrome trace-event JSON of a few steps (train/trace_window.h)
   int64_t trace_steps = 3;      // steps in the trace
+  bool explain = false;         // print the run's first step move by move (train/explain.h)
   int progress = -1;            // -1: a progress bar when stdout is a terminal; 0: plain lines; 1: bar
   ParallelOptions parallel;
 };
 
 struct EpochMetrics {
+  std::string kind = "epoch";  // "epoch": at its end; "eval": --eval-every, the epoch so far
   int64_t epoch = 0, step = 0;
   double train_loss = 0, test_loss = 0, test_accuracy = 0;
   double lr = 0;  // the learning rate of the epoch's last step
   double samples_per_s = 0, seconds = 0;
   size_t peak_bytes = 0;
+  int64_t skipped_steps = 0;  // --skip-nonfinite: the epoch's steps not applied (NaN or Inf)
+  // What the runner counted over the epoch (StepRunner::epoch_counters), e.g. async's
+  // staleness histogram: in the metrics JSONL, each an array.
+  std::vector<std::pair<std::string, std::vector<int64_t>>> counters;
+  // Where the epoch's time went (train/epoch_breakdown.h): the parts, the wall time they lie
+  // within (from the epoch's start to its evaluation), each replica's samples/s over its
+  // compute, and the shares of the last step (this process's replicas).
+  TimeParts time;
+  double wall_seconds = 0;
+  std::vector<double> replica_samples_per_s;
+  std::vector<int64_t> shares;
 };
 
 struct TrainResult {

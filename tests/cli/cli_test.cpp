@@ -6,6 +6,8 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
+#include <cstdlib>
 #include <cstdio>
 #include <fstream>
 #include <random>
@@ -13,6 +15,7 @@
 #include <sstream>
 #include <thread>
 
+#include "cli/cli_run.h"
 #include "data/data_files.h"
 #include "engine/io/safetensors.h"
 #include "support/test_support.h"
@@ -20,33 +23,14 @@
 
 namespace {
 
-struct CommandResult {
-  int status = -1;
-  std::string output;  // stdout and stderr together
-};
+using dpcore::testing::CommandResult;
+using dpcore::testing::job;
+using dpcore::testing::kData;
+using dpcore::testing::kSpec;
+using dpcore::testing::slurp;
 
-CommandResult run(const std::string& args) {
-  std::string cmd = std::string(DPCORE_BIN) + " " + args + " 2>&1";
-  CommandResult r;
-  FILE* pipe = popen(cmd.c_str(), "r");
-  char buf[4096];
-  while (size_t n = fread(buf, 1, sizeof buf, pipe)) r.output.append(buf, n);
-  int status = pclose(pipe);
-  r.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
+CommandResult run(const std::string& args) { return dpcore::testing::run_command(args); }
 
-std::string slurp(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(f), {});
-}
-
-// A small, fast job: 200 learnable synthetic 1x8x8 images in 4 classes.
-const std::string kSpec = "\"conv(4,3,p1) relu pool(2) flatten linear(4)\"";
-const std::string kData = "synthetic:1,8,8,4,200";
-std::string job(const std::string& model = kSpec, const std::string& data = kData, const std::string& device = "cpu") {
-  return "train --data " + data + " --model " + model + " --batch 16 --threads 1 --progress 0 --device " + device;
-}
 const std::string kJob = job();
 
 TEST(Cli, HelpExplainsEveryFlag) {
@@ -56,9 +40,12 @@ TEST(Cli, HelpExplainsEveryFlag) {
                            "--nesterov", "--weight-decay", "--seed", "--no-shuffle", "--no-normalize", "--augment",
                            "--device",
                            "--threads", "--init", "--save", "--checkpoint", "--checkpoint-every", "--resume",
+                           "--keep-checkpoints", "--force-resume",
                            "--metrics", "--replicas", "--mode", "--backend", "--split", "--bucket-mb",
                            "--conv-engine", "--gemm-engine", "--tf32", "--cuda-graph", "--lr-schedule",
-                           "--warmup-steps", "--trace", "--trace-steps"}) {
+                           "--warmup-steps", "--trace", "--trace-steps", "--explain", "--inject", "DPCORE_INJECT",
+                           "--skip-nonfinite", "--max-skipped", "--check-replicas", "--sync", "--max-staleness",
+                           "--eval-every"}) {
     EXPECT_NE(r.output.find(flag), std::string::npos) << flag;
   }
   EXPECT_EQ(run("--help").status, 0);
@@ -283,7 +270,7 @@ TEST(Cli, AugmentedTrainingResumesExactlyAndNeverAugmentsEvaluation) {
   EXPECT_EQ(slurp(dir.file("straight.safetensors")), slurp(dir.file("resumed.safetensors")));
   r = run(kJob + " --augment crop:2 --steps 45 --resume" + ckpt);
   EXPECT_NE(r.status, 0);
-  EXPECT_NE(r.output.find("augment = crop:2,flip, this run uses crop:2"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("written with --augment 'crop:2,flip', this run has crop:2"), std::string::npos) << r.output;
 
   // The last epoch line's test metrics, against eval of the same weights.
   CommandResult t = run(job + " --steps 26 --save " + dir.file("w.safetensors"));
@@ -332,7 +319,9 @@ TEST(Cli, ResumeRefusesAnotherSchedule) {
                             " --steps 6 --lr-schedule cosine"}) {  // cosine over another total
     CommandResult r = run(kJob + other + " --resume" + ckpt);
     EXPECT_NE(r.status, 0) << other;
-    EXPECT_NE(r.output.find("lr_schedule = cosine, warm-up 0, steps 3"), std::string::npos) << other << "\n" << r.output;
+    EXPECT_NE(r.output.find("--warmup-steps and, for cosine and onecycle, the run's length) 'cosine, warm-up 0, steps 3'"),
+              std::string::npos)
+        << other << "\n" << r.output;
   }
 }
 
@@ -387,7 +376,7 @@ TEST(Cli, EveryTrainingFlagIsAccepted) {
   CommandResult r = run(base + " --epochs 2 --steps 0 --batch 10 --accum 2 --lr 0.05 --momentum 0.8 --dampening 0.1 " +
                         "--weight-decay 0.001 --seed 3 --no-shuffle --no-normalize --drop-last --threads 1 --init " +
                         init + " --save " + dir.file("out.safetensors") + " --checkpoint " + dir.file("ck") +
-                        " --checkpoint-every 5 --metrics " + dir.file("m.jsonl") +
+                        " --checkpoint-every 5 --keep-checkpoints 2 --metrics " + dir.file("m.jsonl") +
                         " --replicas 2 --mode dp --backend local --split weights:1,2 --replica-timeout 30 --progress 1");
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_NE(r.output.find('\r'), std::string::npos) << "--progress 1 draws a bar";
@@ -422,6 +411,38 @@ TEST(Cli, TraceRecordsTheStepsItNamesOnEveryLane) {
     for (const auto& [tid, name] : t.lanes) found = found || name == lane;
     EXPECT_TRUE(found) << "no lane " << lane;
   }
+}
+
+// --explain tells the run's first step once, in the moves of its mode, before the run goes
+// on (tests/train/explain_test.cpp checks its numbers against the runners' own state).
+TEST(Cli, ExplainTellsTheFirstStepOnce) {
+  auto occurrences = [](const std::string& text, const std::string& what) {
+    size_t n = 0;
+    for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+    return n;
+  };
+  CommandResult ddp = run(kJob + " --steps 3 --replicas 3 --mode ddp --split weights:2,1,1 --explain");
+  ASSERT_EQ(ddp.status, 0) << ddp.output;
+  EXPECT_EQ(occurrences(ddp.output, "explain: step 1 of this run, move by move: --mode ddp"), 1u) << ddp.output;
+  EXPECT_LT(ddp.output.find("explain: "), ddp.output.find("step 3/3")) << ddp.output;
+  // --batch 16 over weights 2:1:1 is 8, 4, 4: rows [0, 8), [8, 12), [12, 16).
+  EXPECT_NE(ddp.output.find("replica 0 rows [0, 8), replica 1 rows [8, 12), replica 2 rows [12, 16)"),
+            std::string::npos) << ddp.output;
+  EXPECT_NE(ddp.output.find("1/N = 1/16 = 0.0625"), std::string::npos) << ddp.output;
+  EXPECT_EQ(occurrences(ddp.output, "reduce-scatter step "), 2u) << ddp.output;
+  EXPECT_EQ(occurrences(ddp.output, "allgather      step "), 2u) << ddp.output;
+
+  CommandResult one = run(kJob + " --steps 2 --accum 2 --explain");
+  ASSERT_EQ(one.status, 0) << one.output;
+  EXPECT_NE(one.output.find("explain: step 1 of this run on one device (cpu)"), std::string::npos) << one.output;
+  EXPECT_NE(one.output.find("2 micro-batches of 8, 8 samples"), std::string::npos) << one.output;
+  EXPECT_EQ(run(kJob + " --steps 1").output.find("explain:"), std::string::npos);
+  // Local SGD has no one step of all replicas to tell: refused before training, saying so.
+  CommandResult local = run(kJob + " --steps 1 --replicas 2 --sync local:2 --explain");
+  EXPECT_NE(local.status, 0);
+  EXPECT_NE(local.output.find("dpcore: error: --explain tells one synchronous step (--sync full); with --sync local:2"),
+            std::string::npos) << local.output;
+  EXPECT_EQ(local.output.find("step 1/1"), std::string::npos) << local.output;
 }
 
 // A trace that could not be written is refused before the run spends anything on training.
@@ -563,6 +584,145 @@ TEST(Cli, PredictRefusesWhatItCannotUseNamingIt) {
                         "--classes 4 --profile " + dir.file("small.json"));
   EXPECT_NE(r.status, 0);
   EXPECT_NE(r.output.find("4 parameters, but the model has 6"), std::string::npos) << r.output;
+}
+
+// ---- fault injection and the guards (docs/fault-tolerance.md) as a user meets them
+
+std::vector<nlohmann::json> metrics_lines(const std::string& path) {
+  std::istringstream lines(slurp(path));
+  std::vector<nlohmann::json> out;
+  for (std::string line; std::getline(lines, line);) out.push_back(nlohmann::json::parse(line));
+  return out;
+}
+
+TEST(Cli, SkipNonfiniteSkipsLogsAndCountsAnInjectedNanStep) {
+  dpcore::testing::TempDir dir;
+  CommandResult r = run(kJob + " --steps 6 --replicas 2 --inject nan:replica=1,step=3 --skip-nonfinite --metrics " +
+                        dir.file("m.jsonl"));
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("step 3 skipped: NaN or Inf in the loss or the gradients"), std::string::npos) << r.output;
+  std::vector<nlohmann::json> epochs = metrics_lines(dir.file("m.jsonl"));
+  ASSERT_EQ(epochs.size(), 1u);
+  EXPECT_EQ(epochs[0]["skipped_steps"].get<int64_t>(), 1);
+  EXPECT_TRUE(std::isfinite(epochs[0]["train_loss"].get<double>())) << "the skipped step's NaN loss was averaged in";
+  // Without a fault the count is there, and zero.
+  ASSERT_EQ(run(kJob + " --steps 2 --metrics " + dir.file("n.jsonl")).status, 0);
+  EXPECT_EQ(metrics_lines(dir.file("n.jsonl"))[0]["skipped_steps"].get<int64_t>(), 0);
+}
+
+TEST(Cli, MaxSkippedStopsTheRunAndDpcoreInjectAddsToInject) {
+  setenv("DPCORE_INJECT", "nan:replica=0,step=2", 1);
+  CommandResult r = run(kJob + " --steps 6 --inject nan:replica=0,step=3 --skip-nonfinite --max-skipped 2");
+  unsetenv("DPCORE_INJECT");
+  EXPECT_EQ(r.status, 1) << r.output;
+  EXPECT_NE(r.output.find("--skip-nonfinite: 2 steps in a row (steps 2 to 3)"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("the parameters are those after step 1"), std::string::npos) << r.output;
+}
+
+TEST(Cli, AnInjectedExitEndsTheProcessAtOnceAndTheCheckpointSurvives) {
+  dpcore::testing::TempDir dir;
+  const std::string ck = " --checkpoint " + dir.file("ck") + " --checkpoint-every 1";
+  CommandResult r = run(kJob + " --steps 6 --replicas 2 --inject exit:replica=1,step=3" + ck);
+  EXPECT_EQ(r.status, 75) << r.output;
+  EXPECT_NE(r.output.find("replica 1: injected exit at step 3"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("epoch 1:"), std::string::npos) << "the process went on: " << r.output;
+  CommandResult resumed = run(kJob + " --steps 6 --replicas 2 --resume" + ck);
+  ASSERT_EQ(resumed.status, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("at step 2"), std::string::npos) << resumed.output;
+}
+
+TEST(Cli, InjectedFailuresEndTheRunNamingTheReplica) {
+  struct Case {
+    std::string args, names;
+  };
+  const Case cases[] = {
+      {" --replicas 2 --mode dp --inject throw:replica=1,step=2", "replica 1: injected throw at step 2"},
+      {" --replicas 2 --inject hang:replica=1,step=2 --replica-timeout 0.5", "replica 1 did not arrive within 0.5 s"},
+      {" --replicas 2 --mode dp --inject hang:replica=0,step=2 --replica-timeout 0.5",
+       "replica 0 did not arrive within 0.5 s"},
+      {" --replicas 2 --inject bitflip:replica=1,step=2 --check-replicas 1",
+       "--check-replicas: after step 2, replica 1 differs from replica 0: first in 0.weight"},
+  };
+  for (const Case& c : cases) {
+    CommandResult r = run(kJob + " --steps 4" + c.args);
+    EXPECT_EQ(r.status, 1) << c.args << "\n" << r.output;
+    EXPECT_NE(r.output.find(c.names), std::string::npos) << c.args << "\n" << r.output;
+  }
+}
+
+TEST(Cli, BadInjectionsAreRefusedBeforeTraining) {
+  struct Case {
+    std::string args, env, names;
+  };
+  const Case cases[] = {
+      {" --inject boom:replica=0,step=1", "", "--inject 'boom:replica=0,step=1': unknown kind 'boom'"},
+      {" --inject nan:replica=1", "", "--inject 'nan:replica=1': step=S is required for nan"},
+      {" --replicas 2 --inject nan:replica=2,step=1", "", "replica 2 does not exist with --replicas 2"},
+      {" --inject hang:replica=0,step=1", "", "with one replica nothing would notice the hang"},
+      {"", "slow:replica=0", "DPCORE_INJECT 'slow:replica=0': factor=F is required for slow"},
+      {" --max-skipped 3", "", "--max-skipped requires --skip-nonfinite"},
+      {" --check-replicas -1", "", "--check-replicas -1"},
+  };
+  for (const Case& c : cases) {
+    if (!c.env.empty()) setenv("DPCORE_INJECT", c.env.c_str(), 1);
+    CommandResult r = run(kJob + " --steps 2" + c.args);
+    unsetenv("DPCORE_INJECT");
+    EXPECT_NE(r.status, 0) << c.args;
+    EXPECT_NE(r.output.find(c.names), std::string::npos) << c.args << c.env << "\n" << r.output;
+    EXPECT_EQ(r.output.find("step 1"), std::string::npos) << "trained before refusing: " << c.args;
+  }
+}
+
+// --sync local:K and async through the CLI: the runner named in the header, the metrics
+// fields each adds (one record per --eval-every evaluation, then the epoch's), and the
+// refusals, before any training.
+TEST(Cli, SyncStrategiesTrainAndRecordWhatTheyDid) {
+  dpcore::testing::TempDir dir;
+  auto records = [&](const std::string& file) {
+    std::istringstream lines(slurp(dir.file(file)));
+    std::vector<nlohmann::json> out;
+    for (std::string line; std::getline(lines, line);) out.push_back(nlohmann::json::parse(line));
+    return out;
+  };
+  // 200 samples, batch 16: 13 steps per epoch; evaluations after steps 4, 8 and 12.
+  CommandResult local = run(kJob + " --epochs 1 --replicas 2 --sync local:3 --eval-every 4 --metrics " + dir.file("l.jsonl"));
+  ASSERT_EQ(local.status, 0) << local.output;
+  EXPECT_NE(local.output.find("local SGD (local:3, local) over 2 replicas"), std::string::npos) << local.output;
+  EXPECT_NE(local.output.find("step 8: test loss"), std::string::npos) << local.output;
+  auto l = records("l.jsonl");
+  ASSERT_EQ(l.size(), 4u);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(l[size_t(i)]["kind"], "eval");
+    EXPECT_EQ(l[size_t(i)]["step"], 4 * (i + 1));
+  }
+  EXPECT_EQ(l[3]["kind"], "epoch");
+  // Every 3 steps (4 of them in 13 steps), and before each evaluation that fell between
+  // (steps 4 and 8; 12 is an averaging step), and before the epoch's own (after step 13).
+  EXPECT_EQ(l[3]["averagings"], nlohmann::json::array({4 + 2 + 1}));
+
+  CommandResult async = run(kJob + " --epochs 1 --replicas 3 --sync async --max-staleness 2 --metrics " + dir.file("a.jsonl"));
+  ASSERT_EQ(async.status, 0) << async.output;
+  EXPECT_NE(async.output.find("asynchronous SGD (async, parameter server in this process) over 3 replicas"),
+            std::string::npos) << async.output;
+  auto a = records("a.jsonl");
+  ASSERT_EQ(a.size(), 1u);
+  auto histogram = a[0]["staleness_histogram"].get<std::vector<int64_t>>();
+  ASSERT_EQ(histogram.size(), 3u);  // staleness 0, 1, 2
+  int64_t updates = 0;
+  for (int64_t h : histogram) updates += h;
+  EXPECT_EQ(updates, 12 * 3 + 3);  // 12 batches of 16 cut in 3 pieces, and the last batch of 8 in 3
+
+  for (const auto& [flags, words] : std::vector<std::pair<std::string, std::string>>{
+           {"--sync local:0", "--sync local:0: K must be"},
+           {"--sync sometimes", "--sync sometimes: expected full, local:K or async"},
+           {"--sync local:2 --split adaptive", "--split adaptive"},
+           {"--sync async --split weights:1,2", "--split weights:1,2"},
+           {"--sync async --max-staleness -1", "--max-staleness"}}) {
+    CommandResult r = run(kJob + " --steps 2 --replicas 2 " + flags);
+    EXPECT_NE(r.status, 0) << flags;
+    EXPECT_NE(r.output.find(words), std::string::npos) << flags << ": " << r.output;
+    EXPECT_EQ(r.output.find("step 1"), std::string::npos) << "trained before refusing: " << flags;
+  }
 }
 
 }  // namespace

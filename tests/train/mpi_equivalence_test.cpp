@@ -1,5 +1,5 @@
-// DDP over the mpi backend, run under mpiexec with 2 and 3 processes: each process holds
-// one replica; after 5 steps every process's parameters must equal single-replica
+// DDP (and local SGD) over the mpi backend, run under mpiexec with 2 and 3 processes: each
+// process holds one replica; after 5 steps every process's parameters must equal single-replica
 // training on the whole batch (computed locally by each process as the reference).
 #include <gtest/gtest.h>
 
@@ -34,6 +34,16 @@ void expect_sync_batch_norm_equivalent(int64_t accum, const std::string& split) 
   testing::BatchNormState want = testing::single_replica_batch_norm(accum);
   EXPECT_LE(testing::relative_difference(got.params, want.params), 1e-5) << runner->describe();
   EXPECT_LE(testing::relative_difference(got.buffers, want.buffers), 1e-5) << runner->describe();
+}
+
+// --sync local:1 across processes: each rank's own step on its own share, averaged with
+// weights share/N, is the full step (train/local_sgd.h), here over MPI's allreduce.
+TEST(MpiLocalSgd, OneStepPeriodEqualsSingleReplicaTraining) {
+  train::ParallelOptions options;
+  options.backend = "mpi", options.sync = "local:1", options.timeout_s = 120;
+  auto runner = train::make_runner(testing::simplenet(), kSgd, 1, options);
+  auto got = testing::train_with(*runner, 13, 5);
+  EXPECT_LE(testing::relative_difference(got, testing::reference_params(13, 5)), 1e-5) << runner->describe();
 }
 
 TEST(MpiDdp, EvenSplit) { expect_equivalent(1, "even"); }

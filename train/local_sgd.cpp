@@ -1,0 +1,156 @@
+#include "train/local_sgd.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "engine/backend.h"
+#include "engine/trace.h"
+#include "train/step.h"
+
+namespace dpcore::train {
+
+namespace {
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+}  // namespace
+
+LocalSgdRunner::LocalSgdRunner(std::unique_ptr<layers::Model> model, const SgdConfig& sgd, int64_t accum,
+                               const ParallelOptions& options, int64_t period)
+    : ReplicatedRunner(options, accum), period_(period) {
+  DPCORE_CHECK(period >= 1, "--sync local:", period, ": K must be at least 1");
+  DPCORE_CHECK(options.mode == "ddp", "--sync local:K with --mode ", options.mode,
+               ": local SGD runs one worker per replica, each with its own loss (--mode ddp); --mode dp "
+               "gathers every output for one loss");
+  DPCORE_CHECK(!splitter_.adaptive(), "--sync local:K with --split adaptive: adaptive re-weights from the "
+               "timings of synchronous steps; use --split even or weights:...");
+  DPCORE_CHECK(!options.guards.skip_nonfinite && options.guards.check_replicas == 0,
+               "--sync local:K with --skip-nonfinite or --check-replicas: the guards judge the one reduced "
+               "gradient and the identical replicas of --sync full, which local SGD does not have");
+  DPCORE_CHECK(options.batchnorm == "local", "--sync local:K with --batchnorm ", options.batchnorm,
+               ": synchronised batch norm combines the replicas' statistics inside one step over the global "
+               "batch, but under local SGD each replica steps on its own share; use --batchnorm local");
+  for (const Fault& f : options.faults.faults()) {
+    DPCORE_CHECK(f.kind != Fault::Kind::Hang, "--inject ", train::describe(f), " with --sync local:K: between averagings no ",
+                 "replica waits for another, so nothing would notice the hang; try it with --sync full");
+  }
+  std::vector<Device> devices = process_replica_devices(options, model->device());
+  auto comms = comm::make_communicators(comm_config(options, devices));
+  world_size_ = comms[0]->size();
+  if (world_size_ != options.replicas) splitter_ = Splitter(options.split, world_size_);  // set by mpirun
+  check_faults(world_size_, options);
+  samples_since_average_.assign(size_t(world_size_), 0);
+  start(std::move(model), devices, std::move(comms), sgd);
+}
+
+StepStats LocalSgdRunner::step(const data::Batch& batch) {
+  const std::vector<int64_t> shares = splitter_.shares(batch.size);  // the same on every rank
+  const int64_t step = step_number();
+  std::vector<double> losses(replicas_.size(), 0.0);
+  std::vector<ReplicaLane> lanes(replicas_.size());
+  threads_->run([&](int local) {
+    Replica& rep = replicas_[size_t(local)];
+    const int rank = rep.rank();
+    int64_t row = 0;
+    for (int g = 0; g < rank; ++g) row += shares[size_t(g)];
+    const int64_t size = shares[size_t(rank)];
+    const Clock::time_point started = Clock::now();
+    rep.model->zero_grad();
+    faults_.run(rank, step, *rep.model, [&] {
+      if (size == 0) return;  // (an empty share: a zero gradient, and weight 0 at the averaging)
+      trace::Span span("step", [&] { return trace::Label{"local step", {{"rows", size}, {"first_row", row}}}; });
+      auto [x, y] = batch_tensors(batch_rows(batch, row, row + size), rep.device());
+      // The mean over this replica's own share: its step is a whole SGD step of its own.
+      Tensor loss = accumulate_gradients(*rep.model, x, y, std::min(accum_, size), 1.0 / double(size));
+      losses[size_t(local)] = loss.item();
+    });
+    ReplicaLane& lane = lanes[size_t(local)];
+    lane.compute = seconds_since(started);  // (an injected slowdown included)
+    rep.sgd->step();
+    finish_device_work(rep);
+    lane.optimizer = rep.sgd->last_step_seconds();
+    lane.samples = size;
+  });
+  for (int g = 0; g < world_size_; ++g) samples_since_average_[size_t(g)] += shares[size_t(g)];
+  ++steps_since_average_;
+  // The replicas meet only at the end of the step (and at an averaging): whoever finished
+  // first waited for the slowest there.
+  double slowest = 0;
+  for (const ReplicaLane& lane : lanes) slowest = std::max(slowest, lane.compute + lane.optimizer);
+  for (ReplicaLane& lane : lanes) lane.idle = slowest - lane.compute - lane.optimizer;
+  if (step % period_ == 0) average(&lanes);  // on the steps the log numbers K, 2K, ... (resumes included)
+
+  double loss = 0;
+  int64_t samples = 0;
+  for (size_t local = 0; local < replicas_.size(); ++local) {
+    loss += losses[local];
+    samples += shares[size_t(replicas_[local].rank())];
+  }
+  StepStats stats{Tensor::full({}, loss, replicas_[0].model->dtype(), replicas_[0].device()), samples};
+  stats.times = combine_lanes(lanes);
+  return stats;
+}
+
+void LocalSgdRunner::average(std::vector<ReplicaLane>* lanes) {
+  int64_t total = 0;
+  for (int64_t s : samples_since_average_) total += s;
+  threads_->run([&](int local) {
+    Replica& rep = replicas_[size_t(local)];
+    const int64_t mine = samples_since_average_[size_t(rep.rank())];
+    const double weight = total > 0 ? double(mine) / double(total) : 1.0 / double(world_size_);
+    const Clock::time_point started = Clock::now();
+    Backend& backend = backend_for(rep.device());
+    Tensor values = rep.model->parameters().values();
+    Tensor momentum = rep.sgd->momentum();  // (undefined without momentum)
+    backend.scale(weight, values, values);
+    if (momentum.defined()) backend.scale(weight, momentum, momentum);
+    {
+      trace::Span span("wait", [&] {
+        return trace::Label{"average parameters (wait)", {{"weight", weight}, {"on", comm_lane(rep)}}};
+      });
+      trace::CollectiveLabel purpose([] { return trace::Label{"local SGD averaging", {}}; });
+      Work params = rep.comm->allreduce(values, ReduceOp::Sum);
+      Work moments = momentum.defined() ? rep.comm->allreduce(momentum, ReduceOp::Sum) : Work();
+      params.wait();
+      moments.wait();  // (an empty Work when there is no momentum: already done)
+    }
+    broadcast_buffers(rep);
+    finish_device_work(rep);
+    if (lanes) (*lanes)[size_t(local)].blocked = seconds_since(started);
+  });
+  steps_since_average_ = 0;
+  std::fill(samples_since_average_.begin(), samples_since_average_.end(), 0);
+  ++averagings_, ++epoch_averagings_;
+}
+
+StepStats LocalSgdRunner::settle() {
+  if (steps_since_average_ > 0) average();
+  return {};
+}
+
+void LocalSgdRunner::sync_replicas() {
+  ReplicatedRunner::sync_replicas();
+  steps_since_average_ = 0;
+  std::fill(samples_since_average_.begin(), samples_since_average_.end(), 0);
+}
+
+bool LocalSgdRunner::is_primary() const { return replicas_[0].rank() == 0; }
+
+std::string LocalSgdRunner::describe() const {
+  RunnerDescription d;
+  d.parallelism = "local SGD (local:" + std::to_string(period_) + ", " + replicas_[0].comm->backend() + ")";
+  d.replicas = world_size_;
+  for (const Replica& r : replicas_) d.devices.push_back(r.device());
+  d.devices_here = true;
+  d.details = {"averaging every " + std::to_string(period_) + (period_ == 1 ? " step" : " steps"),
+               "split " + splitter_.describe()};
+  d.accum = accum_;
+  return describe_runner(d);
+}
+
+std::vector<std::pair<std::string, std::vector<int64_t>>> LocalSgdRunner::epoch_counters() {
+  std::vector<std::pair<std::string, std::vector<int64_t>>> counters = {{"averagings", {epoch_averagings_}}};
+  epoch_averagings_ = 0;
+  return counters;
+}
+
+}  // namespace dpcore::train
