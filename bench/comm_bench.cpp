@@ -4,7 +4,7 @@
 //           broadcast, allgather's output and reduce_scatter's input;
 //   busbw = algbw x 2(n-1)/n (allreduce), x (n-1)/n (allgather, reduce_scatter), x 1
 //           (broadcast): comparable across rank counts and against link bandwidth.
-// Backends: local on the CPU (2 and 4 replicas), local and nccl on the GPUs when there
+// Backends: local on the CPU (2, 3 and 4 replicas), local and nccl on the GPUs when there
 // are any, and mpi when started under mpiexec (then with a fixed iteration count, since
 // every rank must run the same number of collectives):
 //   comm_bench --benchmark_filter=allreduce/local
@@ -192,7 +192,7 @@ bool under_mpiexec() { return std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv
     register_mpi();
     return true;
   }
-  for (int world : {2, 4}) register_group("local", std::vector<Device>(size_t(world), Device::cpu()), kCpuSizes);
+  for (int world : {2, 3, 4}) register_group("local", std::vector<Device>(size_t(world), Device::cpu()), kCpuSizes);
   int gpus = dpcore::runtime::cuda_device_count();
   if (gpus > 0) {
     register_group("local", dpcore::comm::place_replicas(2, Device::Type::CUDA), kGpuSizes);

@@ -3,11 +3,13 @@
 // backward pass.
 //
 //   dpcore_ddp_overlap_bench [--model fashioncnn] [--batch 64] [--replicas 2] [--steps 20]
-//                            [--bucket-mb 0.25] [--device cpu]
+//                            [--bucket-mb 0.25] [--first-bucket-mb 1] [--device cpu]
 //
 // hidden = 1 - exposed / alone, where `alone` is one allreduce of the whole gradient buffer
 // with nothing else running and `exposed` is the time replica 0 still waits for its buckets
-// after its backward has finished. Prints a table, then one JSON line.
+// after its backward has finished. That wait includes waiting for a slower replica's
+// backward; `hidden_last` takes the wait of the replica whose backward ended last instead
+// (the least wait of a step), which is communication only. Prints a table, then one JSON line.
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -78,13 +80,14 @@ int main(int argc, char** argv) {
   std::string model = "fashioncnn", device_flag = "cpu";
   int64_t batch = 64;
   int replicas = 2, steps = 20;
-  double bucket_mb = 0.25;
+  double bucket_mb = 0.25, first_bucket_mb = 1;
   app.add_option("--model", model)->capture_default_str();
   app.add_option("--batch", batch)->capture_default_str();
   app.add_option("--replicas", replicas)->capture_default_str();
   app.add_option("--steps", steps)->capture_default_str();
   app.add_option("--bucket-mb", bucket_mb, "DDP bucket cap (small, so that there are buckets to overlap)")
       ->capture_default_str();
+  app.add_option("--first-bucket-mb", first_bucket_mb, "the first bucket's cap (PyTorch's 1 MiB)")->capture_default_str();
   app.add_option("--device", device_flag)->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   try {
@@ -102,13 +105,13 @@ int main(int argc, char** argv) {
     train::SingleDeviceRunner one(build(model, device), sgd, 1);
     double t_one = time_steps(one, b, steps, device);
     train::ParallelOptions o;
-    o.replicas = replicas, o.bucket_mb = bucket_mb;
+    o.replicas = replicas, o.bucket_mb = bucket_mb, o.first_bucket_mb = first_bucket_mb;
     o.mode = "dp";
     train::DataParallelRunner dp(build(model, device), sgd, 1, o);
     double t_dp = time_steps(dp, b, steps, device);
     o.mode = "ddp";
     train::DistributedRunner ddp(build(model, device), sgd, 1, o);
-    std::vector<double> exposed;
+    std::vector<double> exposed, exposed_last;
     for (int i = 0; i < 3; ++i) ddp.step(b);
     std::vector<double> t_ddp_all;
     for (int i = 0; i < steps; ++i) {
@@ -116,22 +119,31 @@ int main(int argc, char** argv) {
       ddp.step(b).loss_sum.item();
       t_ddp_all.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
       exposed.push_back(ddp.reducer(0).exposed_seconds());
+      double least = exposed.back();
+      for (size_t r = 1; r < ddp.local_replicas(); ++r) least = std::min(least, ddp.reducer(r).exposed_seconds());
+      exposed_last.push_back(least);
     }
     double t_ddp = median(t_ddp_all), t_exposed = median(exposed);
     double t_alone = time_allreduce(one.model().parameters().total(), replicas, device, steps);
     double hidden = std::max(0.0, 1.0 - t_exposed / t_alone);
+    double t_exposed_last = median(exposed_last), hidden_last = std::max(0.0, 1.0 - t_exposed_last / t_alone);
 
-    std::printf("%s, batch %ld, %d replicas on %s, %zu DDP buckets of <= %.2f MiB\n", model.c_str(), long(batch),
-                replicas, device.str().c_str(), ddp.reducer(0).buckets().size(), bucket_mb);
+    std::printf("%s, batch %ld, %d replicas on %s, %zu DDP buckets of <= %.2f MiB (the first %.2f MiB)\n", model.c_str(),
+                long(batch), replicas, device.str().c_str(), ddp.reducer(0).buckets().size(), bucket_mb, first_bucket_mb);
     std::printf("  1 replica, whole batch   %9.2f ms/step\n", 1e3 * t_one);
     std::printf("  dp,  %d replicas          %9.2f ms/step  (%.2fx)\n", replicas, 1e3 * t_dp, t_one / t_dp);
     std::printf("  ddp, %d replicas          %9.2f ms/step  (%.2fx)\n", replicas, 1e3 * t_ddp, t_one / t_ddp);
     std::printf("  allreduce alone          %9.3f ms; still waited after backward %.3f ms: %.0f%% hidden\n",
                 1e3 * t_alone, 1e3 * t_exposed, 100 * hidden);
+    std::printf("  the replica whose backward ended last waited %.3f ms: %.0f%% hidden\n", 1e3 * t_exposed_last,
+                100 * hidden_last);
     nlohmann::json j = {{"model", model},     {"batch", batch},          {"replicas", replicas},
                         {"device", device.str()}, {"one_ms", 1e3 * t_one}, {"dp_ms", 1e3 * t_dp},
                         {"ddp_ms", 1e3 * t_ddp}, {"allreduce_ms", 1e3 * t_alone}, {"exposed_ms", 1e3 * t_exposed},
-                        {"hidden_fraction", hidden}, {"buckets", ddp.reducer(0).buckets().size()}};
+                        {"hidden_fraction", hidden}, {"buckets", ddp.reducer(0).buckets().size()},
+                        {"exposed_last_ms", 1e3 * t_exposed_last}, {"hidden_last_fraction", hidden_last},
+                        {"bucket_mb", bucket_mb}, {"first_bucket_mb", first_bucket_mb},
+                        {"gradient_bytes", one.model().parameters().total() * 4}};
     std::cout << j.dump() << std::endl;
   } catch (const std::exception& e) {
     std::cerr << "dpcore_ddp_overlap_bench: " << e.what() << "\n";

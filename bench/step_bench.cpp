@@ -354,6 +354,13 @@ int main(int argc, char** argv) {
   app.add_option("--mode", o.parallel.mode, "with --replicas > 1: dp or ddp")
       ->check(CLI::IsMember({"dp", "ddp"}))
       ->capture_default_str();
+  app.add_option("--backend", o.parallel.backend,
+                 "with --replicas > 1: local (threads in this process) or mpi (under mpirun, one replica per rank)")
+      ->check(CLI::IsMember({"local", "mpi"}))
+      ->capture_default_str();
+  app.add_option("--sync", o.parallel.sync,
+                 "with --replicas > 1: full, local:K (each replica steps alone, averaging every K steps) or async")
+      ->capture_default_str();
   app.add_option("--trace", o.trace, "record the timed steps into this Chrome trace file (the cost of tracing on)");
   app.add_flag("--profile", o.profile,
                "also time every kernel call and allocation (CPU, one replica): per-op microseconds per step");

@@ -285,6 +285,17 @@ void add_fault_tolerance_flags(CLI::App& cmd, TrainOptions& o) {
                            "naming the replica and the first tensor that differ (0: never)"),
             whole<int64_t>(0))
       ->capture_default_str();
+  with_rule(cmd.add_option("--on-replica-failure", o.parallel.failure.on_failure,
+                           "when a replica fails in a step (it throws, or misses --replica-timeout): stop (the run "
+                           "fails naming it) or shrink (the step is undone and runs again over the same batch "
+                           "without it; --backend local, --sync full)"),
+            one_of({"stop", "shrink"}))
+      ->capture_default_str();
+  with_rule(cmd.add_option("--min-replicas", o.parallel.failure.min_replicas,
+                           "--on-replica-failure shrink: rather than go on with fewer replicas than this, stop "
+                           "(after a checkpoint of the last completed step, with --checkpoint)"),
+            whole<int>(1))
+      ->capture_default_str();
 }
 
 void add_train_flags(CLI::App& cmd, TrainOptions& o, BackendFlags& b) {
@@ -352,6 +363,9 @@ void add_train_flags(CLI::App& cmd, TrainOptions& o, BackendFlags& b) {
   with_rule(cmd.add_option("--trace-steps", o.trace_steps, "steps recorded by --trace"), whole<int64_t>(1))
       ->capture_default_str()
       ->needs(trace);
+  cmd.add_flag("--nvtx", o.nvtx,
+               "also make every span of --trace an NVTX range, for the whole run, so that Nsight Systems (nsys "
+               "profile) shows dpcore's names; CUDA builds (docs/data-parallel.md, \"Watching a step\")");
   cmd.add_flag("--explain", o.explain,
                "print the first step move by move with this run's numbers: shares, bytes copied, the loss seed, "
                "buckets, the ring's chunk schedule, the SGD step (docs/data-parallel.md)");
@@ -458,7 +472,7 @@ int main(int argc, char** argv) {
   dpcore::train::PredictOptions predict;
   CLI::App* predict_cmd = app.add_subcommand(
       "predict", "predict the step time and scaling efficiency of data parallelism on a cluster (docs/scaling.md)");
-  predict_cmd->add_option("--model", predict.model, kModelHelp)->capture_default_str();
+  predict_cmd->add_option("--model", predict.model, std::string(kModelHelp) + "; with --profile, the profile's own model unless given")->capture_default_str();
   predict_cmd->add_option("--input", predict.input, "one sample's shape, CxHxW")->capture_default_str();
   with_rule(predict_cmd->add_option("--classes", predict.classes, "the model's outputs"), whole<int64_t>(1))
       ->capture_default_str();
@@ -466,8 +480,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   predict_cmd
       ->add_option("--cluster", predict.cluster,
-                   "a preset (h200x8-nvlink-ib400) or G,A,B,a,b: replicas per node, then latency (us) and "
-                   "bandwidth (GB/s) inside a node and between nodes")
+                   "a preset (h200x8-nvlink-ib400, v100x8-nvlink-ib100) or G,A,B,a,b[,C]: replicas per node, then latency (us) and "
+                   "bandwidth (GB/s) inside a node and between nodes, and for CPU nodes the cores their replicas "
+                   "share")
       ->capture_default_str();
   predict_cmd->add_option("--strategies", predict.strategies, "comma-separated: ddp, dp, local:K")
       ->capture_default_str();
@@ -475,6 +490,8 @@ int main(int argc, char** argv) {
   with_rule(predict_cmd->add_option("--max-replicas", predict.max_replicas, "predict for 1, 2, 4, ... up to this"),
             whole<int>(1))
       ->capture_default_str();
+  predict_cmd->add_option("--replicas", predict.replicas,
+                          "comma-separated replica counts to predict instead of --max-replicas's powers of two");
   with_rule(predict_cmd->add_option("--bucket-mb", predict.bucket_mb, "DDP's bucket cap, as for train"),
             number(0, false))
       ->capture_default_str();
@@ -512,6 +529,7 @@ int main(int argc, char** argv) {
       train_backend.apply();
       dpcore::train::train(train, std::cout);
     } else if (*predict_cmd) {
+      predict.model_given = predict_cmd->get_option("--model")->count() > 0;
       dpcore::train::predict(predict, std::cout);
     } else {
       eval_backend.apply();

@@ -24,6 +24,7 @@
 
 #include "comm/work.h"
 #include "engine/tensor.h"
+#include "kernels/error.h"
 
 namespace dpcore::comm {
 
@@ -57,6 +58,20 @@ class Communicator {
   // local: every replica fails at once. mpi: MPI_Abort ends the whole job. nccl:
   // ncclCommAbort, so this rank's pending collectives return instead of hanging.
   virtual void abort(const std::string& reason) = 0;
+};
+
+// What a waiting collective of an aborted group throws: an echo of another replica's
+// failure, not a failure of its own (a runner that goes on without the failed replica,
+// --on-replica-failure shrink, tells the cause from its echoes by this).
+class GroupAborted : public Error {
+ public:
+  using Error::Error;
+};
+// What the replica that waited longest in vain throws (local): the ranks that never came.
+class ReplicasMissing : public Error {
+ public:
+  ReplicasMissing(const std::string& what, std::vector<int> missing) : Error(what), missing(std::move(missing)) {}
+  std::vector<int> missing;
 };
 
 // ---- local: replicas are threads of one process ----

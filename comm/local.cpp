@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "comm/checks.h"
+#include "comm/collective_span.h"
 #include "comm/comm_thread.h"
 #include "comm/communicator.h"
 #include "comm/rendezvous.h"
@@ -143,19 +144,9 @@ class LocalCommunicator : public Communicator {
     std::string op = concat("local ", name);
     const Device device = input.defined() ? input.device() : Device::cpu();
     std::shared_ptr<Backend::Event> submitted = ring::record_submission(device);
-    trace::Label purpose;
-    int64_t launched_ns = 0;
-    if (trace::recording()) purpose = trace::CollectiveLabel::current(), launched_ns = trace::now_ns();
-    const int64_t bytes = input.defined() ? int64_t(input.nbytes()) : 0;
-    return thread_.submit([this, op, body, device, submitted, name, purpose, launched_ns, bytes] {
-      trace::Span span("comm", [&] {
-        trace::Label label{purpose.name.empty() ? name : concat(name, " ", purpose.name),
-                           {{"bytes", bytes}, {"algorithm", "ring"}, {"ranks", int64_t(size())},
-                            {"rank", int64_t(rank_)}}};
-        if (launched_ns > 0) label.args.push_back({"queued_us", double(trace::now_ns() - launched_ns) / 1000.0});
-        label.args.insert(label.args.end(), purpose.args.begin(), purpose.args.end());
-        return label;
-      });
+    const CollectiveSpanLabel traced(name, input.defined() ? int64_t(input.nbytes()) : 0);
+    return thread_.submit([this, op, body, device, submitted, traced] {
+      trace::Span span("comm", [&] { return traced.label("ring", size(), rank_); });
       try {
         ring::start_on_own_stream(device, submitted);
         body(op);

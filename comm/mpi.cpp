@@ -13,9 +13,11 @@
 #include <limits>
 
 #include "comm/checks.h"
+#include "comm/collective_span.h"
 #include "comm/comm_thread.h"
 #include "comm/communicator.h"
 #include "engine/backend.h"
+#include "engine/trace.h"
 
 namespace dpcore::comm {
 namespace {
@@ -122,6 +124,7 @@ class MpiCommunicator : public Communicator {
       check_mpi(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN), "mpi: MPI_Comm_set_errhandler");
       MPI_Comm_rank(comm_, &rank_);
       MPI_Comm_size(comm_, &size_);
+      trace::set_lane("comm " + std::to_string(rank_), trace::kCommLanes + rank_);
     });
   }
   // Frees the communicator after the collectives still queued (its error, if any, has
@@ -136,7 +139,7 @@ class MpiCommunicator : public Communicator {
 
   Work allreduce(Tensor& tensor, ReduceOp reduce) override {
     Tensor t = tensor;
-    return submit("allreduce", [=](const std::string& op) {
+    return submit("allreduce", int64_t(t.nbytes()), [=](const std::string& op) {
       check_reducible(op, t, reduce, true);
       HostView host(t, true);
       check_mpi(MPI_Allreduce(MPI_IN_PLACE, host.data(), mpi_count(op, t.numel()), mpi_type(t.dtype()), MPI_SUM, comm_),
@@ -148,7 +151,7 @@ class MpiCommunicator : public Communicator {
 
   Work broadcast(Tensor& tensor, int root) override {
     Tensor t = tensor;
-    return submit("broadcast", [=](const std::string& op) {
+    return submit("broadcast", int64_t(t.nbytes()), [=](const std::string& op) {
       check_defined(op, "input", t);
       check_root(op, root, size_);
       HostView host(t, rank_ == root);
@@ -159,7 +162,7 @@ class MpiCommunicator : public Communicator {
 
   Work reduce(Tensor& tensor, int root, ReduceOp reduce) override {
     Tensor t = tensor;
-    return submit("reduce", [=](const std::string& op) {
+    return submit("reduce", int64_t(t.nbytes()), [=](const std::string& op) {
       check_reducible(op, t, reduce, true);
       check_root(op, root, size_);
       HostView host(t, true);
@@ -176,7 +179,7 @@ class MpiCommunicator : public Communicator {
 
   Work allgather(const Tensor& input, Tensor& output) override {
     Tensor in = input, out = output;
-    return submit("allgather", [=](const std::string& op) {
+    return submit("allgather", int64_t(in.nbytes()), [=](const std::string& op) {
       check_allgather_args(op, in, out, size_);
       // MPI forbids overlapping send and receive buffers (except its own in-place form).
       HostView send(overlap(in, out) ? in.clone() : in, true), receive(out, false);
@@ -190,7 +193,7 @@ class MpiCommunicator : public Communicator {
 
   Work reduce_scatter(const Tensor& input, Tensor& output, ReduceOp reduce) override {
     Tensor in = input, out = output;
-    return submit("reduce_scatter", [=](const std::string& op) {
+    return submit("reduce_scatter", int64_t(in.nbytes()), [=](const std::string& op) {
       check_reduce_scatter_args(op, in, out, size_);
       check_reducible(op, in, reduce, true);
       HostView send(overlap(in, out) ? in.clone() : in, true), receive(out, false);
@@ -203,7 +206,7 @@ class MpiCommunicator : public Communicator {
   }
 
   void barrier() override {
-    submit("barrier", [this](const std::string& op) { check_mpi(MPI_Barrier(comm_), op); }).wait();
+    submit("barrier", 0, [this](const std::string& op) { check_mpi(MPI_Barrier(comm_), op); }).wait();
   }
 
   // Straight from the caller's thread: the communication thread may be the one stuck.
@@ -215,9 +218,15 @@ class MpiCommunicator : public Communicator {
   }
 
  private:
-  Work submit(const char* name, std::function<void(const std::string& op)> body) {
+  // In a trace, the collective is a span on the communication thread's lane, as the local
+  // backend's are (comm/collective_span.h); `bytes` is this rank's input.
+  Work submit(const char* name, int64_t bytes, std::function<void(const std::string& op)> body) {
     std::string op = std::string("mpi ") + name;
-    return session_->thread().submit([op, body] { body(op); });
+    const CollectiveSpanLabel traced(name, bytes);
+    return session_->thread().submit([this, op, body, traced] {
+      trace::Span span("comm", [&] { return traced.label("mpi", size_, rank_); });
+      body(op);
+    });
   }
 
   void average(const Tensor& host, ReduceOp reduce) const {

@@ -2,6 +2,8 @@
 
 #include <sstream>
 
+#include "comm/communicator.h"
+
 namespace dpcore::comm {
 
 Rendezvous::Rendezvous(int size, std::chrono::milliseconds timeout)
@@ -12,7 +14,7 @@ Rendezvous::Rendezvous(int size, std::chrono::milliseconds timeout)
 
 std::vector<Slot> Rendezvous::exchange(int rank, Slot mine, const std::string& op) {
   std::unique_lock<std::mutex> lock(mutex_);
-  if (!abort_reason_.empty()) throw Error(abort_reason_);
+  if (!abort_reason_.empty()) throw GroupAborted(abort_reason_);
   const uint64_t generation = generation_;
   std::vector<Slot>& slots = slots_[generation % 2];
   slots[size_t(rank)] = std::move(mine);
@@ -32,7 +34,7 @@ std::vector<Slot> Rendezvous::exchange(int rank, Slot mine, const std::string& o
   });
   if (!woke) fail_timeout(op);
   // A generation that completed before an abort still counts: its slots are valid.
-  if (generation_ == generation) throw Error(abort_reason_);
+  if (generation_ == generation) throw GroupAborted(abort_reason_);
   return slots;
 }
 
@@ -50,7 +52,7 @@ void Rendezvous::fail_timeout(const std::string& op) {
   os << " did not arrive within " << double(timeout_.count()) / 1000.0 << " s";
   abort_reason_ = os.str();
   next_generation_.notify_all();
-  throw Error(abort_reason_);
+  throw ReplicasMissing(abort_reason_, missing);
 }
 
 void Rendezvous::abort(const std::string& reason) {

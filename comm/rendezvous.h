@@ -9,9 +9,10 @@
 // previous one's slots.
 //
 // Failure: the group can be aborted (a replica failed, or someone called abort); every
-// wait then ends with an Error quoting the first reason, now and forever after. A replica
-// that waits longer than the timeout aborts the group naming the replicas that did not
-// arrive, so one missing replica never hangs the others.
+// wait then ends with a GroupAborted error quoting the first reason, now and forever after.
+// A replica that waits longer than the timeout aborts the group naming the replicas that
+// did not arrive (it throws ReplicasMissing, which lists them), so one missing replica
+// never hangs the others.
 #pragma once
 
 #include <chrono>

@@ -3,10 +3,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
 
@@ -20,12 +22,26 @@ std::atomic<bool> recording{false};
 }
 
 namespace {
+// Who takes spans; `recording` is their union. Changed under their mutex, read relaxed.
+std::mutex consumers_mutex;
+std::atomic<bool> to_file{false}, to_listener{false};
+// The hooks: set at static initialisation by the files that implement them.
+std::atomic<SpanListener*> installed_listener{nullptr};
+std::atomic<DeviceTimer*> installed_timer{nullptr};
+
+void set_consumer(std::atomic<bool>& which, bool on) {
+  std::lock_guard<std::mutex> lock(consumers_mutex);
+  which.store(on, std::memory_order_relaxed);
+  detail::recording.store(to_file.load(std::memory_order_relaxed) || to_listener.load(std::memory_order_relaxed),
+                          std::memory_order_relaxed);
+}
 
 struct Event {
   std::string name;
   const char* category = "";
   int64_t start_ns = 0, dur_ns = 0;
   Args args;
+  int64_t device_begin = -1, device_end = -1;  // DeviceTimer marks, -1: none
 };
 
 // One thread's events. Only the owning thread appends; write() reads the prefix the owner
@@ -109,13 +125,86 @@ nlohmann::json metadata(const char* what, int pid, int tid, nlohmann::json args)
   return {{"name", what}, {"ph", "M"}, {"pid", pid}, {"tid", tid}, {"args", std::move(args)}};
 }
 
-nlohmann::json complete_event(const Event& e, int pid, int tid) {
+nlohmann::json complete_event(const Event& e, int64_t start_ns, int64_t dur_ns, int pid, int tid) {
   nlohmann::json args = nlohmann::json::object();
   for (const Arg& a : e.args) args[a.key] = to_json(a.value);
   // Nanoseconds to the format's microseconds, keeping the fraction: a small layer's
   // backward can take less than a microsecond.
-  return {{"name", e.name}, {"cat", e.category},          {"ph", "X"},     {"ts", double(e.start_ns) / 1000.0},
-          {"dur", double(e.dur_ns) / 1000.0}, {"pid", pid}, {"tid", tid}, {"args", std::move(args)}};
+  return {{"name", e.name}, {"cat", e.category},          {"ph", "X"},     {"ts", double(start_ns) / 1000.0},
+          {"dur", double(dur_ns) / 1000.0}, {"pid", pid}, {"tid", tid}, {"args", std::move(args)}};
+}
+
+// The lanes of device streams: one per stream and thread that queued work on it, numbered
+// after every thread's lane.
+class DeviceLanes {
+ public:
+  static constexpr int kFirstTid = 1000000;
+
+  // The span `e` of lane `host` as the device ran it, when both its marks were reached on
+  // one stream.
+  void add(DeviceTimer& timer, const Event& e, int pid, const Lane& host, nlohmann::json& events) {
+    DeviceTimer::Reached begin, end;
+    if (!timer.reached(e.device_begin, begin) || !timer.reached(e.device_end, end)) return;
+    if (begin.stream != end.stream) return;  // the thread changed streams inside the span
+    const std::string name = begin.stream + " (" + host.name + ")";
+    auto [lane, added] = tids_.emplace(name, kFirstTid + int(tids_.size()));
+    if (added) {
+      events.push_back(metadata("thread_name", pid, lane->second, {{"name", name}}));
+      const int sort_index = kDeviceLanes + host.sort_index;
+      events.push_back(metadata("thread_sort_index", pid, lane->second, {{"sort_index", sort_index}}));
+    }
+    events.push_back(complete_event(e, begin.ns, std::max<int64_t>(end.ns - begin.ns, 0), pid, lane->second));
+  }
+
+ private:
+  std::map<std::string, int> tids_;
+};
+
+// What write() and take() put in a file: the events recorded since the previous one, with
+// the lanes they need. `taken` is marked written once they are safely out.
+struct Collected {
+  nlohmann::json events = nlohmann::json::array();
+  std::vector<std::pair<Lane*, size_t>> taken;
+  size_t spans = 0, dropped = 0;
+};
+
+Collected collect() {
+  Registry& reg = registry();
+  Collected c;
+  DeviceTimer* timer = installed_timer.load(std::memory_order_acquire);
+  DeviceLanes device_lanes;
+  std::lock_guard<std::mutex> lock(reg.mutex);
+  c.events.push_back(metadata("process_name", reg.pid, 0, {{"name", reg.process}}));
+  for (const auto& lane : reg.lanes) {
+    const size_t end = lane->published();
+    c.dropped += lane->dropped();
+    if (end == lane->written) continue;
+    c.events.push_back(metadata("thread_name", reg.pid, lane->tid, {{"name", lane->name}}));
+    c.events.push_back(metadata("thread_sort_index", reg.pid, lane->tid, {{"sort_index", lane->sort_index}}));
+    for (size_t i = lane->written; i < end; ++i) {
+      const Event& e = lane->at(i);
+      c.events.push_back(complete_event(e, e.start_ns, e.dur_ns, reg.pid, lane->tid));
+      if (timer && e.device_begin >= 0 && e.device_end >= 0) device_lanes.add(*timer, e, reg.pid, *lane, c.events);
+    }
+    c.taken.emplace_back(lane.get(), end);
+  }
+  for (const nlohmann::json& e : c.events) c.spans += e["ph"] == "X" ? 1 : 0;
+  return c;
+}
+
+void mark_written(const Collected& c) {
+  std::lock_guard<std::mutex> lock(registry().mutex);
+  for (auto& [lane, end] : c.taken) lane->written = end;
+}
+
+// {"traceEvents": [...]} to `path`, through a temporary file renamed over it.
+void write_document(const std::string& path, nlohmann::json events, nlohmann::json other) {
+  other["writer"] = "dpcore";
+  nlohmann::json doc = {{"traceEvents", std::move(events)}, {"displayTimeUnit", "ms"}, {"otherData", std::move(other)}};
+  const std::string text = doc.dump();
+  io::AtomicFileWriter file(path, "trace");
+  file.write(text.data(), text.size());
+  file.commit();
 }
 
 std::string parent_dir(const std::string& path) {
@@ -131,8 +220,23 @@ int64_t now_ns() {
       .count();
 }
 
-void start() { detail::recording.store(true, std::memory_order_relaxed); }
-void stop() { detail::recording.store(false, std::memory_order_relaxed); }
+void start() {
+  // (Before recording begins, so that no mark predates the timer's new reference.)
+  if (DeviceTimer* timer = installed_timer.load(std::memory_order_acquire)) timer->restart();
+  set_consumer(to_file, true);
+}
+void stop() { set_consumer(to_file, false); }
+
+SpanListener* set_listener(SpanListener* l) { return installed_listener.exchange(l, std::memory_order_acq_rel); }
+SpanListener* listener() { return installed_listener.load(std::memory_order_acquire); }
+DeviceTimer* set_device_timer(DeviceTimer* timer) { return installed_timer.exchange(timer, std::memory_order_acq_rel); }
+
+void listen(bool on, const std::string& flag) {
+  DPCORE_CHECK(!on || listener(), flag,
+               ": this build has no NVTX ranges to give spans to (they come with the CUDA backend: build where nvcc "
+               "is found)");
+  set_consumer(to_listener, on);
+}
 
 void set_lane(const std::string& name, int sort_index) {
   ThreadState& t = t_state;
@@ -143,6 +247,7 @@ void set_lane(const std::string& name, int sort_index) {
     t.lane->name = name;
     t.lane->sort_index = sort_index;
   }
+  if (SpanListener* l = listener(); l && to_listener.load(std::memory_order_relaxed)) l->lane_named(name);
 }
 
 void set_process(int pid, const std::string& name) {
@@ -153,16 +258,28 @@ void set_process(int pid, const std::string& name) {
 }
 
 void Span::open(const char* category, Label label) {
-  open_ = std::make_unique<Open>(Open{category, std::move(label), 0});
-  open_->start_ns = now_ns();  // last, so that building the label is not counted
+  SpanListener* l = to_listener.load(std::memory_order_relaxed) ? listener() : nullptr;
+  const bool file = to_file.load(std::memory_order_relaxed);
+  if (!file && !l) return;  // stopped since recording() was read
+  open_ = std::make_unique<Open>(Open{category, std::move(label), 0, file, l != nullptr, -1});
+  if (l) l->open(category, open_->label.name);
+  open_->start_ns = now_ns();  // after building the label, which is not counted
+  // Inside the span: the device cannot reach the mark before the span began.
+  DeviceTimer* timer = installed_timer.load(std::memory_order_acquire);
+  if (file && timer) open_->device_mark = timer->mark();
 }
 
 void Span::add_arg(const char* key, Value value) { open_->label.args.push_back({key, std::move(value)}); }
 
 void Span::close() {
-  const int64_t end = now_ns();
   Open& o = *open_;
-  this_lane().append({std::move(o.label.name), o.category, o.start_ns, end - o.start_ns, std::move(o.label.args)});
+  DeviceTimer* timer = installed_timer.load(std::memory_order_acquire);
+  const int64_t device_end = o.device_mark >= 0 && timer ? timer->mark() : -1;
+  const int64_t end = now_ns();
+  if (SpanListener* l = listener(); o.to_listener && l) l->close();
+  if (!o.to_file) return;
+  this_lane().append({std::move(o.label.name), o.category, o.start_ns, end - o.start_ns, std::move(o.label.args),
+                      o.device_mark, device_end});
 }
 
 void CollectiveLabel::push(Label label) {
@@ -178,33 +295,36 @@ Label CollectiveLabel::current() {
 }
 
 size_t write(const std::string& path) {
-  Registry& reg = registry();
-  nlohmann::json events = nlohmann::json::array();
-  std::vector<std::pair<Lane*, size_t>> taken;  // marked written once the file is in place
+  Collected c = collect();
+  write_document(path, std::move(c.events), {{"dropped_events", c.dropped}});
+  mark_written(c);
+  return c.spans;
+}
+
+std::string take() {
+  Collected c = collect();
+  mark_written(c);
+  nlohmann::json part = {{"traceEvents", std::move(c.events)}, {"otherData", {{"dropped_events", c.dropped}}}};
+  return part.dump();
+}
+
+size_t write_merged(const std::string& path, const std::vector<Part>& parts) {
+  nlohmann::json events = nlohmann::json::array(), shifts_us = nlohmann::json::array();
   size_t spans = 0, dropped = 0;
-  {
-    std::lock_guard<std::mutex> lock(reg.mutex);
-    events.push_back(metadata("process_name", reg.pid, 0, {{"name", reg.process}}));
-    for (const auto& lane : reg.lanes) {
-      const size_t end = lane->published();
-      dropped += lane->dropped();
-      if (end == lane->written) continue;
-      events.push_back(metadata("thread_name", reg.pid, lane->tid, {{"name", lane->name}}));
-      events.push_back(metadata("thread_sort_index", reg.pid, lane->tid, {{"sort_index", lane->sort_index}}));
-      for (size_t i = lane->written; i < end; ++i) events.push_back(complete_event(lane->at(i), reg.pid, lane->tid));
-      spans += end - lane->written;
-      taken.emplace_back(lane.get(), end);
+  for (size_t i = 0; i < parts.size(); ++i) {
+    nlohmann::json part = nlohmann::json::parse(parts[i].events, nullptr, /*allow_exceptions=*/false);
+    DPCORE_CHECK(part.is_object() && part.contains("traceEvents") && part["traceEvents"].is_array(), "trace ", path,
+                 ": part ", i, " of ", parts.size(), " is not the events of one process (trace::take)");
+    const double shift_us = double(parts[i].shift_ns) / 1000.0;
+    for (nlohmann::json& e : part["traceEvents"]) {
+      if (e["ph"] == "X") e["ts"] = e["ts"].get<double>() + shift_us, ++spans;
+      events.push_back(std::move(e));
     }
+    dropped += part.value("otherData", nlohmann::json::object()).value("dropped_events", size_t(0));
+    shifts_us.push_back(shift_us);
   }
-  nlohmann::json doc = {{"traceEvents", std::move(events)},
-                        {"displayTimeUnit", "ms"},
-                        {"otherData", {{"writer", "dpcore"}, {"dropped_events", dropped}}}};
-  const std::string text = doc.dump();
-  io::AtomicFileWriter file(path, "trace");
-  file.write(text.data(), text.size());
-  file.commit();
-  std::lock_guard<std::mutex> lock(reg.mutex);
-  for (auto& [lane, end] : taken) lane->written = end;
+  write_document(path, std::move(events),
+                 {{"dropped_events", dropped}, {"processes", parts.size()}, {"clock_shift_us", shifts_us}});
   return spans;
 }
 

@@ -11,12 +11,20 @@
 // Lanes. An event's tid is its thread's lane. The code that owns a thread names its lane
 // (set_lane): "replica 2", "comm 2" (replica 2's communication thread), "main", "loader";
 // the sort index puts the lanes in that order in the viewer (replicas first). pid is the
-// process (set_process; 0 unless set), so the files of the ranks of one job can be opened
-// together. Times are microseconds of the host's monotonic clock (steady_clock), the same
-// clock in every process of one host.
+// process (set_process; 0 unless set): an mpirun job's ranks, each with its own pid, go
+// into one file through take() and write_merged() (train/job_trace.h). Times are
+// microseconds of the host's monotonic clock (steady_clock), the same clock in every
+// process of one host.
 //
 // Embedding programs: start(), run the steps to watch, stop(), write(path)
 // (docs/embedding.md).
+//
+// Two hooks, each filled by the CUDA build's own file when it is linked in (as backends
+// register themselves), so that nothing here tests for CUDA: a SpanListener that sees every
+// span open and close on its thread (NVTX ranges, engine/nvtx_ranges.cpp, while listen() is
+// on), and a DeviceTimer that marks the thread's device stream at a span's ends, which
+// write() turns into the same span on a lane of that stream, in device time converted to
+// this clock (engine/cuda_span_timer.cu).
 #pragma once
 
 #include <atomic>
@@ -46,16 +54,17 @@ struct Label {
 
 // Lane order in the viewer (thread_sort_index): replica r at kReplicaLanes + r, its
 // communication thread at kCommLanes + r, then the main thread and the loader.
-constexpr int kReplicaLanes = 0, kCommLanes = 1000, kMainLane = 2000, kLoaderLane = 3000;
+// A device stream's lane sorts after every thread's, at kDeviceLanes + its thread's index.
+constexpr int kReplicaLanes = 0, kCommLanes = 1000, kMainLane = 2000, kLoaderLane = 3000, kDeviceLanes = 10000;
 
 namespace detail {
-extern std::atomic<bool> recording;
+extern std::atomic<bool> recording;  // spans go somewhere: to a file (start) or a listener (listen)
 }
-// Whether spans are being recorded now.
+// Whether spans are being made now: recorded for a file, given to the listener, or both.
 inline bool recording() noexcept { return detail::recording.load(std::memory_order_relaxed); }
 
-// Starts / stops recording (both may be called repeatedly; spans open at stop() still end
-// and are kept).
+// Starts / stops recording for write() (both may be called repeatedly; spans open at
+// stop() still end and are kept).
 void start();
 void stop();
 // Writes the events recorded since the previous write() (all of them, the first time) to
@@ -64,6 +73,23 @@ void stop();
 // Returns the number of span events written (the lane and process names are not counted).
 // Fails with an Error naming the path.
 size_t write(const std::string& path);
+
+// ---- the processes of one job in one file (train/job_trace.h gathers them) ----
+// The events write() would write, as the text of {"traceEvents": [...], "otherData": {...}},
+// taken: a later take() or write() starts after them. Each rank of an mpirun job takes its
+// own and sends the text to the one that writes.
+std::string take();
+// A process's take() and how far to move its times (nanoseconds added to each timestamp,
+// to put them on the writing process's clock).
+struct Part {
+  std::string events;
+  int64_t shift_ns = 0;
+};
+// Writes every part's events into one file at `path` (atomically, as write() does), each
+// process keeping its pid and lanes; otherData records the shifts. Returns the number of
+// span events written. Fails with an Error naming the path, or the part that is not a
+// take().
+size_t write_merged(const std::string& path, const std::vector<Part>& parts);
 // Fails with an Error naming `flag` and `path` unless a trace can be written there: the
 // directory exists and is writable and the path is not a directory. For checking a path
 // before a long run rather than after it.
@@ -76,6 +102,50 @@ void set_process(int pid, const std::string& name);
 
 // The events' clock (steady_clock), in nanoseconds.
 int64_t now_ns();
+
+// ---- the hooks (see the top of this file) ----
+// Sees every span made while listen() is on, on the span's own thread, in nesting order.
+class SpanListener {
+ public:
+  virtual ~SpanListener() = default;
+  virtual void open(const char* category, const std::string& name) = 0;
+  virtual void close() = 0;
+  // The calling thread's lane was named (set_lane) while listening, for a tool that names
+  // threads too.
+  virtual void lane_named(const std::string& name) = 0;
+};
+// Installs `listener` (null: none) and returns the one it replaces. At startup, before
+// spans are made: a static object of the file that implements it calls this.
+SpanListener* set_listener(SpanListener* listener);
+// The installed listener, or null.
+SpanListener* listener();
+// While on, every span also goes to the listener, whether or not start() is recording
+// (--nvtx). Fails with an Error naming `flag` when no listener is installed.
+void listen(bool on, const std::string& flag);
+
+// Device-side times of spans. mark() is called on the span's thread when a recorded span
+// opens and again when it closes; write() asks where and when the device reached the two
+// marks and, when both are on one stream, adds the span to that stream's lane.
+class DeviceTimer {
+ public:
+  virtual ~DeviceTimer() = default;
+  // start() was called: marks from now on are timed against a fresh reference, and the
+  // earlier ones are no longer asked about.
+  virtual void restart() = 0;
+  // A point after the work queued so far on the calling thread's current device stream;
+  // -1 when the thread queues no device work (or its stream is being captured into a
+  // graph, where nothing runs now).
+  virtual int64_t mark() = 0;
+  struct Reached {
+    std::string stream;  // the stream's lane name, "cuda:0 stream 14"
+    int64_t ns = 0;      // when the device got there, on now_ns()'s clock
+  };
+  // Where and when mark `id` was reached, waiting for the device to get there; false when
+  // it cannot tell (a mark from before the last restart()).
+  virtual bool reached(int64_t id, Reached& out) = 0;
+};
+// Installs `timer` (null: none) and returns the one it replaces; as for set_listener.
+DeviceTimer* set_device_timer(DeviceTimer* timer);
 
 // A complete event on the calling thread's lane, from construction to destruction:
 //   trace::Span span("comm", [&] { return trace::Label{"allreduce", {{"bytes", n}}}; });
@@ -106,6 +176,8 @@ class Span {
     const char* category;
     Label label;
     int64_t start_ns;
+    bool to_file, to_listener;
+    int64_t device_mark;  // DeviceTimer::mark() at the opening, or -1
   };
   void open(const char* category, Label label);
   void add_arg(const char* key, Value value);

@@ -25,6 +25,7 @@ std::vector<Replica> replicate(std::unique_ptr<layers::Model> root, const std::v
     if (r == 0 && replicas[0].model->device() != devices[0]) replicas[0].model = replicas[0].model->replicate(devices[0]);
     replicas[r].sgd = std::make_unique<Sgd>(replicas[r].model->parameters(), sgd);
     replicas[r].comm = std::move(comms[r]);
+    replicas[r].id = replicas[r].comm->rank();
   }
   return replicas;
 }
@@ -175,7 +176,8 @@ ReplicatedRunner::ReplicatedRunner(const ParallelOptions& options, int64_t accum
       accum_(accum),
       sync_batch_norm_(options.batchnorm == "sync"),
       faults_(options.faults),
-      guards_(options.guards) {
+      guards_(options.guards),
+      options_(options) {
   DPCORE_CHECK(options.batchnorm == "local" || options.batchnorm == "sync", "--batchnorm '", options.batchnorm,
                "': expected local or sync");
 }
@@ -190,15 +192,24 @@ void ReplicatedRunner::check_faults(int world_size, const ParallelOptions& optio
 void ReplicatedRunner::start(std::unique_ptr<layers::Model> model, const std::vector<Device>& devices,
                              std::vector<std::unique_ptr<Communicator>> comms, const SgdConfig& sgd) {
   replicas_ = replicate(std::move(model), devices, std::move(comms), sgd);
-  // Processes of one job: each its rank in a trace, so that their files can be told apart.
+  // Processes of one job: each its rank in a trace, as rank 0's file of them all shows them
+  // (train/job_trace.h).
   const int rank = replicas_[0].rank();
-  if (replicas_[0].comm->size() > int(replicas_.size())) trace::set_process(rank, "dpcore rank " + std::to_string(rank));
-  if (sync_batch_norm_) {
-    for (Replica& r : replicas_) {
-      r.batch_norm_group = std::make_unique<ReplicaBatchNormGroup>(*r.comm);
-      r.model->set_batch_norm_group(r.batch_norm_group.get());
-    }
+  if (replicas_[0].comm->size() > int(replicas_.size())) trace::set_process(rank, "rank " + std::to_string(rank));
+  make_batch_norm_groups();
+  start_threads();
+  sync_replicas();
+}
+
+void ReplicatedRunner::make_batch_norm_groups() {
+  if (!sync_batch_norm_) return;
+  for (Replica& r : replicas_) {
+    r.batch_norm_group = std::make_unique<ReplicaBatchNormGroup>(*r.comm);
+    r.model->set_batch_norm_group(r.batch_norm_group.get());
   }
+}
+
+void ReplicatedRunner::start_threads() {
   threads_ = std::make_unique<ReplicaThreads>(int(replicas_.size()),
                                         [this](int r, const std::string& m) {
                                           abort_all(replicas_, r, m);
@@ -206,10 +217,9 @@ void ReplicatedRunner::start(std::unique_ptr<layers::Model> model, const std::ve
                                         });
   use_replica_streams(*threads_, replicas_);
   threads_->run([this](int r) {
-    const int rank = replicas_[size_t(r)].rank();
-    trace::set_lane("replica " + std::to_string(rank), trace::kReplicaLanes + rank);
+    const int id = replicas_[size_t(r)].id;  // after a shrink, the lane keeps its name
+    trace::set_lane("replica " + std::to_string(id), trace::kReplicaLanes + id);
   });
-  sync_replicas();
 }
 
 void ReplicatedRunner::set_rates(double lr, double momentum) {
@@ -217,6 +227,14 @@ void ReplicatedRunner::set_rates(double lr, double momentum) {
     r.sgd->set_lr(lr);
     r.sgd->set_momentum(momentum);
   }
+}
+
+bool ReplicatedRunner::across_processes(const std::function<void(Communicator&, Device)>& fn) {
+  if (replicas_[0].comm->size() == int(replicas_.size())) return false;  // every rank is in this process
+  DPCORE_CHECK(replicas_.size() == 1, "across_processes: ", replicas_.size(),
+               " replicas in one process of a multi-process run; expected one");
+  threads_->run([&](int) { fn(*replicas_[0].comm, replicas_[0].device()); });
+  return true;
 }
 
 void ReplicatedRunner::sync_replicas() {
@@ -236,6 +254,14 @@ DataParallelRunner::DataParallelRunner(std::unique_ptr<layers::Model> model, con
 }
 
 StepStats DataParallelRunner::step(const data::Batch& batch) {
+  return surviving_failures([&] { return attempt_step(batch); });
+}
+
+void DataParallelRunner::replicas_dropped(const std::vector<int>& ranks) {
+  for (size_t i = ranks.size(); i-- > 0;) devices_.erase(devices_.begin() + ranks[i]);
+}
+
+StepStats DataParallelRunner::attempt_step(const data::Batch& batch) {
   const int64_t n = batch.size;
   const size_t R = replicas_.size();
   const Device root = replicas_[0].device();
@@ -316,9 +342,9 @@ StepStats DataParallelRunner::step(const data::Batch& batch) {
   std::vector<std::string> diverged(R);
   threads_->run([&](int r) {
     Replica& rep = replicas_[size_t(r)];
-    faults_.before(rep.rank(), step);
+    faults_.before(rep.id, step);
     const SteadyClock::time_point injected = SteadyClock::now();
-    faults_.after(rep.rank(), step, *rep.model, seconds[size_t(r)]);
+    faults_.after(rep.id, step, *rep.model, seconds[size_t(r)]);
     // An injected slowdown is part of this replica's compute, for --split adaptive too.
     seconds[size_t(r)] += std::chrono::duration<double>(SteadyClock::now() - injected).count();
     const SteadyClock::time_point reducing = SteadyClock::now();

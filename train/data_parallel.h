@@ -18,6 +18,7 @@
 // its own share, and the reduce is split into buckets that overlap the backward pass.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -27,6 +28,7 @@
 #include "train/split.h"
 #include "engine/data/loader.h"
 #include "train/runner.h"
+#include "train/step_snapshot.h"
 
 namespace dpcore::train {
 
@@ -43,6 +45,9 @@ struct Replica {
   std::unique_ptr<Sgd> sgd;
   std::unique_ptr<Communicator> comm;
   std::unique_ptr<ReplicaBatchNormGroup> batch_norm_group;  // null: --batchnorm local
+  // Its rank at the start of the run, which --inject, the log and the trace lanes name it
+  // by: after a shrink (--on-replica-failure shrink) its rank may be lower.
+  int id = 0;
   Device device() const { return model->device(); }
   int rank() const { return comm->rank(); }
 };
@@ -86,6 +91,8 @@ class ReplicatedRunner : public StepRunner {
   void set_rates(double lr, double momentum) override;
   // Rank 0's parameters and optimizer state to every replica.
   void sync_replicas() override;
+  // With mpi (or nccl under mpirun): this process's one replica's communicator, on its thread.
+  bool across_processes(const std::function<void(Communicator&, Device)>& fn) override;
   // This process's replica number `replica` (0 is model()).
   const layers::Model& replica_model(size_t replica) const { return *replicas_[replica].model; }
   size_t local_replicas() const { return replicas_.size(); }
@@ -109,6 +116,15 @@ class ReplicatedRunner : public StepRunner {
   // --inject's faults against the job's replicas (world_size: mpirun's, with mpi), naming
   // the flag that set their number.
   void check_faults(int world_size, const ParallelOptions& options) const;
+  // Runs the step `attempt` under --on-replica-failure: with stop, once; with shrink, again
+  // without the replicas that failed, each time from the state before the step, until it
+  // succeeds (the replicas dropped listed in its StepStats) or too few replicas would be
+  // left (TooFewReplicas, with that state back on the root). train/shrink.cpp.
+  StepStats surviving_failures(const std::function<StepStats()>& attempt);
+  // Drops what a subclass keeps per replica for the replicas at `ranks` (ascending), which
+  // were just dropped: replicas_ holds the survivors, with their new communicators, already.
+  // (Only the runners that call surviving_failures need it.)
+  virtual void replicas_dropped(const std::vector<int>& /*ranks*/) {}
 
   std::vector<Replica> replicas_;
   std::unique_ptr<ReplicaThreads> threads_;
@@ -118,6 +134,18 @@ class ReplicatedRunner : public StepRunner {
   FaultInjector faults_;   // --inject; its hangs are released when a replica fails
   GuardOptions guards_;    // --skip-nonfinite, --check-replicas
   std::vector<std::vector<int64_t>> last_shares_;  // set by step()
+
+ private:
+  // One thread per replica, each on its own stream and trace lane ("replica ID").
+  void start_threads();
+  // --batchnorm sync: each replica's group over its communicator.
+  void make_batch_norm_groups();
+  // Drops the replicas at `failed` (ranks) and rebuilds the group over the survivors (their
+  // communicators, batch norm groups, threads, the splitter), in rank order. train/shrink.cpp.
+  void drop_replicas(const std::vector<FailedReplica>& failed);
+
+  ParallelOptions options_;  // what the group is rebuilt with after a shrink
+  StepSnapshot before_step_; // --on-replica-failure shrink: the root's state before the step
 };
 
 // --mode dp: one process, R replicas; the loss is computed on the root from gathered outputs.
@@ -129,6 +157,9 @@ class DataParallelRunner : public ReplicatedRunner {
   std::string describe() const override;
 
  private:
+  StepStats attempt_step(const data::Batch& batch);
+  void replicas_dropped(const std::vector<int>& ranks) override;
+
   std::vector<Device> devices_;
 };
 

@@ -11,32 +11,44 @@ namespace dpcore::train {
 
 using Clock = std::chrono::steady_clock;
 
+std::vector<std::vector<size_t>> bucket_params(const std::vector<int64_t>& bytes, size_t first_cap_bytes,
+                                               size_t cap_bytes) {
+  std::vector<std::vector<size_t>> buckets;
+  size_t filled = 0;
+  for (size_t k = bytes.size(); k-- > 0;) {
+    const bool full = !buckets.empty() && filled >= (buckets.size() == 1 ? first_cap_bytes : cap_bytes);
+    if (buckets.empty() || full) {
+      buckets.emplace_back();
+      filled = 0;
+    }
+    buckets.back().push_back(k);
+    filled += size_t(bytes[k]);
+  }
+  return buckets;
+}
+
 std::vector<Bucket> make_buckets(const FlatParameters& params, size_t first_cap_bytes, size_t cap_bytes) {
   const auto& entries = params.entries();
-  size_t esize = dtype_size(params.dtype());
+  const int64_t esize = int64_t(dtype_size(params.dtype()));
+  // A tensor's range runs to the start of the next tensor (or the end of the buffer), so
+  // the alignment padding between tensors travels with it and the buckets tile the buffer.
+  auto end_of = [&](size_t k) { return k + 1 < entries.size() ? entries[k + 1].offset : params.total(); };
+  std::vector<int64_t> bytes;
+  for (size_t k = 0; k < entries.size(); ++k) bytes.push_back((end_of(k) - entries[k].offset) * esize);
   std::vector<Bucket> buckets;
-  size_t bytes = 0;
-  for (size_t k = entries.size(); k-- > 0;) {
-    bool full = !buckets.empty() && bytes >= (buckets.size() == 1 ? first_cap_bytes : cap_bytes);
-    if (buckets.empty() || full) {
-      buckets.push_back({});
-      bytes = 0;
-    }
-    Bucket& b = buckets.back();
-    // A bucket's range runs to the start of the next tensor (or the end of the buffer), so
-    // the alignment padding between tensors travels with it and the buckets tile the buffer.
-    int64_t end = k + 1 < entries.size() ? entries[k + 1].offset : params.total();
-    if (b.params.empty()) b.end = end;
-    b.begin = entries[k].offset;
-    b.params.push_back(k);
-    bytes += size_t(end - entries[k].offset) * esize;
+  for (std::vector<size_t>& indices : bucket_params(bytes, first_cap_bytes, cap_bytes)) {
+    Bucket b;
+    b.end = end_of(indices.front());
+    b.begin = entries[indices.back()].offset;
+    b.params = std::move(indices);
+    buckets.push_back(std::move(b));
   }
   return buckets;
 }
 
 BucketReducer::BucketReducer(Replica& replica, std::vector<Bucket> buckets)
-    : replica_(replica), buckets_(std::move(buckets)) {
-  const auto& params = replica_.model->parameters();
+    : replica_(&replica), hooked_(replica.model.get()), buckets_(std::move(buckets)) {
+  const auto& params = replica_->model->parameters();
   bucket_of_param_.assign(params.entries().size(), -1);
   for (size_t b = 0; b < buckets_.size(); ++b) {
     for (size_t p : buckets_[b].params) bucket_of_param_[p] = int(b);
@@ -46,6 +58,15 @@ BucketReducer::BucketReducer(Replica& replica, std::vector<Bucket> buckets)
     leaf.add_post_accumulate_hook([this, p](const Tensor&) { on_gradient_ready(p); });
   }
   pending_.assign(buckets_.size(), 0);
+}
+
+void BucketReducer::rebind(Replica& replica) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  DPCORE_CHECK(replica.model.get() == hooked_, "BucketReducer::rebind: not the replica whose model has its hooks");
+  replica_ = &replica;
+  armed_ = false;
+  works_.clear();
+  ready_.clear();
 }
 
 void BucketReducer::arm() {
@@ -70,19 +91,19 @@ void BucketReducer::on_gradient_ready(size_t param) {
 void BucketReducer::launch_ready_buckets() {
   // Strictly in bucket order, as DDP does: every rank must issue the same collectives in
   // the same order, whatever order its hooks happened to fire in.
-  Tensor grads = replica_.model->parameters().grads();
+  Tensor grads = replica_->model->parameters().grads();
   while (next_to_launch_ < buckets_.size() && pending_[next_to_launch_] == 0) {
     const size_t index = next_to_launch_++;
     const Bucket& b = buckets_[index];
     Tensor slice = grads.narrow0(b.begin, b.end);  // a view: the allreduce works in place
     trace::CollectiveLabel purpose([&] { return bucket_label(index, slice); });
-    works_.push_back(replica_.comm->allreduce(slice, ReduceOp::Sum));
+    works_.push_back(replica_->comm->allreduce(slice, ReduceOp::Sum));
   }
 }
 
 trace::Label BucketReducer::bucket_label(size_t index, const Tensor& slice) const {
   const Bucket& b = buckets_[index];
-  const auto& entries = replica_.model->parameters().entries();
+  const auto& entries = replica_->model->parameters().entries();
   std::string names;
   for (size_t p : b.params) names += (names.empty() ? "" : ",") + entries[p].name;
   return {"bucket " + std::to_string(index),
@@ -93,7 +114,7 @@ trace::Label BucketReducer::bucket_label(size_t index, const Tensor& slice) cons
 void BucketReducer::finish() {
   Clock::time_point backward_done = Clock::now();
   trace::Span span("wait", [&] {
-    return trace::Label{"wait for allreduce", {{"on", comm_lane(replica_)},
+    return trace::Label{"wait for allreduce", {{"on", comm_lane(*replica_)},
                                                {"buckets", int64_t(buckets_.size())}}};
   });
   std::vector<Work> works;
@@ -127,7 +148,8 @@ DistributedRunner::DistributedRunner(std::unique_ptr<layers::Model> model, const
   check_faults(world_size_, options);
   start(std::move(model), devices, std::move(comms), sgd);
   const size_t mib = size_t(1) << 20;
-  first_cap_bytes_ = mib;  // as PyTorch's first bucket: small, so that communication starts early
+  // As PyTorch's first bucket (1 MiB by default): small, so that communication starts early.
+  first_cap_bytes_ = size_t(options.first_bucket_mb * double(mib));
   cap_bytes_ = size_t(options.bucket_mb * double(mib));
   for (Replica& r : replicas_) {
     reducers_.push_back(
@@ -136,6 +158,17 @@ DistributedRunner::DistributedRunner(std::unique_ptr<layers::Model> model, const
 }
 
 StepStats DistributedRunner::step(const data::Batch& batch) {
+  return surviving_failures([&] { return attempt_step(batch); });
+}
+
+void DistributedRunner::replicas_dropped(const std::vector<int>& ranks) {
+  // (The dropped replicas' hooks went with their models.)
+  for (size_t i = ranks.size(); i-- > 0;) reducers_.erase(reducers_.begin() + ranks[i]);
+  for (size_t r = 0; r < replicas_.size(); ++r) reducers_[r]->rebind(replicas_[r]);
+  world_size_ = int(replicas_.size());
+}
+
+StepStats DistributedRunner::attempt_step(const data::Batch& batch) {
   const int64_t n = batch.size;
   // The batch is cut into micro-batches first, and each micro-batch shared among the
   // replicas (the same on every rank): micro-batch m of R replicas is then exactly
@@ -166,9 +199,9 @@ StepStats DistributedRunner::step(const data::Batch& batch) {
     }
     // An injected NaN is written into the gradients after compute: that replica's buckets
     // then wait for it (no overlap at that step), so that the reduction carries it.
-    const bool overlap = !faults_.writes_gradients(rank, step);
+    const bool overlap = !faults_.writes_gradients(rep.id, step);
 
-    faults_.before(rank, step);  // throw, hang, exit: before any of the step's work
+    faults_.before(rep.id, step);  // throw, hang, exit: before any of the step's work
     broadcast_buffers(rep);
     auto t0 = Clock::now();
     rep.model->zero_grad();
@@ -192,7 +225,7 @@ StepStats DistributedRunner::step(const data::Batch& batch) {
     seconds[size_t(rank)] = std::chrono::duration<double>(Clock::now() - t0).count();
     if (!faults_.empty()) {
       finish_device_work(rep);  // the gradients are final before a fault writes them
-      faults_.after(rank, step, *rep.model, seconds[size_t(rank)]);
+      faults_.after(rep.id, step, *rep.model, seconds[size_t(rank)]);
       // An injected slowdown is part of this replica's compute, for --split adaptive too.
       seconds[size_t(rank)] = std::chrono::duration<double>(Clock::now() - t0).count();
     }

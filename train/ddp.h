@@ -34,11 +34,18 @@ struct Bucket {
 // Buckets over `params` in reverse order: the first capped at first_cap_bytes, the rest
 // at cap_bytes (each may overshoot by one tensor).
 std::vector<Bucket> make_buckets(const FlatParameters& params, size_t first_cap_bytes, size_t cap_bytes);
+// The same cut over tensors of `bytes` each (in the flat buffer's order), as parameter
+// indices: for the profile of a model dpcore does not build (dpcore predict --profile).
+std::vector<std::vector<size_t>> bucket_params(const std::vector<int64_t>& bytes, size_t first_cap_bytes,
+                                               size_t cap_bytes);
 
 // The buckets of one replica and the hooks that launch their allreduces.
 class BucketReducer {
  public:
   BucketReducer(Replica& replica, std::vector<Bucket> buckets);
+  // The replica moved to another place (a shrink renumbered the replicas: its model, and so
+  // its hooks, stay the same). Also forgets an abandoned step: disarmed, nothing in flight.
+  void rebind(Replica& replica);
 
   // Hooks launch allreduces only between arm() and finish(): during the backward of the
   // last micro-batch.
@@ -66,7 +73,8 @@ class BucketReducer {
   // What a trace shows of bucket `index`'s allreduce: its number, bytes, parameters, range.
   trace::Label bucket_label(size_t index, const Tensor& slice) const;
 
-  Replica& replica_;
+  Replica* replica_;
+  const layers::Model* hooked_;  // the model whose parameters' hooks call this reducer
   std::vector<Bucket> buckets_;
   std::vector<int> bucket_of_param_;
   std::vector<int> pending_;      // per bucket: gradients still to come
@@ -92,6 +100,9 @@ class DistributedRunner : public ReplicatedRunner {
   size_t bucket_cap_bytes() const { return cap_bytes_; }
 
  private:
+  StepStats attempt_step(const data::Batch& batch);
+  void replicas_dropped(const std::vector<int>& ranks) override;
+
   std::vector<std::unique_ptr<BucketReducer>> reducers_;
   int world_size_ = 1;
   size_t first_cap_bytes_ = 0, cap_bytes_ = 0;

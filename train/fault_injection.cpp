@@ -247,4 +247,10 @@ void FaultInjector::release_hangs() const {
   hangs_->released_cv.notify_all();
 }
 
+void FaultInjector::rearm_hangs() const {
+  if (!hangs_) return;
+  std::lock_guard<std::mutex> lock(hangs_->mutex);
+  hangs_->released = false;
+}
+
 }  // namespace dpcore::train

@@ -73,6 +73,9 @@ class FaultInjector {
   // the run gives up on its replicas (a peer's collective timed out and the group was
   // aborted), so that a hung replica's thread can be joined instead of hanging the process.
   void release_hangs() const;
+  // After the run went on past a failure (--on-replica-failure shrink), the hangs of later
+  // steps hang again (until the next release_hangs()).
+  void rearm_hangs() const;
 
  private:
   struct HangState;

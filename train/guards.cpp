@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "kernels/error.h"
+#include "train/replica_failure.h"
 
 namespace dpcore::train {
 
@@ -58,12 +59,7 @@ void add_checksums(const Tensor& flat, const std::vector<FlatEntry>& entries, st
 }
 
 std::string list_replicas(const std::vector<int>& ranks) {
-  std::ostringstream os;
-  os << (ranks.size() == 1 ? "replica " : "replicas ");
-  for (size_t i = 0; i < ranks.size(); ++i) {
-    os << (i == 0 ? "" : i + 1 == ranks.size() ? " and " : ", ") << ranks[i];
-  }
-  return os.str();
+  return (ranks.size() == 1 ? "replica " : "replicas ") + list_numbers(ranks);
 }
 
 std::string hex(uint64_t v) {

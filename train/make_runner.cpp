@@ -12,6 +12,7 @@ namespace dpcore::train {
 std::unique_ptr<StepRunner> make_runner(std::unique_ptr<Model> model, const SgdConfig& sgd, int64_t accum,
                                         const ParallelOptions& options) {
   DPCORE_CHECK(options.replicas >= 1, "--replicas ", options.replicas, " must be at least 1");
+  check_failure_policy(options.failure, options.replicas, options.backend, options.sync);
   const SyncStrategy sync = parse_sync(options.sync);
   if (sync.kind == SyncStrategy::Kind::Local) {
     return std::make_unique<LocalSgdRunner>(std::move(model), sgd, accum, options, sync.period);

@@ -25,13 +25,16 @@ void ReplicaThreads::run(const std::function<void(int)>& work) {
   std::unique_lock<std::mutex> lock(mutex_);
   work_ = &work;
   running_ = size();
-  first_failed_ = -1;
+  failures_.clear();
   ++generation_;
   wake_.notify_all();
   finished_.wait(lock, [&] { return running_ == 0; });
   span.add("last_to_finish", int64_t(last_finished_));
   work_ = nullptr;
-  if (first_failed_ >= 0) fail("replica ", first_failed_, " failed: ", first_error_);
+  if (!failures_.empty()) {
+    const ReplicaFailure& first = failures_.front();
+    throw ReplicasFailed("replica " + std::to_string(first.replica) + " failed: " + first.message, failures_);
+  }
 }
 
 void ReplicaThreads::loop(int replica) {
@@ -46,19 +49,21 @@ void ReplicaThreads::loop(int replica) {
       work = work_;
     }
     std::string error;
+    std::exception_ptr thrown;
     try {
       (*work)(replica);
     } catch (const std::exception& e) {
-      error = e.what();
+      error = e.what(), thrown = std::current_exception();
     } catch (...) {
-      error = "unknown exception";
+      error = "unknown exception", thrown = std::current_exception();
     }
-    if (!error.empty()) {
-      // The first failure is the cause; later ones are usually its echo (collectives that
-      // the abort below made fail), so it is recorded before anyone is aborted.
+    if (thrown) {
+      // The first failure is usually the cause; later ones are usually its echo
+      // (collectives that the abort below made fail), so it is recorded before anyone is
+      // aborted.
       {
         std::lock_guard<std::mutex> lock(mutex_);
-        if (first_failed_ < 0) first_failed_ = replica, first_error_ = error;
+        failures_.push_back({replica, error, thrown});
       }
       if (on_failure_) on_failure_(replica, error);
     }

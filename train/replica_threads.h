@@ -10,7 +10,28 @@
 #include <thread>
 #include <vector>
 
+#include "kernels/error.h"
+
 namespace dpcore::train {
+
+// One replica's work that threw during ReplicaThreads::run.
+struct ReplicaFailure {
+  int replica = 0;             // this process's replica number (its thread)
+  std::string message;         // what it threw
+  std::exception_ptr error;    // the exception itself, to tell causes from echoes by type
+};
+
+// What ReplicaThreads::run throws when replicas failed: "replica 1 failed: ..." (the first
+// failure), and every failure of that run in the order they happened.
+class ReplicasFailed : public Error {
+ public:
+  ReplicasFailed(const std::string& what, std::vector<ReplicaFailure> failures)
+      : Error(what), failures_(std::move(failures)) {}
+  const std::vector<ReplicaFailure>& failures() const { return failures_; }
+
+ private:
+  std::vector<ReplicaFailure> failures_;
+};
 
 class ReplicaThreads {
  public:
@@ -24,7 +45,7 @@ class ReplicaThreads {
 
   int size() const { return int(threads_.size()); }
   // Runs work(r) on replica r's thread for every r and waits for all of them. If any threw,
-  // throws an Error naming the first replica that failed and its message.
+  // throws ReplicasFailed, its message naming the first replica that failed and its error.
   void run(const std::function<void(int replica)>& work);
 
  private:
@@ -39,8 +60,7 @@ class ReplicaThreads {
   int running_ = 0;
   int last_finished_ = -1;  // the replica whose work ended last in the latest run()
   bool stopping_ = false;
-  int first_failed_ = -1;
-  std::string first_error_;
+  std::vector<ReplicaFailure> failures_;  // of the latest run(), in the order they happened
 };
 
 }  // namespace dpcore::train

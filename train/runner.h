@@ -4,6 +4,7 @@
 // either way. make_runner (train/make_runner.cpp) picks one from the options.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -15,7 +16,12 @@
 #include "layers/model.h"
 #include "train/fault_injection.h"
 #include "train/guards.h"
+#include "train/replica_failure.h"
 #include "train/step_times.h"
+
+namespace dpcore::comm {
+class Communicator;
+}
 
 namespace dpcore::train {
 
@@ -26,7 +32,8 @@ struct ParallelOptions {
   std::string mode = "ddp";        // dp | ddp
   std::string backend = "local";   // local | nccl | mpi
   std::string split = "even";      // even | weights:3,1,... | adaptive
-  double bucket_mb = 25;           // DDP bucket cap (the first bucket is 1 MiB)
+  double bucket_mb = 25;           // DDP bucket cap of every bucket but the first
+  double first_bucket_mb = 1;      // DDP's first bucket cap (PyTorch's 1 MiB; the benchmarks sweep it)
   std::vector<Device> devices;     // one per replica; empty: all on the model's device
   double timeout_s = 300;          // a replica that does not answer within this fails the run
   // Batch norm over replicas: "local" (each replica normalises with its share's statistics;
@@ -40,6 +47,7 @@ struct ParallelOptions {
   int64_t max_staleness = 8;       // async: updates a gradient may lag behind the master
   FaultInjector faults;            // --inject (train/fault_injection.h); empty: none
   GuardOptions guards;             // --skip-nonfinite, --check-replicas (train/guards.h)
+  ReplicaFailurePolicy failure;    // --on-replica-failure, --min-replicas (train/replica_failure.h)
 };
 
 struct StepStats {
@@ -48,6 +56,9 @@ struct StepStats {
   int64_t samples = 0;   // (read it only when needed: reading synchronises with the device)
   bool skipped = false;  // --skip-nonfinite: the step held a NaN or Inf and was not applied
   StepTimes times = {};  // where the step's time went (train/step_times.h); dp and ddp fill it
+  // --on-replica-failure shrink: the replicas that failed in this step and were dropped
+  // before it ran again without them (none normally).
+  std::vector<ReplicaDropped> dropped = {};
 };
 
 class StepRunner {
@@ -67,6 +78,12 @@ class StepRunner {
   // False on the processes of a multi-process run other than rank 0: they train, but
   // leave printing and writing files to rank 0.
   virtual bool is_primary() const { return true; }
+  // Runs `fn` on the thread that issues this process's collectives, with the communicator
+  // that joins this process to the other processes of a multi-process run (mpirun) and its
+  // replica's device; every process calls it at the same point of the run (a --trace
+  // window's end: train/job_trace.h). Returns false, without calling `fn`, when this process
+  // is the whole run.
+  virtual bool across_processes(const std::function<void(comm::Communicator&, Device)>& /*fn*/) { return false; }
   virtual std::string describe() const = 0;
   // The number of the step the next step() takes, from 1, as the log counts them (resumed
   // runs keep counting; a step skipped by --skip-nonfinite counts too). The trainer sets it

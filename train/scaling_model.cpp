@@ -15,37 +15,77 @@ namespace {
 
 double log2_ceil(int n) { return n <= 1 ? 0.0 : std::ceil(std::log2(double(n))); }
 
-Prediction finish(Prediction p, const StepProfile& profile, double one_replica_step_s) {
-  p.compute_s = profile.forward_s + profile.backward_s + profile.optimizer_s;
-  p.efficiency = p.step_s > 0 ? one_replica_step_s / p.step_s : 1.0;
-  return p;
-}
+// The loss each DDP step reduces before its optimizer step (one float32): pure latency.
+constexpr double kLossBytes = 4;
 
 double single_replica_step(const StepProfile& profile) {
   return profile.forward_s + profile.backward_s + profile.optimizer_s;
 }
 
+// A prediction of R replicas whose compute is the profile's times `factor` and whose
+// communication adds `exposed` seconds to the step.
+Prediction predicted(const StepProfile& profile, int replicas, double factor, double exposed) {
+  Prediction p;
+  p.replicas = replicas;
+  p.compute_s = single_replica_step(profile) * factor;
+  p.exposed_comm_s = exposed;
+  p.step_s = p.compute_s + exposed;
+  p.efficiency = p.step_s > 0 ? single_replica_step(profile) / p.step_s : 1.0;
+  return p;
+}
+
+// The replicas' kernel threads on the busiest node.
+int threads_on_node(const StepProfile& profile, const Cluster& cluster, int replicas) {
+  return std::min(replicas, cluster.replicas_per_node) * std::max(1, profile.threads);
+}
+
+// Whether a core is left to run communication beside the compute (always on GPU nodes).
+bool overlap_possible(const StepProfile& profile, const Cluster& cluster, int replicas) {
+  return cluster.cores_per_node <= 0 || threads_on_node(profile, cluster, replicas) < cluster.cores_per_node;
+}
+
 }  // namespace
+
+double compute_factor(const StepProfile& profile, const Cluster& cluster, int replicas) {
+  const int cores = cluster.cores_per_node;
+  if (cores <= 0) return 1.0;
+  const int threads = threads_on_node(profile, cluster, replicas);
+  const double share = std::max(1.0, double(threads) / double(cores));
+  // The profile kept profile.threads cores busy and its busy slowdown was measured with all
+  // of them busy: in between, in proportion to the cores kept busy.
+  const int own = std::max(1, profile.threads);
+  const double filled =
+      cores > own ? double(std::max(0, std::min(threads, cores) - own)) / double(cores - own) : 0.0;
+  return share * (1.0 + (profile.busy_slowdown - 1.0) * filled);
+}
 
 namespace {
 
-Preset h200_nvlink_ib400() {
+Preset gpu_preset(const char* name, int per_node, Link intra, Link inter, const char* assumptions) {
   Preset p;
-  p.cluster.name = "h200x8-nvlink-ib400";
-  p.cluster.replicas_per_node = 8;
-  p.cluster.intra = {2e-6, 370e9};
-  p.cluster.inter = {5e-6, 45e9};
-  p.assumptions =
-      "8 H200 per node on NVLink: 370 GB/s per ring link, the ring bus bandwidth nccl-tests report for "
-      "allreduce on 8xH200, and 2 us per ring step; one 400 Gb/s InfiniBand port per GPU between nodes, "
-      "45 GB/s (90% of the 50 GB/s line rate) and 5 us per hop";
+  p.cluster.name = name;
+  p.cluster.replicas_per_node = per_node;
+  p.cluster.intra = intra;
+  p.cluster.inter = inter;
+  p.assumptions = assumptions;
   return p;
 }
 
 }  // namespace
 
 const std::vector<Preset>& presets() {
-  static const std::vector<Preset> all = {h200_nvlink_ib400()};
+  static const std::vector<Preset> all = {
+      gpu_preset("h200x8-nvlink-ib400", 8, {2e-6, 370e9}, {5e-6, 45e9},
+                 "8 H200 per node on NVLink: 370 GB/s per ring link, the ring bus bandwidth nccl-tests report for "
+                 "allreduce on 8xH200, and 2 us per ring step; one 400 Gb/s InfiniBand port per GPU between nodes, "
+                 "45 GB/s (90% of the 50 GB/s line rate) and 5 us per hop"),
+      // The machines of the published anchors for ResNet-50 (docs/scaling.md): DGX-1-class.
+      gpu_preset("v100x8-nvlink-ib100", 8, {3e-6, 130e9}, {6e-6, 40e9},
+                 "8 V100 per node on NVLink 2: 130 GB/s per ring link and 3 us per ring step (assumed, a DGX-1's "
+                 "ring bus bandwidth); four 100 Gb/s EDR InfiniBand ports per node between nodes, about 40 GB/s of "
+                 "ring bus bandwidth across 4 such nodes (NVIDIA's figure for DGX-1, nccl-tests issue 29), 6 us "
+                 "per hop"),
+  };
   return all;
 }
 
@@ -69,12 +109,15 @@ Preset cluster_from_flag(const std::string& text, const std::string& flag) {
                  "' is not a positive number");
     v.push_back(x);
   }
-  DPCORE_CHECK(v.size() == 5 && v[0] == std::floor(v[0]), flag, " '", text,
-               "': expected a preset or G,A,B,a,b (replicas per node, then latency in us and bandwidth in GB/s "
-               "inside a node and between nodes)");
+  DPCORE_CHECK((v.size() == 5 || v.size() == 6) && v[0] == std::floor(v[0]) && v.back() == std::floor(v.back()),
+               flag, " '", text,
+               "': expected a preset or G,A,B,a,b[,C] (whole replicas per node, then latency in us and bandwidth "
+               "in GB/s inside a node and between nodes, and for CPU nodes their whole number of cores)");
   Preset p;
-  p.cluster = {text, int(v[0]), {v[1] * 1e-6, v[2] * 1e9}, {v[3] * 1e-6, v[4] * 1e9}};
+  p.cluster = {text, int(v[0]), {v[1] * 1e-6, v[2] * 1e9}, {v[3] * 1e-6, v[4] * 1e9}, v.size() == 6 ? int(v[5]) : 0};
   p.assumptions = "links as given: " + text;
+  if (p.cluster.cores_per_node > 0)
+    p.assumptions += " (CPU nodes of " + std::to_string(p.cluster.cores_per_node) + " cores shared by their replicas)";
   return p;
 }
 
@@ -120,53 +163,50 @@ Prediction predict_ddp(const StepProfile& profile, const Buckets& buckets, int r
                        Algorithm algorithm) {
   DPCORE_CHECK(profile.grad_ready_s.size() == profile.param_bytes.size(), "scaling model: ",
                profile.grad_ready_s.size(), " gradient ready times for ", profile.param_bytes.size(), " parameters");
+  const double factor = compute_factor(profile, cluster, replicas);
   // One communication stream: bucket b starts when its last gradient is ready and bucket
   // b-1 is done.
-  double stream_free = 0.0;
+  double stream_free = 0.0, all_buckets = 0.0;
   for (const auto& bucket : buckets) {
     double ready = 0.0, bytes = 0.0;
     for (size_t index : bucket) {
       DPCORE_CHECK(index < profile.param_bytes.size(), "scaling model: bucket parameter ", index, " of ",
                    profile.param_bytes.size());
-      ready = std::max(ready, profile.grad_ready_s[index]);
+      ready = std::max(ready, profile.grad_ready_s[index] * factor);
       bytes += double(profile.param_bytes[index]);
     }
-    stream_free = std::max(stream_free, ready) + allreduce_seconds(bytes, replicas, cluster, algorithm);
+    const double seconds = allreduce_seconds(bytes, replicas, cluster, algorithm);
+    stream_free = std::max(stream_free, ready) + seconds;
+    all_buckets += seconds;
   }
-  Prediction p;
-  p.replicas = replicas;
-  p.exposed_comm_s = std::max(0.0, stream_free - profile.backward_s);
-  p.step_s = single_replica_step(profile) + p.exposed_comm_s;
-  return finish(p, profile, single_replica_step(profile));
+  const double buckets_exposed = overlap_possible(profile, cluster, replicas)
+                                     ? std::max(0.0, stream_free - profile.backward_s * factor)
+                                     : all_buckets;
+  return predicted(profile, replicas, factor,
+                   buckets_exposed + allreduce_seconds(kLossBytes, replicas, cluster, algorithm));
 }
 
 Prediction predict_dp(const StepProfile& profile, int replicas, const Cluster& cluster, Algorithm algorithm) {
-  Prediction p;
-  p.replicas = replicas;
+  double exposed = 0.0;
   if (replicas > 1) {
     // The root copies R-1 shares out, then gathers R-1 outputs in and sends their
     // gradients back, one copy after another.
     const Link& link = slowest_link(cluster, replicas);
     const double copies = double(replicas - 1);
-    p.exposed_comm_s = copies * (link.seconds(double(profile.input_bytes)) +
-                                 2.0 * link.seconds(double(profile.output_bytes))) +
-                       allreduce_seconds(double(profile.total_param_bytes()), replicas, cluster, algorithm);
+    exposed = copies * (link.seconds(double(profile.input_bytes)) + 2.0 * link.seconds(double(profile.output_bytes))) +
+              allreduce_seconds(double(profile.total_param_bytes()), replicas, cluster, algorithm);
   }
-  p.step_s = single_replica_step(profile) + p.exposed_comm_s;
-  return finish(p, profile, single_replica_step(profile));
+  return predicted(profile, replicas, compute_factor(profile, cluster, replicas), exposed);
 }
 
 Prediction predict_local_sgd(const StepProfile& profile, int sync_every, int replicas, const Cluster& cluster,
                              Algorithm algorithm) {
   DPCORE_CHECK(sync_every >= 1, "scaling model: local SGD averaging every ", sync_every,
                " steps; expected at least 1");
-  Prediction p;
-  p.replicas = replicas;
   // Parameters and momentum: twice the parameter bytes, once every sync_every steps.
-  p.exposed_comm_s =
+  const double exposed =
       allreduce_seconds(2.0 * double(profile.total_param_bytes()), replicas, cluster, algorithm) / sync_every;
-  p.step_s = single_replica_step(profile) + p.exposed_comm_s;
-  return finish(p, profile, single_replica_step(profile));
+  return predicted(profile, replicas, compute_factor(profile, cluster, replicas), exposed);
 }
 
 }  // namespace dpcore::train::scaling

@@ -29,6 +29,17 @@
 //   local:K forward + backward + optimizer every step, and every K steps one allreduce of
 //           the parameters and the momentum (2x the parameter bytes), spread over the K.
 // Scaling efficiency at R = step(1) / step(R).
+//
+// CPU nodes (Cluster::cores_per_node > 0) differ from GPU nodes in two ways the model
+// keeps, both checked against measured steps in docs/scaling.md:
+//   - the replicas share the node's cores: the operating system time-slices and migrates
+//     the n replicas' T kernel threads fairly, so with n T > C each gets C / (n T) of a
+//     core; and replicas computing side by side slow each other (shared caches and memory
+//     bandwidth, the runner's threads and scatter: the profile's measured busy slowdown,
+//     in proportion to the cores kept busy);
+//   - the communication runs on the same cores: once the replicas' threads fill them there
+//     is no idle core to run it beside the compute, so DDP's overlap hides nothing and the
+//     whole allreduce time adds to the step.
 #pragma once
 
 #include <cstdint>
@@ -48,6 +59,7 @@ struct Cluster {
   int replicas_per_node = 1;
   Link intra;  // between replicas of one node
   Link inter;  // between nodes (per replica)
+  int cores_per_node = 0;  // a CPU node's cores, shared by its replicas; 0: a processor per replica (GPUs)
 };
 
 // The named presets, each with the assumptions behind its numbers (presets()[i].name).
@@ -58,9 +70,10 @@ struct Preset {
 const std::vector<Preset>& presets();
 // The preset called `name`; an Error naming it and listing the presets when there is none.
 const Cluster& preset(const std::string& name);
-// A preset's name, or "G,A,B,a,b": G replicas per node, A us and B GB/s per link inside a
-// node, a us and b GB/s between nodes (measured links: fitted from comm_bench). An Error
-// naming `flag` and the text when it is neither.
+// A preset's name, or "G,A,B,a,b[,C]": G replicas per node, A us and B GB/s per link
+// inside a node, a us and b GB/s between nodes (measured links: fitted from comm_bench),
+// and for CPU nodes C, the cores the node's replicas share. An Error naming `flag` and the
+// text when it is neither.
 Preset cluster_from_flag(const std::string& text, const std::string& flag);
 
 // Best: whichever of ring and tree is faster for each allreduce (NCCL's tuner chooses by
@@ -82,8 +95,16 @@ struct StepProfile {
   std::vector<double> grad_ready_s;   // per parameter: when its gradient is final, seconds after backward began
   int64_t input_bytes = 0;            // one replica's share of the batch (scatter)
   int64_t output_bytes = 0;           // one replica's outputs (gather; their gradient comes back)
+  int threads = 1;                    // CPU kernel threads of one replica
+  // How much slower one replica's step runs while copies of it keep every core of its CPU
+  // node busy (measure_busy_slowdown); 1 where not measured, as on a GPU.
+  double busy_slowdown = 1.0;
   int64_t total_param_bytes() const;
 };
+
+// What the compute of one step costs on R replicas of the cluster, as a multiple of the
+// profile's: 1 on GPU nodes; on CPU nodes the cores' fair share times the busy slowdown.
+double compute_factor(const StepProfile& profile, const Cluster& cluster, int replicas);
 
 // DDP's buckets as parameter indices in launch order (train/ddp.h make_buckets).
 using Buckets = std::vector<std::vector<size_t>>;

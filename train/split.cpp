@@ -66,6 +66,23 @@ Splitter::Splitter(const std::string& flag, int replicas) : replicas_(replicas) 
   }
 }
 
+Splitter Splitter::without(const std::vector<int>& dropped) const {
+  Splitter left = *this;
+  left.replicas_ = replicas_ - int(dropped.size());
+  DPCORE_CHECK(left.replicas_ >= 1, "split: dropping ", dropped.size(), " of ", replicas_, " replicas leaves none");
+  if (adaptive_) {
+    left.weights_.assign(size_t(left.replicas_), 1.0);
+    left.speed_.assign(size_t(left.replicas_), 0.0);
+    left.observed_ = 0;
+  } else if (!even_) {
+    left.weights_.clear();
+    for (int r = 0; r < replicas_; ++r) {
+      if (std::find(dropped.begin(), dropped.end(), r) == dropped.end()) left.weights_.push_back(weights_[size_t(r)]);
+    }
+  }
+  return left;
+}
+
 std::vector<int64_t> Splitter::shares(int64_t n) const {
   return even_ ? chunk_sizes(n, replicas_) : weighted_sizes(n, weights_);
 }

@@ -32,6 +32,13 @@ class Splitter {
   // must see the same numbers, so that all compute the same shares). No-op unless adaptive.
   void observe(const std::vector<double>& seconds, const std::vector<int64_t>& shares);
 
+  // The splitter of the replicas left when those at `dropped` (indices) are gone
+  // (--on-replica-failure shrink): even stays even over fewer replicas, weights lose the
+  // dropped replicas' weights, adaptive starts over from even (its speeds were measured on
+  // shares of another size, and a new group should be measured afresh, as a run resumed on
+  // these replicas would).
+  Splitter without(const std::vector<int>& dropped) const;
+
   bool adaptive() const { return adaptive_; }
   bool even() const { return even_; }
   // weights/adaptive: the weights shares() is proportional to now (empty when even).

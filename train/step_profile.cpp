@@ -5,7 +5,9 @@
 #include <chrono>
 #include <vector>
 
+#include "kernels/cpu/kernels.h"
 #include "kernels/error.h"
+#include "train/runner.h"
 #include "train/step.h"
 
 namespace dpcore::train {
@@ -22,7 +24,54 @@ double median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
+// The times of `steps` runner steps on `batch` after `warmup` untimed ones.
+std::vector<double> runner_step_seconds(StepRunner& runner, const data::Batch& batch, int warmup, int steps) {
+  std::vector<double> seconds;
+  for (int i = 0; i < warmup + steps; ++i) {
+    const auto t0 = Clock::now();
+    runner.step(batch);
+    if (i >= warmup) seconds.push_back(seconds_between(t0, Clock::now()));
+  }
+  return seconds;
+}
+
 }  // namespace
+
+double measure_busy_slowdown(const std::function<std::unique_ptr<layers::Model>()>& make_model,
+                             const std::vector<float>& images, const std::vector<int64_t>& labels,
+                             const Shape& sample, const SgdConfig& config, int copies, int warmup, int steps) {
+  DPCORE_CHECK(copies >= 1 && warmup >= 0 && steps >= 1, "busy slowdown: ", copies, " replicas, ", warmup,
+               " warm-up and ", steps, " timed steps; expected >= 1, >= 0 and >= 1");
+  DPCORE_CHECK(sample.size() == 3 && !labels.empty() && images.size() == labels.size() * size_t(shape_numel(sample)),
+               "busy slowdown: ", images.size(), " pixels for ", labels.size(), " samples of ", shape_str(sample));
+  // The replicas' global batch: the one replica's batch once per replica.
+  std::vector<float> all_images;
+  std::vector<int64_t> all_labels;
+  for (int c = 0; c < copies; ++c) {
+    all_images.insert(all_images.end(), images.begin(), images.end());
+    all_labels.insert(all_labels.end(), labels.begin(), labels.end());
+  }
+  auto batch_of = [&](const std::vector<float>& x, const std::vector<int64_t>& y) {
+    data::Batch b;
+    b.size = int64_t(y.size()), b.c = sample[0], b.h = sample[1], b.w = sample[2];
+    b.images = x.data(), b.labels = y.data();
+    return b;
+  };
+  // Local SGD that never averages within the measurement: the data-parallel runner, its
+  // threads and its scatter, without any communication.
+  ParallelOptions together;
+  together.replicas = copies;
+  together.sync = "local:" + std::to_string(int64_t(warmup) + steps + 1);
+  ParallelOptions one;
+  std::unique_ptr<StepRunner> alone = make_runner(make_model(), config, 1, one);
+  std::unique_ptr<StepRunner> replicas = make_runner(make_model(), config, 1, together);
+  // Alone before and after the replicas, so that a slow spell of the machine weighs on both.
+  std::vector<double> alone_s = runner_step_seconds(*alone, batch_of(images, labels), warmup, steps);
+  const std::vector<double> together_s = runner_step_seconds(*replicas, batch_of(all_images, all_labels), warmup, steps);
+  const std::vector<double> after = runner_step_seconds(*alone, batch_of(images, labels), 0, steps);
+  alone_s.insert(alone_s.end(), after.begin(), after.end());
+  return median(together_s) / median(alone_s);
+}
 
 scaling::StepProfile measure_step_profile(layers::Model& model, const Tensor& x, const Tensor& y,
                                           const SgdConfig& config, int warmup, int steps) {
@@ -72,6 +121,7 @@ scaling::StepProfile measure_step_profile(layers::Model& model, const Tensor& x,
     profile.grad_ready_s.push_back(median(ready_after[p]));
   }
   profile.input_bytes = x.numel() * int64_t(dtype_size(x.dtype()));
+  profile.threads = kernels::cpu::num_threads();
   profile.output_bytes = output_bytes;
   return profile;
 }

@@ -23,6 +23,7 @@
 #include "train/lr_schedule.h"
 #include "train/resume.h"
 #include "train/step.h"
+#include "train/job_trace.h"
 #include "train/trace_window.h"
 #include "layers/weights.h"
 #include "layers/zoo.h"
@@ -102,7 +103,6 @@ class MetricsLog {
     DPCORE_CHECK(file_.good(), "--metrics: cannot open ", path, " for writing");
   }
   void write(const EpochMetrics& m) {
-    if (!file_.is_open()) return;
     nlohmann::json j = {{"kind", m.kind},             {"epoch", m.epoch},          {"step", m.step},          {"lr", m.lr},
                         {"train_loss", m.train_loss}, {"test_loss", m.test_loss},
                         {"test_accuracy", m.test_accuracy}, {"samples_per_s", m.samples_per_s},
@@ -113,7 +113,12 @@ class MetricsLog {
                         {"wall_s", m.wall_seconds}, {"replica_samples_per_s", m.replica_samples_per_s},
                         {"shares", m.shares}};
     for (const auto& [name, values] : m.counters) j[name] = values;
-    file_ << j.dump() << "\n";
+    write(j);
+  }
+  // A record of another kind, e.g. {"kind": "shrink", ...}.
+  void write(const nlohmann::json& record) {
+    if (!file_.is_open()) return;
+    file_ << record.dump() << "\n";
     file_.flush();
   }
 
@@ -154,9 +159,11 @@ const TrainOptions& checked(const TrainOptions& o) {
   return o;
 }
 
-// Applies --threads (first, so that all CPU work uses it) and picks the model's device.
+// Applies --threads (first, so that all CPU work uses it) and --nvtx (before any work, so
+// that a profiler sees all of it), and picks the model's device.
 Device set_up_device(const TrainOptions& o) {
   if (o.threads > 0) runtime::set_cpu_threads(o.threads);
+  if (o.nvtx) trace::listen(true, "--nvtx");
   return resolve_device(o.device);
 }
 
@@ -198,6 +205,11 @@ class TrainingRun {
   // --skip-nonfinite: step `step` was not applied. Logs it; stops the run after
   // --max-skipped such steps in a row.
   void note_skipped_step(int64_t step, int64_t samples);
+  // --on-replica-failure shrink: logs and records each replica the step dropped.
+  void note_dropped_replicas(const std::vector<ReplicaDropped>& dropped);
+  // Too few replicas left to go on: a final checkpoint of the last completed step, then the
+  // error, with where that checkpoint is.
+  [[noreturn]] void stop_with_too_few_replicas(const TooFewReplicas& stop);
   bool report_due() const;
   void report_step(const StepStats& last, int64_t epoch) const;
 
@@ -270,8 +282,9 @@ TrainingRun::TrainingRun(const TrainOptions& options, std::ostream& primary_out)
     out_ << "note: --check-replicas: one replica, nothing to compare\n";
   }
   metrics_.emplace(primary_ ? o_.metrics : "", o_.resume);
-  // (Only rank 0 of a multi-process run writes: its own lanes.)
-  trace_.emplace(primary_ ? o_.trace : "", o_.trace_steps, progress_.step, total_steps_);
+  // (Every rank of a multi-process run records; rank 0 writes them all: train/job_trace.h.)
+  trace_.emplace(o_.trace, o_.trace_steps, progress_.step, total_steps_,
+                 [this](const std::string& path) { return write_run_trace(path, *runner_); });
   trace::set_lane("main", trace::kMainLane);
 
   totals_.loss_sum = Tensor::zeros({}, DType::Float32, runner_->model().device());
@@ -353,8 +366,13 @@ void TrainingRun::take_step(const data::Batch& batch, int64_t epoch) {
                           {{"samples", batch.size}, {"epoch", epoch + 1}, {"lr", rates.lr}}};
     });
     runner_->set_step_number(progress_.step + 1);
-    s = runner_->step(batch);
+    try {
+      s = runner_->step(batch);
+    } catch (const TooFewReplicas& stop) {
+      stop_with_too_few_replicas(stop);
+    }
   }
+  note_dropped_replicas(s.dropped);
   const double step_seconds = seconds_since(t);
   totals_.train_seconds += step_seconds;
   breakdown_.add_step(step_seconds, s.times, runner_->optimizer().last_step_seconds(), s.samples);
@@ -394,6 +412,23 @@ void TrainingRun::note_skipped_step(int64_t step, int64_t samples) {
                step, ") had a NaN or Inf in the loss or the gradients and were skipped (--max-skipped ", max,
                "); the parameters are those after step ", first_skipped_ - 1,
                ". Lower --lr, check the data, or resume from a checkpoint");
+}
+
+void TrainingRun::note_dropped_replicas(const std::vector<ReplicaDropped>& dropped) {
+  for (const ReplicaDropped& d : dropped) {
+    out_ << (bar_ ? "\n" : "") << shrink_log_line(d) << std::endl;
+    metrics_->write(nlohmann::json{{"kind", "shrink"}, {"step", d.step}, {"replica", d.replica},
+                                   {"reason", d.reason}, {"replicas", d.survivors.size()},
+                                   {"survivors", d.survivors}});
+  }
+}
+
+void TrainingRun::stop_with_too_few_replicas(const TooFewReplicas& stop) {
+  note_dropped_replicas(stop.dropped);
+  if (o_.checkpoint_dir.empty()) throw stop;
+  checkpoint();  // progress_ is still that of the last completed step
+  fail(stop.what(), "; the checkpoint of step ", progress_.step, " is in ", o_.checkpoint_dir,
+       " (--resume continues from it, on any replica count)");
 }
 
 bool TrainingRun::report_due() const {

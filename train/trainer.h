@@ -43,6 +43,7 @@ struct TrainOptions {
   int64_t eval_every = 0;       // also evaluate every this many steps; 0: at the end of each epoch only
   std::string trace;            // Chrome trace-event JSON of a few steps (train/trace_window.h)
   int64_t trace_steps = 3;      // steps in the trace
+  bool nvtx = false;            // every trace span also an NVTX range, from the start of training on (CUDA builds)
   bool explain = false;         // print the run's first step move by move (train/explain.h)
   int progress = -1;            // -1: a progress bar when stdout is a terminal; 0: plain lines; 1: bar
   ParallelOptions parallel;

@@ -1,5 +1,6 @@
 #include "engine/io/atomic_file.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -18,11 +19,13 @@ static std::string parent_dir(const std::string& path) {
   return slash == 0 ? "/" : path.substr(0, slash);
 }
 
+// A temporary file's name: the target's, then this and mkstemp's six random characters.
+static const std::string kTempMark = ".tmp-";
+
 AtomicFileWriter::AtomicFileWriter(std::string path, std::string what)
     : path_(std::move(path)), what_(std::move(what)) {
-  std::vector<char> templ(path_.begin(), path_.end());
-  const char suffix[] = ".tmp-XXXXXX";
-  templ.insert(templ.end(), suffix, suffix + sizeof(suffix));  // keeps the terminating NUL
+  const std::string pattern = path_ + kTempMark + "XXXXXX";
+  std::vector<char> templ(pattern.c_str(), pattern.c_str() + pattern.size() + 1);  // with the terminating NUL
   fd_ = mkstemp(templ.data());
   if (fd_ < 0) fail(what_, ": cannot create a temporary file next to '", path_, "': ", std::strerror(errno));
   temp_path_ = templ.data();
@@ -71,6 +74,25 @@ void AtomicFileWriter::commit() {
     fsync(dir);
     close(dir);
   }
+}
+
+size_t remove_stale_temps(const std::string& path) {
+  const size_t slash = path.find_last_of('/');
+  const std::string name = slash == std::string::npos ? path : path.substr(slash + 1);
+  const std::string prefix = name + kTempMark;
+  const std::string dir = parent_dir(path);
+  size_t removed = 0;
+  DIR* d = opendir(dir.c_str());
+  if (!d) return 0;  // nothing to clean where nothing can be listed
+  while (const dirent* entry = readdir(d)) {
+    const std::string file = entry->d_name;
+    if (file.size() == prefix.size() + 6 && file.compare(0, prefix.size(), prefix) == 0 &&
+        unlink((dir + "/" + file).c_str()) == 0) {
+      ++removed;
+    }
+  }
+  closedir(d);
+  return removed;
 }
 
 }  // namespace dpcore::io

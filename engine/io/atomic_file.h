@@ -32,4 +32,9 @@ class AtomicFileWriter {
   bool committed_ = false;
 };
 
+// Removes the temporary files that AtomicFileWriters for `path` left behind when their
+// process was killed before commit ("<path>.tmp-XXXXXX"), for a path that one writer at a
+// time uses (a run's --trace file), before it is written again. Returns how many it removed.
+size_t remove_stale_temps(const std::string& path);
+
 }  // namespace dpcore::io

@@ -22,13 +22,20 @@ int device_count() {
   return count;
 }
 
+namespace {
+thread_local int t_device = -1;  // set_device's last device on this thread
+}
+
 void set_device(int device) {
   DPCORE_CHECK(device >= 0 && device < device_count(), "cuda:", device, " does not exist (", device_count(),
                " CUDA device(s) usable)");
   int current = -1;
   CUDA_CHECK(cudaGetDevice(&current));
   if (current != device) CUDA_CHECK(cudaSetDevice(device));
+  t_device = device;
 }
+
+int thread_device() { return t_device; }
 
 int current_device() {
   int device = 0;
@@ -38,7 +45,10 @@ int current_device() {
 
 DeviceGuard::DeviceGuard(int device) : previous_(current_device()) { set_device(device); }
 
-DeviceGuard::~DeviceGuard() { cudaSetDevice(previous_); }
+DeviceGuard::~DeviceGuard() {
+  cudaSetDevice(previous_);
+  t_device = previous_;
+}
 
 int multiprocessor_count(int device) {
   static std::mutex mutex;

@@ -12,6 +12,9 @@ int device_count();
 // Makes `device` the calling thread's current device (a no-op when it already is).
 void set_device(int device);
 int current_device();
+// The device the calling thread last made current through set_device (every op of the
+// CUDA backend does), or -1 when it never did: a thread that has queued no CUDA work.
+int thread_device();
 
 // Switches to `device` for a scope and back to the previous current device after, for
 // code (allocators, copies) that must not leave the caller's device changed.

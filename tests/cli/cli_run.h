@@ -30,6 +30,16 @@ inline CommandResult run_command(const std::string& args, const std::string& lau
   return r;
 }
 
+#ifdef DPCORE_MPIEXEC
+// mpirun with `processes` ranks as tests/CMakeLists.txt's dpcore_add_mpi_test runs it: as
+// root, more processes than cores, no kernel-assisted copies, one OpenMP thread each.
+inline std::string mpirun(int processes) {
+  return "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1 "
+         "OMPI_MCA_btl_vader_single_copy_mechanism=none OMP_NUM_THREADS=1 " DPCORE_MPIEXEC " -np " +
+         std::to_string(processes);
+}
+#endif
+
 inline std::string slurp(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
   return std::string(std::istreambuf_iterator<char>(f), {});

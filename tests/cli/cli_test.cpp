@@ -43,9 +43,9 @@ TEST(Cli, HelpExplainsEveryFlag) {
                            "--keep-checkpoints", "--force-resume",
                            "--metrics", "--replicas", "--mode", "--backend", "--split", "--bucket-mb",
                            "--conv-engine", "--gemm-engine", "--tf32", "--cuda-graph", "--lr-schedule",
-                           "--warmup-steps", "--trace", "--trace-steps", "--explain", "--inject", "DPCORE_INJECT",
+                           "--warmup-steps", "--trace", "--trace-steps", "--nvtx", "--explain", "--inject", "DPCORE_INJECT",
                            "--skip-nonfinite", "--max-skipped", "--check-replicas", "--sync", "--max-staleness",
-                           "--eval-every"}) {
+                           "--eval-every", "--on-replica-failure", "--min-replicas"}) {
     EXPECT_NE(r.output.find(flag), std::string::npos) << flag;
   }
   EXPECT_EQ(run("--help").status, 0);
@@ -583,7 +583,47 @@ TEST(Cli, PredictRefusesWhatItCannotUseNamingIt) {
   CommandResult r = run("predict --model \"conv(4,3,p1) relu conv(4,3,p1) relu pool(2) flatten linear(4)\" --input 1x8x8 "
                         "--classes 4 --profile " + dir.file("small.json"));
   EXPECT_NE(r.status, 0);
-  EXPECT_NE(r.output.find("4 parameters, but the model has 6"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("4 parameters, but --model conv(4,3,p1)"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find(" has 6"), std::string::npos) << r.output;
+  // A profile that names no model needs --model.
+  {
+    std::ofstream bare(dir.file("bare.json"));
+    bare << R"({"forward_s": 1e-3, "backward_s": 2e-3, "optimizer_s": 1e-4, "param_bytes": [400, 16],
+               "grad_ready_s": [2e-3, 1e-3], "input_bytes": 100, "output_bytes": 10})";
+  }
+  r = run("predict --profile " + dir.file("bare.json"));
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.output.find("names no model and batch"), std::string::npos) << r.output;
+}
+
+// With --profile and no --model the model is the profile's (dpcore need not build it: the
+// GPU presets' ResNet-50 is PyTorch's); --replicas lists the counts, and a CPU cluster's
+// cores bring the measured busy slowdown.
+TEST(Cli, PredictTakesTheModelFromItsProfileAndTheCountsAskedFor) {
+  dpcore::testing::TempDir dir;
+  const std::string measure = "predict --model " + kSpec +
+                              " --input 1x8x8 --classes 4 --batch 8 --threads 1 --profile-steps 2 --replicas 1,3,5"
+                              " --cluster 2,20,3,20,3,2 --strategies ddp,dp";
+  CommandResult r = run(measure + " --profile-out " + dir.file("profile.json") + " --json " + dir.file("given.json"));
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("with 2 replicas at once"), std::string::npos) << r.output;
+  const nlohmann::json given = nlohmann::json::parse(slurp(dir.file("given.json")));
+  const nlohmann::json& rows = given.at("predictions");
+  ASSERT_EQ(rows.size(), 3u) << given.dump();
+  EXPECT_EQ(rows[1].at("replicas"), 3);
+  EXPECT_EQ(rows[2].at("replicas"), 5);
+  // 3 and 5 replicas of one thread on 2 cores: at least 1.5 and 2.5 times the busy step.
+  const double busy = nlohmann::json::parse(slurp(dir.file("profile.json"))).at("busy_slowdown");
+  const double one = rows[0].at("dp").at("step_s");
+  EXPECT_GE(double(rows[1].at("dp").at("step_s")), 1.5 * busy * one * (1 - 1e-12));
+  EXPECT_GE(double(rows[2].at("dp").at("step_s")), 2.5 * busy * one * (1 - 1e-12));
+  r = run("predict --profile " + dir.file("profile.json") +
+          " --replicas 1,3,5 --cluster 2,20,3,20,3,2 --strategies ddp,dp --json " + dir.file("from_profile.json"));
+  ASSERT_EQ(r.status, 0) << r.output;
+  const std::string spec = kSpec.substr(1, kSpec.size() - 2);  // without its shell quotes
+  EXPECT_NE(r.output.find("dpcore predict: " + spec + " ("), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("batch 8 per replica"), std::string::npos) << r.output;
+  EXPECT_EQ(nlohmann::json::parse(slurp(dir.file("from_profile.json"))).at("predictions"), rows);
 }
 
 // ---- fault injection and the guards (docs/fault-tolerance.md) as a user meets them

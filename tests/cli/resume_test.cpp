@@ -83,10 +83,7 @@ TEST(ElasticResume, AnMpiCheckpointResumesLocallyAndALocalOneUnderMpi) {
 #ifndef DPCORE_MPIEXEC
   GTEST_SKIP() << "built without MPI";
 #else
-  // As tests/CMakeLists.txt's dpcore_add_mpi_test: root, more processes than cores, no CMA.
-  const std::string mpirun = "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "
-                             "OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_btl_vader_single_copy_mechanism=none "
-                             "OMP_NUM_THREADS=1 " DPCORE_MPIEXEC " -np 2";
+  const std::string mpirun = dpcore::testing::mpirun(2);
   const std::string mpi = " --backend mpi --mode ddp";
   dpcore::testing::TempDir dir;
   ASSERT_EQ(run(kJob + kSteps + " --save " + dir.file("straight.safetensors")).status, 0);

@@ -14,9 +14,9 @@ namespace {
 constexpr double kSlackUs = 1e-3;
 
 void expect_nested(const TraceFile& trace) {
-  std::map<int, std::vector<const TraceSpan*>> by_lane;
-  for (const TraceSpan& s : trace.spans) by_lane[s.tid].push_back(&s);
-  for (auto& [tid, spans] : by_lane) {
+  std::map<LaneKey, std::vector<const TraceSpan*>> by_lane;
+  for (const TraceSpan& s : trace.spans) by_lane[s.key()].push_back(&s);
+  for (auto& [lane, spans] : by_lane) {
     // Outer spans first: by beginning, the longer of two that begin together first.
     std::sort(spans.begin(), spans.end(), [](const TraceSpan* a, const TraceSpan* b) {
       return a->begin != b->begin ? a->begin < b->begin : a->end > b->end;
@@ -47,8 +47,10 @@ TraceFile read_trace(const std::string& path) {
   for (const nlohmann::json& e : doc["traceEvents"]) {
     const std::string ph = e.value("ph", "");
     if (ph == "M") {
-      if (e["name"] == "thread_name") trace.lanes[e["tid"].get<int>()] = e["args"]["name"].get<std::string>();
-      if (e["name"] == "thread_sort_index") trace.sort_index[e["tid"].get<int>()] = e["args"]["sort_index"].get<int>();
+      const LaneKey lane{e["pid"].get<int>(), e["tid"].get<int>()};
+      if (e["name"] == "process_name") trace.processes[lane.first] = e["args"]["name"].get<std::string>();
+      if (e["name"] == "thread_name") trace.lanes[lane] = e["args"]["name"].get<std::string>();
+      if (e["name"] == "thread_sort_index") trace.sort_index[lane] = e["args"]["sort_index"].get<int>();
       continue;
     }
     EXPECT_EQ(ph, "X") << e.dump();
@@ -60,6 +62,7 @@ TraceFile read_trace(const std::string& path) {
     EXPECT_GE(e["dur"].get<double>(), 0.0) << e.dump();
     TraceSpan s;
     s.name = e["name"].get<std::string>();
+    s.pid = e["pid"].get<int>();
     s.tid = e["tid"].get<int>();
     s.begin = e["ts"].get<double>();
     s.end = s.begin + e["dur"].get<double>();
@@ -67,9 +70,12 @@ TraceFile read_trace(const std::string& path) {
     trace.spans.push_back(std::move(s));
   }
   for (TraceSpan& s : trace.spans) {
-    auto lane = trace.lanes.find(s.tid);
-    EXPECT_TRUE(lane != trace.lanes.end()) << "tid " << s.tid << " of '" << s.name << "' has no thread_name";
-    EXPECT_TRUE(trace.sort_index.count(s.tid)) << "tid " << s.tid << " has no thread_sort_index";
+    auto lane = trace.lanes.find(s.key());
+    EXPECT_TRUE(lane != trace.lanes.end()) << "tid " << s.tid << " of pid " << s.pid << " ('" << s.name
+                                           << "') has no thread_name";
+    EXPECT_TRUE(trace.sort_index.count(s.key()))
+        << "tid " << s.tid << " of pid " << s.pid << " has no thread_sort_index";
+    EXPECT_TRUE(trace.processes.count(s.pid)) << "pid " << s.pid << " has no process_name";
     if (lane != trace.lanes.end()) s.lane = lane->second;
   }
   expect_nested(trace);

@@ -5,27 +5,33 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace dpcore::testing {
 
+// A lane is a thread of a process: (pid, tid).
+using LaneKey = std::pair<int, int>;
+
 struct TraceSpan {
-  std::string name, lane;  // lane: the thread_name of its tid
-  int tid = 0;
+  std::string name, lane;  // lane: the thread_name of its (pid, tid)
+  int pid = 0, tid = 0;
   double begin = 0, end = 0;  // microseconds
   nlohmann::json args;
+  LaneKey key() const { return {pid, tid}; }
 };
 
 struct TraceFile {
-  std::vector<TraceSpan> spans;      // every "X" event, in file order
-  std::map<int, std::string> lanes;  // tid -> thread_name
-  std::map<int, int> sort_index;     // tid -> thread_sort_index
+  std::vector<TraceSpan> spans;          // every "X" event, in file order
+  std::map<LaneKey, std::string> lanes;  // thread_name
+  std::map<LaneKey, int> sort_index;     // thread_sort_index
+  std::map<int, std::string> processes;  // pid -> process_name
 };
 
 // Parses `path`, checking (with gtest failures naming the event) that it is a JSON object
 // with a traceEvents array whose "X" events have name, cat, ph, ts, dur >= 0, pid, tid and
-// args, whose "M" events name every lane that has spans, and that every lane's spans nest:
-// two spans on one tid are disjoint or one contains the other.
+// args, whose "M" events name every lane that has spans and every process, and that every
+// lane's spans nest: two spans on one (pid, tid) are disjoint or one contains the other.
 TraceFile read_trace(const std::string& path);
 
 // The spans on `lane` whose name starts with `prefix`, in order of their beginning.

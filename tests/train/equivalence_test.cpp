@@ -98,6 +98,39 @@ TEST(Buckets, ReverseOrderCapsAndTiling) {
   EXPECT_EQ(big.size(), 1u);
 }
 
+TEST(Buckets, TensorSizesAloneCutAsTheFlatBufferDoes) {
+  // dpcore predict cuts a profile's tensors (of a model dpcore need not build) with
+  // bucket_params: the same buckets as make_buckets over the model's flat buffer.
+  auto model = testing::simplenet();
+  const FlatParameters& p = model->parameters();
+  std::vector<int64_t> bytes;
+  for (size_t k = 0; k < p.entries().size(); ++k) {
+    const int64_t end = k + 1 < p.entries().size() ? p.entries()[k + 1].offset : p.total();
+    bytes.push_back((end - p.entries()[k].offset) * int64_t(dtype_size(p.dtype())));
+  }
+  for (size_t cap : {size_t(16), size_t(1024), size_t(100000), size_t(25) << 20}) {
+    std::vector<std::vector<size_t>> expected;
+    for (const Bucket& b : make_buckets(p, cap, cap)) expected.push_back(b.params);
+    EXPECT_EQ(bucket_params(bytes, cap, cap), expected) << cap;
+  }
+  // A 1 KiB first bucket, then 2 KiB ones; each overshoots by the tensor that fills it.
+  EXPECT_EQ(bucket_params({500, 600, 1500, 600, 600}, 1024, 2048),
+            (std::vector<std::vector<size_t>>{{4, 3}, {2, 1}, {0}}));
+}
+
+TEST(Buckets, RunnerTakesBothCapsFromItsOptions) {
+  ParallelOptions options;
+  options.replicas = 2, options.mode = "ddp";
+  DistributedRunner defaults(testing::simplenet(), kSgd, 1, options);
+  EXPECT_EQ(defaults.first_bucket_cap_bytes(), size_t(1) << 20);  // PyTorch's first bucket
+  EXPECT_EQ(defaults.bucket_cap_bytes(), size_t(25) << 20);
+  EXPECT_EQ(defaults.reducer(0).buckets().size(), 1u);  // simplenet's 170 KiB fit in the first
+  options.first_bucket_mb = 1.0 / 1024, options.bucket_mb = 1.0 / 1024;  // 1 KiB each (the benchmarks' sweep)
+  DistributedRunner small(testing::simplenet(), kSgd, 1, options);
+  EXPECT_EQ(small.first_bucket_cap_bytes(), 1024u);
+  EXPECT_EQ(small.reducer(0).buckets().size(), 2u);  // as make_buckets(p, 1024, 1024) above
+}
+
 TEST(Split, ChunkSemanticsAndWeights) {
   EXPECT_EQ(chunk_sizes(5, 4), (std::vector<int64_t>{2, 2, 1, 0}));  // PyTorch leaves a replica idle
   EXPECT_EQ(chunk_sizes(13, 4), (std::vector<int64_t>{4, 4, 4, 1}));

@@ -6,80 +6,15 @@
 
 #include <chrono>
 #include <cmath>
-#include <cstring>
 
-#include "kernels/error.h"
-#include "layers/zoo.h"
-#include "support/test_support.h"
-#include "train/fault_injection.h"
+#include "tiny_job.h"
 #include "train/guards.h"
 #include "train/data_parallel.h"
-#include "train/runner.h"
 
 namespace dpcore::train {
 namespace {
 
-// A tiny job: 8 samples of 1x8x8 in 4 classes, a network without batch norm (a skipped
-// step then leaves every piece of state as it was).
-constexpr int64_t kBatch = 8;
-
-struct TinyBatch {
-  std::vector<float> images;
-  std::vector<int64_t> labels;
-  data::Batch batch;
-};
-
-TinyBatch tiny_batch(uint64_t seed) {
-  TinyBatch b;
-  b.images = testing::random_vector<float>(size_t(kBatch * 64), seed);
-  for (int64_t i = 0; i < kBatch; ++i) b.labels.push_back((i * 3 + int64_t(seed)) % 4);
-  b.batch.size = kBatch, b.batch.c = 1, b.batch.h = 8, b.batch.w = 8;
-  b.batch.images = b.images.data(), b.batch.labels = b.labels.data();
-  return b;
-}
-
-std::unique_ptr<layers::Model> tiny_model() {
-  auto net = layers::parse_layer_spec("conv(4,3,p1) relu pool(2) flatten linear(4)", {1, 8, 8});
-  return std::make_unique<layers::Model>(std::move(net), Shape{1, 8, 8}, Device::cpu(), DType::Float32, 3);
-}
-
-const SgdConfig kSgd{0.1, 0.9, 0.0, 0.0, false};
-
-// `replicas` replicas in `mode` (one replica: the single-device runner), with these
-// faults and guards.
-std::unique_ptr<StepRunner> runner(int replicas, const std::string& mode, const std::string& faults,
-                                   GuardOptions guards = {}, double timeout_s = 30) {
-  ParallelOptions o;
-  o.replicas = replicas;
-  o.mode = mode;
-  o.timeout_s = timeout_s;
-  o.faults = FaultInjector(faults.empty() ? std::vector<Fault>{} : parse_faults(faults));
-  o.guards = guards;
-  return make_runner(tiny_model(), kSgd, 1, o);
-}
-
-// Step number `step` (from 1) on batch `step`.
-StepStats step(StepRunner& r, int64_t step) {
-  TinyBatch b = tiny_batch(uint64_t(step));
-  r.set_step_number(step);
-  return r.step(b.batch);
-}
-
-std::vector<float> params(StepRunner& r) { return r.model().parameters().values().to_vector<float>(); }
-std::vector<float> momentum(StepRunner& r) { return r.optimizer().momentum().to_vector<float>(); }
-
-bool bit_equal(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using namespace tiny_job;
 
 // ------------------------------------------------------------------------- parsing
 

@@ -47,6 +47,9 @@ StepProfile toy_profile() {
   return p;
 }
 
+// Every DDP step also reduces its loss (one float32) before the optimizer step: latency.
+double loss_allreduce(int replicas, const Cluster& c) { return allreduce_seconds(4, replicas, c, Algorithm::Ring); }
+
 TEST(ScalingModel, DdpHidesBucketsThatFinishBeforeBackwardEnds) {
   const StepProfile p = toy_profile();
   const Cluster c = toy_cluster();
@@ -54,13 +57,14 @@ TEST(ScalingModel, DdpHidesBucketsThatFinishBeforeBackwardEnds) {
   // 0 at 9 ms. On 2 replicas each allreduce takes 2 * (1 us + 0.5 ms) = 1.002 ms: the
   // first two end before 9 ms, the last at 10.002 ms, 0.002 ms after backward.
   const Prediction d = predict_ddp(p, {{2}, {1}, {0}}, 2, c, Algorithm::Ring);
-  EXPECT_NEAR(d.exposed_comm_s, 9e-3 + 1.002e-3 - 10e-3, 1e-12);
+  EXPECT_NEAR(d.exposed_comm_s, 9e-3 + 1.002e-3 - 10e-3 + loss_allreduce(2, c), 1e-12);
   EXPECT_NEAR(d.step_s, 15e-3 + d.exposed_comm_s, 1e-12);
   EXPECT_NEAR(d.efficiency, 15e-3 / d.step_s, 1e-12);
   // One bucket of everything waits for the last gradient: nothing hidden but what
   // overlaps nothing.
   const Prediction whole = predict_ddp(p, {{2, 1, 0}}, 2, c, Algorithm::Ring);
-  EXPECT_NEAR(whole.exposed_comm_s, 9e-3 + allreduce_seconds(3e6, 2, c, Algorithm::Ring) - 10e-3, 1e-12);
+  EXPECT_NEAR(whole.exposed_comm_s, 9e-3 + allreduce_seconds(3e6, 2, c, Algorithm::Ring) - 10e-3 + loss_allreduce(2, c),
+              1e-12);
   EXPECT_GT(whole.exposed_comm_s, d.exposed_comm_s);
 }
 
@@ -70,7 +74,66 @@ TEST(ScalingModel, DdpBucketsQueueOnOneStream) {
   const Cluster c = toy_cluster();
   const double each = allreduce_seconds(1e6, 4, c, Algorithm::Ring);
   const Prediction d = predict_ddp(p, {{2}, {1}, {0}}, 4, c, Algorithm::Ring);
-  EXPECT_NEAR(d.exposed_comm_s, std::max(0.0, 1e-3 + 3 * each - 10e-3), 1e-12);
+  EXPECT_NEAR(d.exposed_comm_s, std::max(0.0, 1e-3 + 3 * each - 10e-3) + loss_allreduce(4, c), 1e-12);
+}
+
+// A CPU node of 2 cores holding 2 replicas of one thread each (cores_per_node = 2).
+Cluster cpu_node() {
+  Cluster c = toy_cluster();
+  c.cores_per_node = 2;
+  return c;
+}
+
+TEST(ScalingModel, CpuReplicasShareTheCoresFairlyAndSlowEachOtherByTheBusySlowdown) {
+  StepProfile p = toy_profile();
+  p.busy_slowdown = 1.25;
+  Cluster node = cpu_node();
+  node.replicas_per_node = 8;
+  EXPECT_DOUBLE_EQ(compute_factor(p, node, 1), 1.0);         // the profile itself
+  EXPECT_DOUBLE_EQ(compute_factor(p, node, 2), 1.25);        // both cores busy
+  EXPECT_DOUBLE_EQ(compute_factor(p, node, 3), 1.5 * 1.25);  // 3 threads on 2 cores
+  EXPECT_DOUBLE_EQ(compute_factor(p, node, 4), 2 * 1.25);
+  // Two kernel threads per replica fill both cores already alone.
+  p.threads = 2;
+  EXPECT_DOUBLE_EQ(compute_factor(p, node, 1), 1.0);
+  EXPECT_DOUBLE_EQ(compute_factor(p, node, 2), 2.0);
+  // A GPU node (no cores given) gives every replica its own processor.
+  EXPECT_DOUBLE_EQ(compute_factor(p, toy_cluster(), 8), 1.0);
+  // The step: compute scaled, efficiency against the profile's own step.
+  p.threads = 1;
+  const Prediction d = predict_dp(p, 4, node, Algorithm::Ring);
+  EXPECT_NEAR(d.compute_s, 15e-3 * 2 * 1.25, 1e-12);
+  EXPECT_NEAR(d.efficiency, 15e-3 / d.step_s, 1e-12);
+}
+
+TEST(ScalingModel, OnACpuNodeWithItsCoresFullDdpHidesNothing) {
+  const StepProfile p = toy_profile();
+  // With a core to spare the buckets overlap backward as on a GPU...
+  Cluster spare = cpu_node();
+  spare.cores_per_node = 4;
+  const Prediction overlapped = predict_ddp(p, {{2}, {1}, {0}}, 2, spare, Algorithm::Ring);
+  EXPECT_NEAR(overlapped.exposed_comm_s, 9e-3 + 1.002e-3 - 10e-3 + loss_allreduce(2, spare), 1e-12);
+  // ...with every core computing, the whole of every allreduce adds to the step.
+  const Prediction full = predict_ddp(p, {{2}, {1}, {0}}, 2, cpu_node(), Algorithm::Ring);
+  EXPECT_NEAR(full.exposed_comm_s, 3 * 1.002e-3 + loss_allreduce(2, cpu_node()), 1e-12);
+}
+
+TEST(ScalingModel, ClusterFlagsTakeTheCoresOfACpuNode) {
+  const Preset cpu = cluster_from_flag("2,90,6,90,6,2", "--cluster");
+  EXPECT_EQ(cpu.cluster.replicas_per_node, 2);
+  EXPECT_EQ(cpu.cluster.cores_per_node, 2);
+  EXPECT_DOUBLE_EQ(cpu.cluster.intra.latency_s, 90e-6);
+  EXPECT_DOUBLE_EQ(cpu.cluster.intra.bytes_per_s, 6e9);
+  EXPECT_NE(cpu.assumptions.find("2 cores"), std::string::npos) << cpu.assumptions;
+  EXPECT_EQ(cluster_from_flag("8,2,370,5,45", "--cluster").cluster.cores_per_node, 0);
+  for (const char* bad : {"2,90,6,90,6,2.5", "2,90,6,90", "2,90,6,90,6,2,1", "2,90,x,90,6"}) {
+    try {
+      cluster_from_flag(bad, "--cluster");
+      FAIL() << bad << ": no error";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(std::string("--cluster '") + bad + "'"), std::string::npos) << e.what();
+    }
+  }
 }
 
 TEST(ScalingModel, DpExposesTheCopiesAndTheWholeAllreduce) {

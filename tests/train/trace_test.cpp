@@ -6,11 +6,16 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <thread>
 
 #include "engine/trace.h"
 #include "equivalence.h"
 #include "support/trace_checks.h"
 #include "train/ddp.h"
+#include "train/job_trace.h"
+#include "train/trace_window.h"
 
 namespace dpcore::testing {
 namespace {
@@ -160,6 +165,76 @@ TEST(TrainTrace, ARunWithoutTracingRecordsNothing) {
     runner->step(b.batch);
   }
   EXPECT_EQ(trace::write(dir.file("off.json")), 0u);
+}
+
+// The clock shift of another host: the median difference of readings taken together, so
+// that one reading disturbed by a descheduled rank does not move it.
+TEST(JobTrace, ClockShiftIsTheMedianDifferenceOfPairedReadings) {
+  EXPECT_EQ(clock_shift_ns({100, 200, 300, 400, 500}, {90, 190, 290, 390, 490}), 10);
+  EXPECT_EQ(clock_shift_ns({100, 200, 300, 400, 500}, {90, 190, -5000, 390, 490}), 10) << "an outlier";
+  EXPECT_EQ(clock_shift_ns({1000}, {1500}), -500);
+  EXPECT_THROW(clock_shift_ns({1, 2}, {1}), Error);
+}
+
+// Texts of any length (none, one word, not a whole number of words, with a NUL) reach
+// every rank whole and in rank order, over the collectives every transport has.
+TEST(JobTrace, AllgatherTextGivesEveryRankEveryText) {
+  const std::vector<std::string> texts = {"", "rank one, thirteen", std::string("a\0b", 3)};
+  auto comms = comm::make_local_group(int(texts.size()));
+  std::vector<std::vector<std::string>> got(texts.size());
+  std::vector<std::thread> threads;
+  for (size_t r = 0; r < texts.size(); ++r) {
+    threads.emplace_back([&, r] { got[r] = allgather_text(*comms[r], Device::cpu(), texts[r]); });
+  }
+  for (std::thread& t : threads) t.join();
+  for (size_t r = 0; r < texts.size(); ++r) EXPECT_EQ(got[r], texts) << "on rank " << r;
+}
+
+// A trace window removes what a run killed while writing its file left ("<path>.tmp-" and
+// six characters), and nothing else.
+TEST(TraceWindowFile, StaleTemporaryFilesOfThePathAreRemovedOthersKept) {
+  TempDir dir;
+  const std::string path = dir.file("t.json");
+  for (const std::string& name : {"t.json.tmp-a1B2c3", "t.json.tmp-zzzzzz", "t.json.tmp-short", "u.json.tmp-a1B2c3",
+                                  "t.json"}) {
+    std::ofstream(dir.file(name)) << "x";
+  }
+  TraceWindow window(path, 3, 0, 10, [](const std::string&) { return size_t(0); });
+  std::vector<std::string> left;
+  for (const auto& entry : std::filesystem::directory_iterator(dir.path())) left.push_back(entry.path().filename());
+  std::sort(left.begin(), left.end());
+  EXPECT_EQ(left, (std::vector<std::string>{"t.json", "t.json.tmp-short", "u.json.tmp-a1B2c3"}));
+}
+
+// On a GPU, each replica's spans also appear on a lane of its stream, at the times the GPU
+// ran them: never before the host queued them, nested as on the host, one per host span.
+TEST(TrainTrace, CudaReplicasGetALanePerStreamWithDeviceTimes) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device: device-side span times (CUDA events) need the GPU machine";
+  TempDir dir;
+  const Device gpu = Device::cuda(0);
+  ParallelOptions options = parallel("ddp");
+  options.replicas = 2;
+  options.devices.assign(2, gpu);
+  auto net = layers::parse_layer_spec("conv(4,3,s2,p1) relu flatten linear(256) relu linear(10)", {3, 32, 32});
+  auto runner = make_runner(std::make_unique<layers::Model>(std::move(net), Shape{3, 32, 32}, gpu, DType::Float32, 5),
+                            kSgd, 1, options);
+  TraceFile t = traced_steps(*runner, 2, dir);
+  for (int r = 0; r < 2; ++r) {
+    const std::string host = lane("replica", r);
+    std::string device;
+    for (const auto& [key, name] : t.lanes) {
+      if (name.rfind("cuda:0 stream ", 0) == 0 && name.find("(" + host + ")") != std::string::npos) device = name;
+    }
+    ASSERT_FALSE(device.empty()) << "no device lane for " << host;
+    const std::vector<TraceSpan> on_host = spans_of(t, host, "forward"), on_device = spans_of(t, device, "forward");
+    ASSERT_EQ(on_device.size(), on_host.size()) << device;
+    for (size_t i = 0; i < on_host.size(); ++i) {
+      EXPECT_EQ(on_device[i].name, on_host[i].name);
+      // The reference's uncertainty is microseconds; queued work cannot run before it is queued.
+      EXPECT_GE(on_device[i].begin, on_host[i].begin - 50.0) << on_host[i].name << " ran on " << device
+                                                             << " before the host queued it";
+    }
+  }
 }
 
 }  // namespace
