@@ -357,7 +357,7 @@ TEST(Cli, KillingTheProcessNeverLeavesABrokenCheckpoint) {
       _exit(127);
     }
     // Let it write a few checkpoints, then kill it at an arbitrary moment.
-    std::this_thread::sleep_for(std::chrono::milliseconds(2500 + 370 * attempt));
+    std::this_thread::sleep_for(std::chrono::milliseconds(1200 + 170 * attempt));
     kill(pid, SIGKILL);
     int status = 0;
     waitpid(pid, &status, 0);

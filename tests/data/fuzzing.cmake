@@ -19,7 +19,7 @@
 # nothing and configure says so once.
 include_guard(GLOBAL)
 
-set(DPCORE_FUZZ_SECONDS 10 CACHE STRING "How long each fuzz ctest runs, in seconds")
+set(DPCORE_FUZZ_SECONDS 5 CACHE STRING "How long each fuzz ctest runs, in seconds")
 
 find_program(DPCORE_FUZZ_CXX clang++-14)
 set(DPCORE_FUZZ_WORKS OFF)
