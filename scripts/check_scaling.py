@@ -10,7 +10,8 @@ From what scripts/measure_scaling.sh wrote into RESULTS (default bench/results/s
   2. predicts each measured step of R replicas with `dpcore predict --profile` on a cluster
      of one node with those links and the machine's cores. The machine's speed drifts by
      10-30% over minutes (a shared virtual machine), so the profile is that round's, its
-     times scaled to the one-replica step measured right before the R replicas, and its
+     times scaled to the one-replica steps measured right before and right after the R
+     replicas (their geometric mean), and its
      busy slowdown the median of all rounds' (a ratio of two noisy timings);
   3. prints the table of measured against predicted and writes it to RESULTS/check.json:
      the error of a case is the median of its rounds' errors, shown beside the medians of
@@ -72,16 +73,20 @@ def main():
     steps = [json.loads(line) for line in open(os.path.join(results, "steps.jsonl"))]
     profiles = {s["round"]: json.load(open(os.path.join(results, f"profile-{s['round']}.json"))) for s in steps}
     busy = statistics.median(p["busy_slowdown"] for p in profiles.values())
+    # Each step of R replicas sits between a one-replica step just before and one just after
+    # (their "baseline" says so): its prediction starts from their geometric mean.
     rows = {}
-    one_before = None
-    for s in steps:
+    for i, s in enumerate(steps):
         backend, mode, r, rnd = s["backend"], s["mode"], s["replicas"], s["round"]
         if r == 1:
-            one_before = s
             continue
-        assert one_before and one_before["before"] == f"{backend}-{mode}-{r}", f"no one-replica step before {s}"
+        case = f"{backend}-{mode}-{r}"
+        before, after = steps[i - 1], steps[i + 1] if i + 1 < len(steps) else {}
+        assert before.get("baseline") == f"before {case}", f"no one-replica step before {s}"
+        assert after.get("baseline") == f"after {case}", f"no one-replica step after {s}"
+        one_us = (before["median_us"] * after["median_us"]) ** 0.5
         profile = dict(profiles[rnd])
-        scale = one_before["median_us"] * 1e-6 / (profile["forward_s"] + profile["backward_s"] + profile["optimizer_s"])
+        scale = one_us * 1e-6 / (profile["forward_s"] + profile["backward_s"] + profile["optimizer_s"])
         for k in ("forward_s", "backward_s", "optimizer_s"):
             profile[k] *= scale
         profile["grad_ready_s"] = [t * scale for t in profile["grad_ready_s"]]
@@ -98,14 +103,14 @@ def main():
             predicted = json.load(open(out.name))["predictions"][0][mode]
         key = (backend, mode, r)
         row = rows.setdefault(key, {"measured": [], "predicted": [], "exposed": [], "one": [], "link": (alpha, beta)})
-        row["one"].append(one_before["median_us"] / 1e3)
+        row["one"].append(one_us / 1e3)
         row["measured"].append(s["median_us"] / 1e3)
         row["predicted"].append(predicted["step_s"] * 1e3)
         row["exposed"].append(predicted["exposed_comm_s"] * 1e3)
 
     table = []
     print(f"busy slowdown (median of {len(profiles)} rounds): {busy:.3f}")
-    print("| backend | mode | replicas | one replica ms (just before) | measured ms | predicted ms | error (median of rounds) | exposed ms (predicted) | alpha us | beta GB/s |")
+    print("| backend | mode | replicas | one replica ms (before and after) | measured ms | predicted ms | error (median of rounds) | exposed ms (predicted) | alpha us | beta GB/s |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     for (backend, mode, r), row in sorted(rows.items(), key=lambda kv: (kv[0][0] != "local", kv[0][1], kv[0][2])):
         m, p = statistics.median(row["measured"]), statistics.median(row["predicted"])

@@ -7,9 +7,10 @@
 #      busy slowdown of 2 copies at once (the machine's 2 cores);
 #   3. the real steps: dpcore_step_bench with R = 2..4 replicas of 1 kernel thread each and
 #      64 samples per replica (weak scaling, as the model assumes), --mode ddp and dp over
-#      the local ring, and --mode ddp over MPI with one rank per replica; each right after
-#      a one-replica step (the machine's speed drifts: the prediction of R replicas starts
-#      from the one replica measured just before).
+#      the local ring, and --mode ddp over MPI with one rank per replica; each between two
+#      one-replica steps (the machine's speed drifts by 10-30% within a minute: the
+#      prediction of R replicas starts from the one replica measured just before and just
+#      after, their geometric mean).
 # Parts 2 and 3 run ROUNDS times (default 3), one after the other, so that a slow spell of
 # the machine shows up in a round's profile and its steps alike.
 #   scripts/measure_scaling.sh [BUILD_DIR [RESULTS_DIR]]   (defaults: build, bench/results/scaling)
@@ -44,9 +45,9 @@ for n in 2 3 4; do
   rank0 $n "$build/bench/comm_bench" --benchmark_filter='^allreduce/mpi' --benchmark_format=json > "$results/comm-mpi-$n.json"
 done
 
-bench() {  # round backend mode replicas: one replica first, then R
+bench() {  # round backend mode replicas [baseline]: for R > 1, one replica before and after R
   local round=$1 backend=$2 mode=$3 r=$4
-  [ "$r" -gt 1 ] && bench "$round" local ddp 1 "$backend-$mode-$r"
+  [ "$r" -gt 1 ] && bench "$round" local ddp 1 "before $backend-$mode-$r"
   local flags=(--model "$model" --threads 1 --batch $((64 * r)) --replicas "$r" --mode "$mode" --backend "$backend"
                --steps "$steps" --warmup 5)
   load "round $round step $backend $mode $r before"
@@ -54,8 +55,10 @@ bench() {  # round backend mode replicas: one replica first, then R
     rank0 "$r" "$build/bench/dpcore_step_bench" "${flags[@]}"
   else
     "$build/bench/dpcore_step_bench" "${flags[@]}"
-  fi | /usr/bin/python3 -c 'import json,sys; j=json.loads(sys.stdin.readline()); j.update(round=int(sys.argv[1]), backend=sys.argv[2], mode=sys.argv[3], before=sys.argv[4]); print(json.dumps(j))' \
+  fi | /usr/bin/python3 -c 'import json,sys; j=json.loads(sys.stdin.readline()); j.update(round=int(sys.argv[1]), backend=sys.argv[2], mode=sys.argv[3], baseline=sys.argv[4]); print(json.dumps(j))' \
     "$round" "$backend" "$mode" "${5:-}" >> "$results/steps.jsonl"
+  [ "$r" -gt 1 ] && bench "$round" local ddp 1 "after $backend-$mode-$r"
+  return 0
 }
 : > "$results/steps.jsonl"
 rm -f "$results"/profile-*.json

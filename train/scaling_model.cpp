@@ -44,19 +44,39 @@ bool overlap_possible(const StepProfile& profile, const Cluster& cluster, int re
   return cluster.cores_per_node <= 0 || threads_on_node(profile, cluster, replicas) < cluster.cores_per_node;
 }
 
+// How much slower the profile's step runs while `busy` of the node's cores compute: the
+// profile kept profile.threads cores busy and its busy slowdown was measured with all of
+// them busy; in between, in proportion to the cores kept busy.
+double neighbour_slowdown(const StepProfile& profile, int cores, int busy) {
+  const int own = std::max(1, profile.threads);
+  const double filled = cores > own ? double(std::max(0, std::min(busy, cores) - own)) / double(cores - own) : 0.0;
+  return 1.0 + (profile.busy_slowdown - 1.0) * filled;
+}
+
 }  // namespace
 
-double compute_factor(const StepProfile& profile, const Cluster& cluster, int replicas) {
+CoreSharing core_sharing(const StepProfile& profile, const Cluster& cluster, int replicas) {
   const int cores = cluster.cores_per_node;
-  if (cores <= 0) return 1.0;
+  if (cores <= 0) return {1.0, 1.0};
   const int threads = threads_on_node(profile, cluster, replicas);
-  const double share = std::max(1.0, double(threads) / double(cores));
-  // The profile kept profile.threads cores busy and its busy slowdown was measured with all
-  // of them busy: in between, in proportion to the cores kept busy.
-  const int own = std::max(1, profile.threads);
-  const double filled =
-      cores > own ? double(std::max(0, std::min(threads, cores) - own)) / double(cores - own) : 0.0;
-  return share * (1.0 + (profile.busy_slowdown - 1.0) * filled);
+  if (threads <= cores) {
+    const double f = neighbour_slowdown(profile, cores, threads);
+    return {f, f};
+  }
+  // Fair: every thread gets cores / threads of a core, all cores busy throughout.
+  const double fair = double(threads) / double(cores) * neighbour_slowdown(profile, cores, cores);
+  // Placed: the threads stay on the cores they were dealt, floor(n / C) or one more per
+  // core. All cores run floor(n / C) threads' work; then only the n mod C cores holding one
+  // more thread run its work, their neighbours idle.
+  const int fewer = threads / cores, crowded = threads % cores;
+  const double placed = fewer * neighbour_slowdown(profile, cores, cores) +
+                        (crowded > 0 ? neighbour_slowdown(profile, cores, crowded) : 0.0);
+  return {fair, placed};
+}
+
+double compute_factor(const StepProfile& profile, const Cluster& cluster, int replicas) {
+  const CoreSharing s = core_sharing(profile, cluster, replicas);
+  return (s.fair + s.placed) / 2.0;
 }
 
 namespace {

@@ -32,11 +32,15 @@
 //
 // CPU nodes (Cluster::cores_per_node > 0) differ from GPU nodes in two ways the model
 // keeps, both checked against measured steps in docs/scaling.md:
-//   - the replicas share the node's cores: the operating system time-slices and migrates
-//     the n replicas' T kernel threads fairly, so with n T > C each gets C / (n T) of a
-//     core; and replicas computing side by side slow each other (shared caches and memory
-//     bandwidth, the runner's threads and scatter: the profile's measured busy slowdown,
-//     in proportion to the cores kept busy);
+//   - the replicas share the node's cores, and computing side by side they slow each other
+//     (shared caches and memory bandwidth, the runner's threads and scatter: the profile's
+//     measured busy slowdown, in proportion to the cores kept busy). With n T kernel
+//     threads on C < n T cores the step lies between two bounds (core_sharing): "fair",
+//     each thread C / (n T) of a core throughout, and "placed", the threads staying on the
+//     cores they were dealt, so that where n T is not a multiple of C the cores holding
+//     one thread more finish last while the others idle. Linux does not move a running
+//     thread to even out one extra thread per core, and pulls a waiting one over to an idle
+//     core only now and then; the model takes the middle of the two;
 //   - the communication runs on the same cores: once the replicas' threads fill them there
 //     is no idle core to run it beside the compute, so DDP's overlap hides nothing and the
 //     whole allreduce time adds to the step.
@@ -102,8 +106,16 @@ struct StepProfile {
   int64_t total_param_bytes() const;
 };
 
-// What the compute of one step costs on R replicas of the cluster, as a multiple of the
-// profile's: 1 on GPU nodes; on CPU nodes the cores' fair share times the busy slowdown.
+// The compute of one step on R replicas of the cluster, as a multiple of the profile's,
+// under the two bounds of a CPU node's core sharing (above); both 1 on GPU nodes, and
+// equal while the threads fit the cores or fill them evenly.
+struct CoreSharing {
+  double fair = 1.0;    // every thread an equal share of the cores throughout
+  double placed = 1.0;  // threads kept on the cores they were dealt
+};
+CoreSharing core_sharing(const StepProfile& profile, const Cluster& cluster, int replicas);
+
+// What the model uses: the middle of core_sharing's two bounds.
 double compute_factor(const StepProfile& profile, const Cluster& cluster, int replicas);
 
 // DDP's buckets as parameter indices in launch order (train/ddp.h make_buckets).

@@ -84,15 +84,14 @@ Cluster cpu_node() {
   return c;
 }
 
-TEST(ScalingModel, CpuReplicasShareTheCoresFairlyAndSlowEachOtherByTheBusySlowdown) {
+TEST(ScalingModel, CpuReplicasShareTheCoresAndSlowEachOtherByTheBusySlowdown) {
   StepProfile p = toy_profile();
   p.busy_slowdown = 1.25;
   Cluster node = cpu_node();
   node.replicas_per_node = 8;
   EXPECT_DOUBLE_EQ(compute_factor(p, node, 1), 1.0);         // the profile itself
   EXPECT_DOUBLE_EQ(compute_factor(p, node, 2), 1.25);        // both cores busy
-  EXPECT_DOUBLE_EQ(compute_factor(p, node, 3), 1.5 * 1.25);  // 3 threads on 2 cores
-  EXPECT_DOUBLE_EQ(compute_factor(p, node, 4), 2 * 1.25);
+  EXPECT_DOUBLE_EQ(compute_factor(p, node, 4), 2 * 1.25);    // 2 threads on each core
   // Two kernel threads per replica fill both cores already alone.
   p.threads = 2;
   EXPECT_DOUBLE_EQ(compute_factor(p, node, 1), 1.0);
@@ -104,6 +103,33 @@ TEST(ScalingModel, CpuReplicasShareTheCoresFairlyAndSlowEachOtherByTheBusySlowdo
   const Prediction d = predict_dp(p, 4, node, Algorithm::Ring);
   EXPECT_NEAR(d.compute_s, 15e-3 * 2 * 1.25, 1e-12);
   EXPECT_NEAR(d.efficiency, 15e-3 / d.step_s, 1e-12);
+}
+
+TEST(ScalingModel, ThreadsThatDoNotFillTheCoresEvenlyCostBetweenAFairShareAndStayingPut) {
+  StepProfile p = toy_profile();
+  p.busy_slowdown = 1.25;
+  Cluster node = cpu_node();
+  node.replicas_per_node = 8;
+  // 3 threads on 2 cores: a fair share is 1.5 cores' worth of work with both cores busy;
+  // staying put, one core runs 2 threads' work: 1 with its neighbour busy, 1 alone.
+  const CoreSharing three = core_sharing(p, node, 3);
+  EXPECT_DOUBLE_EQ(three.fair, 1.5 * 1.25);
+  EXPECT_DOUBLE_EQ(three.placed, 1.25 + 1.0);
+  EXPECT_DOUBLE_EQ(compute_factor(p, node, 3), (1.5 * 1.25 + 2.25) / 2);
+  // Filled evenly (or not filled), the bounds meet.
+  for (int r : {1, 2, 4, 6}) {
+    const CoreSharing s = core_sharing(p, node, r);
+    EXPECT_DOUBLE_EQ(s.fair, s.placed) << r << " replicas";
+  }
+  // 7 threads on 4 cores: the 3 cores with a second thread finish it with 3 of 4 busy.
+  node.cores_per_node = 4;
+  const CoreSharing seven = core_sharing(p, node, 7);
+  EXPECT_DOUBLE_EQ(seven.fair, 7.0 / 4 * 1.25);
+  EXPECT_DOUBLE_EQ(seven.placed, 1.25 + (1 + 0.25 * 2.0 / 3.0));
+  // GPU nodes have no cores to share.
+  const CoreSharing gpu = core_sharing(p, toy_cluster(), 7);
+  EXPECT_DOUBLE_EQ(gpu.fair, 1.0);
+  EXPECT_DOUBLE_EQ(gpu.placed, 1.0);
 }
 
 TEST(ScalingModel, OnACpuNodeWithItsCoresFullDdpHidesNothing) {
