@@ -5,21 +5,13 @@
 
 #include "comm/communicator.h"
 #include "engine/runtime.h"
+#include "support/error_of.h"
 #include "support/test_support.h"
 
 namespace dpcore::testing {
 namespace {
 
 using comm::CommConfig;
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
 
 const std::string kShareCuda0 =
     "nccl: ranks 0 and 1 would share cuda:0; NCCL refuses two ranks on one GPU — use --backend local for several "

@@ -14,7 +14,7 @@
 #include "engine/data/augment.h"
 #include "engine/data/loader.h"
 #include "engine/data/normalize.h"
-#include "error_of.h"
+#include "support/error_of.h"
 
 namespace dpcore::data {
 namespace {

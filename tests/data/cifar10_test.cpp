@@ -5,7 +5,7 @@
 
 #include "data_files.h"
 #include "engine/data/cifar10.h"
-#include "error_of.h"
+#include "support/error_of.h"
 #include "support/test_support.h"
 
 namespace dpcore::data {

@@ -9,7 +9,7 @@
 #include "engine/data/fashion_mnist.h"
 #include "engine/data/idx.h"
 #include "kernels/error.h"
-#include "error_of.h"
+#include "support/error_of.h"
 #include "support/test_support.h"
 
 namespace dpcore::data {

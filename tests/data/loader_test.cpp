@@ -11,7 +11,7 @@
 #include <thread>
 
 #include "engine/data/loader.h"
-#include "error_of.h"
+#include "support/error_of.h"
 
 namespace dpcore::data {
 namespace {

@@ -7,7 +7,7 @@
 
 #include "engine/data/fashion_mnist.h"
 #include "engine/data/spec.h"
-#include "error_of.h"
+#include "support/error_of.h"
 
 namespace dpcore::data {
 namespace {

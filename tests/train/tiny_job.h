@@ -4,13 +4,13 @@
 #pragma once
 
 #include <cstring>
-#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "kernels/error.h"
 #include "layers/zoo.h"
+#include "support/error_of.h"
 #include "support/test_support.h"
 #include "train/fault_injection.h"
 #include "train/runner.h"
@@ -80,17 +80,10 @@ inline StepStats step(StepRunner& r, int64_t step, int64_t batch = kBatch) {
 inline std::vector<float> params(StepRunner& r) { return r.model().parameters().values().to_vector<float>(); }
 inline std::vector<float> momentum(StepRunner& r) { return r.optimizer().momentum().to_vector<float>(); }
 
+using dpcore::testing::error_of;
+
 inline bool bit_equal(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
-
-inline std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
 }
 
 }  // namespace dpcore::train::tiny_job
