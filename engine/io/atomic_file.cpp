@@ -19,12 +19,14 @@ static std::string parent_dir(const std::string& path) {
   return slash == 0 ? "/" : path.substr(0, slash);
 }
 
-// A temporary file's name: the target's, then this and mkstemp's six random characters.
+// A temporary file's name: the target's, then kTempMark, then the six characters mkstemp
+// puts in place of kRandomPart.
 static const std::string kTempMark = ".tmp-";
+static const std::string kRandomPart = "XXXXXX";
 
 AtomicFileWriter::AtomicFileWriter(std::string path, std::string what)
     : path_(std::move(path)), what_(std::move(what)) {
-  const std::string pattern = path_ + kTempMark + "XXXXXX";
+  const std::string pattern = path_ + kTempMark + kRandomPart;
   std::vector<char> templ(pattern.c_str(), pattern.c_str() + pattern.size() + 1);  // with the terminating NUL
   fd_ = mkstemp(templ.data());
   if (fd_ < 0) fail(what_, ": cannot create a temporary file next to '", path_, "': ", std::strerror(errno));
@@ -86,7 +88,7 @@ size_t remove_stale_temps(const std::string& path) {
   if (!d) return 0;  // nothing to clean where nothing can be listed
   while (const dirent* entry = readdir(d)) {
     const std::string file = entry->d_name;
-    if (file.size() == prefix.size() + 6 && file.compare(0, prefix.size(), prefix) == 0 &&
+    if (file.size() == prefix.size() + kRandomPart.size() && file.compare(0, prefix.size(), prefix) == 0 &&
         unlink((dir + "/" + file).c_str()) == 0) {
       ++removed;
     }

@@ -10,8 +10,9 @@ namespace dpcore::io {
 
 class AtomicFileWriter {
  public:
-  // Creates "<path>.tmp-XXXXXX" in the target's directory (rename is atomic only within
-  // one filesystem). `what` names the operation in error messages, e.g. "save_safetensors".
+  // Creates "<path>.tmp-" plus six random characters in the target's directory (rename is
+  // atomic only within one filesystem). `what` names the operation in error messages, e.g.
+  // "save_safetensors".
   AtomicFileWriter(std::string path, std::string what);
   // Removes the temporary file unless commit() succeeded.
   ~AtomicFileWriter();
@@ -33,8 +34,9 @@ class AtomicFileWriter {
 };
 
 // Removes the temporary files that AtomicFileWriters for `path` left behind when their
-// process was killed before commit ("<path>.tmp-XXXXXX"), for a path that one writer at a
-// time uses (a run's --trace file), before it is written again. Returns how many it removed.
+// process was killed before commit ("<path>.tmp-" plus six random characters), for a path
+// that one writer at a time uses (a run's --trace file), before it is written again.
+// Returns how many it removed.
 size_t remove_stale_temps(const std::string& path);
 
 }  // namespace dpcore::io

@@ -30,6 +30,9 @@ inline CommandResult run_command(const std::string& args, const std::string& lau
   return r;
 }
 
+// run_command without a launcher: what most tests run.
+inline CommandResult run(const std::string& args) { return run_command(args); }
+
 #ifdef DPCORE_MPIEXEC
 // mpirun with `processes` ranks as tests/CMakeLists.txt's dpcore_add_mpi_test runs it: as
 // root, more processes than cores, no kernel-assisted copies, one OpenMP thread each.

@@ -27,9 +27,8 @@ using dpcore::testing::CommandResult;
 using dpcore::testing::job;
 using dpcore::testing::kData;
 using dpcore::testing::kSpec;
+using dpcore::testing::run;
 using dpcore::testing::slurp;
-
-CommandResult run(const std::string& args) { return dpcore::testing::run_command(args); }
 
 const std::string kJob = job();
 

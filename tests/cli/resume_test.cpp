@@ -23,14 +23,13 @@ using dpcore::testing::expect_same_maths;
 using dpcore::testing::job;
 using dpcore::testing::kData;
 using dpcore::testing::kSpec;
+using dpcore::testing::run;
 using dpcore::testing::run_command;
 using dpcore::testing::slurp;
 namespace fs = std::filesystem;
 
 const std::string kJob = job();
 const std::string kAvgpool = "\"conv(4,3,p1) relu avgpool(2) flatten linear(4)\"";  // another model, the same shapes
-
-CommandResult run(const std::string& args) { return run_command(args); }
 
 // A copy of checkpoint directory `from` at `to`: each resume writes into its own directory,
 // so that every one starts from the same checkpoint.

@@ -18,9 +18,8 @@ namespace {
 using dpcore::testing::CommandResult;
 using dpcore::testing::expect_same_maths;
 using dpcore::testing::job;
+using dpcore::testing::run;
 using dpcore::testing::slurp;
-
-CommandResult run(const std::string& args) { return dpcore::testing::run_command(args); }
 
 const std::string kJob = job();
 const std::string kShrink = " --on-replica-failure shrink";

@@ -84,11 +84,22 @@ Cluster cpu_node() {
   return c;
 }
 
-TEST(ScalingModel, CpuReplicasShareTheCoresAndSlowEachOtherByTheBusySlowdown) {
+// The same 2 cores holding up to 8 replicas, and a profile whose replicas slow each other
+// by 1.25 with both cores busy.
+Cluster crowded_cpu_node() {
+  Cluster c = cpu_node();
+  c.replicas_per_node = 8;
+  return c;
+}
+StepProfile busy_profile() {
   StepProfile p = toy_profile();
   p.busy_slowdown = 1.25;
-  Cluster node = cpu_node();
-  node.replicas_per_node = 8;
+  return p;
+}
+
+TEST(ScalingModel, CpuReplicasShareTheCoresAndSlowEachOtherByTheBusySlowdown) {
+  StepProfile p = busy_profile();
+  Cluster node = crowded_cpu_node();
   EXPECT_DOUBLE_EQ(compute_factor(p, node, 1), 1.0);         // the profile itself
   EXPECT_DOUBLE_EQ(compute_factor(p, node, 2), 1.25);        // both cores busy
   EXPECT_DOUBLE_EQ(compute_factor(p, node, 4), 2 * 1.25);    // 2 threads on each core
@@ -106,10 +117,8 @@ TEST(ScalingModel, CpuReplicasShareTheCoresAndSlowEachOtherByTheBusySlowdown) {
 }
 
 TEST(ScalingModel, ThreadsThatDoNotFillTheCoresEvenlyCostBetweenAFairShareAndStayingPut) {
-  StepProfile p = toy_profile();
-  p.busy_slowdown = 1.25;
-  Cluster node = cpu_node();
-  node.replicas_per_node = 8;
+  StepProfile p = busy_profile();
+  Cluster node = crowded_cpu_node();
   // 3 threads on 2 cores: a fair share is 1.5 cores' worth of work with both cores busy;
   // staying put, one core runs 2 threads' work: 1 with its neighbour busy, 1 alone.
   const CoreSharing three = core_sharing(p, node, 3);
