@@ -60,4 +60,9 @@ void Sgd::restore(const Tensor& momentum, int64_t steps) {
   steps_ = steps;
 }
 
+void Sgd::set_steps_taken(int64_t steps) {
+  DPCORE_CHECK(steps >= 0, "sgd: negative step count ", steps);
+  steps_ = steps;
+}
+
 }  // namespace dpcore

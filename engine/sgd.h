@@ -37,6 +37,9 @@ class Sgd {
   // when momentum is 0) and the step count (the first step initialises the buffer).
   const Tensor& momentum() const { return momentum_; }
   void restore(const Tensor& momentum, int64_t steps);
+  // The step count alone (local SGD: a replica that sat out steps with an empty share takes
+  // the run's count at the averaging that gives it the others' momentum).
+  void set_steps_taken(int64_t steps);
 
  private:
   FlatParameters& params_;

@@ -43,6 +43,7 @@ LocalSgdRunner::LocalSgdRunner(std::unique_ptr<layers::Model> model, const SgdCo
 }
 
 StepStats LocalSgdRunner::step(const data::Batch& batch) {
+  restore_kept();
   const std::vector<int64_t> shares = splitter_.shares(batch.size);  // the same on every rank
   const int64_t step = step_number();
   std::vector<double> losses(replicas_.size(), 0.0);
@@ -65,19 +66,26 @@ StepStats LocalSgdRunner::step(const data::Batch& batch) {
     });
     ReplicaLane& lane = lanes[size_t(local)];
     lane.compute = seconds_since(started);  // (an injected slowdown included)
-    rep.sgd->step();
-    finish_device_work(rep);
-    lane.optimizer = rep.sgd->last_step_seconds();
+    if (size > 0) {
+      rep.sgd->step();
+      finish_device_work(rep);
+      lane.optimizer = rep.sgd->last_step_seconds();
+    }
     lane.samples = size;
   });
   for (int g = 0; g < world_size_; ++g) samples_since_average_[size_t(g)] += shares[size_t(g)];
-  ++steps_since_average_;
+  ++steps_since_average_, ++steps_taken_;
   // The replicas meet only at the end of the step (and at an averaging): whoever finished
   // first waited for the slowest there.
   double slowest = 0;
   for (const ReplicaLane& lane : lanes) slowest = std::max(slowest, lane.compute + lane.optimizer);
   for (ReplicaLane& lane : lanes) lane.idle = slowest - lane.compute - lane.optimizer;
-  if (step % period_ == 0) average(&lanes);  // on the steps the log numbers K, 2K, ... (resumes included)
+  if (step % period_ == 0) {  // on the steps the log numbers K, 2K, ... (resumes included)
+    average(&lanes);
+    steps_since_average_ = 0;
+    std::fill(samples_since_average_.begin(), samples_since_average_.end(), 0);
+    ++averagings_, ++epoch_averagings_;
+  }
 
   double loss = 0;
   int64_t samples = 0;
@@ -114,21 +122,46 @@ void LocalSgdRunner::average(std::vector<ReplicaLane>* lanes) {
       moments.wait();  // (an empty Work when there is no momentum: already done)
     }
     broadcast_buffers(rep);
+    rep.sgd->set_steps_taken(steps_taken_);  // (one that sat out steps has the others' momentum now)
     finish_device_work(rep);
     if (lanes) (*lanes)[size_t(local)].blocked = seconds_since(started);
   });
-  steps_since_average_ = 0;
-  std::fill(samples_since_average_.begin(), samples_since_average_.end(), 0);
-  ++averagings_, ++epoch_averagings_;
 }
 
 StepStats LocalSgdRunner::settle() {
-  if (steps_since_average_ > 0) average();
+  if (steps_since_average_ == 0 || !kept_.empty()) return {};  // one model already, or its average shown
+  kept_.resize(replicas_.size());
+  threads_->run([&](int local) {
+    Replica& rep = replicas_[size_t(local)];
+    KeptReplica& kept = kept_[size_t(local)];
+    kept.values = rep.model->parameters().values().clone();
+    if (rep.sgd->momentum().defined()) kept.momentum = rep.sgd->momentum().clone();
+    if (!rep.model->buffers().empty()) kept.buffers = rep.model->buffers().values().clone();
+    kept.steps = rep.sgd->steps_taken();
+    finish_device_work(rep);
+  });
+  average();
   return {};
 }
 
+void LocalSgdRunner::restore_kept() {
+  if (kept_.empty()) return;
+  threads_->run([&](int local) {
+    Replica& rep = replicas_[size_t(local)];
+    KeptReplica& kept = kept_[size_t(local)];
+    rep.model->parameters().values().copy_(kept.values);
+    if (kept.momentum.defined()) rep.sgd->momentum().copy_(kept.momentum);
+    if (kept.buffers.defined()) rep.model->buffers().values().copy_(kept.buffers);
+    rep.sgd->set_steps_taken(kept.steps);
+    finish_device_work(rep);
+  });
+  kept_.clear();
+}
+
 void LocalSgdRunner::sync_replicas() {
+  kept_.clear();  // (the root's state was replaced: every replica starts from it)
   ReplicatedRunner::sync_replicas();
+  steps_taken_ = replicas_[0].sgd->steps_taken();
   steps_since_average_ = 0;
   std::fill(samples_since_average_.begin(), samples_since_average_.end(), 0);
 }

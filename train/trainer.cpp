@@ -23,6 +23,7 @@
 #include "train/lr_schedule.h"
 #include "train/resume.h"
 #include "train/step.h"
+#include "train/sync_strategy.h"
 #include "train/job_trace.h"
 #include "train/trace_window.h"
 #include "layers/weights.h"
@@ -137,6 +138,11 @@ const TrainOptions& checked(const TrainOptions& o) {
   DPCORE_CHECK(o.keep_checkpoints >= 1, "--keep-checkpoints ", o.keep_checkpoints, " must be at least 1");
   data::parse_augment(o.augment);  // refuses a bad --augment before any data is loaded
   DPCORE_CHECK(o.checkpoint_every >= 0, "--checkpoint-every ", o.checkpoint_every, " must not be negative");
+  const SyncStrategy sync = parse_sync(o.parallel.sync);
+  DPCORE_CHECK(sync.kind != SyncStrategy::Kind::Local || o.checkpoint_every % sync.period == 0, "--checkpoint-every ",
+               o.checkpoint_every, " with --sync ", o.parallel.sync,
+               ": a checkpoint holds one model, which local SGD has only at its averagings (every ", sync.period,
+               " steps); use a multiple of ", sync.period);
   DPCORE_CHECK(o.trace_steps >= 1, "--trace-steps ", o.trace_steps, " must be at least 1");
   DPCORE_CHECK(!o.explain || o.parallel.sync == "full",
                "--explain tells one synchronous step (--sync full); with --sync ", o.parallel.sync,

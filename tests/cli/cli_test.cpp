@@ -131,6 +131,9 @@ TEST(Cli, RejectedFlagsSayWhatTheyNeed) {
       {kJob + " --no-shuffle=maybe", "--no-shuffle=maybe: must be given alone (a switch takes no value)"},
       {kJob + " --nesterov --momentum 0", "--nesterov: needs --momentum > 0 and --dampening 0"},
       {kJob + " --trace-steps 2", "--trace-steps requires --trace"},
+      {kJob + " --replicas 2 --sync local:4 --checkpoint ckpt --checkpoint-every 6",
+       "--checkpoint-every 6 with --sync local:4: a checkpoint holds one model, which local SGD has only at its "
+       "averagings (every 4 steps); use a multiple of 4"},
       // --trace's window
       {kJob + " --trace t.json --trace-steps 0", "--trace-steps 0: must be a whole number of at least 1"},
       {kJob + " --trace t.json --trace-steps -3", "--trace-steps -3: must be a whole number of at least 1"},

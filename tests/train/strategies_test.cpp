@@ -72,12 +72,51 @@ TEST(LocalSgd, ReplicasAreIdenticalRightAfterEachAveragingAndDifferBetween) {
     else EXPECT_FALSE(replicas_identical(runner)) << "after step " << s << ", between averagings";
   }
   EXPECT_EQ(runner.averagings(), 2);
-  // settle() averages what the last step left apart: the trainer calls it before evaluating.
+  // settle() shows the average of what the last step left apart (the trainer calls it
+  // before evaluating), which is not one of the schedule's averagings.
   runner.settle();
   EXPECT_TRUE(replicas_identical(runner));
-  EXPECT_EQ(runner.averagings(), 3);
+  EXPECT_EQ(runner.averagings(), 2);
   runner.settle();  // nothing new to average
-  EXPECT_EQ(runner.averagings(), 3);
+  EXPECT_TRUE(replicas_identical(runner));
+  // The next step starts from the replicas as they were: apart again.
+  testing::HostBatch b = testing::make_batch(12, 108);
+  runner.step(b.batch);
+  EXPECT_FALSE(replicas_identical(runner));
+}
+
+// Evaluating or saving between averagings (settle()) leaves the schedule and the result
+// alone: the same steps with a settle() after every one end bit for bit where they end
+// without, and each settle() shows the samples-weighted average of the replicas.
+TEST(LocalSgd, SettlingBetweenAveragingsDoesNotChangeTraining) {
+  auto train = [](bool settle_every_step) {
+    LocalSgdRunner runner(testing::simplenet(), kSgd, 1, options_for("local:3", 3), 3);
+    for (int s = 1; s <= 7; ++s) {
+      testing::HostBatch b = testing::make_batch(13, uint64_t(100 + s));  // shares 5, 5, 3
+      runner.set_step_number(s);
+      runner.step(b.batch);
+      if (!settle_every_step) continue;
+      std::vector<std::vector<float>> replicas;
+      for (size_t r = 0; r < runner.local_replicas(); ++r) replicas.push_back(params_of(runner.replica_model(r)));
+      runner.settle();
+      const int since = s % 3 == 0 ? 0 : s % 3;  // steps since the last averaging
+      if (since == 0) {
+        EXPECT_EQ(params_of(runner.model()), replicas[0]) << "after step " << s << ": already one model";
+        continue;
+      }
+      std::vector<float> want(replicas[0].size());
+      for (size_t i = 0; i < want.size(); ++i) {
+        want[i] = float((5.0 * replicas[0][i] + 5.0 * replicas[1][i] + 3.0 * replicas[2][i]) / 13.0);
+      }
+      EXPECT_LE(testing::relative_difference(params_of(runner.model()), want), 1e-6) << "after step " << s;
+    }
+    EXPECT_EQ(runner.averagings(), 2);
+    const bool apart = params_of(runner.replica_model(0)) != params_of(runner.replica_model(1));
+    EXPECT_EQ(apart, !settle_every_step) << "step 7 left the replicas apart; a settle() shows their average";
+    runner.settle();
+    return params_of(runner.model());
+  };
+  EXPECT_EQ(train(true), train(false));
 }
 
 // The averaging weights are the samples each replica saw since the last averaging: with
@@ -106,6 +145,42 @@ TEST(LocalSgd, AveragesReplicasWeightedBySamples) {
   for (size_t i = 0; i < want.size(); ++i) want[i] = float(0.75 * first[i] + 0.25 * second[i]);
   EXPECT_LE(testing::relative_difference(params_of(runner.model()), want), 1e-6);
   EXPECT_GT(testing::relative_difference(first, second), 1e-3);  // the weights matter here
+}
+
+// A replica whose share of a step is empty takes no step at all: momentum and weight decay
+// must not move it, since what it holds enters the next averaging with the weight of the
+// samples it saw before. Shares with K = 2: step 1 (4 rows) 2 and 2, step 2 (1 row) 1 and 0.
+TEST(LocalSgd, AReplicaWithAnEmptyShareDoesNotStep) {
+  LocalSgdRunner runner(testing::simplenet(), kSgd, 1, options_for("local:2", 2), 2);
+  const int64_t sizes[] = {4, 1};
+  // By hand: replica 0 steps on rows 0-1 of batch 1 and row 0 of batch 2; replica 1 only on
+  // rows 2-3 of batch 1. Averaged 3:2 (parameters and momentum alike).
+  auto local_model = [&](const std::vector<std::pair<int64_t, int64_t>>& rows) {
+    auto model = testing::simplenet();
+    auto sgd = std::make_unique<Sgd>(model->parameters(), kSgd);
+    for (size_t s = 0; s < rows.size(); ++s) {
+      if (rows[s].first == rows[s].second) continue;
+      testing::HostBatch b = testing::make_batch(sizes[s], uint64_t(100 + s));
+      auto [x, y] = batch_tensors(batch_rows(b.batch, rows[s].first, rows[s].second), Device::cpu());
+      accumulate_and_step(*model, *sgd, x, y, 1);
+    }
+    return std::make_pair(params_of(*model), sgd->momentum().to_vector<float>());
+  };
+  auto [first, first_momentum] = local_model({{0, 2}, {0, 1}});
+  auto [second, second_momentum] = local_model({{2, 4}, {0, 0}});
+  for (size_t s = 0; s < 2; ++s) {
+    testing::HostBatch b = testing::make_batch(sizes[s], uint64_t(100 + s));
+    runner.set_step_number(int64_t(s) + 1);
+    runner.step(b.batch);
+  }
+  ASSERT_EQ(runner.averagings(), 1);
+  std::vector<float> want(first.size()), want_momentum(first.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    want[i] = float(0.6 * first[i] + 0.4 * second[i]);
+    want_momentum[i] = float(0.6 * first_momentum[i] + 0.4 * second_momentum[i]);
+  }
+  EXPECT_LE(testing::relative_difference(params_of(runner.model()), want), 1e-6);
+  EXPECT_LE(testing::relative_difference(runner.optimizer().momentum().to_vector<float>(), want_momentum), 1e-6);
 }
 
 // --- async ---------------------------------------------------------------------------
