@@ -5,6 +5,7 @@
 #include <condition_variable>
 #include <deque>
 #include <exception>
+#include <functional>
 #include <mutex>
 
 #include "engine/backend.h"
@@ -75,6 +76,13 @@ struct AsyncRunner::State {
     std::fill(lanes.begin(), lanes.end(), ReplicaLane{});
     return stats;
   }
+  // Tests: called on replica r's thread before its snapshot ("snapshot", mutex held), its
+  // compute ("compute", not held) and its update ("apply", held); what it throws goes where
+  // an error there would.
+  std::function<void(int, const char*)> phase_hook;
+  void at_phase(int r, const char* phase) const {
+    if (phase_hook) phase_hook(r, phase);
+  }
   void fail_replica(int r, const std::string& message) {
     if (failed < 0) failed = r, error = message;
     changed.notify_all();
@@ -118,6 +126,64 @@ void apply(AsyncRunner::State& s, layers::Model& model) {
   runtime::synchronize(s.master->device());
 }
 
+// Replica r's piece: snapshot, gradient, and (when the bound allows) the master's update.
+// Called and returns with the mutex held (`lock`); false when the run is stopping or failed
+// meanwhile. Throws what the snapshot, the compute or the update throws.
+bool compute_and_apply(AsyncRunner::State& s, int r, layers::Model& model, std::unique_lock<std::mutex>& lock,
+                       AsyncRunner::State::Piece piece, int64_t piece_number) {
+  ReplicaLane& lane = s.lanes[size_t(r)];
+  const int64_t snapshot = s.version;
+  // --replica-timeout counts from the last update, or from now when no other gradient is
+  // in flight: the time before (setup, evaluation, checkpoints) is nobody's delay.
+  if (s.gradients_in_flight() == 0) s.last_progress = Clock::now();
+  s.in_flight[size_t(r)] = snapshot;
+  s.changed.notify_all();  // (step() waits for the queue to shrink)
+  s.at_phase(r, "snapshot");
+  take_snapshot(s, model);
+  lock.unlock();
+  s.at_phase(r, "compute");
+
+  const int64_t rows = piece.x.size(0);
+  double loss = 0;
+  const Clock::time_point computing = Clock::now();
+  s.faults.run(r, piece_number, model, [&] {
+    trace::Span span("step", [&] {
+      return trace::Label{"piece of step " + std::to_string(piece.step),
+                          {{"rows", rows}, {"first_row", piece.first_row}, {"snapshot", snapshot}}};
+    });
+    model.zero_grad();
+    Tensor x = piece.x.to(model.device()), y = piece.y.to(model.device());
+    loss = accumulate_gradients(model, x, y, std::min(s.accum, rows), 1.0 / double(rows)).item();
+  });
+
+  lock.lock();
+  lane.compute += std::chrono::duration<double>(Clock::now() - computing).count();
+  lane.samples += rows;
+  {
+    trace::Span span("wait", "wait for older gradients (staleness bound)");
+    const Clock::time_point waiting = Clock::now();
+    s.changed.wait(lock, [&] { return s.stopping || s.failed >= 0 || s.may_apply(r); });
+    lane.idle += std::chrono::duration<double>(Clock::now() - waiting).count();
+  }
+  if (s.stopping || s.failed >= 0) return false;
+  AppliedUpdate u{s.version + 1, r, piece.step, piece.first_row, rows, snapshot};
+  trace::Span span("optimizer", [&] { return trace::Label{"apply", {{"staleness", u.staleness()}}}; });
+  const Clock::time_point applying = Clock::now();
+  s.at_phase(r, "apply");
+  apply(s, model);
+  lane.optimizer += std::chrono::duration<double>(Clock::now() - applying).count();
+  s.version = u.version;
+  s.updates.push_back(u);
+  // (Sized for 0..S; grown rather than overrun should the bound ever fail: the log shows it.)
+  if (size_t(u.staleness()) >= s.histogram.size()) s.histogram.resize(size_t(u.staleness()) + 1, 0);
+  s.histogram[size_t(u.staleness())]++;
+  s.loss += loss, s.samples += rows;
+  s.in_flight[size_t(r)] = -1;
+  s.last_progress = Clock::now();
+  s.changed.notify_all();
+  return true;
+}
+
 void replica_loop(std::shared_ptr<AsyncRunner::State> state, int r) {
   AsyncRunner::State& s = *state;
   layers::Model& model = *s.replicas[size_t(r)];
@@ -129,7 +195,6 @@ void replica_loop(std::shared_ptr<AsyncRunner::State> state, int r) {
     s.exited[size_t(r)] = true;
     s.changed.notify_all();
   };
-  ReplicaLane& lane = s.lanes[size_t(r)];
   int64_t pieces = 0;  // this replica's, counted for --inject (see async_sgd.h)
   while (true) {
     {
@@ -139,60 +204,20 @@ void replica_loop(std::shared_ptr<AsyncRunner::State> state, int r) {
       s.changed.wait(lock, [&] {
         return s.stopping || s.failed >= 0 || (!s.queue.empty() && s.gradients_in_flight() <= s.max_staleness);
       });
-      if (held_back) lane.idle += std::chrono::duration<double>(Clock::now() - waiting).count();
+      if (held_back) s.lanes[size_t(r)].idle += std::chrono::duration<double>(Clock::now() - waiting).count();
     }
     if (s.stopping || s.failed >= 0) return finish();
     AsyncRunner::State::Piece piece = std::move(s.queue.front());
     s.queue.pop_front();
-    const int64_t snapshot = s.version;
-    s.in_flight[size_t(r)] = snapshot;
-    s.changed.notify_all();  // (step() waits for the queue to shrink)
-    take_snapshot(s, model);
-    lock.unlock();
-
-    const int64_t rows = piece.x.size(0);
-    double loss = 0;
-    const Clock::time_point computing = Clock::now();
+    // Whatever fails, in the snapshot, the compute or the update, fails the run naming this
+    // replica: an exception must not leave the thread (std::terminate).
     try {
-      s.faults.run(r, ++pieces, model, [&] {
-        trace::Span span("step", [&] {
-          return trace::Label{"piece of step " + std::to_string(piece.step),
-                              {{"rows", rows}, {"first_row", piece.first_row}, {"snapshot", snapshot}}};
-        });
-        model.zero_grad();
-        Tensor x = piece.x.to(model.device()), y = piece.y.to(model.device());
-        loss = accumulate_gradients(model, x, y, std::min(s.accum, rows), 1.0 / double(rows)).item();
-      });
+      if (!compute_and_apply(s, r, model, lock, std::move(piece), ++pieces)) return finish();
     } catch (const std::exception& e) {
-      lock.lock();
+      if (!lock.owns_lock()) lock.lock();
       s.fail_replica(r, e.what());
       return finish();
     }
-
-    lock.lock();
-    lane.compute += std::chrono::duration<double>(Clock::now() - computing).count();
-    lane.samples += rows;
-    {
-      trace::Span span("wait", "wait for older gradients (staleness bound)");
-      const Clock::time_point waiting = Clock::now();
-      s.changed.wait(lock, [&] { return s.stopping || s.failed >= 0 || s.may_apply(r); });
-      lane.idle += std::chrono::duration<double>(Clock::now() - waiting).count();
-    }
-    if (s.stopping || s.failed >= 0) return finish();
-    AppliedUpdate u{s.version + 1, r, piece.step, piece.first_row, rows, snapshot};
-    trace::Span span("optimizer", [&] { return trace::Label{"apply", {{"staleness", u.staleness()}}}; });
-    const Clock::time_point applying = Clock::now();
-    apply(s, model);
-    lane.optimizer += std::chrono::duration<double>(Clock::now() - applying).count();
-    s.version = u.version;
-    s.updates.push_back(u);
-    // (Sized for 0..S; grown rather than overrun should the bound ever fail: the log shows it.)
-    if (size_t(u.staleness()) >= s.histogram.size()) s.histogram.resize(size_t(u.staleness()) + 1, 0);
-    s.histogram[size_t(u.staleness())]++;
-    s.loss += loss, s.samples += rows;
-    s.in_flight[size_t(r)] = -1;
-    s.last_progress = Clock::now();
-    s.changed.notify_all();
   }
 }
 
@@ -301,6 +326,11 @@ std::vector<std::pair<std::string, std::vector<int64_t>>> AsyncRunner::epoch_cou
 }
 
 const std::vector<AppliedUpdate>& AsyncRunner::updates() const { return state_->updates; }
+
+void AsyncRunner::set_phase_hook_for_testing(std::function<void(int replica, const char* phase)> hook) {
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  state_->phase_hook = std::move(hook);
+}
 int64_t AsyncRunner::max_staleness() const { return state_->max_staleness; }
 
 }  // namespace dpcore::train

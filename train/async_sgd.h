@@ -33,6 +33,7 @@
 // its own stream, the master on the first).
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <thread>
 #include <vector>
@@ -69,6 +70,10 @@ class AsyncRunner : public StepRunner {
   // Every update applied so far, in order (read after settle()).
   const std::vector<AppliedUpdate>& updates() const;
   int64_t max_staleness() const;
+  // Tests: `hook` runs on replica r's thread before it takes its snapshot ("snapshot"),
+  // before it computes ("compute", the only one called without the runner's lock) and before
+  // it applies its gradient ("apply"); what it throws fails the run as an error there would.
+  void set_phase_hook_for_testing(std::function<void(int replica, const char* phase)> hook);
 
   struct State;  // shared with the replica threads (train/async_sgd.cpp)
 

@@ -381,7 +381,10 @@ void TrainingRun::take_step(const data::Batch& batch, int64_t epoch) {
   note_dropped_replicas(s.dropped);
   const double step_seconds = seconds_since(t);
   totals_.train_seconds += step_seconds;
-  breakdown_.add_step(step_seconds, s.times, runner_->optimizer().last_step_seconds(), s.samples);
+  // The root's optimizer time only from a runner that did not break its step down: under
+  // --sync async the replicas step the master's optimizer meanwhile.
+  const double root_optimizer = s.times.measured ? 0.0 : runner_->optimizer().last_step_seconds();
+  breakdown_.add_step(step_seconds, s.times, root_optimizer, s.samples);
   const std::string traced = trace_->after_step(progress_.step);
   if (!traced.empty()) out_ << (bar_ ? "\n" : "") << traced << std::endl;  // (off the bar's line)
   // Told from the runner's state right after the step, before another step changes it;
@@ -465,8 +468,12 @@ void TrainingRun::report_step(const StepStats& last, int64_t epoch) const {
 void TrainingRun::settle_runner() {
   Clock::time_point t = Clock::now();
   StepStats s = runner_->settle();
-  totals_.train_seconds += seconds_since(t);
+  // Training time only when training work finished meanwhile (async's last pieces); local
+  // SGD's average for an evaluation changes no replica, so it is not training.
   if (s.samples == 0) return;
+  const double seconds = seconds_since(t);
+  totals_.train_seconds += seconds;
+  breakdown_.add_step(seconds, s.times, 0.0, s.samples);
   backend_for(totals_.loss_sum.device()).add(totals_.loss_sum, s.loss_sum, totals_.loss_sum);
   totals_.samples += s.samples;
 }

@@ -4,6 +4,8 @@
 // stay within the epoch's wall time; the metrics JSONL carries every field.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -85,13 +87,23 @@ void expect_breakdown(const std::string& what, ParallelOptions parallel, size_t 
     EXPECT_GT(t.compute, 0) << what;
     EXPECT_GT(t.optimizer, 0) << what;
     ASSERT_EQ(m.replica_samples_per_s.size(), replicas) << what;
-    for (double speed : m.replica_samples_per_s) EXPECT_GT(speed, 0) << what;
+    // (Under async whichever replica is free takes the next piece: one may get none.)
+    const bool every_replica_computes = parallel.sync != "async";
+    double fastest = 0;
+    for (double speed : m.replica_samples_per_s) {
+      if (every_replica_computes) EXPECT_GT(speed, 0) << what;
+      EXPECT_GE(speed, 0) << what;
+      fastest = std::max(fastest, speed);
+    }
+    EXPECT_GT(fastest, 0) << what;
     ASSERT_EQ(m.shares.size(), replicas) << what;
     int64_t rows = 0;
     for (int64_t s : m.shares) rows += s;
-    EXPECT_EQ(rows, o.batch) << what;
+    // (async has no split of a step: its shares are the pieces that came in during one.)
+    if (every_replica_computes) EXPECT_EQ(rows, o.batch) << what;
   }
-  if (replicas > 1) EXPECT_GT(result.epochs[0].time.communication, 0) << what;
+  // (async's replicas hand their gradients to the master in memory: no collective.)
+  if (replicas > 1 && parallel.sync != "async") EXPECT_GT(result.epochs[0].time.communication, 0) << what;
   EXPECT_NE(log.str().find("  time: compute "), std::string::npos) << log.str();
 
   std::ifstream file(o.metrics);
@@ -118,6 +130,11 @@ TEST(EpochBreakdown, RealRunsStayWithinTheirWallTime) {
   ParallelOptions dp;
   dp.replicas = 2, dp.mode = "dp", dp.split = "weights:3,1";
   expect_breakdown("dp", dp, 2);
+  // The replicas of async step the master while the trainer reads the step's times (under
+  // ThreadSanitizer, a read of the master's optimizer clock there is a data race).
+  ParallelOptions async;
+  async.replicas = 2, async.sync = "async";
+  expect_breakdown("async", async, 2);
 }
 
 }  // namespace

@@ -3,7 +3,10 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <set>
+#include <thread>
 
 #include "train/async_sgd.h"
 #include "train/local_sgd.h"
@@ -258,6 +261,45 @@ TEST(AsyncSgd, AFailingOrHangingReplicaFailsTheRunNamingIt) {
       EXPECT_NE(std::string(e.what()).find(replica), std::string::npos) << fault << ": " << e.what();
     }
   }
+}
+
+// What fails in a replica's snapshot or in its update (not only in its compute) fails the
+// run naming the replica, as a compute error does; it must not escape the replica's thread
+// (std::terminate would end the process).
+TEST(AsyncSgd, AFailingSnapshotOrUpdateFailsTheRunNamingTheReplica) {
+  for (const std::string phase : {"snapshot", "apply"}) {
+    AsyncRunner runner(testing::simplenet(), kSgd, 1, options_for("async", 2));
+    runner.set_phase_hook_for_testing([phase](int replica, const char* now) {
+      if (replica == 1 && now == phase) fail("injected failure in the ", now);
+    });
+    try {
+      train_async(runner, 12, 6);
+      ADD_FAILURE() << phase << ": the run went on";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("replica 1 failed: injected failure in the " + phase), std::string::npos)
+          << e.what();
+    }
+  }
+}
+
+// --replica-timeout counts the time a gradient is in flight without an update, not the time
+// before any piece was taken (setup, evaluation, checkpoints: the trainer's, not a replica's).
+TEST(AsyncSgd, TimeBeforeAPieceIsTakenIsNoReplicasDelay) {
+  ParallelOptions o = options_for("async", 2);
+  o.timeout_s = 1.5;
+  AsyncRunner runner(testing::simplenet(), kSgd, 1, o);
+  // Each run's first two pieces (one per replica) take a while, well under the timeout, so
+  // that the trainer waits, with gradients in flight, before any update has come.
+  std::atomic<int> pieces{0};  // (the replicas compute concurrently)
+  runner.set_phase_hook_for_testing([&pieces](int, const char* phase) {
+    if (std::string(phase) == "compute" && pieces++ % 10 < 2) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(400));
+    }
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(2000));  // setting up, evaluating...
+  EXPECT_NO_THROW(train_async(runner, 16, 5));                    // (10 pieces)
+  std::this_thread::sleep_for(std::chrono::milliseconds(2000));  // ... and between runs
+  EXPECT_NO_THROW(train_async(runner, 16, 5));
 }
 
 // --- flags ---------------------------------------------------------------------------
