@@ -248,6 +248,36 @@ TEST(Cli, ResNetRecipeDefaultsApplyToFlagsNotGiven) {
   EXPECT_NE(own.output.find("batch 32, lr constant 0.01"), std::string::npos) << own.output;
 }
 
+// The ResNets' recipe turns on Nesterov momentum and a warm-up: the help of --model,
+// --nesterov and --warmup-steps says how to turn each off (onecycle's rise is the schedule
+// itself, so no warm-up needs another schedule), and what it says does it, as the
+// checkpoint's recorded settings show.
+TEST(Cli, HelpSaysHowToTurnOffTheRecipesNesterovAndWarmUpAndThatDoesIt) {
+  const std::string nesterov_off = "--nesterov=false", warmup_off = "--lr-schedule cosine --warmup-steps 0";
+  CommandResult help = run("train --help");
+  ASSERT_EQ(help.status, 0) << help.output;
+  auto help_of = [&](const std::string& flag) {  // from the flag's line to the next flag's
+    const size_t begin = help.output.find("\n  " + flag + " ");
+    EXPECT_NE(begin, std::string::npos) << flag << "\n" << help.output;
+    return begin == std::string::npos ? "" : help.output.substr(begin, help.output.find("\n  --", begin + 1) - begin);
+  };
+  for (const std::string& flag : {"--model", "--nesterov"}) {
+    EXPECT_NE(help_of(flag).find("off: " + nesterov_off), std::string::npos) << help_of(flag);
+  }
+  for (const std::string& flag : {"--model", "--warmup-steps"}) {
+    EXPECT_NE(help_of(flag).find("no warm-up: " + warmup_off), std::string::npos) << help_of(flag);
+  }
+
+  dpcore::testing::TempDir dir;
+  CommandResult r = run("train --model resnet8 --data synthetic:1,28,28,10,300 --device cpu --progress 0 --steps 2 " +
+                        nesterov_off + " " + warmup_off + " --checkpoint " + dir.file("ck"));
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("lr cosine from 0.1 to 0 over 2 steps,"), std::string::npos) << r.output;
+  const auto settings = dpcore::io::load_safetensors(dir.file("ck/checkpoint.safetensors")).metadata();
+  EXPECT_EQ(settings.at("sgd"), "0.1,0.9,0,0.0005,0");  // lr, momentum, dampening, weight decay, nesterov
+  EXPECT_EQ(settings.at("lr_schedule"), "cosine, warm-up 0, steps 2");
+}
+
 // Augmented training: the header says so, the weights differ from an unaugmented run, a
 // resume repeats the augmented batches exactly and refuses another --augment, and the test
 // metrics of each epoch are those of the unaugmented test set (what `eval` computes).
