@@ -32,6 +32,14 @@ using dpcore::testing::slurp;
 
 const std::string kJob = job();
 
+// The records of a --metrics JSONL file, one per line.
+std::vector<nlohmann::json> metrics_lines(const std::string& path) {
+  std::istringstream lines(slurp(path));
+  std::vector<nlohmann::json> out;
+  for (std::string line; std::getline(lines, line);) out.push_back(nlohmann::json::parse(line));
+  return out;
+}
+
 TEST(Cli, HelpExplainsEveryFlag) {
   CommandResult r = run("train --help");
   EXPECT_EQ(r.status, 0);
@@ -171,9 +179,7 @@ TEST(Cli, TrainsWritesMetricsAndWeightsThatEvalReads) {
   dpcore::testing::TempDir dir;
   CommandResult r = run(kJob + " --epochs 4 --lr 0.1 --metrics " + dir.file("m.jsonl") + " --save " + dir.file("w.safetensors"));
   ASSERT_EQ(r.status, 0) << r.output;
-  std::istringstream lines(slurp(dir.file("m.jsonl")));
-  std::vector<nlohmann::json> epochs;
-  for (std::string line; std::getline(lines, line);) epochs.push_back(nlohmann::json::parse(line));
+  std::vector<nlohmann::json> epochs = metrics_lines(dir.file("m.jsonl"));
   ASSERT_EQ(epochs.size(), 4u);
   for (const char* key : {"epoch", "train_loss", "test_loss", "test_accuracy", "samples_per_s", "peak_bytes"}) {
     EXPECT_TRUE(epochs[0].contains(key)) << key;
@@ -331,9 +337,8 @@ TEST(Cli, AScheduledRunResumesExactly) {
   EXPECT_NE(r.output.find("resumed"), std::string::npos);
   EXPECT_EQ(slurp(dir.file("straight.safetensors")), slurp(dir.file("resumed.safetensors")));
   // Each epoch's metrics carry the lr of its last step (steps 12, 25 and 29).
-  std::istringstream lines(slurp(dir.file("m.jsonl")));
   std::vector<double> lrs;
-  for (std::string line; std::getline(lines, line);) lrs.push_back(nlohmann::json::parse(line)["lr"].get<double>());
+  for (const nlohmann::json& epoch : metrics_lines(dir.file("m.jsonl"))) lrs.push_back(epoch["lr"].get<double>());
   EXPECT_EQ(lrs, (std::vector<double>{0.1, 0.05, 0.05}));
   // The schedule is applied: a constant lr ends elsewhere.
   ASSERT_EQ(run(kJob + " --lr 0.1 --steps 30 --save " + dir.file("constant.safetensors")).status, 0);
@@ -662,13 +667,6 @@ TEST(Cli, PredictTakesTheModelFromItsProfileAndTheCountsAskedFor) {
 
 // ---- fault injection and the guards (docs/fault-tolerance.md) as a user meets them
 
-std::vector<nlohmann::json> metrics_lines(const std::string& path) {
-  std::istringstream lines(slurp(path));
-  std::vector<nlohmann::json> out;
-  for (std::string line; std::getline(lines, line);) out.push_back(nlohmann::json::parse(line));
-  return out;
-}
-
 TEST(Cli, SkipNonfiniteSkipsLogsAndCountsAnInjectedNanStep) {
   dpcore::testing::TempDir dir;
   CommandResult r = run(kJob + " --steps 6 --replicas 2 --inject nan:replica=1,step=3 --skip-nonfinite --metrics " +
@@ -752,18 +750,12 @@ TEST(Cli, BadInjectionsAreRefusedBeforeTraining) {
 // refusals, before any training.
 TEST(Cli, SyncStrategiesTrainAndRecordWhatTheyDid) {
   dpcore::testing::TempDir dir;
-  auto records = [&](const std::string& file) {
-    std::istringstream lines(slurp(dir.file(file)));
-    std::vector<nlohmann::json> out;
-    for (std::string line; std::getline(lines, line);) out.push_back(nlohmann::json::parse(line));
-    return out;
-  };
   // 200 samples, batch 16: 13 steps per epoch; evaluations after steps 4, 8 and 12.
   CommandResult local = run(kJob + " --epochs 1 --replicas 2 --sync local:3 --eval-every 4 --metrics " + dir.file("l.jsonl"));
   ASSERT_EQ(local.status, 0) << local.output;
   EXPECT_NE(local.output.find("local SGD (local:3, local) over 2 replicas"), std::string::npos) << local.output;
   EXPECT_NE(local.output.find("step 8: test loss"), std::string::npos) << local.output;
-  auto l = records("l.jsonl");
+  auto l = metrics_lines(dir.file("l.jsonl"));
   ASSERT_EQ(l.size(), 4u);
   for (int i = 0; i < 3; ++i) {
     EXPECT_EQ(l[size_t(i)]["kind"], "eval");
@@ -778,7 +770,7 @@ TEST(Cli, SyncStrategiesTrainAndRecordWhatTheyDid) {
   ASSERT_EQ(async.status, 0) << async.output;
   EXPECT_NE(async.output.find("asynchronous SGD (async, parameter server in this process) over 3 replicas"),
             std::string::npos) << async.output;
-  auto a = records("a.jsonl");
+  auto a = metrics_lines(dir.file("a.jsonl"));
   ASSERT_EQ(a.size(), 1u);
   auto histogram = a[0]["staleness_histogram"].get<std::vector<int64_t>>();
   ASSERT_EQ(histogram.size(), 3u);  // staleness 0, 1, 2
