@@ -33,7 +33,8 @@ using dpcore::train::TrainOptions;
 const char* kModelHelp =
     "simplenet, fashioncnn, vggs, resnet8, resnet20 (CIFAR ResNets for the data's image shape; they come with "
     "training defaults for the flags not given: --epochs 10 --batch 128 --lr 0.1 --momentum 0.9 --nesterov "
-    "--weight-decay 5e-4 --lr-schedule onecycle with a 15% warm-up, --augment none), or a layer spec such as "
+    "--weight-decay 5e-4 --lr-schedule onecycle with a 15% warm-up, --augment none; Nesterov off: --nesterov=false, "
+    "no warm-up: --lr-schedule cosine --warmup-steps 0), or a layer spec such as "
     "\"conv(16,3,p1) relu pool(2) flatten linear(10)\" (layers: conv(OUT,K[,sS][,pP][,nobias]) pool(K[,sS][,pP]) "
     "avgpool(K[,sS][,pP]) gap bn res(OUT[,sS]) linear(OUT) relu flatten view(D1,...) logsoftmax)";
 const char* kAugmentHelp =
@@ -51,7 +52,9 @@ const char* kLrScheduleHelp =
 const char* kWarmupHelp =
     "linear warm-up: lr * (t+1)/W for the first W steps, then the schedule counting from step W (cosine over T-W); "
     "PyTorch: SequentialLR([LambdaLR(lambda t: min(1, (t+1)/W)), schedule], milestones=[W]). With onecycle: "
-    "pct_start = W/T. Must be less than the run's steps";
+    "pct_start = W/T. Must be less than the run's steps. The ResNets (--model) default to 15% of the run's steps; "
+    "with onecycle, 0 gives its own pct_start 0.3 (the rise from lr/25 is the schedule), so no warm-up: "
+    "--lr-schedule cosine --warmup-steps 0 (or constant)";
 const char* kDataHelp =
     "fashion-mnist[:DIR] (IDX files, gzipped or not; default DIR /usr/share/datasets/fashion-mnist), "
     "cifar10:DIR (data_batch_*.bin, test_batch.bin), or synthetic:C,H,W,CLASSES,N";
@@ -316,7 +319,9 @@ void add_train_flags(CLI::App& cmd, TrainOptions& o, BackendFlags& b) {
   with_rule(cmd.add_option("--lr", o.sgd.lr, "SGD learning rate"), rate)->capture_default_str();
   with_rule(cmd.add_option("--momentum", o.sgd.momentum, "SGD momentum"), rate)->capture_default_str();
   with_rule(cmd.add_option("--dampening", o.sgd.dampening, "SGD momentum dampening"), rate)->capture_default_str();
-  cmd.add_flag("--nesterov", o.sgd.nesterov, "Nesterov momentum (needs --momentum > 0 and --dampening 0)");
+  cmd.add_flag("--nesterov", o.sgd.nesterov,
+               "Nesterov momentum (needs --momentum > 0 and --dampening 0); on by default for the ResNets (--model), "
+               "off: --nesterov=false");
   with_rule(cmd.add_option("--lr-schedule", o.lr_schedule, kLrScheduleHelp), lr_schedule_rule())->capture_default_str();
   with_rule(cmd.add_option("--warmup-steps", o.warmup_steps, kWarmupHelp), whole<int64_t>(0))->capture_default_str();
   with_rule(cmd.add_option("--weight-decay", o.sgd.weight_decay, "L2 penalty added to the gradient (PyTorch's weight_decay)"),

@@ -20,9 +20,14 @@
 // and no applied gradient is ever staler than S (updates() records each one's staleness;
 // epoch_counters() gives the histogram the metrics show). S = 0 is serial SGD.
 //
-// One replica, or S = 0, equals `--sync full` on one device bit for bit: the same pieces,
-// micro-batches, seeds 1/n and SGD arithmetic. With several replicas the data order is
-// seeded but the order of the updates depends on timing; updates() logs it.
+// One replica equals `--sync full` on one device bit for bit: its one piece is the whole
+// batch, with the same micro-batches, seeds 1/n and SGD arithmetic. S = 0 with R > 1 is
+// serial SGD too, but on the pieces: one piece in flight at a time, from the newest
+// parameters, so R steps per global batch, each on one piece's mean gradient at that
+// batch's rates; bit for bit the one-device steps on those pieces in order (not `--sync
+// full` with the same --batch, which takes one step per batch). With S > 0 and several
+// replicas the data order is seeded but the order of the updates depends on timing;
+// updates() logs it.
 //
 // step() queues the batch's pieces and returns once fewer than R pieces wait to be started
 // (so the loader keeps at most one batch ahead); the loss it returns is that of the pieces

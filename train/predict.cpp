@@ -11,7 +11,7 @@
 #include "engine/data/flag_text.h"
 #include "engine/io/atomic_file.h"
 #include "engine/random.h"
-#include "kernels/cpu/kernels.h"
+#include "engine/runtime.h"
 #include "kernels/error.h"
 #include "layers/zoo.h"
 #include "train/ddp.h"
@@ -131,7 +131,7 @@ std::string fixed(double v, int digits) {
 // hold more than one replica, how much they slow each other; `source` says how.
 StepProfile measure(const PredictOptions& o, layers::Model& model, const Shape& input, const scaling::Cluster& cluster,
                     std::string& source) {
-  if (o.threads > 0) kernels::cpu::set_num_threads(o.threads);
+  if (o.threads > 0) runtime::set_cpu_threads(o.threads);
   Generator gen(o.seed + 1);
   Shape batch_shape{o.batch};
   batch_shape.insert(batch_shape.end(), input.begin(), input.end());
@@ -142,7 +142,7 @@ StepProfile measure(const PredictOptions& o, layers::Model& model, const Shape& 
   const Tensor x = Tensor::from_vector(pixels, batch_shape), y = Tensor::from_vector(labels, {o.batch});
   const SgdConfig sgd{0.01, 0.9, 0.0, 5e-4, true};
   StepProfile profile = measure_step_profile(model, x, y, sgd, o.warmup, o.steps);
-  const int threads = kernels::cpu::num_threads();
+  const int threads = runtime::cpu_threads();
   source = "measured on the CPU, " + std::to_string(threads) + (threads == 1 ? " thread" : " threads") +
            ", median of " + std::to_string(o.steps) + " steps";
   const int copies = cluster.cores_per_node / threads;

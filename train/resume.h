@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "train/checkpoint.h"
-#include "train/trainer.h"
+#include "train/train_options.h"
 
 namespace dpcore::train {
 

@@ -5,7 +5,7 @@
 #include <chrono>
 #include <vector>
 
-#include "kernels/cpu/kernels.h"
+#include "engine/runtime.h"
 #include "kernels/error.h"
 #include "train/runner.h"
 #include "train/step.h"
@@ -121,7 +121,7 @@ scaling::StepProfile measure_step_profile(layers::Model& model, const Tensor& x,
     profile.grad_ready_s.push_back(median(ready_after[p]));
   }
   profile.input_bytes = x.numel() * int64_t(dtype_size(x.dtype()));
-  profile.threads = kernels::cpu::num_threads();
+  profile.threads = runtime::cpu_threads();
   profile.output_bytes = output_bytes;
   return profile;
 }

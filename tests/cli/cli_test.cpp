@@ -32,6 +32,14 @@ using dpcore::testing::slurp;
 
 const std::string kJob = job();
 
+// The records of a --metrics JSONL file, one per line.
+std::vector<nlohmann::json> metrics_lines(const std::string& path) {
+  std::istringstream lines(slurp(path));
+  std::vector<nlohmann::json> out;
+  for (std::string line; std::getline(lines, line);) out.push_back(nlohmann::json::parse(line));
+  return out;
+}
+
 TEST(Cli, HelpExplainsEveryFlag) {
   CommandResult r = run("train --help");
   EXPECT_EQ(r.status, 0);
@@ -174,9 +182,7 @@ TEST(Cli, TrainsWritesMetricsAndWeightsThatEvalReads) {
   dpcore::testing::TempDir dir;
   CommandResult r = run(kJob + " --epochs 4 --lr 0.1 --metrics " + dir.file("m.jsonl") + " --save " + dir.file("w.safetensors"));
   ASSERT_EQ(r.status, 0) << r.output;
-  std::istringstream lines(slurp(dir.file("m.jsonl")));
-  std::vector<nlohmann::json> epochs;
-  for (std::string line; std::getline(lines, line);) epochs.push_back(nlohmann::json::parse(line));
+  std::vector<nlohmann::json> epochs = metrics_lines(dir.file("m.jsonl"));
   ASSERT_EQ(epochs.size(), 4u);
   for (const char* key : {"epoch", "train_loss", "test_loss", "test_accuracy", "samples_per_s", "peak_bytes"}) {
     EXPECT_TRUE(epochs[0].contains(key)) << key;
@@ -251,6 +257,36 @@ TEST(Cli, ResNetRecipeDefaultsApplyToFlagsNotGiven) {
   EXPECT_NE(own.output.find("batch 32, lr constant 0.01"), std::string::npos) << own.output;
 }
 
+// The ResNets' recipe turns on Nesterov momentum and a warm-up: the help of --model,
+// --nesterov and --warmup-steps says how to turn each off (onecycle's rise is the schedule
+// itself, so no warm-up needs another schedule), and what it says does it, as the
+// checkpoint's recorded settings show.
+TEST(Cli, HelpSaysHowToTurnOffTheRecipesNesterovAndWarmUpAndThatDoesIt) {
+  const std::string nesterov_off = "--nesterov=false", warmup_off = "--lr-schedule cosine --warmup-steps 0";
+  CommandResult help = run("train --help");
+  ASSERT_EQ(help.status, 0) << help.output;
+  auto help_of = [&](const std::string& flag) {  // from the flag's line to the next flag's
+    const size_t begin = help.output.find("\n  " + flag + " ");
+    EXPECT_NE(begin, std::string::npos) << flag << "\n" << help.output;
+    return begin == std::string::npos ? "" : help.output.substr(begin, help.output.find("\n  --", begin + 1) - begin);
+  };
+  for (const std::string& flag : {"--model", "--nesterov"}) {
+    EXPECT_NE(help_of(flag).find("off: " + nesterov_off), std::string::npos) << help_of(flag);
+  }
+  for (const std::string& flag : {"--model", "--warmup-steps"}) {
+    EXPECT_NE(help_of(flag).find("no warm-up: " + warmup_off), std::string::npos) << help_of(flag);
+  }
+
+  dpcore::testing::TempDir dir;
+  CommandResult r = run("train --model resnet8 --data synthetic:1,28,28,10,300 --device cpu --progress 0 --steps 2 " +
+                        nesterov_off + " " + warmup_off + " --checkpoint " + dir.file("ck"));
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("lr cosine from 0.1 to 0 over 2 steps,"), std::string::npos) << r.output;
+  const auto settings = dpcore::io::load_safetensors(dir.file("ck/checkpoint.safetensors")).metadata();
+  EXPECT_EQ(settings.at("sgd"), "0.1,0.9,0,0.0005,0");  // lr, momentum, dampening, weight decay, nesterov
+  EXPECT_EQ(settings.at("lr_schedule"), "cosine, warm-up 0, steps 2");
+}
+
 // Augmented training: the header says so, the weights differ from an unaugmented run, a
 // resume repeats the augmented batches exactly and refuses another --augment, and the test
 // metrics of each epoch are those of the unaugmented test set (what `eval` computes).
@@ -304,9 +340,8 @@ TEST(Cli, AScheduledRunResumesExactly) {
   EXPECT_NE(r.output.find("resumed"), std::string::npos);
   EXPECT_EQ(slurp(dir.file("straight.safetensors")), slurp(dir.file("resumed.safetensors")));
   // Each epoch's metrics carry the lr of its last step (steps 12, 25 and 29).
-  std::istringstream lines(slurp(dir.file("m.jsonl")));
   std::vector<double> lrs;
-  for (std::string line; std::getline(lines, line);) lrs.push_back(nlohmann::json::parse(line)["lr"].get<double>());
+  for (const nlohmann::json& epoch : metrics_lines(dir.file("m.jsonl"))) lrs.push_back(epoch["lr"].get<double>());
   EXPECT_EQ(lrs, (std::vector<double>{0.1, 0.05, 0.05}));
   // The schedule is applied: a constant lr ends elsewhere.
   ASSERT_EQ(run(kJob + " --lr 0.1 --steps 30 --save " + dir.file("constant.safetensors")).status, 0);
@@ -635,13 +670,6 @@ TEST(Cli, PredictTakesTheModelFromItsProfileAndTheCountsAskedFor) {
 
 // ---- fault injection and the guards (docs/fault-tolerance.md) as a user meets them
 
-std::vector<nlohmann::json> metrics_lines(const std::string& path) {
-  std::istringstream lines(slurp(path));
-  std::vector<nlohmann::json> out;
-  for (std::string line; std::getline(lines, line);) out.push_back(nlohmann::json::parse(line));
-  return out;
-}
-
 TEST(Cli, SkipNonfiniteSkipsLogsAndCountsAnInjectedNanStep) {
   dpcore::testing::TempDir dir;
   CommandResult r = run(kJob + " --steps 6 --replicas 2 --inject nan:replica=1,step=3 --skip-nonfinite --metrics " +
@@ -725,18 +753,12 @@ TEST(Cli, BadInjectionsAreRefusedBeforeTraining) {
 // refusals, before any training.
 TEST(Cli, SyncStrategiesTrainAndRecordWhatTheyDid) {
   dpcore::testing::TempDir dir;
-  auto records = [&](const std::string& file) {
-    std::istringstream lines(slurp(dir.file(file)));
-    std::vector<nlohmann::json> out;
-    for (std::string line; std::getline(lines, line);) out.push_back(nlohmann::json::parse(line));
-    return out;
-  };
   // 200 samples, batch 16: 13 steps per epoch; evaluations after steps 4, 8 and 12.
   CommandResult local = run(kJob + " --epochs 1 --replicas 2 --sync local:3 --eval-every 4 --metrics " + dir.file("l.jsonl"));
   ASSERT_EQ(local.status, 0) << local.output;
   EXPECT_NE(local.output.find("local SGD (local:3, local) over 2 replicas"), std::string::npos) << local.output;
   EXPECT_NE(local.output.find("step 8: test loss"), std::string::npos) << local.output;
-  auto l = records("l.jsonl");
+  auto l = metrics_lines(dir.file("l.jsonl"));
   ASSERT_EQ(l.size(), 4u);
   for (int i = 0; i < 3; ++i) {
     EXPECT_EQ(l[size_t(i)]["kind"], "eval");
@@ -751,7 +773,7 @@ TEST(Cli, SyncStrategiesTrainAndRecordWhatTheyDid) {
   ASSERT_EQ(async.status, 0) << async.output;
   EXPECT_NE(async.output.find("asynchronous SGD (async, parameter server in this process) over 3 replicas"),
             std::string::npos) << async.output;
-  auto a = records("a.jsonl");
+  auto a = metrics_lines(dir.file("a.jsonl"));
   ASSERT_EQ(a.size(), 1u);
   auto histogram = a[0]["staleness_histogram"].get<std::vector<int64_t>>();
   ASSERT_EQ(histogram.size(), 3u);  // staleness 0, 1, 2

@@ -7,13 +7,13 @@
 // refused naming the flags.
 #include <gtest/gtest.h>
 
-#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <fstream>
 #include <iterator>
 
 #include "engine/trace.h"
+#include "equivalence.h"
 #include "tiny_job.h"
 #include "train/data_parallel.h"
 #include "train/split.h"
@@ -42,17 +42,6 @@ void copy_state(StepRunner& from, StepRunner& to) {
   to.sync_replicas();
 }
 
-// max |a - b| / max |b|.
-double relative_difference(const std::vector<float>& a, const std::vector<float>& b) {
-  EXPECT_EQ(a.size(), b.size());
-  double largest = 0, worst = 0;
-  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
-    largest = std::max(largest, double(std::fabs(b[i])));
-    worst = std::max(worst, double(std::fabs(a[i] - b[i])));
-  }
-  return largest > 0 ? worst / largest : worst;
-}
-
 std::vector<float> buffers(StepRunner& r) {
   return r.model().has_batch_norm() ? r.model().buffers().values().to_vector<float>() : std::vector<float>{};
 }
@@ -61,9 +50,9 @@ std::vector<float> buffers(StepRunner& r) {
 // relative, each.
 void expect_same_state(StepRunner& got, StepRunner& want, int64_t step) {
   SCOPED_TRACE("after step " + std::to_string(step));
-  EXPECT_LE(relative_difference(params(got), params(want)), 1e-5);
-  EXPECT_LE(relative_difference(momentum(got), momentum(want)), 1e-5);
-  EXPECT_LE(relative_difference(buffers(got), buffers(want)), 1e-5);
+  EXPECT_LE(testing::relative_difference(params(got), params(want)), 1e-5);
+  EXPECT_LE(testing::relative_difference(momentum(got), momentum(want)), 1e-5);
+  EXPECT_LE(testing::relative_difference(buffers(got), buffers(want)), 1e-5);
   EXPECT_EQ(got.optimizer().steps_taken(), want.optimizer().steps_taken());
 }
 

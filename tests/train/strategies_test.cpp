@@ -210,6 +210,30 @@ TEST(AsyncSgd, OneReplicaEqualsFullTrainingBitForBit) {
   }
 }
 
+// With S = 0 and several replicas one piece is in flight at a time, computed from the newest
+// parameters: serial SGD with one step per piece (R per global batch), bit for bit the
+// one-device steps on the pieces in order, whichever replica computed each.
+TEST(AsyncSgd, NoStalenessIsOneDeviceSgdOnThePiecesBitForBit) {
+  const int64_t n = 13;  // pieces of 5, 5 and 3 rows
+  for (int64_t accum : {1, 2}) {
+    ParallelOptions o = options_for("async", 3);
+    o.max_staleness = 0;
+    AsyncRunner runner(testing::simplenet(), kSgd, accum, o);
+    auto got = train_async(runner, n, 4);
+    SingleDeviceRunner single(testing::simplenet(), kSgd, accum);
+    for (int s = 0; s < 4; ++s) {
+      testing::HostBatch b = testing::make_batch(n, uint64_t(100 + s));
+      int64_t row = 0;
+      for (int64_t rows : chunk_sizes(n, 3)) {
+        single.step(batch_rows(b.batch, row, row + rows));
+        row += rows;
+      }
+    }
+    EXPECT_EQ(got, params_of(single.model())) << "accum " << accum;
+    EXPECT_EQ(runner.updates().size(), 12u);
+  }
+}
+
 // Every piece is applied exactly once, versions count up by one, and no gradient is staler
 // than the bound, for bounds that do and do not bind (4 replicas on fewer cores contend).
 TEST(AsyncSgd, AppliesEveryPieceOnceAndNeverStalerThanTheBound) {

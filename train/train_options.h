@@ -1,0 +1,49 @@
+// What `dpcore train` is asked to do, flag by flag (cli/main.cpp fills it in): what the
+// training loop (train/trainer.h) runs and a checkpoint records (train/resume.h).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "engine/sgd.h"
+#include "train/runner.h"
+
+namespace dpcore::train {
+
+struct TrainOptions {
+  std::string model = "fashioncnn";
+  std::string data = "fashion-mnist";
+  int64_t epochs = 3;
+  int64_t steps = 0;          // total optimizer steps; 0: run `epochs` epochs
+  int64_t batch = 64;         // samples per optimizer step (split over micro-batches and replicas)
+  int64_t accum = 1;
+  SgdConfig sgd{0.03, 0.9, 0.0, 0.0, false};
+  std::string lr_schedule = "constant";  // constant | step:EPOCHS:GAMMA | cosine | onecycle (train/lr_schedule.h)
+  int64_t warmup_steps = 0;              // linear warm-up steps; with onecycle, pct_start = W/T
+  double warmup_fraction = 0;            // when warmup_steps is 0: the warm-up as this fraction of the
+                                         // run's steps (a model's recipe, train/recipe.h)
+  uint64_t seed = 0;
+  bool shuffle = true;
+  bool normalize = true;
+  bool drop_last = false;
+  std::string augment = "none";  // none, crop:PAD, flip or crop:PAD,flip (engine/data/augment.h)
+  std::string device = "auto";  // cpu | cuda | cuda:N | auto
+  int threads = 0;
+  std::string init;             // safetensors weights to start from
+  std::string save;             // safetensors weights written at the end
+  std::string checkpoint_dir;
+  int64_t checkpoint_every = 0; // steps; 0: only at the end
+  int keep_checkpoints = 1;     // the newest K checkpoints are kept (train/checkpoint_files.h)
+  bool resume = false;
+  bool force_resume = false;    // resume even where recorded settings differ, logging each (train/resume.h)
+  std::string metrics;          // JSONL file, one object per epoch (and per --eval-every evaluation)
+  int64_t eval_every = 0;       // also evaluate every this many steps; 0: at the end of each epoch only
+  std::string trace;            // Chrome trace-event JSON of a few steps (train/trace_window.h)
+  int64_t trace_steps = 3;      // steps in the trace
+  bool nvtx = false;            // every trace span also an NVTX range, from the start of training on (CUDA builds)
+  bool explain = false;         // print the run's first step move by move (train/explain.h)
+  int progress = -1;            // -1: a progress bar when stdout is a terminal; 0: plain lines; 1: bar
+  ParallelOptions parallel;
+};
+
+}  // namespace dpcore::train
