@@ -7,7 +7,7 @@
 # ${TMPDIR:-/tmp}/dpcore-install-deps.XXXXXX.log named in the first line (outside the tree,
 # so that a run as root leaves nothing root-owned in the checkout), and is shown (its last
 # lines, and its path) only when a step fails. Runs as root, or as a user with sudo.
-#   scripts/install-deps.sh [--train | --pictures]
+#   scripts/install-deps.sh [--train | --bench | --pictures]
 set -euo pipefail
 
 # What configures and builds dpcore (CMake's configure step needs every one of them: a
@@ -32,8 +32,10 @@ case "${1:-}" in
   # --pictures: also what regenerates the docs' figures (scripts/make_timelines.sh), which
   # the build and the tests do not need.
   --pictures) packages+=("${test_packages[@]}" python3-matplotlib) ;;
+  # --bench: also what makes bench/.venv, the current PyTorch beside Debian's (bench/install-torch.sh).
+  --bench) packages+=("${test_packages[@]}" python3-venv) ;;
   "") packages+=("${test_packages[@]}") ;;
-  *) echo "scripts/install-deps.sh: unknown option $1 (expected --train or --pictures)" >&2; exit 2 ;;
+  *) echo "scripts/install-deps.sh: unknown option $1 (expected --train, --bench or --pictures)" >&2; exit 2 ;;
 esac
 
 missing=()
