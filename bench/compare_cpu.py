@@ -11,8 +11,12 @@ next to each other in time, and the table reports the median over the rounds.
         --threads 1 2 --rounds 3 --json cpu.json
     /usr/bin/python3 bench/compare_cpu.py --models resnet8 resnet20 --threads 2 --rounds 1
 
-Run it with Debian's PyTorch 1.13 (/usr/bin/python3). The PyTorch side is this same file
-started with --torch-worker, so that it also starts cold, in its own process.
+Every PyTorch of --torch-python runs in each round beside dpcore, so the table has one
+ratio per PyTorch: by default Debian's 1.13 (/usr/bin/python3) and, once
+bench/install-torch.sh has made bench/.venv, the current one pinned there. The PyTorch side
+is this same file started with --torch-worker by that interpreter, so that it also starts
+cold, in its own process. The record names the CPU model and OPENBLAS_CORETYPE and
+OPENBLAS_L2_SIZE, which move PyTorch's times (bench/machine.py).
 """
 import argparse
 import json
@@ -22,6 +26,7 @@ import subprocess
 import sys
 import time
 
+from machine import default_torch_pythons, describe, record
 from torch_models import build_torch_model, make_step, random_batch, sgd, summarize, write_json
 
 # Steps per run: enough for a stable median, few enough that 3 rounds x 2 engines x
@@ -81,37 +86,46 @@ def environment(policy):
 
 
 def compare(args, model, threads):
+    """One row: the rounds of dpcore and every PyTorch, and per PyTorch (in --torch-python's
+    order) its median samples/s and the median, min and max of the rounds' ratios."""
     batch, warmup, steps = PLAN[model]
     steps = args.steps or steps
     common = ["--model", model, "--batch", str(batch), "--threads", str(threads),
               "--warmup", str(warmup), "--steps", str(steps)]
-    dpcore_cmd = [args.bench, "--device", "cpu"] + common
-    torch_cmd = [sys.executable, os.path.abspath(__file__), "--torch-worker"] + common
+    commands = [[args.bench, "--device", "cpu"] + common]
+    commands += [[python, os.path.abspath(__file__), "--torch-worker"] + common for python in args.torch_python]
     env = environment(args.omp_wait_policy)
     rounds = []
     for r in range(args.rounds):
-        # Alternate which side goes first, so neither always runs on a warmer machine.
-        first, second = (dpcore_cmd, torch_cmd) if r % 2 == 0 else (torch_cmd, dpcore_cmd)
-        a, b = run_json(first, env), run_json(second, env)
-        d, t = (a, b) if a["engine"] == "dpcore" else (b, a)
-        rounds.append({"dpcore": d, "pytorch": t, "ratio": d["samples_per_s"] / t["samples_per_s"]})
-        print(f"  {model} b{batch} t{threads} round {r + 1}: dpcore {d['median_us'] / 1e3:8.2f} ms, "
-              f"pytorch {t['median_us'] / 1e3:8.2f} ms", file=sys.stderr)
-    med = lambda key: statistics.median(x[key]["samples_per_s"] for x in rounds)
+        # Rotate which engine goes first, so none always runs on a warmer machine.
+        shift = r % len(commands)
+        ran = [None] * len(commands)
+        for k in list(range(shift, len(commands))) + list(range(shift)):
+            ran[k] = run_json(commands[k], env)
+        d, torches = ran[0], ran[1:]
+        rounds.append({"dpcore": d, "pytorch": torches,
+                       "ratios": [d["samples_per_s"] / t["samples_per_s"] for t in torches]})
+        print(f"  {model} b{batch} t{threads} round {r + 1}: dpcore {d['median_us'] / 1e3:8.2f} ms, " +
+              ", ".join(f"pytorch {t['version']} {t['median_us'] / 1e3:8.2f} ms" for t in torches), file=sys.stderr)
+    pytorch = []
+    for k in range(len(args.torch_python)):
+        ratios = [x["ratios"][k] for x in rounds]
+        pytorch.append({"version": rounds[0]["pytorch"][k]["version"], "python": args.torch_python[k],
+                        "samples_per_s": statistics.median(x["pytorch"][k]["samples_per_s"] for x in rounds),
+                        "ratio": statistics.median(ratios), "ratio_min": min(ratios), "ratio_max": max(ratios)})
     return {"model": model, "batch": batch, "threads": threads, "steps": steps, "warmup": warmup,
-            "pytorch_samples_per_s": med("pytorch"), "dpcore_samples_per_s": med("dpcore"),
-            "ratio": statistics.median(x["ratio"] for x in rounds),
-            "ratio_min": min(x["ratio"] for x in rounds), "ratio_max": max(x["ratio"] for x in rounds),
-            "rounds": rounds}
+            "dpcore_samples_per_s": statistics.median(x["dpcore"]["samples_per_s"] for x in rounds),
+            "pytorch": pytorch, "rounds": rounds}
 
 
 def print_table(rows):
-    print(f"{'model':<11} {'batch':>5} {'thr':>3} {'PyTorch samples/s':>18} {'dpcore samples/s':>17} "
+    print(f"{'model':<11} {'batch':>5} {'thr':>3} {'PyTorch':>12} {'PyTorch samples/s':>18} {'dpcore samples/s':>17} "
           f"{'dpcore/PyTorch':>15} {'(min-max)':>12}")
     for r in rows:
-        print(f"{r['model']:<11} {r['batch']:>5} {r['threads']:>3} {r['pytorch_samples_per_s']:>18.0f} "
-              f"{r['dpcore_samples_per_s']:>17.0f} {r['ratio']:>14.2f}x "
-              f"{r['ratio_min']:>5.2f}-{r['ratio_max']:.2f}")
+        for t in r["pytorch"]:
+            print(f"{r['model']:<11} {r['batch']:>5} {r['threads']:>3} {t['version']:>12} {t['samples_per_s']:>18.0f} "
+                  f"{r['dpcore_samples_per_s']:>17.0f} {t['ratio']:>14.2f}x "
+                  f"{t['ratio_min']:>5.2f}-{t['ratio_max']:.2f}")
 
 
 def main():
@@ -122,6 +136,8 @@ def main():
     p.add_argument("--threads", nargs="+", type=int, default=[1], help="thread counts, e.g. 1 2")
     p.add_argument("--rounds", type=int, default=3, help="interleaved runs of each engine")
     p.add_argument("--steps", type=int, default=0, help="timed steps per run (0: the per-model default)")
+    p.add_argument("--torch-python", nargs="+", default=default_torch_pythons(), metavar="PYTHON",
+                   help="the interpreters whose PyTorch to compare with (default: %(default)s)")
     p.add_argument("--omp-wait-policy", choices=["passive", "active", "default"], default="passive",
                    help="OMP_WAIT_POLICY for both engines (see docs/benchmarks.md for why passive)")
     p.add_argument("--json", help="also write the results here")
@@ -139,15 +155,17 @@ def main():
     if not os.access(args.bench, os.X_OK):
         sys.exit(f"--bench {args.bench}: not an executable (build the dpcore_step_bench target)")
 
+    machine = record(args.torch_python)
+    print(describe(machine), file=sys.stderr)
     load_before = os.getloadavg()
     rows = [compare(args, m, t) for t in args.threads for m in args.models]
     load_after = os.getloadavg()
     print(f"load average (1, 5, 15 min) before {load_before[0]:.2f} {load_before[1]:.2f} {load_before[2]:.2f}, "
           f"after {load_after[0]:.2f} {load_after[1]:.2f} {load_after[2]:.2f}; "
-          f"OMP_WAIT_POLICY={args.omp_wait_policy}; {os.cpu_count()} CPUs")
+          f"OMP_WAIT_POLICY={args.omp_wait_policy}; {describe(machine)}")
     print_table(rows)
     if args.json:
-        write_json(args.json, {"load_before": load_before, "load_after": load_after, "cpus": os.cpu_count(),
+        write_json(args.json, {"load_before": load_before, "load_after": load_after, **machine,
                                "omp_wait_policy": args.omp_wait_policy, "results": rows})
 
 

@@ -1,16 +1,18 @@
 #!/usr/bin/python3
-"""One training epoch of a ResNet on the real Fashion-MNIST, dpcore against PyTorch 1.13,
-side by side: the `dpcore train` recipe of the model (train/recipe.h: batch 128, SGD with
+"""One training epoch of a ResNet on the real Fashion-MNIST, dpcore against each PyTorch of
+--torch-python (Debian's 1.13 and, once bench/install-torch.sh has made bench/.venv, the
+current one pinned there), side by side: the `dpcore train` recipe of the model (train/recipe.h: batch 128, SGD with
 Nesterov momentum 0.9 and weight decay 5e-4, one-cycle to 0.1 with a 15% warm-up over
 `--epochs` epochs, no augmentation) and the same recipe written in PyTorch, alternating
-(dpcore, PyTorch, dpcore, PyTorch, ...) so that load from other work hits both.
+(dpcore, each PyTorch, dpcore, ...) so that load from other work hits all of them.
 
     /usr/bin/python3 bench/compare_epoch.py --dpcore build/bin/dpcore --model resnet8 --rounds 2
 
 Both sides time the training steps of epoch 1 only (the data already in memory,
 normalised with the training set's per-channel mean and standard deviation, shuffled;
 evaluation excluded), with 2 threads and OMP_WAIT_POLICY=passive. dpcore reports its
-epoch's training seconds itself; the PyTorch side is this file started with --torch-worker.
+epoch's training seconds itself; the PyTorch side is this file started with --torch-worker
+by each interpreter. The first line names the CPU model and the OpenBLAS variables.
 The schedule runs over --epochs epochs (default 10, as in the recipe) but only the first is
 trained and timed, so both sides see the learning rates of a real run's first epoch.
 """
@@ -27,6 +29,7 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from machine import default_torch_pythons, describe, record  # noqa: E402
 from torch_models import build_torch_model  # noqa: E402
 
 DATA = "/usr/share/datasets/fashion-mnist"
@@ -67,7 +70,7 @@ def torch_worker(args):
         opt.step()
         sched.step()
     seconds = time.perf_counter() - start
-    print(json.dumps({"engine": "pytorch", "seconds": seconds, "steps": steps_per_epoch,
+    print(json.dumps({"engine": "pytorch", "version": torch.__version__, "seconds": seconds, "steps": steps_per_epoch,
                       "samples_per_s": len(labels) / seconds, "last_loss": loss.item()}))
 
 
@@ -81,8 +84,8 @@ def run_dpcore(args, env):
     return {"engine": "dpcore", "samples_per_s": float(m.group(1)), "seconds": float(m.group(2))}
 
 
-def run_torch(args, env):
-    cmd = [sys.executable, os.path.abspath(__file__), "--torch-worker", "--model", args.model,
+def run_torch(args, env, python):
+    cmd = [python, os.path.abspath(__file__), "--torch-worker", "--model", args.model,
            "--threads", str(args.threads), "--epochs", str(args.epochs)]
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True).stdout
     return json.loads(out.strip().splitlines()[-1])
@@ -95,22 +98,32 @@ def main():
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--epochs", type=int, default=10, help="the schedule's length (only epoch 1 runs)")
+    p.add_argument("--torch-python", nargs="+", default=default_torch_pythons(), metavar="PYTHON",
+                   help="the interpreters whose PyTorch to compare with (default: %(default)s)")
     p.add_argument("--batch", type=int, default=128, help=argparse.SUPPRESS)
     p.add_argument("--torch-worker", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.torch_worker:
         return torch_worker(args)
     env = dict(os.environ, OMP_WAIT_POLICY="passive")
+    print(describe(record(args.torch_python)))
     print(f"load average before: {os.getloadavg()}")
-    ratios = []
+    ratios = {python: [] for python in args.torch_python}
+    versions = {}
     for r in range(args.rounds):
-        d, t = run_dpcore(args, env), run_torch(args, env)
-        ratios.append(t["seconds"] / d["seconds"])
-        print(f"round {r + 1}: dpcore {d['seconds']:.1f} s ({d['samples_per_s']:.0f} samples/s), "
-              f"PyTorch {t['seconds']:.1f} s ({t['samples_per_s']:.0f} samples/s): dpcore {ratios[-1]:.2f}x")
+        d = run_dpcore(args, env)
+        line = f"round {r + 1}: dpcore {d['seconds']:.1f} s ({d['samples_per_s']:.0f} samples/s)"
+        for python in args.torch_python:
+            t = run_torch(args, env, python)
+            versions[python] = t["version"]
+            ratios[python].append(t["seconds"] / d["seconds"])
+            line += (f", PyTorch {t['version']} {t['seconds']:.1f} s ({t['samples_per_s']:.0f} samples/s): "
+                     f"dpcore {ratios[python][-1]:.2f}x")
+        print(line)
     print(f"load average after: {os.getloadavg()}")
-    print(f"{args.model}: one epoch, dpcore / PyTorch speed, median over {args.rounds} rounds: "
-          f"{statistics.median(ratios):.2f}x (min {min(ratios):.2f}, max {max(ratios):.2f})")
+    for python, these in ratios.items():
+        print(f"{args.model}: one epoch, dpcore / PyTorch {versions[python]} speed, median over {args.rounds} rounds: "
+              f"{statistics.median(these):.2f}x (min {min(these):.2f}, max {max(these):.2f})")
 
 
 if __name__ == "__main__":

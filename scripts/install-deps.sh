@@ -7,24 +7,36 @@
 # ${TMPDIR:-/tmp}/dpcore-install-deps.XXXXXX.log named in the first line (outside the tree,
 # so that a run as root leaves nothing root-owned in the checkout), and is shown (its last
 # lines, and its path) only when a step fails. Runs as root, or as a user with sudo.
-#   scripts/install-deps.sh [--pictures]
+#   scripts/install-deps.sh [--train | --bench | --pictures]
 set -euo pipefail
 
+# What configures and builds dpcore (CMake's configure step needs every one of them: a
+# library found later would change the build's configuration and recompile it) and what
+# the main job trains on.
 packages=(
   cmake g++ make pkg-config
-  libgtest-dev libgmock-dev libbenchmark-dev   # tests and micro-benchmarks
+  libgtest-dev libgmock-dev libbenchmark-dev   # tests and micro-benchmarks (found at configure)
   libopenblas-dev                               # CPU matrix products
   libcli11-dev nlohmann-json3-dev zlib1g-dev    # CLI flags, JSON (safetensors headers, metrics), gzip datasets
   libopenmpi-dev openmpi-bin                    # the mpi communicator and launcher
-  clang-14 libclang-rt-14-dev                   # libFuzzer for the parser fuzz tests
   dataset-fashion-mnist                         # the real dataset the main job trains on
+)
+# What only the tests run (left out by --train, i.e. scripts/train.sh): found later, they
+# add test targets to an existing build/ and change nothing already compiled.
+test_packages=(
+  clang-14 libclang-rt-14-dev                   # libFuzzer for the parser fuzz tests
   python3-torch python3-numpy                   # PyTorch 1.13 (CPU): parity fixtures and the CPU benchmark
 )
-# --pictures: also what regenerates the docs' figures (scripts/make_timelines.sh), which
-# the build and the tests do not need.
-if [ "${1:-}" = --pictures ]; then
-  packages+=(python3-matplotlib)
-fi
+case "${1:-}" in
+  --train) ;;
+  # --pictures: also what regenerates the docs' figures (scripts/make_timelines.sh), which
+  # the build and the tests do not need.
+  --pictures) packages+=("${test_packages[@]}" python3-matplotlib) ;;
+  # --bench: also what makes bench/.venv, the current PyTorch beside Debian's (bench/install-torch.sh).
+  --bench) packages+=("${test_packages[@]}" python3-venv) ;;
+  "") packages+=("${test_packages[@]}") ;;
+  *) echo "scripts/install-deps.sh: unknown option $1 (expected --train, --bench or --pictures)" >&2; exit 2 ;;
+esac
 
 missing=()
 for p in "${packages[@]}"; do

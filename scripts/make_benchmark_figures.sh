@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
 # Measures what the benchmark figures of docs/benchmarks.md ("Figures") show, writes the raw
 # results to RESULTS_DIR, then draws the figures (scripts/plot_benchmarks.py):
-#   step.json        bench/compare_cpu.py: dpcore's step against PyTorch 1.13's, per model
-#                    and thread count, alternating rounds      -> docs/images/bench-step-ratio.png
+#   step.json        bench/compare_cpu.py: dpcore's step against Debian's PyTorch 1.13 and
+#                    the current one of bench/.venv (bench/install-torch.sh), per model and
+#                    thread count, alternating rounds          -> docs/images/bench-step-ratio.png
 #   busbw-*.json     comm_bench (Google Benchmark JSON): allreduce by message size, the local
 #                    ring with 2 and 4 replicas, mpi with 2 and 4 processes (4 oversubscribe
 #                    a 2-core machine; rank 0's file)         -> docs/images/bench-busbw.png
 #   ddp.jsonl        dpcore_ddp_overlap_bench, one JSON line per run: DDP's hidden fraction of
 #                    the allreduce with every bucket (the first too) capped at each size, 2
 #                    replicas, alternating the sizes in rounds -> docs/images/bench-ddp-hidden.png
-#   machine.txt      date, CPU model, cores, memory, kernel, BLAS, PyTorch, the tree measured
+#   machine.txt      date, CPU model, cores, memory, kernel, BLAS and the OpenBLAS variables,
+#                    both PyTorch versions, the tree measured
 #   load.txt         the load average (1, 5, 15 min) before and after each measurement
 #
 #   scripts/make_benchmark_figures.sh [--quick] [--only step|busbw|ddp] [BUILD_DIR [RESULTS_DIR]]
@@ -29,6 +31,7 @@ part() { [ -z "$only" ] || [ "$only" = "$1" ]; }
 build=${1:-build}
 results=${2:-bench/results/figures}
 scripts/install-deps.sh --pictures  # Debian's python3-matplotlib
+bench/install-torch.sh               # the current PyTorch beside Debian's 1.13
 
 if [ "$quick" = 1 ]; then
   step_rounds=1 step_steps=(--steps 3) comm_reps=1 comm_min=(--benchmark_min_time=0.01) ddp_rounds=1 ddp_steps=3
@@ -56,7 +59,10 @@ if [ -z "$only" ]; then : > "$results/load.txt"; : > "$results/machine.txt"; fi
   echo "memory: $(awk '/MemTotal/ {printf "%.0f GiB", $2 / 1048576}' /proc/meminfo)"
   echo "kernel: $(uname -sr); $(. /etc/os-release && echo "$PRETTY_NAME")"
   echo "openblas: $(dpkg-query -W -f='${Version}' libopenblas0 2>/dev/null || echo '?')"
-  echo "pytorch: $(/usr/bin/python3 -c 'import torch; print(torch.__version__)')"
+  echo "openblas_env: OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-unset} OPENBLAS_L2_SIZE=${OPENBLAS_L2_SIZE:-unset}"
+  for python in /usr/bin/python3 bench/.venv/bin/python; do
+    echo "pytorch: $("$python" -c 'import torch; print(torch.__version__)') ($python)"
+  done
   echo "mpi: $(mpiexec --version 2>/dev/null | head -1)"
   echo "checkout: $(git rev-parse --short HEAD) ($(git status --porcelain --untracked-files=no | wc -l) files changed)"
   echo "build: $build ($(grep -m1 '^CMAKE_BUILD_TYPE:' "$build/CMakeCache.txt" 2>/dev/null | cut -d= -f2)," \

@@ -2,7 +2,8 @@
 """Draws the benchmark figures of docs/benchmarks.md ("Figures") from the raw results that
 scripts/make_benchmark_figures.sh writes, and prints the tables behind them (markdown):
 
-    bench-step-ratio.png   dpcore / PyTorch step time per model and thread count (step.json)
+    bench-step-ratio.png   dpcore / PyTorch step time per model and thread count, one panel
+                           per PyTorch compare_cpu.py ran (step.json)
     bench-busbw.png        allreduce bus bandwidth against message size per backend
                            (busbw-local.json, busbw-mpi-2.json, busbw-mpi-4.json)
     bench-ddp-hidden.png   DDP's wait for its buckets after backward, and the hidden fraction
@@ -67,42 +68,54 @@ def spread(values):
 
 # --------------------------------------------------------------------------- step ratio
 def step_ratio(results, out_dir):
+    """One panel per PyTorch that compare_cpu.py ran (Debian's 1.13, the current one of
+    bench/.venv): dpcore's step time over that PyTorch's, per model and thread count."""
     data = read_json(os.path.join(results, "step.json"))
+    if "pytorch" not in data:
+        sys.exit(f"{results}/step.json: written by compare_cpu.py before it compared several PyTorch builds "
+                 "(no 'pytorch' list): measure it again (scripts/make_benchmark_figures.sh --only step)")
     rows = data["results"]
+    torches = [t["version"] for t in data["pytorch"]]
     models = list(dict.fromkeys(r["model"] for r in rows))
     threads = sorted({r["threads"] for r in rows})
-    print("| model | batch | threads | PyTorch ms/step | dpcore ms/step | step time dpcore / PyTorch (min-max) | "
+    blas = ", ".join(f"{k}={v if v is not None else 'unset'}" for k, v in data["openblas_env"].items())
+    print(f"{data['cpu']}, {data['cpus']} CPUs, {blas}")
+    print()
+    print("| model | batch | threads | PyTorch | PyTorch ms/step | dpcore ms/step | step time dpcore / PyTorch (min-max) | "
           "dpcore speed-up |")
-    print("|---|---:|---:|---:|---:|---:|---:|")
-    fig, ax = plt.subplots(figsize=(9, 4.8))
+    print("|---|---:|---:|---|---:|---:|---:|---:|")
+    fig, axes = plt.subplots(1, len(torches), figsize=(6 * len(torches) + 1, 4.8), sharey=True, squeeze=False)
     width = 0.8 / len(threads)
-    for k, t in enumerate(threads):
-        for i, m in enumerate(models):
-            r = next((r for r in rows if r["model"] == m and r["threads"] == t), None)
-            if r is None:
-                continue
-            # Per round: dpcore's median step over PyTorch's, two runs next to each other in time.
-            med, lo, hi = spread([rnd["dpcore"]["median_us"] / rnd["pytorch"]["median_us"] for rnd in r["rounds"]])
-            x = i + (k - (len(threads) - 1) / 2) * width
-            ax.bar(x, med, width * 0.92, color=COLOURS[k], label=f"{t} thread{'s' if t > 1 else ''}" if i == 0 else None)
-            ax.errorbar(x, med, yerr=[[med - lo], [hi - med]], color="black", capsize=3, linewidth=1)
-            ax.text(x, hi + 0.02, f"{med:.2f}", ha="center", va="bottom", fontsize=8)
-            d_ms = statistics.median(rnd["dpcore"]["median_us"] for rnd in r["rounds"]) / 1e3
-            t_ms = statistics.median(rnd["pytorch"]["median_us"] for rnd in r["rounds"]) / 1e3
-            print(f"| {m} | {r['batch']} | {t} | {t_ms:.1f} | {d_ms:.1f} | **{med:.2f}** ({lo:.2f}-{hi:.2f}) | "
-                  f"{1 / med:.2f}x |")
-    ax.axhline(1.0, color="black", linewidth=1, linestyle="--")
-    ax.text(0.01, 1.01, "PyTorch 1.13 = 1.0", ha="left", va="bottom", fontsize=9, transform=ax.get_yaxis_transform())
-    ax.set_xticks(range(len(models)))
-    ax.set_xticklabels([f"{m}\n(batch {next(r['batch'] for r in rows if r['model'] == m)})" for m in models])
-    ax.set_ylabel("step time, dpcore / PyTorch\n(lower is faster for dpcore)")
-    ax.set_ylim(0, max(1.15, ax.get_ylim()[1]))
-    ax.grid(axis="y", alpha=0.3)
-    ax.legend(loc="upper left", fontsize=9)
+    for v, (ax, version) in enumerate(zip(axes[0], torches)):
+        for k, t in enumerate(threads):
+            for i, m in enumerate(models):
+                r = next((r for r in rows if r["model"] == m and r["threads"] == t), None)
+                if r is None:
+                    continue
+                # Per round: dpcore's median step over this PyTorch's, runs next to each other in time.
+                med, lo, hi = spread([rnd["dpcore"]["median_us"] / rnd["pytorch"][v]["median_us"] for rnd in r["rounds"]])
+                x = i + (k - (len(threads) - 1) / 2) * width
+                ax.bar(x, med, width * 0.92, color=COLOURS[k], label=f"{t} thread{'s' if t > 1 else ''}" if i == 0 else None)
+                ax.errorbar(x, med, yerr=[[med - lo], [hi - med]], color="black", capsize=3, linewidth=1)
+                ax.text(x, hi + 0.02, f"{med:.2f}", ha="center", va="bottom", fontsize=8)
+                d_ms = statistics.median(rnd["dpcore"]["median_us"] for rnd in r["rounds"]) / 1e3
+                t_ms = statistics.median(rnd["pytorch"][v]["median_us"] for rnd in r["rounds"]) / 1e3
+                print(f"| {m} | {r['batch']} | {t} | {version} | {t_ms:.1f} | {d_ms:.1f} | **{med:.2f}** ({lo:.2f}-{hi:.2f}) | "
+                      f"{1 / med:.2f}x |")
+        ax.axhline(1.0, color="black", linewidth=1, linestyle="--")
+        ax.text(0.01, 1.01, f"PyTorch {version} = 1.0", ha="left", va="bottom", fontsize=9,
+                transform=ax.get_yaxis_transform())
+        ax.set_xticks(range(len(models)))
+        ax.set_xticklabels([f"{m}\n(batch {next(r['batch'] for r in rows if r['model'] == m)})" for m in models])
+        ax.set_title(f"against PyTorch {version}", fontsize=10)
+        ax.grid(axis="y", alpha=0.3)
+    axes[0][0].set_ylabel("step time, dpcore / PyTorch\n(lower is faster for dpcore)")
+    axes[0][0].set_ylim(0, max(1.15, axes[0][0].get_ylim()[1]))
+    axes[0][0].legend(loc="upper left", fontsize=9)
     lb, la = data["load_before"], data["load_after"]
-    ax.set_title(f"CPU training step, dpcore / PyTorch 1.13, median of {len(rows[0]['rounds'])} alternating rounds "
-                 f"(whiskers: min-max)\n{machine_line(results, 'step')}, load {lb[0]:.1f} before, {la[0]:.1f} after",
-                 fontsize=10)
+    fig.suptitle(f"CPU training step, dpcore / PyTorch, median of {len(rows[0]['rounds'])} alternating rounds "
+                 f"(whiskers: min-max)\n{machine_line(results, 'step')}, {blas}, "
+                 f"load {lb[0]:.1f} before, {la[0]:.1f} after", fontsize=10)
     save(fig, out_dir, "bench-step-ratio.png")
     print()
 

@@ -9,6 +9,7 @@
 #   3. build-tsan/   ThreadSanitizer: the hand CUDA kernels on the host (label `host`), so a
 #                    race between the threads of a block fails the run.
 # Extra arguments go to every ctest run (e.g. -R host). DPCORE_TEST_STAGES=main skips 2-3.
+# $DPCORE_CMAKE_ARGS (scripts/build.sh) adds CMake options to build/'s configuration only.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
@@ -19,12 +20,10 @@ if [ "${DPCORE_TEST_STAGES:-all}" = main ]; then
   (cd build && ctest --output-on-failure -j"$jobs" --timeout 900 "$@")
   exit 0
 fi
-# The host-run kernels are built and run in the sanitizer builds below, not here as well.
-# Without a GPU nothing runs the device code, so it is compiled for the H200 only (sm_90)
-# rather than also as PTX for older GPUs: the same code checked, in less time.
-cuda_arch=()
-nvidia-smi -L > /dev/null 2>&1 || cuda_arch=(-DCMAKE_CUDA_ARCHITECTURES=90-real)
-scripts/build.sh -DDPCORE_HOST_TESTS=OFF "${cuda_arch[@]}"
+# build/ configured as scripts/train.sh configures it (scripts/build.sh decides for both),
+# so after the main job only the tests are left to compile. The host-run kernels are built
+# and run in the sanitizer builds below, not here as well.
+scripts/build.sh
 (cd build && ctest --output-on-failure -j"$jobs" --timeout 900 "$@")
 
 # The sanitizer builds: -O1 and line tables only (-g1) keep them quick to build, still fast
