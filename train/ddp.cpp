@@ -1,6 +1,7 @@
 #include "train/ddp.h"
 
 #include <chrono>
+#include <cmath>
 
 #include "engine/backend.h"
 #include "engine/runtime.h"
@@ -96,6 +97,7 @@ void BucketReducer::launch_ready_buckets() {
     const size_t index = next_to_launch_++;
     const Bucket& b = buckets_[index];
     Tensor slice = grads.narrow0(b.begin, b.end);  // a view: the allreduce works in place
+    if (poison_) slice.fill_(std::nan(""));
     trace::CollectiveLabel purpose([&] { return bucket_label(index, slice); });
     works_.push_back(replica_->comm->allreduce(slice, ReduceOp::Sum));
   }
@@ -197,9 +199,9 @@ StepStats DistributedRunner::attempt_step(const data::Batch& batch) {
     for (size_t m = 0; m < micro.size(); ++m) {
       if (pieces[m][size_t(rank)] > 0) last = m;
     }
-    // An injected NaN is written into the gradients after compute: that replica's buckets
-    // then wait for it (no overlap at that step), so that the reduction carries it.
-    const bool overlap = !faults_.writes_gradients(rep.id, step);
+    // An injected NaN goes into each of this replica's buckets as it is launched, so that
+    // the reduction carries it and the collectives keep their order (batch norm's included).
+    reducer.poison_gradients(faults_.writes_gradients(rep.id, step));
 
     faults_.before(rep.id, step);  // throw, hang, exit: before any of the step's work
     broadcast_buffers(rep);
@@ -217,7 +219,7 @@ StepStats DistributedRunner::attempt_step(const data::Batch& batch) {
         return trace::Label{"micro-batch " + std::to_string(m + 1) + " of " + std::to_string(micro.size()),
                             {{"rows", size}, {"first_row", row}, {"communicates", int64_t(m == last)}}};
       });
-      if (m == last && overlap) reducer.arm();
+      if (m == last) reducer.arm();
       auto [x, y] = batch_tensors(batch_rows(batch, row, row + size), rep.device());
       Tensor l = forward_backward(*rep.model, x, y, 1.0 / double(n));
       backend_for(rep.device()).add(loss_sum, l, loss_sum);
@@ -225,7 +227,7 @@ StepStats DistributedRunner::attempt_step(const data::Batch& batch) {
     seconds[size_t(rank)] = std::chrono::duration<double>(Clock::now() - t0).count();
     if (!faults_.empty()) {
       finish_device_work(rep);  // the gradients are final before a fault writes them
-      faults_.after(rep.id, step, *rep.model, seconds[size_t(rank)]);
+      faults_.after(rep.id, step, *rep.model, seconds[size_t(rank)], FaultInjector::kNanWrittenByRunner);
       // An injected slowdown is part of this replica's compute, for --split adaptive too.
       seconds[size_t(rank)] = std::chrono::duration<double>(Clock::now() - t0).count();
     }

@@ -50,6 +50,10 @@ class BucketReducer {
   // Hooks launch allreduces only between arm() and finish(): during the backward of the
   // last micro-batch.
   void arm();
+  // --inject nan: the buckets of this step are set to NaN as they are launched (their
+  // gradients are final then), so that the faulty replica issues its collectives in the
+  // same order as its peers, between synchronised batch norm's. Until the next call.
+  void poison_gradients(bool on) { poison_ = on; }
   // Launches the buckets not launched yet (all of them when this replica ran no backward,
   // e.g. an empty share), waits for every allreduce, and disarms.
   void finish();
@@ -81,6 +85,7 @@ class BucketReducer {
   std::vector<Work> works_;
   size_t next_to_launch_ = 0;
   bool armed_ = false;
+  bool poison_ = false;
   std::vector<Ready> ready_;
   int64_t arrived_ = 0;           // gradients since arm()
   std::mutex mutex_;

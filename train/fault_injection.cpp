@@ -181,7 +181,8 @@ void FaultInjector::before(int replica, int64_t step) const {
   }
 }
 
-void FaultInjector::after(int replica, int64_t step, layers::Model& model, double compute_seconds) const {
+void FaultInjector::after(int replica, int64_t step, layers::Model& model, double compute_seconds,
+                          NanWriter nan) const {
   for (const Fault& f : faults_) {
     if (f.replica != replica) continue;
     if (f.kind == Fault::Kind::Slow && step >= f.step) {
@@ -189,7 +190,7 @@ void FaultInjector::after(int replica, int64_t step, layers::Model& model, doubl
       sleep_seconds((f.factor - 1) * compute_seconds);
     }
     if (f.step != step) continue;
-    if (f.kind == Fault::Kind::NanGradients) {
+    if (f.kind == Fault::Kind::NanGradients && nan == kNanWrittenHere) {
       model.parameters().grads().fill_(std::nan(""));
       runtime::synchronize(model.device());
     } else if (f.kind == Fault::Kind::BitFlip) {

@@ -58,10 +58,14 @@ class FaultInjector {
   // and backward are phases driven by the main thread): before() what happens before
   // compute, after() what happens after it, given compute's duration in seconds.
   void before(int replica, int64_t step) const;
-  void after(int replica, int64_t step, layers::Model& model, double compute_seconds) const;
+  // `nan`: kNanWrittenByRunner when the runner writes an injected NaN itself (ddp, into each
+  // bucket as it launches its allreduce during backward: after() would race with them).
+  enum NanWriter { kNanWrittenHere, kNanWrittenByRunner };
+  void after(int replica, int64_t step, layers::Model& model, double compute_seconds,
+             NanWriter nan = kNanWrittenHere) const;
 
-  // Whether after() writes replica `replica`'s gradients at `step` (an injected NaN): a
-  // runner must then reduce them only after after() (ddp: no overlap at that step).
+  // Whether replica `replica`'s gradients are to be NaN at `step` (an injected NaN): the
+  // reduction must carry it (dp reduces after after(); ddp poisons its buckets).
   bool writes_gradients(int replica, int64_t step) const;
 
   // Refuses, naming the fault, what this run cannot carry out: a replica outside

@@ -79,11 +79,15 @@ TEST(FaultSpec, RefusesWhatTheRunCannotCarryOut) {
 // NaN gradients at step 3 on replica `faulty`: with --skip-nonfinite the step is skipped
 // and every replica's parameters and momentum are bit for bit those after step 2; step 4
 // then trains again.
-void expect_nan_step_skipped(int replicas, const std::string& mode, int faulty) {
-  SCOPED_TRACE(mode + " over " + std::to_string(replicas));
-  GuardOptions guards;
-  guards.skip_nonfinite = true;
-  auto r = runner(replicas, mode, "nan:replica=" + std::to_string(faulty) + ",step=3", guards);
+void expect_nan_step_skipped(int replicas, const std::string& mode, int faulty, const std::string& batchnorm = "") {
+  SCOPED_TRACE(mode + " over " + std::to_string(replicas) + (batchnorm.empty() ? "" : ", --batchnorm " + batchnorm));
+  ParallelOptions o = parallel(replicas, mode, "nan:replica=" + std::to_string(faulty) + ",step=3", 10);
+  o.guards.skip_nonfinite = true;
+  if (!batchnorm.empty()) o.batchnorm = batchnorm;
+  o.first_bucket_mb = o.bucket_mb = 1e-4;  // a bucket per parameter: some are ready before batch norm's backward
+  // (With batch norm the step's forward moves the running statistics even when the step is
+  // skipped; the parameters and momentum stay.)
+  auto r = runner(o, batchnorm.empty() ? kNet : kBatchNormNet);
   EXPECT_FALSE(step(*r, 1).skipped);
   EXPECT_FALSE(step(*r, 2).skipped);
   const std::vector<float> p2 = params(*r), m2 = momentum(*r);
@@ -104,6 +108,14 @@ void expect_nan_step_skipped(int replicas, const std::string& mode, int faulty) 
 TEST(SkipNonfinite, OneDeviceSkipsTheNanStepBitForBit) { expect_nan_step_skipped(1, "ddp", 0); }
 TEST(SkipNonfinite, DdpSkipsOnEveryReplica) { expect_nan_step_skipped(2, "ddp", 1); }
 TEST(SkipNonfinite, DpSkipsOnEveryReplica) { expect_nan_step_skipped(2, "dp", 1); }
+// Synchronised batch norm runs collectives inside forward and backward, between ddp's bucket
+// allreduces: the replica with the injected NaN must issue them in the same order as its
+// peers (it used to hold its buckets back until after backward, so the ring paired one
+// replica's bucket with another's batch norm sums).
+TEST(SkipNonfinite, DdpWithSyncBatchNormSkipsOnEveryReplica) {
+  expect_nan_step_skipped(2, "ddp", 1, "sync");
+  expect_nan_step_skipped(3, "ddp", 0, "sync");
+}
 
 TEST(SkipNonfinite, OtherReplicasSkipAlike) {
   // Replica 0 computed good gradients; replica 1's NaN reached it through the reduction.
