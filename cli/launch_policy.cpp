@@ -36,6 +36,11 @@ std::string check_launch(const LaunchOptions& o, bool dir_has_checkpoints) {
   DPCORE_CHECK(!dir.empty(), "launch: the train command has no --checkpoint DIR: a restart resumes from the newest "
                "checkpoint there, so without one every restart would start again from step 0. Add --checkpoint DIR "
                "(and --checkpoint-every STEPS, to lose at most that many steps)");
+  const std::string split = flag_value(args, "--split");
+  DPCORE_CHECK(o.min_nproc == 0 || o.min_nproc == o.nproc || split.rfind("weights:", 0) != 0, "launch: --min-nproc ",
+               o.min_nproc, " with --split ", split, ": a restart on fewer ranks cannot tell whose weights to drop (the "
+               "surviving ranks are numbered anew), so it would fail on --split; use --split even or adaptive, or "
+               "--min-nproc ", o.nproc, " (never fewer ranks)");
   const std::string backend = flag_value(args, "--backend");
   DPCORE_CHECK(o.nproc == 1 || backend == "mpi" || backend == "nccl", "launch: -n ", o.nproc,
                " needs --backend mpi (or nccl) in the train command",

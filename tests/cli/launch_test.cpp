@@ -126,6 +126,17 @@ TEST(LaunchPolicy, RefusesWhatCannotWorkNamingTheProblem) {
   Args resuming = kTrain;
   resuming.push_back("--resume");
   EXPECT_EQ(refusal(options(2, resuming), true), "");
+  // Weights per rank cannot follow a restart on fewer ranks (which rank died is not known:
+  // the survivors are numbered anew), so every such restart would fail on its --split.
+  Args weighted = kTrain;
+  weighted.insert(weighted.end(), {"--split", "weights:3,1,1"});
+  EXPECT_NE(refusal(options(3, weighted, 2)).find("--min-nproc 2 with --split weights:3,1,1"), std::string::npos)
+      << refusal(options(3, weighted, 2));
+  EXPECT_EQ(refusal(options(3, weighted)), "");     // never fewer ranks: the weights hold
+  EXPECT_EQ(refusal(options(3, weighted, 3)), "");
+  Args adaptive = kTrain;
+  adaptive.insert(adaptive.end(), {"--split=adaptive"});
+  EXPECT_EQ(refusal(options(3, adaptive, 2)), "");  // even and adaptive work on any count
 }
 
 // ----------------------------------------------------------------- whole launches
