@@ -89,6 +89,13 @@ std::vector<std::unique_ptr<Communicator>> make_local_group(int world_size, cons
 // exit) unless the program already did; then it must have asked for at least
 // MPI_THREAD_SERIALIZED, since every MPI call is made on dpcore's communication thread.
 std::unique_ptr<Communicator> make_mpi_communicator();
+// What a rank that gives up after an error calls before it returns: when this process is
+// one of several of an MPI job and has MPI initialised, prints "dpcore: error: rank R
+// aborts the MPI job: REASON" and ends every rank with MPI_Abort (exit status 1), since
+// finalising MPI instead would wait for the other ranks while they wait for this one in
+// their next collective. Otherwise (one process, MPI not in use) returns at once, and the
+// process ends as usual.
+void abort_mpi_job_if_running(const std::string& reason);
 // Copies `bytes` bytes at `data` from rank `root` to every rank of MPI_COMM_WORLD
 // (initialising MPI like make_mpi_communicator). Shares the NCCL unique id between
 // processes.

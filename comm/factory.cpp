@@ -22,6 +22,7 @@ namespace {
 
 #ifndef DPCORE_COMM_MPI
 std::unique_ptr<Communicator> make_mpi_communicator() { fail(kNoMpi); }
+void abort_mpi_job_if_running(const std::string&) {}  // without MPI there is no MPI job to end
 void mpi_broadcast_bytes(void*, size_t, int) { fail(kNoMpi); }
 std::vector<std::string> mpi_allgather_strings(const std::string&) { fail(kNoMpi); }
 #endif

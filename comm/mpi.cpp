@@ -6,10 +6,13 @@
 //
 // Errors: the communicator returns MPI errors (MPI_ERRORS_RETURN) and they become
 // dpcore::Error naming the collective. A rank that dies is a different matter: mpirun
-// notices and ends the whole job, which is how MPI jobs fail (docs/collectives.md).
+// notices and ends the whole job, which is how MPI jobs fail (docs/collectives.md). A rank
+// that gives up (an error) ends the job with MPI_Abort.
 #include <mpi.h>
 
+#include <atomic>
 #include <cstdio>
+#include <cstdlib>
 #include <limits>
 
 #include "comm/checks.h"
@@ -45,6 +48,20 @@ MPI_Datatype mpi_type(DType dtype) {
   return MPI_DATATYPE_NULL;
 }
 
+// This process's place in MPI_COMM_WORLD while MPI is initialised (size 0 otherwise): set
+// on the communication thread, read by whichever thread gives up on the job.
+std::atomic<int> world_rank{0}, world_size{0};
+
+// Prints "dpcore: error: rank R aborts the MPI job: REASON" and ends every process of the
+// job (exit status 1). From any thread: the communication thread may be the one stuck, and
+// MPI_Abort is meant for exactly this.
+[[noreturn]] void abort_job(const std::string& reason) {
+  std::fprintf(stderr, "dpcore: error: rank %d aborts the MPI job: %s\n", world_rank.load(), reason.c_str());
+  std::fflush(nullptr);  // stdout too: the log up to the failure
+  MPI_Abort(MPI_COMM_WORLD, 1);
+  std::_Exit(1);  // (MPI_Abort does not return)
+}
+
 // MPI for the whole process, alive until exit so that MPI is finalised exactly once.
 class MpiSession {
  public:
@@ -63,6 +80,7 @@ class MpiSession {
         int provided = 0;
         check_mpi(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided), "mpi: MPI_Init_thread");
         owns_mpi_ = true;
+        record_world();
         return;
       }
       // The program initialised MPI on another thread: this one may call MPI only if
@@ -72,17 +90,28 @@ class MpiSession {
       DPCORE_CHECK(level >= MPI_THREAD_SERIALIZED, "mpi: MPI was initialised with thread level ", level,
                    "; dpcore calls MPI from its communication thread and needs MPI_THREAD_SERIALIZED (",
                    MPI_THREAD_SERIALIZED, ") or more: initialise with MPI_Init_thread");
+      record_world();
     });
   }
   ~MpiSession() {
     thread_.run([this] {
-      if (owns_mpi_) MPI_Finalize();
+      if (!owns_mpi_) return;
+      world_size = 0;
+      MPI_Finalize();
     });
   }
 
   CommThread& thread() { return thread_; }
 
  private:
+  static void record_world() {
+    int rank = 0, size = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    world_rank = rank;
+    world_size = size;
+  }
+
   bool owns_mpi_ = false;
   CommThread thread_;
 };
@@ -209,13 +238,8 @@ class MpiCommunicator : public Communicator {
     submit("barrier", 0, [this](const std::string& op) { check_mpi(MPI_Barrier(comm_), op); }).wait();
   }
 
-  // Straight from the caller's thread: the communication thread may be the one stuck.
-  // MPI_Abort is meant for exactly this and ends every process of the job.
-  void abort(const std::string& reason) override {
-    std::fprintf(stderr, "dpcore: rank %d aborts the MPI job: %s\n", rank_, reason.c_str());
-    std::fflush(stderr);
-    MPI_Abort(comm_, 1);
-  }
+  // Straight from the caller's thread (abort_job).
+  void abort(const std::string& reason) override { abort_job(reason); }
 
  private:
   // In a trace, the collective is a span on the communication thread's lane, as the local
@@ -243,6 +267,10 @@ class MpiCommunicator : public Communicator {
 }  // namespace
 
 std::unique_ptr<Communicator> make_mpi_communicator() { return std::make_unique<MpiCommunicator>(); }
+
+void abort_mpi_job_if_running(const std::string& reason) {
+  if (world_size > 1) abort_job(reason);
+}
 
 void mpi_broadcast_bytes(void* data, size_t bytes, int root) {
   DPCORE_CHECK(bytes <= size_t(std::numeric_limits<int>::max()), "mpi_broadcast_bytes: ", bytes,
