@@ -88,7 +88,11 @@ std::vector<std::unique_ptr<Communicator>> make_local_group(int world_size, cons
 // Uses a duplicate of MPI_COMM_WORLD. Initialises MPI on first use (and finalises it at
 // exit) unless the program already did; then it must have asked for at least
 // MPI_THREAD_SERIALIZED, since every MPI call is made on dpcore's communication thread.
-std::unique_ptr<Communicator> make_mpi_communicator();
+// A collective not complete after `timeout` (a rank died or hangs; the CLI's
+// --replica-timeout) aborts the whole job, "dpcore: error: rank 0 aborts the MPI job: mpi
+// allreduce: not complete after 300 s (the replica timeout, --replica-timeout): ...": an
+// MPI collective cannot be cancelled, so the group could not go on.
+std::unique_ptr<Communicator> make_mpi_communicator(std::chrono::milliseconds timeout = std::chrono::seconds(300));
 // What a rank that gives up after an error calls before it returns: when this process is
 // one of several of an MPI job and has MPI initialised, prints "dpcore: error: rank R
 // aborts the MPI job: REASON" and ends every rank with MPI_Abort (exit status 1), since
@@ -147,7 +151,7 @@ struct CommConfig {
   // started by mpirun (one process per GPU, NCCL's id shared over MPI): exactly one; the
   // number of processes comes from mpirun.
   std::vector<Device> devices = {Device::cpu()};
-  LocalOptions local;  // its timeout also bounds each nccl collective
+  LocalOptions local;  // its timeout also bounds each nccl and mpi collective
 };
 // The communicators of this process's replicas, rank order. Fails with a clear error for
 // an unknown backend, a backend this build lacks (and how to enable it), or a device list

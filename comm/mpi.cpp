@@ -7,13 +7,20 @@
 // Errors: the communicator returns MPI errors (MPI_ERRORS_RETURN) and they become
 // dpcore::Error naming the collective. A rank that dies is a different matter: mpirun
 // notices and ends the whole job, which is how MPI jobs fail (docs/collectives.md). A rank
-// that gives up (an error) ends the job with MPI_Abort.
+// that gives up (an error, a collective past the timeout) ends the job with MPI_Abort.
+//
+// Collectives are MPI's non-blocking ones, polled: one that is not complete after the
+// timeout (--replica-timeout) aborts the job, since an MPI collective cannot be cancelled
+// and the ranks in it would wait for the missing one for ever.
 #include <mpi.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <limits>
+#include <sstream>
+#include <thread>
 
 #include "comm/checks.h"
 #include "comm/collective_span.h"
@@ -147,7 +154,8 @@ bool overlap(const Tensor& a, const Tensor& b) {
 
 class MpiCommunicator : public Communicator {
  public:
-  MpiCommunicator() : session_(MpiSession::get()) {
+  explicit MpiCommunicator(std::chrono::milliseconds timeout) : session_(MpiSession::get()), timeout_(timeout) {
+    DPCORE_CHECK(timeout.count() > 0, "make_mpi_communicator: timeout ", timeout.count(), " ms; must be positive");
     session_->thread().run([this] {
       check_mpi(MPI_Comm_dup(MPI_COMM_WORLD, &comm_), "mpi: MPI_Comm_dup");
       check_mpi(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN), "mpi: MPI_Comm_set_errhandler");
@@ -171,8 +179,10 @@ class MpiCommunicator : public Communicator {
     return submit("allreduce", int64_t(t.nbytes()), [=](const std::string& op) {
       check_reducible(op, t, reduce, true);
       HostView host(t, true);
-      check_mpi(MPI_Allreduce(MPI_IN_PLACE, host.data(), mpi_count(op, t.numel()), mpi_type(t.dtype()), MPI_SUM, comm_),
-                op);
+      const int count = mpi_count(op, t.numel());
+      complete(op, [&](MPI_Request* r) {
+        return MPI_Iallreduce(MPI_IN_PLACE, host.data(), count, mpi_type(t.dtype()), MPI_SUM, comm_, r);
+      });
       average(host.tensor(), reduce);
       host.store();
     });
@@ -184,7 +194,8 @@ class MpiCommunicator : public Communicator {
       check_defined(op, "input", t);
       check_root(op, root, size_);
       HostView host(t, rank_ == root);
-      check_mpi(MPI_Bcast(host.data(), mpi_count(op, t.numel()), mpi_type(t.dtype()), root, comm_), op);
+      const int count = mpi_count(op, t.numel());
+      complete(op, [&](MPI_Request* r) { return MPI_Ibcast(host.data(), count, mpi_type(t.dtype()), root, comm_, r); });
       if (rank_ != root) host.store();
     });
   }
@@ -195,13 +206,15 @@ class MpiCommunicator : public Communicator {
       check_reducible(op, t, reduce, true);
       check_root(op, root, size_);
       HostView host(t, true);
-      int count = mpi_count(op, t.numel());
-      if (rank_ == root) {
-        check_mpi(MPI_Reduce(MPI_IN_PLACE, host.data(), count, mpi_type(t.dtype()), MPI_SUM, root, comm_), op);
+      const int count = mpi_count(op, t.numel());
+      const bool is_root = rank_ == root;
+      complete(op, [&](MPI_Request* r) {
+        return MPI_Ireduce(is_root ? MPI_IN_PLACE : host.data(), is_root ? host.data() : nullptr, count,
+                           mpi_type(t.dtype()), MPI_SUM, root, comm_, r);
+      });
+      if (is_root) {
         average(host.tensor(), reduce);
         host.store();
-      } else {
-        check_mpi(MPI_Reduce(host.data(), nullptr, count, mpi_type(t.dtype()), MPI_SUM, root, comm_), op);
       }
     });
   }
@@ -212,10 +225,11 @@ class MpiCommunicator : public Communicator {
       check_allgather_args(op, in, out, size_);
       // MPI forbids overlapping send and receive buffers (except its own in-place form).
       HostView send(overlap(in, out) ? in.clone() : in, true), receive(out, false);
-      int count = mpi_count(op, in.numel());
-      check_mpi(MPI_Allgather(send.data(), count, mpi_type(in.dtype()), receive.data(), count, mpi_type(in.dtype()),
-                              comm_),
-                op);
+      const int count = mpi_count(op, in.numel());
+      complete(op, [&](MPI_Request* r) {
+        return MPI_Iallgather(send.data(), count, mpi_type(in.dtype()), receive.data(), count, mpi_type(in.dtype()),
+                              comm_, r);
+      });
       receive.store();
     });
   }
@@ -226,22 +240,48 @@ class MpiCommunicator : public Communicator {
       check_reduce_scatter_args(op, in, out, size_);
       check_reducible(op, in, reduce, true);
       HostView send(overlap(in, out) ? in.clone() : in, true), receive(out, false);
-      check_mpi(MPI_Reduce_scatter_block(send.data(), receive.data(), mpi_count(op, out.numel()),
-                                         mpi_type(in.dtype()), MPI_SUM, comm_),
-                op);
+      const int count = mpi_count(op, out.numel());
+      complete(op, [&](MPI_Request* r) {
+        return MPI_Ireduce_scatter_block(send.data(), receive.data(), count, mpi_type(in.dtype()), MPI_SUM, comm_, r);
+      });
       average(receive.tensor(), reduce);
       receive.store();
     });
   }
 
   void barrier() override {
-    submit("barrier", 0, [this](const std::string& op) { check_mpi(MPI_Barrier(comm_), op); }).wait();
+    submit("barrier", 0, [this](const std::string& op) {
+      complete(op, [&](MPI_Request* r) { return MPI_Ibarrier(comm_, r); });
+    }).wait();
   }
 
   // Straight from the caller's thread (abort_job).
   void abort(const std::string& reason) override { abort_job(reason); }
 
  private:
+  // Starts a non-blocking collective, `start(&request)`, and polls it to completion,
+  // yielding between polls (a blocking MPI call spins the same way; a sleep would delay
+  // MPI's progress, which only polling drives). Not complete after the timeout: the job
+  // is aborted.
+  template <typename Start>
+  void complete(const std::string& op, Start start) {
+    MPI_Request request = MPI_REQUEST_NULL;
+    check_mpi(start(&request), op);
+    const auto deadline = std::chrono::steady_clock::now() + timeout_;
+    for (;;) {
+      int done = 0;
+      check_mpi(MPI_Test(&request, &done, MPI_STATUS_IGNORE), op);
+      if (done) return;
+      if (std::chrono::steady_clock::now() >= deadline) {
+        std::ostringstream why;
+        why << op << ": not complete after " << double(timeout_.count()) / 1000.0
+            << " s (the replica timeout, --replica-timeout): a rank died or hangs";
+        abort_job(why.str());
+      }
+      std::this_thread::yield();
+    }
+  }
+
   // In a trace, the collective is a span on the communication thread's lane, as the local
   // backend's are (comm/collective_span.h); `bytes` is this rank's input.
   Work submit(const char* name, int64_t bytes, std::function<void(const std::string& op)> body) {
@@ -260,13 +300,16 @@ class MpiCommunicator : public Communicator {
   }
 
   std::shared_ptr<MpiSession> session_;
+  const std::chrono::milliseconds timeout_;
   MPI_Comm comm_ = MPI_COMM_NULL;
   int rank_ = 0, size_ = 1;
 };
 
 }  // namespace
 
-std::unique_ptr<Communicator> make_mpi_communicator() { return std::make_unique<MpiCommunicator>(); }
+std::unique_ptr<Communicator> make_mpi_communicator(std::chrono::milliseconds timeout) {
+  return std::make_unique<MpiCommunicator>(timeout);
+}
 
 void abort_mpi_job_if_running(const std::string& reason) {
   if (world_size > 1) abort_job(reason);

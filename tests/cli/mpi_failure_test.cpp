@@ -1,7 +1,8 @@
 // A failing rank ends an mpirun job, it never hangs it (docs/fault-tolerance.md): a rank
 // whose run stops with an error calls MPI_Abort, which ends every rank, instead of
-// finalising MPI while the others wait for it in their next collective. Every run is
-// bounded (within_seconds): a hang fails.
+// finalising MPI while the others wait for it in their next collective; and a rank that
+// stalls is noticed by the others' --replica-timeout, which aborts the job naming the rank
+// that waited and the collective. Every run is bounded (within_seconds): a hang fails.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -60,6 +61,19 @@ TEST(CliMpiFailure, AnErrorOnRankOneAloneEndsTheJob) {
   const std::string rank0 = within_seconds(kLimitSeconds, dpcore::testing::mpirun(1)) + " " + DPCORE_BIN + " " + kJob;
   CommandResult r = run_command(kJob + " --resume --checkpoint /nonexistent-dir", rank0 + " : -np 1");
   expect_ended_failing(r, "dpcore: error: rank 1 aborts the MPI job: --resume: no checkpoint in /nonexistent-dir");
+#endif
+}
+
+// Rank 1 stops before its compute of step 2 and never comes back; rank 0's allreduce of
+// that step gives up after --replica-timeout and ends the job.
+TEST(CliMpiFailure, ARankThatHangsEndsTheJobAfterTheReplicaTimeout) {
+#ifndef DPCORE_MPIEXEC
+  GTEST_SKIP() << "built without MPI";
+#else
+  CommandResult r = mpirun_bounded(2, kJob + " --inject hang:replica=1,step=2 --replica-timeout 2");
+  expect_ended_failing(r,
+                       "dpcore: error: rank 0 aborts the MPI job: mpi allreduce: not complete after 2 s (the replica "
+                       "timeout, --replica-timeout): a rank died or hangs");
 #endif
 }
 
