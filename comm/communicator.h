@@ -85,13 +85,16 @@ struct LocalOptions {
 std::vector<std::unique_ptr<Communicator>> make_local_group(int world_size, const LocalOptions& options = {});
 
 // ---- mpi: one replica per process, launched by mpirun ----
-// Uses a duplicate of MPI_COMM_WORLD. Initialises MPI on first use (and finalises it at
-// exit) unless the program already did; then it must have asked for at least
-// MPI_THREAD_SERIALIZED, since every MPI call is made on dpcore's communication thread.
-// A collective not complete after `timeout` (a rank died or hangs; the CLI's
-// --replica-timeout) aborts the whole job, "dpcore: error: rank 0 aborts the MPI job: mpi
-// allreduce: not complete after 300 s (the replica timeout, --replica-timeout): ...": an
-// MPI collective cannot be cancelled, so the group could not go on.
+// Uses a duplicate of MPI_COMM_WORLD. Initialises MPI on first use, with
+// MPI_THREAD_MULTIPLE (and finalises it at exit), unless the program already did; then it
+// must have asked for at least MPI_THREAD_SERIALIZED, since every MPI call is made on
+// dpcore's communication thread (but an abort: below MULTIPLE, a rank that gives up exits
+// with status 1 instead of calling MPI_Abort, and mpirun ends the others for that).
+// A collective (MPI's blocking one) not complete after `timeout` (a rank died or hangs;
+// the CLI's --replica-timeout) aborts the whole job from the communicator's watchdog
+// thread, "dpcore: error: rank 0 aborts the MPI job: mpi allreduce: not complete after
+// 300 s (the replica timeout, --replica-timeout): ...": an MPI collective cannot be
+// cancelled, so the group could not go on.
 std::unique_ptr<Communicator> make_mpi_communicator(std::chrono::milliseconds timeout = std::chrono::seconds(300));
 // What a rank that gives up after an error calls before it returns: when this process is
 // one of several of an MPI job and has MPI initialised, prints "dpcore: error: rank R

@@ -1,17 +1,20 @@
 // The mpi backend: one replica per process, collectives on a duplicate of MPI_COMM_WORLD.
 //
-// Every MPI call of dpcore runs on one process-wide communication thread, the one that
-// initialised MPI: MPI then needs no thread support beyond FUNNELED, calls never race, and
-// collectives overlap with the caller's compute. CUDA tensors go through a host copy.
+// Every MPI call of dpcore but MPI_Abort runs on one process-wide communication thread,
+// the one that initialised MPI: calls never race, and collectives overlap with the
+// caller's compute. CUDA tensors go through a host copy.
 //
 // Errors: the communicator returns MPI errors (MPI_ERRORS_RETURN) and they become
 // dpcore::Error naming the collective. A rank that dies is a different matter: mpirun
 // notices and ends the whole job, which is how MPI jobs fail (docs/collectives.md). A rank
 // that gives up (an error, a collective past the timeout) ends the job with MPI_Abort.
 //
-// Collectives are MPI's non-blocking ones, polled: one that is not complete after the
-// timeout (--replica-timeout) aborts the job, since an MPI collective cannot be cancelled
-// and the ranks in it would wait for the missing one for ever.
+// Collectives are MPI's blocking ones, at full speed, each watched by the communicator's
+// CollectiveWatchdog: one not complete after the timeout (--replica-timeout) aborts the job
+// from the watchdog's thread, since an MPI collective cannot be cancelled and the ranks in
+// it would wait for the missing one for ever. dpcore asks for MPI_THREAD_MULTIPLE, under
+// which MPI_Abort may be called from that thread (or the caller's) while a collective
+// blocks.
 #include <mpi.h>
 
 #include <atomic>
@@ -20,10 +23,10 @@
 #include <cstdlib>
 #include <limits>
 #include <sstream>
-#include <thread>
 
 #include "comm/checks.h"
 #include "comm/collective_span.h"
+#include "comm/collective_watchdog.h"
 #include "comm/comm_thread.h"
 #include "comm/communicator.h"
 #include "engine/backend.h"
@@ -55,18 +58,21 @@ MPI_Datatype mpi_type(DType dtype) {
   return MPI_DATATYPE_NULL;
 }
 
-// This process's place in MPI_COMM_WORLD while MPI is initialised (size 0 otherwise): set
-// on the communication thread, read by whichever thread gives up on the job.
-std::atomic<int> world_rank{0}, world_size{0};
+// This process's place in MPI_COMM_WORLD and MPI's thread level while MPI is initialised
+// (size 0 otherwise): set on the communication thread, read by whichever thread gives up
+// on the job.
+std::atomic<int> world_rank{0}, world_size{0}, thread_level{MPI_THREAD_SINGLE};
 
 // Prints "dpcore: error: rank R aborts the MPI job: REASON" and ends every process of the
-// job (exit status 1). From any thread: the communication thread may be the one stuck, and
-// MPI_Abort is meant for exactly this.
+// job (exit status 1). From any thread: the communication thread may be the one stuck in a
+// collective. MPI_Abort may be called from another thread only under MPI_THREAD_MULTIPLE;
+// below it the process exits with status 1 without finalising, and mpirun ends the other
+// ranks for that instead (about a second later than after MPI_Abort).
 [[noreturn]] void abort_job(const std::string& reason) {
   std::fprintf(stderr, "dpcore: error: rank %d aborts the MPI job: %s\n", world_rank.load(), reason.c_str());
   std::fflush(nullptr);  // stdout too: the log up to the failure
-  MPI_Abort(MPI_COMM_WORLD, 1);
-  std::_Exit(1);  // (MPI_Abort does not return)
+  if (thread_level == MPI_THREAD_MULTIPLE) MPI_Abort(MPI_COMM_WORLD, 1);  // does not return
+  std::_Exit(1);
 }
 
 // MPI for the whole process, alive until exit so that MPI is finalised exactly once.
@@ -84,10 +90,12 @@ class MpiSession {
       MPI_Finalized(&finalized);
       DPCORE_CHECK(!finalized, "mpi: MPI was already finalized in this process");
       if (!initialized) {
+        // Every call but an abort is made on this thread (FUNNELED); MULTIPLE lets the
+        // watchdog's thread abort while this one blocks. (Open MPI provides it.)
         int provided = 0;
-        check_mpi(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided), "mpi: MPI_Init_thread");
+        check_mpi(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided), "mpi: MPI_Init_thread");
         owns_mpi_ = true;
-        record_world();
+        record_world(provided);
         return;
       }
       // The program initialised MPI on another thread: this one may call MPI only if
@@ -97,7 +105,7 @@ class MpiSession {
       DPCORE_CHECK(level >= MPI_THREAD_SERIALIZED, "mpi: MPI was initialised with thread level ", level,
                    "; dpcore calls MPI from its communication thread and needs MPI_THREAD_SERIALIZED (",
                    MPI_THREAD_SERIALIZED, ") or more: initialise with MPI_Init_thread");
-      record_world();
+      record_world(level);
     });
   }
   ~MpiSession() {
@@ -111,11 +119,12 @@ class MpiSession {
   CommThread& thread() { return thread_; }
 
  private:
-  static void record_world() {
+  static void record_world(int level) {
     int rank = 0, size = 0;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     world_rank = rank;
+    thread_level = level;
     world_size = size;
   }
 
@@ -154,8 +163,8 @@ bool overlap(const Tensor& a, const Tensor& b) {
 
 class MpiCommunicator : public Communicator {
  public:
-  explicit MpiCommunicator(std::chrono::milliseconds timeout) : session_(MpiSession::get()), timeout_(timeout) {
-    DPCORE_CHECK(timeout.count() > 0, "make_mpi_communicator: timeout ", timeout.count(), " ms; must be positive");
+  explicit MpiCommunicator(std::chrono::milliseconds timeout)
+      : session_(MpiSession::get()), watchdog_(timeout, [timeout](const std::string& op) { time_out(op, timeout); }) {
     session_->thread().run([this] {
       check_mpi(MPI_Comm_dup(MPI_COMM_WORLD, &comm_), "mpi: MPI_Comm_dup");
       check_mpi(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN), "mpi: MPI_Comm_set_errhandler");
@@ -165,7 +174,7 @@ class MpiCommunicator : public Communicator {
     });
   }
   // Frees the communicator after the collectives still queued (its error, if any, has
-  // nobody left to tell).
+  // nobody left to tell); the watchdog stops after them.
   ~MpiCommunicator() override {
     session_->thread().run([this] { MPI_Comm_free(&comm_); });
   }
@@ -180,9 +189,7 @@ class MpiCommunicator : public Communicator {
       check_reducible(op, t, reduce, true);
       HostView host(t, true);
       const int count = mpi_count(op, t.numel());
-      complete(op, [&](MPI_Request* r) {
-        return MPI_Iallreduce(MPI_IN_PLACE, host.data(), count, mpi_type(t.dtype()), MPI_SUM, comm_, r);
-      });
+      call(op, [&] { return MPI_Allreduce(MPI_IN_PLACE, host.data(), count, mpi_type(t.dtype()), MPI_SUM, comm_); });
       average(host.tensor(), reduce);
       host.store();
     });
@@ -195,7 +202,7 @@ class MpiCommunicator : public Communicator {
       check_root(op, root, size_);
       HostView host(t, rank_ == root);
       const int count = mpi_count(op, t.numel());
-      complete(op, [&](MPI_Request* r) { return MPI_Ibcast(host.data(), count, mpi_type(t.dtype()), root, comm_, r); });
+      call(op, [&] { return MPI_Bcast(host.data(), count, mpi_type(t.dtype()), root, comm_); });
       if (rank_ != root) host.store();
     });
   }
@@ -208,9 +215,9 @@ class MpiCommunicator : public Communicator {
       HostView host(t, true);
       const int count = mpi_count(op, t.numel());
       const bool is_root = rank_ == root;
-      complete(op, [&](MPI_Request* r) {
-        return MPI_Ireduce(is_root ? MPI_IN_PLACE : host.data(), is_root ? host.data() : nullptr, count,
-                           mpi_type(t.dtype()), MPI_SUM, root, comm_, r);
+      call(op, [&] {
+        return MPI_Reduce(is_root ? MPI_IN_PLACE : host.data(), is_root ? host.data() : nullptr, count,
+                          mpi_type(t.dtype()), MPI_SUM, root, comm_);
       });
       if (is_root) {
         average(host.tensor(), reduce);
@@ -226,9 +233,9 @@ class MpiCommunicator : public Communicator {
       // MPI forbids overlapping send and receive buffers (except its own in-place form).
       HostView send(overlap(in, out) ? in.clone() : in, true), receive(out, false);
       const int count = mpi_count(op, in.numel());
-      complete(op, [&](MPI_Request* r) {
-        return MPI_Iallgather(send.data(), count, mpi_type(in.dtype()), receive.data(), count, mpi_type(in.dtype()),
-                              comm_, r);
+      call(op, [&] {
+        return MPI_Allgather(send.data(), count, mpi_type(in.dtype()), receive.data(), count, mpi_type(in.dtype()),
+                             comm_);
       });
       receive.store();
     });
@@ -241,8 +248,8 @@ class MpiCommunicator : public Communicator {
       check_reducible(op, in, reduce, true);
       HostView send(overlap(in, out) ? in.clone() : in, true), receive(out, false);
       const int count = mpi_count(op, out.numel());
-      complete(op, [&](MPI_Request* r) {
-        return MPI_Ireduce_scatter_block(send.data(), receive.data(), count, mpi_type(in.dtype()), MPI_SUM, comm_, r);
+      call(op, [&] {
+        return MPI_Reduce_scatter_block(send.data(), receive.data(), count, mpi_type(in.dtype()), MPI_SUM, comm_);
       });
       average(receive.tensor(), reduce);
       receive.store();
@@ -251,7 +258,7 @@ class MpiCommunicator : public Communicator {
 
   void barrier() override {
     submit("barrier", 0, [this](const std::string& op) {
-      complete(op, [&](MPI_Request* r) { return MPI_Ibarrier(comm_, r); });
+      call(op, [&] { return MPI_Barrier(comm_); });
     }).wait();
   }
 
@@ -259,27 +266,18 @@ class MpiCommunicator : public Communicator {
   void abort(const std::string& reason) override { abort_job(reason); }
 
  private:
-  // Starts a non-blocking collective, `start(&request)`, and polls it to completion,
-  // yielding between polls (a blocking MPI call spins the same way; a sleep would delay
-  // MPI's progress, which only polling drives). Not complete after the timeout: the job
-  // is aborted.
-  template <typename Start>
-  void complete(const std::string& op, Start start) {
-    MPI_Request request = MPI_REQUEST_NULL;
-    check_mpi(start(&request), op);
-    const auto deadline = std::chrono::steady_clock::now() + timeout_;
-    for (;;) {
-      int done = 0;
-      check_mpi(MPI_Test(&request, &done, MPI_STATUS_IGNORE), op);
-      if (done) return;
-      if (std::chrono::steady_clock::now() >= deadline) {
-        std::ostringstream why;
-        why << op << ": not complete after " << double(timeout_.count()) / 1000.0
-            << " s (the replica timeout, --replica-timeout): a rank died or hangs";
-        abort_job(why.str());
-      }
-      std::this_thread::yield();
-    }
+  // Makes the blocking collective `mpi_call()` under the watchdog's watch.
+  template <typename MpiCall>
+  void call(const std::string& op, MpiCall mpi_call) {
+    check_mpi(watchdog_.watch(op, mpi_call), op);
+  }
+
+  // What the watchdog does with a collective not complete after the timeout.
+  [[noreturn]] static void time_out(const std::string& op, std::chrono::milliseconds timeout) {
+    std::ostringstream why;
+    why << op << ": not complete after " << double(timeout.count()) / 1000.0
+        << " s (the replica timeout, --replica-timeout): a rank died or hangs";
+    abort_job(why.str());
   }
 
   // In a trace, the collective is a span on the communication thread's lane, as the local
@@ -300,7 +298,7 @@ class MpiCommunicator : public Communicator {
   }
 
   std::shared_ptr<MpiSession> session_;
-  const std::chrono::milliseconds timeout_;
+  CollectiveWatchdog watchdog_;
   MPI_Comm comm_ = MPI_COMM_NULL;
   int rank_ = 0, size_ = 1;
 };
