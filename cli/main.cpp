@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "cli/launch.h"
+#include "comm/communicator.h"
 #include "engine/backend.h"
 #include "engine/device.h"
 #include "engine/runtime.h"
@@ -541,6 +542,8 @@ int main(int argc, char** argv) {
       dpcore::train::evaluate(eval, std::cout);
     }
   } catch (const dpcore::Error& e) {
+    // One rank of several under mpirun ends them all here (they would wait for it).
+    dpcore::comm::abort_mpi_job_if_running(e.what());
     std::cerr << "dpcore: error: " << e.what() << "\n";
     return 1;
   }

@@ -85,10 +85,24 @@ struct LocalOptions {
 std::vector<std::unique_ptr<Communicator>> make_local_group(int world_size, const LocalOptions& options = {});
 
 // ---- mpi: one replica per process, launched by mpirun ----
-// Uses a duplicate of MPI_COMM_WORLD. Initialises MPI on first use (and finalises it at
-// exit) unless the program already did; then it must have asked for at least
-// MPI_THREAD_SERIALIZED, since every MPI call is made on dpcore's communication thread.
-std::unique_ptr<Communicator> make_mpi_communicator();
+// Uses a duplicate of MPI_COMM_WORLD. Initialises MPI on first use, with
+// MPI_THREAD_MULTIPLE (and finalises it at exit), unless the program already did; then it
+// must have asked for at least MPI_THREAD_SERIALIZED, since every MPI call is made on
+// dpcore's communication thread (but an abort: below MULTIPLE, a rank that gives up exits
+// with status 1 instead of calling MPI_Abort, and mpirun ends the others for that).
+// A collective (MPI's blocking one) not complete after `timeout` (a rank died or hangs;
+// the CLI's --replica-timeout) aborts the whole job from the communicator's watchdog
+// thread, "dpcore: error: rank 0 aborts the MPI job: mpi allreduce: not complete after
+// 300 s (the replica timeout, --replica-timeout): ...": an MPI collective cannot be
+// cancelled, so the group could not go on.
+std::unique_ptr<Communicator> make_mpi_communicator(std::chrono::milliseconds timeout = std::chrono::seconds(300));
+// What a rank that gives up after an error calls before it returns: when this process is
+// one of several of an MPI job and has MPI initialised, prints "dpcore: error: rank R
+// aborts the MPI job: REASON" and ends every rank with MPI_Abort (exit status 1), since
+// finalising MPI instead would wait for the other ranks while they wait for this one in
+// their next collective. Otherwise (one process, MPI not in use) returns at once, and the
+// process ends as usual.
+void abort_mpi_job_if_running(const std::string& reason);
 // Copies `bytes` bytes at `data` from rank `root` to every rank of MPI_COMM_WORLD
 // (initialising MPI like make_mpi_communicator). Shares the NCCL unique id between
 // processes.
@@ -140,7 +154,7 @@ struct CommConfig {
   // started by mpirun (one process per GPU, NCCL's id shared over MPI): exactly one; the
   // number of processes comes from mpirun.
   std::vector<Device> devices = {Device::cpu()};
-  LocalOptions local;  // its timeout also bounds each nccl collective
+  LocalOptions local;  // its timeout also bounds each nccl and mpi collective
 };
 // The communicators of this process's replicas, rank order. Fails with a clear error for
 // an unknown backend, a backend this build lacks (and how to enable it), or a device list

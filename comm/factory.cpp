@@ -21,7 +21,8 @@ namespace {
 }  // namespace
 
 #ifndef DPCORE_COMM_MPI
-std::unique_ptr<Communicator> make_mpi_communicator() { fail(kNoMpi); }
+std::unique_ptr<Communicator> make_mpi_communicator(std::chrono::milliseconds) { fail(kNoMpi); }
+void abort_mpi_job_if_running(const std::string&) {}  // without MPI there is no MPI job to end
 void mpi_broadcast_bytes(void*, size_t, int) { fail(kNoMpi); }
 std::vector<std::string> mpi_allgather_strings(const std::string&) { fail(kNoMpi); }
 #endif
@@ -103,7 +104,7 @@ std::vector<std::unique_ptr<Communicator>> make_communicators(const CommConfig& 
     DPCORE_CHECK(replicas == 1, "mpi: one replica per process, not ", replicas,
                  " — start N processes with mpirun -np N, or use --backend local for replicas in one process");
     std::vector<std::unique_ptr<Communicator>> group;
-    group.push_back(make_mpi_communicator());
+    group.push_back(make_mpi_communicator(config.local.timeout));
     return group;
   }
   fail("unknown communication backend '", name, "': choose local, nccl or mpi");

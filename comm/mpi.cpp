@@ -1,19 +1,32 @@
 // The mpi backend: one replica per process, collectives on a duplicate of MPI_COMM_WORLD.
 //
-// Every MPI call of dpcore runs on one process-wide communication thread, the one that
-// initialised MPI: MPI then needs no thread support beyond FUNNELED, calls never race, and
-// collectives overlap with the caller's compute. CUDA tensors go through a host copy.
+// Every MPI call of dpcore but MPI_Abort runs on one process-wide communication thread,
+// the one that initialised MPI: calls never race, and collectives overlap with the
+// caller's compute. CUDA tensors go through a host copy.
 //
 // Errors: the communicator returns MPI errors (MPI_ERRORS_RETURN) and they become
 // dpcore::Error naming the collective. A rank that dies is a different matter: mpirun
-// notices and ends the whole job, which is how MPI jobs fail (docs/collectives.md).
+// notices and ends the whole job, which is how MPI jobs fail (docs/collectives.md). A rank
+// that gives up (an error, a collective past the timeout) ends the job with MPI_Abort.
+//
+// Collectives are MPI's blocking ones, at full speed, each watched by the communicator's
+// CollectiveWatchdog: one not complete after the timeout (--replica-timeout) aborts the job
+// from the watchdog's thread, since an MPI collective cannot be cancelled and the ranks in
+// it would wait for the missing one for ever. dpcore asks for MPI_THREAD_MULTIPLE, under
+// which MPI_Abort may be called from that thread (or the caller's) while a collective
+// blocks.
 #include <mpi.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <limits>
+#include <sstream>
 
 #include "comm/checks.h"
 #include "comm/collective_span.h"
+#include "comm/collective_watchdog.h"
 #include "comm/comm_thread.h"
 #include "comm/communicator.h"
 #include "engine/backend.h"
@@ -45,6 +58,23 @@ MPI_Datatype mpi_type(DType dtype) {
   return MPI_DATATYPE_NULL;
 }
 
+// This process's place in MPI_COMM_WORLD and MPI's thread level while MPI is initialised
+// (size 0 otherwise): set on the communication thread, read by whichever thread gives up
+// on the job.
+std::atomic<int> world_rank{0}, world_size{0}, thread_level{MPI_THREAD_SINGLE};
+
+// Prints "dpcore: error: rank R aborts the MPI job: REASON" and ends every process of the
+// job (exit status 1). From any thread: the communication thread may be the one stuck in a
+// collective. MPI_Abort may be called from another thread only under MPI_THREAD_MULTIPLE;
+// below it the process exits with status 1 without finalising, and mpirun ends the other
+// ranks for that instead (about a second later than after MPI_Abort).
+[[noreturn]] void abort_job(const std::string& reason) {
+  std::fprintf(stderr, "dpcore: error: rank %d aborts the MPI job: %s\n", world_rank.load(), reason.c_str());
+  std::fflush(nullptr);  // stdout too: the log up to the failure
+  if (thread_level == MPI_THREAD_MULTIPLE) MPI_Abort(MPI_COMM_WORLD, 1);  // does not return
+  std::_Exit(1);
+}
+
 // MPI for the whole process, alive until exit so that MPI is finalised exactly once.
 class MpiSession {
  public:
@@ -60,9 +90,12 @@ class MpiSession {
       MPI_Finalized(&finalized);
       DPCORE_CHECK(!finalized, "mpi: MPI was already finalized in this process");
       if (!initialized) {
+        // Every call but an abort is made on this thread (FUNNELED); MULTIPLE lets the
+        // watchdog's thread abort while this one blocks. (Open MPI provides it.)
         int provided = 0;
-        check_mpi(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided), "mpi: MPI_Init_thread");
+        check_mpi(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided), "mpi: MPI_Init_thread");
         owns_mpi_ = true;
+        record_world(provided);
         return;
       }
       // The program initialised MPI on another thread: this one may call MPI only if
@@ -72,17 +105,29 @@ class MpiSession {
       DPCORE_CHECK(level >= MPI_THREAD_SERIALIZED, "mpi: MPI was initialised with thread level ", level,
                    "; dpcore calls MPI from its communication thread and needs MPI_THREAD_SERIALIZED (",
                    MPI_THREAD_SERIALIZED, ") or more: initialise with MPI_Init_thread");
+      record_world(level);
     });
   }
   ~MpiSession() {
     thread_.run([this] {
-      if (owns_mpi_) MPI_Finalize();
+      if (!owns_mpi_) return;
+      world_size = 0;
+      MPI_Finalize();
     });
   }
 
   CommThread& thread() { return thread_; }
 
  private:
+  static void record_world(int level) {
+    int rank = 0, size = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    world_rank = rank;
+    thread_level = level;
+    world_size = size;
+  }
+
   bool owns_mpi_ = false;
   CommThread thread_;
 };
@@ -118,7 +163,8 @@ bool overlap(const Tensor& a, const Tensor& b) {
 
 class MpiCommunicator : public Communicator {
  public:
-  MpiCommunicator() : session_(MpiSession::get()) {
+  explicit MpiCommunicator(std::chrono::milliseconds timeout)
+      : session_(MpiSession::get()), watchdog_(timeout, [timeout](const std::string& op) { time_out(op, timeout); }) {
     session_->thread().run([this] {
       check_mpi(MPI_Comm_dup(MPI_COMM_WORLD, &comm_), "mpi: MPI_Comm_dup");
       check_mpi(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN), "mpi: MPI_Comm_set_errhandler");
@@ -128,7 +174,7 @@ class MpiCommunicator : public Communicator {
     });
   }
   // Frees the communicator after the collectives still queued (its error, if any, has
-  // nobody left to tell).
+  // nobody left to tell); the watchdog stops after them.
   ~MpiCommunicator() override {
     session_->thread().run([this] { MPI_Comm_free(&comm_); });
   }
@@ -142,8 +188,8 @@ class MpiCommunicator : public Communicator {
     return submit("allreduce", int64_t(t.nbytes()), [=](const std::string& op) {
       check_reducible(op, t, reduce, true);
       HostView host(t, true);
-      check_mpi(MPI_Allreduce(MPI_IN_PLACE, host.data(), mpi_count(op, t.numel()), mpi_type(t.dtype()), MPI_SUM, comm_),
-                op);
+      const int count = mpi_count(op, t.numel());
+      call(op, [&] { return MPI_Allreduce(MPI_IN_PLACE, host.data(), count, mpi_type(t.dtype()), MPI_SUM, comm_); });
       average(host.tensor(), reduce);
       host.store();
     });
@@ -155,7 +201,8 @@ class MpiCommunicator : public Communicator {
       check_defined(op, "input", t);
       check_root(op, root, size_);
       HostView host(t, rank_ == root);
-      check_mpi(MPI_Bcast(host.data(), mpi_count(op, t.numel()), mpi_type(t.dtype()), root, comm_), op);
+      const int count = mpi_count(op, t.numel());
+      call(op, [&] { return MPI_Bcast(host.data(), count, mpi_type(t.dtype()), root, comm_); });
       if (rank_ != root) host.store();
     });
   }
@@ -166,13 +213,15 @@ class MpiCommunicator : public Communicator {
       check_reducible(op, t, reduce, true);
       check_root(op, root, size_);
       HostView host(t, true);
-      int count = mpi_count(op, t.numel());
-      if (rank_ == root) {
-        check_mpi(MPI_Reduce(MPI_IN_PLACE, host.data(), count, mpi_type(t.dtype()), MPI_SUM, root, comm_), op);
+      const int count = mpi_count(op, t.numel());
+      const bool is_root = rank_ == root;
+      call(op, [&] {
+        return MPI_Reduce(is_root ? MPI_IN_PLACE : host.data(), is_root ? host.data() : nullptr, count,
+                          mpi_type(t.dtype()), MPI_SUM, root, comm_);
+      });
+      if (is_root) {
         average(host.tensor(), reduce);
         host.store();
-      } else {
-        check_mpi(MPI_Reduce(host.data(), nullptr, count, mpi_type(t.dtype()), MPI_SUM, root, comm_), op);
       }
     });
   }
@@ -183,10 +232,11 @@ class MpiCommunicator : public Communicator {
       check_allgather_args(op, in, out, size_);
       // MPI forbids overlapping send and receive buffers (except its own in-place form).
       HostView send(overlap(in, out) ? in.clone() : in, true), receive(out, false);
-      int count = mpi_count(op, in.numel());
-      check_mpi(MPI_Allgather(send.data(), count, mpi_type(in.dtype()), receive.data(), count, mpi_type(in.dtype()),
-                              comm_),
-                op);
+      const int count = mpi_count(op, in.numel());
+      call(op, [&] {
+        return MPI_Allgather(send.data(), count, mpi_type(in.dtype()), receive.data(), count, mpi_type(in.dtype()),
+                             comm_);
+      });
       receive.store();
     });
   }
@@ -197,27 +247,39 @@ class MpiCommunicator : public Communicator {
       check_reduce_scatter_args(op, in, out, size_);
       check_reducible(op, in, reduce, true);
       HostView send(overlap(in, out) ? in.clone() : in, true), receive(out, false);
-      check_mpi(MPI_Reduce_scatter_block(send.data(), receive.data(), mpi_count(op, out.numel()),
-                                         mpi_type(in.dtype()), MPI_SUM, comm_),
-                op);
+      const int count = mpi_count(op, out.numel());
+      call(op, [&] {
+        return MPI_Reduce_scatter_block(send.data(), receive.data(), count, mpi_type(in.dtype()), MPI_SUM, comm_);
+      });
       average(receive.tensor(), reduce);
       receive.store();
     });
   }
 
   void barrier() override {
-    submit("barrier", 0, [this](const std::string& op) { check_mpi(MPI_Barrier(comm_), op); }).wait();
+    submit("barrier", 0, [this](const std::string& op) {
+      call(op, [&] { return MPI_Barrier(comm_); });
+    }).wait();
   }
 
-  // Straight from the caller's thread: the communication thread may be the one stuck.
-  // MPI_Abort is meant for exactly this and ends every process of the job.
-  void abort(const std::string& reason) override {
-    std::fprintf(stderr, "dpcore: rank %d aborts the MPI job: %s\n", rank_, reason.c_str());
-    std::fflush(stderr);
-    MPI_Abort(comm_, 1);
-  }
+  // Straight from the caller's thread (abort_job).
+  void abort(const std::string& reason) override { abort_job(reason); }
 
  private:
+  // Makes the blocking collective `mpi_call()` under the watchdog's watch.
+  template <typename MpiCall>
+  void call(const std::string& op, MpiCall mpi_call) {
+    check_mpi(watchdog_.watch(op, mpi_call), op);
+  }
+
+  // What the watchdog does with a collective not complete after the timeout.
+  [[noreturn]] static void time_out(const std::string& op, std::chrono::milliseconds timeout) {
+    std::ostringstream why;
+    why << op << ": not complete after " << double(timeout.count()) / 1000.0
+        << " s (the replica timeout, --replica-timeout): a rank died or hangs";
+    abort_job(why.str());
+  }
+
   // In a trace, the collective is a span on the communication thread's lane, as the local
   // backend's are (comm/collective_span.h); `bytes` is this rank's input.
   Work submit(const char* name, int64_t bytes, std::function<void(const std::string& op)> body) {
@@ -236,13 +298,20 @@ class MpiCommunicator : public Communicator {
   }
 
   std::shared_ptr<MpiSession> session_;
+  CollectiveWatchdog watchdog_;
   MPI_Comm comm_ = MPI_COMM_NULL;
   int rank_ = 0, size_ = 1;
 };
 
 }  // namespace
 
-std::unique_ptr<Communicator> make_mpi_communicator() { return std::make_unique<MpiCommunicator>(); }
+std::unique_ptr<Communicator> make_mpi_communicator(std::chrono::milliseconds timeout) {
+  return std::make_unique<MpiCommunicator>(timeout);
+}
+
+void abort_mpi_job_if_running(const std::string& reason) {
+  if (world_size > 1) abort_job(reason);
+}
 
 void mpi_broadcast_bytes(void* data, size_t bytes, int root) {
   DPCORE_CHECK(bytes <= size_t(std::numeric_limits<int>::max()), "mpi_broadcast_bytes: ", bytes,

@@ -242,7 +242,7 @@ AsyncRunner::AsyncRunner(std::unique_ptr<layers::Model> model, const SgdConfig& 
   s.max_staleness = options.max_staleness;
   s.timeout = std::chrono::milliseconds(int64_t(options.timeout_s * 1000));
   s.faults = options.faults;
-  s.faults.check(options.replicas, "--replicas " + std::to_string(options.replicas), options.backend);
+  s.faults.check(options.replicas, "--replicas " + std::to_string(options.replicas));
   for (const Device& d : replica_devices(options, model->device())) s.replicas.push_back(model->replicate(d));
   s.master = std::move(model);
   s.sgd = std::make_unique<Sgd>(s.master->parameters(), sgd);

@@ -185,8 +185,7 @@ ReplicatedRunner::ReplicatedRunner(const ParallelOptions& options, int64_t accum
 void ReplicatedRunner::check_faults(int world_size, const ParallelOptions& options) const {
   faults_.check(world_size,
                 world_size != options.replicas ? std::to_string(world_size) + " processes (mpirun -np)"
-                                               : "--replicas " + std::to_string(world_size),
-                options.backend);
+                                               : "--replicas " + std::to_string(world_size));
 }
 
 void ReplicatedRunner::start(std::unique_ptr<layers::Model> model, const std::vector<Device>& devices,

@@ -225,7 +225,7 @@ bool FaultInjector::writes_gradients(int replica, int64_t step) const {
   return false;
 }
 
-void FaultInjector::check(int replicas, const std::string& replicas_flag, const std::string& backend) const {
+void FaultInjector::check(int replicas, const std::string& replicas_flag) const {
   for (const Fault& f : faults_) {
     DPCORE_CHECK(f.replica < replicas, "--inject ", describe(f), ": replica ", f.replica, " does not exist with ",
                  replicas_flag, " (replicas are 0 to ", replicas - 1, ")");
@@ -234,8 +234,6 @@ void FaultInjector::check(int replicas, const std::string& replicas_flag, const 
     // where nothing would ever notice, rather than hanging the process for good.
     DPCORE_CHECK(replicas > 1, "--inject ", describe(f), ": with one replica nothing would notice the hang ",
                  "(the --replica-timeout is a peer's wait in a collective): use --replicas 2 or more");
-    DPCORE_CHECK(backend != "mpi", "--inject ", describe(f), ": with --backend mpi nothing would notice the hang ",
-                 "(the mpi communicator has no timeout; docs/fault-tolerance.md): use --backend local");
   }
 }
 

@@ -70,8 +70,8 @@ class FaultInjector {
 
   // Refuses, naming the fault, what this run cannot carry out: a replica outside
   // 0..replicas-1 (`replicas_flag` names where R comes from, e.g. "--replicas 2"), and a
-  // hang no timeout would notice (one replica; --backend mpi, whose communicator has none).
-  void check(int replicas, const std::string& replicas_flag, const std::string& backend) const;
+  // hang no timeout would notice (one replica: no peer waits for it).
+  void check(int replicas, const std::string& replicas_flag) const;
 
   // Ends the injected hangs of every copy of this injector: each then throws. Called when
   // the run gives up on its replicas (a peer's collective timed out and the group was

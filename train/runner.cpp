@@ -16,7 +16,7 @@ SingleDeviceRunner::SingleDeviceRunner(std::unique_ptr<Model> model, const SgdCo
       guards_(options.guards),
       guarded_(!options.faults.empty() || options.guards.skip_nonfinite) {
   DPCORE_CHECK(accum >= 1, "--accum ", accum, " must be at least 1");
-  faults_.check(1, "one replica", options.backend);
+  faults_.check(1, "one replica");
   if (guarded_ && backend_for(model_->device()).make_graph(model_->device().index)) {
     std::cerr << "dpcore: note: --inject and --skip-nonfinite run every step without a CUDA graph (they act "
                  "between backward and the optimizer step, where a recorded step cannot stop)\n";

@@ -43,6 +43,14 @@ inline std::string mpirun(int processes) {
 }
 #endif
 
+// `launcher` (a run_command launcher, environment assignments first or none) ended after
+// `seconds` (SIGTERM, then SIGKILL 10 s later): a command that hangs then exits with
+// kTimedOut, so a test of what must not hang fails instead of blocking.
+constexpr int kTimedOut = 124;  // timeout(1)'s status
+inline std::string within_seconds(int seconds, const std::string& launcher) {
+  return "timeout -k 10 " + std::to_string(seconds) + " env " + launcher;
+}
+
 inline std::string slurp(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
   return std::string(std::istreambuf_iterator<char>(f), {});
