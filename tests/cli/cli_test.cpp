@@ -427,7 +427,7 @@ TEST(Cli, TraceRecordsTheStepsItNamesOnEveryLane) {
 }
 
 // --explain tells the run's first step once, in the moves of its mode, before the run goes
-// on (tests/train/explain_test.cpp checks its numbers against the runners' own state).
+// on (tests/train/explain_test.cpp checks its numbers against values known without the runner).
 TEST(Cli, ExplainTellsTheFirstStepOnce) {
   auto occurrences = [](const std::string& text, const std::string& what) {
     size_t n = 0;
