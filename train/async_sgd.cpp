@@ -193,6 +193,12 @@ void replica_loop(std::shared_ptr<AsyncRunner::State> state, int r) {
     s.in_flight[size_t(r)] = -1;
     s.last_progress = Clock::now();
     s.changed.notify_all();
+    try {
+      s.faults.after_step(r, pieces);  // (its update is applied and counted)
+    } catch (const std::exception& e) {
+      s.fail_replica(r, e.what());
+      return finish();
+    }
   }
 }
 

@@ -67,6 +67,7 @@ StepStats LocalSgdRunner::step(const data::Batch& batch) {
     lane.compute = seconds_since(started);  // (an injected slowdown included)
     rep.sgd->step();
     finish_device_work(rep);
+    faults_.after_step(rank, step);
     lane.optimizer = rep.sgd->last_step_seconds();
     lane.samples = size;
   });
