@@ -29,9 +29,8 @@ int64_t kept_step(const std::string& name) {
     return -1;
   }
   const std::string digits = name.substr(prefix, name.size() - prefix - suffix);
-  if (digits.size() > 18 || !std::all_of(digits.begin(), digits.end(), [](unsigned char c) { return std::isdigit(c); })) {
-    return -1;
-  }
+  const bool all_digits = std::all_of(digits.begin(), digits.end(), [](unsigned char c) { return std::isdigit(c); });
+  if (digits.size() > 18 || !all_digits) return -1;
   return std::stoll(digits);
 }
 

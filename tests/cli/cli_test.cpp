@@ -355,7 +355,8 @@ TEST(Cli, KillingTheProcessNeverLeavesABrokenCheckpoint) {
     ASSERT_GE(pid, 0);
     if (pid == 0) {
       freopen("/dev/null", "w", stdout);
-      const std::string command = std::string(DPCORE_BIN) + " " + args + " --steps 100000" + (attempt ? " --resume" : "");
+      const std::string command =
+          std::string(DPCORE_BIN) + " " + args + " --steps 100000" + (attempt ? " --resume" : "");
       execl("/bin/sh", "sh", "-c", ("exec " + command).c_str(), nullptr);
       _exit(127);
     }

@@ -116,7 +116,8 @@ TEST(CheckpointFiles, TheKeptCopyWithoutHardLinksIsWholeAndSynced) {
   EXPECT_EQ(checkpoint_progress(read_checkpoint(kept)).step, 3);
   EXPECT_TRUE(synced(kept)) << "the kept copy was never synced";
   EXPECT_TRUE(synced(dir.path())) << "nor its directory";
-  EXPECT_EQ(names_in(dir.path()), (std::vector<std::string>{"checkpoint-00000003.safetensors", "checkpoint.safetensors"}));
+  EXPECT_EQ(names_in(dir.path()),
+            (std::vector<std::string>{"checkpoint-00000003.safetensors", "checkpoint.safetensors"}));
 }
 
 // A write killed midway leaves its temporary file ("<target>.tmp-" and six characters, the
