@@ -271,9 +271,10 @@ void add_fault_tolerance_flags(CLI::App& cmd, TrainOptions& o) {
            o.parallel.faults = dpcore::train::FaultInjector(std::move(faults));
          },
          "make a replica fail at a step, to try recovery and the guards (repeatable; also read from the environment "
-         "variable DPCORE_INJECT, ';' between faults): KIND:replica=R,step=S[,factor=F], KIND throw, hang, exit, "
-         "nan (NaN gradients), bitflip (one bit of the first parameter), slow (compute takes F times as long from "
-         "step S, default 1), e.g. nan:replica=1,step=3 (docs/fault-tolerance.md)")
+         "variable DPCORE_INJECT, ';' between faults): KIND:replica=R,step=S[,factor=F], KIND throw, throw-after-step "
+         "(after its optimizer step), hang, exit, nan (NaN gradients), bitflip (one bit of the first parameter), "
+         "slow (compute takes F times as long from step S, default 1), e.g. nan:replica=1,step=3 "
+         "(docs/fault-tolerance.md)")
       ->expected(1)
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   CLI::Option* skip = cmd.add_flag("--skip-nonfinite", o.parallel.guards.skip_nonfinite,

@@ -181,6 +181,7 @@ bool compute_and_apply(AsyncRunner::State& s, int r, layers::Model& model, std::
   s.in_flight[size_t(r)] = -1;
   s.last_progress = Clock::now();
   s.changed.notify_all();
+  s.faults.after_step(r, piece_number);  // (its update is applied and counted)
   return true;
 }
 

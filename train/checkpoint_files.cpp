@@ -4,8 +4,10 @@
 #include <cctype>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <utility>
 
+#include "engine/io/atomic_file.h"
 #include "train/checkpoint.h"
 
 namespace dpcore::train {
@@ -18,25 +20,43 @@ constexpr const char* kNewest = "checkpoint.safetensors";
 constexpr const char* kKeptPrefix = "checkpoint-";
 constexpr const char* kSuffix = ".safetensors";
 
+// The step of a kept (older) checkpoint's file name, or -1 when `name` is not one (a user's
+// "checkpoint-best.safetensors" is not).
+int64_t kept_step(const std::string& name) {
+  const size_t prefix = std::char_traits<char>::length(kKeptPrefix), suffix = std::char_traits<char>::length(kSuffix);
+  if (name.size() <= prefix + suffix || name.compare(0, prefix, kKeptPrefix) != 0 ||
+      name.compare(name.size() - suffix, suffix, kSuffix) != 0) {
+    return -1;
+  }
+  const std::string digits = name.substr(prefix, name.size() - prefix - suffix);
+  const bool all_digits = std::all_of(digits.begin(), digits.end(), [](unsigned char c) { return std::isdigit(c); });
+  if (digits.size() > 18 || !all_digits) return -1;
+  return std::stoll(digits);
+}
+
 // The kept (older) checkpoints in `dir`, by falling step.
 std::vector<std::pair<int64_t, std::string>> kept_files(const std::string& dir) {
   std::vector<std::pair<int64_t, std::string>> kept;
   std::error_code ec;
   for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
-    const std::string name = it->path().filename().string();
-    const size_t prefix = std::char_traits<char>::length(kKeptPrefix), suffix = std::char_traits<char>::length(kSuffix);
-    if (name.size() <= prefix + suffix || name.compare(0, prefix, kKeptPrefix) != 0 ||
-        name.compare(name.size() - suffix, suffix, kSuffix) != 0) {
-      continue;
-    }
-    const std::string digits = name.substr(prefix, name.size() - prefix - suffix);
-    if (digits.size() > 18 || !std::all_of(digits.begin(), digits.end(), [](unsigned char c) { return std::isdigit(c); })) {
-      continue;  // (not ours: a user's "checkpoint-best.safetensors" stays)
-    }
-    kept.emplace_back(std::stoll(digits), it->path().string());
+    const int64_t step = kept_step(it->path().filename().string());
+    if (step >= 0) kept.emplace_back(step, it->path().string());
   }
   std::sort(kept.begin(), kept.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
   return kept;
+}
+
+// Removes the temporary files that saves killed midway left in `dir`: the atomic writer's
+// (engine/io/atomic_file.h) for the newest and for the kept files, nothing else. One run at
+// a time saves into a checkpoint directory, so none of them is being written.
+void remove_killed_writes(const std::string& dir) {
+  std::error_code ec;
+  std::vector<fs::path> leftovers;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string target = io::temp_target(it->path().filename().string());
+    if (target == kNewest || kept_step(target) >= 0) leftovers.push_back(it->path());
+  }
+  for (const fs::path& path : leftovers) fs::remove(path, ec);  // (one that stays only costs disk space)
 }
 
 // The step of a whole, valid checkpoint, or -1 for a damaged one (a truncated file can
@@ -65,15 +85,17 @@ void keep_current_newest(const std::string& dir, int64_t step) {
   if (fs::exists(kept, ec)) return;
   fs::create_hard_link(newest, kept, ec);
   if (!ec) return;
-  // A filesystem without hard links: a copy, under a temporary name until it is whole.
-  const std::string temp = kept + ".tmp-copy";
-  std::error_code copy_ec;
-  fs::copy_file(newest, temp, fs::copy_options::overwrite_existing, copy_ec);
-  if (!copy_ec) fs::rename(temp, kept, copy_ec);
-  if (copy_ec) {
-    fs::remove(temp, ec);
-    fail("--keep-checkpoints: cannot keep ", newest, " as ", kept, ": ", copy_ec.message());
+  // A filesystem without hard links: a copy, written like a checkpoint (temporary name,
+  // synced, renamed, directory synced), so that it is whole under its name after a crash.
+  std::ifstream in(newest, std::ios::binary);
+  DPCORE_CHECK(in.is_open(), "--keep-checkpoints: cannot open ", newest, " to keep it as ", kept);
+  io::AtomicFileWriter copy(kept, "--keep-checkpoints");
+  std::vector<char> chunk(size_t(1) << 20);
+  while (in.read(chunk.data(), std::streamsize(chunk.size())) || in.gcount() > 0) {
+    copy.write(chunk.data(), size_t(in.gcount()));
   }
+  DPCORE_CHECK(!in.bad(), "--keep-checkpoints: cannot read ", newest, " to keep it as ", kept);
+  copy.commit();
 }
 
 }  // namespace
@@ -88,6 +110,7 @@ std::string kept_checkpoint_path(const std::string& dir, int64_t step) {
 
 void save_keeping(const std::string& dir, int64_t step, int keep, const std::function<void(const std::string&)>& write) {
   DPCORE_CHECK(keep >= 1, "--keep-checkpoints ", keep, " must be at least 1");
+  remove_killed_writes(dir);
   if (keep > 1) keep_current_newest(dir, step);
   write(checkpoint_path(dir));
   // Only now that the new checkpoint is whole on disk.

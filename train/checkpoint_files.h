@@ -6,9 +6,11 @@
 //
 // Saving a checkpoint at step S never leaves a moment without a whole newest checkpoint:
 // the current newest, if it reads back whole, first gets its STEP name as a hard link (the
-// same bytes under a second name, no copy), the new file is then written to a temporary
-// name, synced and renamed over DIR/checkpoint.safetensors, and only then are the kept
-// files beyond K-1 removed. --resume
+// same bytes under a second name; where the filesystem has none, a copy written like a
+// checkpoint), the new file is then written to a temporary name, synced and renamed over
+// DIR/checkpoint.safetensors (the directory synced after each rename), and only then are
+// the kept files beyond K-1 removed. Each save first removes the temporary files that saves
+// killed midway left (the atomic writer's names for these files, nothing else). --resume
 // takes the newest file that reads back whole, falling back to the older ones in step
 // order when one is damaged (train/resume.h).
 #pragma once
@@ -28,7 +30,8 @@ std::string kept_checkpoint_path(const std::string& dir, int64_t step);   // an 
 // Saves the checkpoint of step `step` through `write` (which writes a whole file at the path
 // it is given), keeping the `keep` newest checkpoints of this run: the new one and the
 // keep-1 before it. Older kept files, and kept files from steps at or after `step` (left
-// by a run that this one resumed before it), are removed once the new one is in place.
+// by a run that this one resumed before it), are removed once the new one is in place; the
+// temporary files of killed saves before anything is written.
 void save_keeping(const std::string& dir, int64_t step, int keep, const std::function<void(const std::string&)>& write);
 
 // DIR's checkpoint files, newest first: checkpoint.safetensors, then the kept ones by

@@ -355,6 +355,7 @@ StepStats DataParallelRunner::attempt_step(const data::Batch& batch) {
     if (!skipped[size_t(r)]) rep.sgd->step();
     lane.optimizer = skipped[size_t(r)] ? 0 : rep.sgd->last_step_seconds();
     finish_device_work(rep);
+    faults_.after_step(rep.id, step);
     if (guards_.check_due(step)) diverged[size_t(r)] = check_replicas(*rep.comm, *rep.model, *rep.sgd, step);
   });
   for (size_t r = 1; r < R; ++r) {

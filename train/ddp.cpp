@@ -247,6 +247,7 @@ StepStats DistributedRunner::attempt_step(const data::Batch& batch) {
     skipped[size_t(local)] = guards_.skip_nonfinite && step_is_nonfinite(loss_sum, rep.model->parameters().grads());
     if (!skipped[size_t(local)]) rep.sgd->step();
     finish_device_work(rep);
+    faults_.after_step(rep.id, step);
     if (local == 0) global_loss = loss_sum;
     if (splitter_.adaptive()) {
       Tensor mine = Tensor::full({1}, seconds[size_t(rank)], DType::Float32, rep.device());

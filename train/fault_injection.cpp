@@ -28,7 +28,8 @@ namespace {
 
 const std::map<std::string, Fault::Kind>& kinds() {
   static const std::map<std::string, Fault::Kind> k = {
-      {"throw", Fault::Kind::Throw},       {"hang", Fault::Kind::Hang},       {"exit", Fault::Kind::Exit},
+      {"throw", Fault::Kind::Throw},       {"throw-after-step", Fault::Kind::ThrowAfterStep},
+      {"hang", Fault::Kind::Hang},         {"exit", Fault::Kind::Exit},
       {"nan", Fault::Kind::NanGradients}, {"bitflip", Fault::Kind::BitFlip}, {"slow", Fault::Kind::Slow}};
   return k;
 }
@@ -62,7 +63,8 @@ Fault parse_one(const std::string& text, const std::string& source) {
     std::ostringstream os;
     os << source << " '" << text << "': ";
     (os << ... << why);
-    os << " (expected KIND:replica=R,step=S[,factor=F], KIND one of throw, hang, exit, nan, bitflip, slow; "
+    os << " (expected KIND:replica=R,step=S[,factor=F], KIND one of throw, throw-after-step, hang, exit, nan, "
+          "bitflip, slow; "
           "docs/fault-tolerance.md)";
     return Error(os.str());
   };
@@ -156,11 +158,16 @@ void FaultInjector::run(int replica, int64_t step, layers::Model& model, const s
   after(replica, step, model, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
 }
 
+// What an injected failure says: "replica 1: injected throw at step 3 (--inject ...)".
+static std::string injected(const Fault& f, int replica, int64_t step) {
+  return "replica " + std::to_string(replica) + ": injected " + kind_name(f.kind) + " at step " +
+         std::to_string(step) + " (--inject " + describe(f) + ")";
+}
+
 void FaultInjector::before(int replica, int64_t step) const {
   for (const Fault& f : faults_) {
     if (f.replica != replica || f.step != step) continue;
-    const std::string what = "replica " + std::to_string(replica) + ": injected " + kind_name(f.kind) +
-                             " at step " + std::to_string(step) + " (--inject " + describe(f) + ")";
+    const std::string what = injected(f, replica, step);
     switch (f.kind) {
       case Fault::Kind::Throw:
         throw Error(what);
@@ -214,6 +221,14 @@ void FaultInjector::after(int replica, int64_t step, layers::Model& model, doubl
       }
       first.copy_(host);
       runtime::synchronize(model.device());
+    }
+  }
+}
+
+void FaultInjector::after_step(int replica, int64_t step) const {
+  for (const Fault& f : faults_) {
+    if (f.kind == Fault::Kind::ThrowAfterStep && f.replica == replica && f.step == step) {
+      throw Error(injected(f, replica, step));
     }
   }
 }

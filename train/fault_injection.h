@@ -1,5 +1,5 @@
-// Fault injection: make replica R fail, hang, exit, produce NaN gradients, flip a bit of its
-// parameters, or run slower, at step S, so that recovery and the guards can be tested, and
+// Fault injection: make replica R fail (before its compute, or after its optimizer step),
+// hang, exit, produce NaN gradients, flip a bit of its parameters, or run slower, at step S, so that recovery and the guards can be tested, and
 // tried by anyone (docs/fault-tolerance.md). `dpcore train --inject SPEC` (repeatable) or
 // the environment variable DPCORE_INJECT, same syntax.
 //
@@ -20,7 +20,7 @@
 namespace dpcore::train {
 
 struct Fault {
-  enum class Kind { Throw, Hang, Exit, NanGradients, BitFlip, Slow };
+  enum class Kind { Throw, ThrowAfterStep, Hang, Exit, NanGradients, BitFlip, Slow };
   Kind kind = Kind::Throw;
   int replica = 0;      // global replica index (the rank)
   int64_t step = 1;     // the step it happens at; for Slow, the first slowed step
@@ -28,8 +28,8 @@ struct Fault {
 };
 
 // Parses one --inject value; throws an Error naming the spec and what is wrong with it.
-// Syntax: KIND:replica=R,step=S[,factor=F], KIND one of throw, hang, exit, nan, bitflip,
-// slow; several faults in one value are separated by ';' (as DPCORE_INJECT holds them).
+// Syntax: KIND:replica=R,step=S[,factor=F], KIND one of throw, throw-after-step, hang, exit,
+// nan, bitflip, slow; several faults in one value are separated by ';' (as DPCORE_INJECT holds them).
 // `source` names where the text came from in errors ("--inject", "DPCORE_INJECT").
 std::vector<Fault> parse_faults(const std::string& spec, const std::string& source = "--inject");
 // The fault as parse_faults reads it back: "nan:replica=1,step=3".
@@ -63,6 +63,11 @@ class FaultInjector {
   enum NanWriter { kNanWrittenHere, kNanWrittenByRunner };
   void after(int replica, int64_t step, layers::Model& model, double compute_seconds,
              NanWriter nan = kNanWrittenHere) const;
+
+  // Right after replica `replica`'s optimizer step of step `step` (every runner calls it
+  // there; its parameters are updated, and other replicas' may be): throws for
+  // ThrowAfterStep, a failure that leaves a step some replicas applied.
+  void after_step(int replica, int64_t step) const;
 
   // Whether replica `replica`'s gradients are to be NaN at `step` (an injected NaN): the
   // reduction must carry it (dp reduces after after(); ddp poisons its buckets).

@@ -71,6 +71,7 @@ StepStats LocalSgdRunner::step(const data::Batch& batch) {
       finish_device_work(rep);
       lane.optimizer = rep.sgd->last_step_seconds();
     }
+    faults_.after_step(rank, step);
     lane.samples = size;
   });
   for (int g = 0; g < world_size_; ++g) samples_since_average_[size_t(g)] += shares[size_t(g)];

@@ -63,6 +63,7 @@ StepStats SingleDeviceRunner::guarded_step(const Tensor& x, const Tensor& y, int
   faults_.run(0, step_number(), *model_, [&] { loss = accumulate_gradients(*model_, x, y, accum, 1.0 / double(samples)); });
   if (guards_.skip_nonfinite && step_is_nonfinite(loss, model_->parameters().grads())) return {loss, samples, true};
   sgd_->step();
+  faults_.after_step(0, step_number());
   return {loss, samples};
 }
 

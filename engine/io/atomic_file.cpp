@@ -69,29 +69,36 @@ void AtomicFileWriter::commit() {
   if (close(fd) != 0) fail_errno("close");
   if (std::rename(temp_path_.c_str(), path_.c_str()) != 0) fail_errno("rename");
   committed_ = true;
-  // Best effort: some filesystems refuse fsync on a directory, and the data itself is
-  // already safe; this only makes the new name survive a power loss.
-  int dir = open(parent_dir(path_).c_str(), O_RDONLY | O_DIRECTORY);
-  if (dir >= 0) {
-    fsync(dir);
-    close(dir);
+  // The new name survives a power loss only once the directory is synced.
+  const std::string dir = parent_dir(path_);
+  const int dir_fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY);
+  const bool synced = dir_fd >= 0 && fsync(dir_fd) == 0;
+  const int err = errno;
+  if (dir_fd >= 0) close(dir_fd);
+  // EINVAL: a filesystem that does not sync directories at all (some network and FUSE
+  // ones); the rename's durability is then the filesystem's own, as for every program.
+  if (!synced && !(dir_fd >= 0 && err == EINVAL)) {
+    fail(what_, ": cannot sync the directory '", dir, "' after renaming '", temp_path_, "' to '", path_,
+         "' (the rename may not survive a power loss): ", std::strerror(err));
   }
+}
+
+std::string temp_target(const std::string& file) {
+  const size_t tail = kTempMark.size() + kRandomPart.size();
+  if (file.size() <= tail || file.compare(file.size() - tail, kTempMark.size(), kTempMark) != 0) return "";
+  return file.substr(0, file.size() - tail);
 }
 
 size_t remove_stale_temps(const std::string& path) {
   const size_t slash = path.find_last_of('/');
   const std::string name = slash == std::string::npos ? path : path.substr(slash + 1);
-  const std::string prefix = name + kTempMark;
   const std::string dir = parent_dir(path);
   size_t removed = 0;
   DIR* d = opendir(dir.c_str());
   if (!d) return 0;  // nothing to clean where nothing can be listed
   while (const dirent* entry = readdir(d)) {
     const std::string file = entry->d_name;
-    if (file.size() == prefix.size() + kRandomPart.size() && file.compare(0, prefix.size(), prefix) == 0 &&
-        unlink((dir + "/" + file).c_str()) == 0) {
-      ++removed;
-    }
+    if (temp_target(file) == name && unlink((dir + "/" + file).c_str()) == 0) ++removed;
   }
   closedir(d);
   return removed;

@@ -20,7 +20,8 @@ class AtomicFileWriter {
   AtomicFileWriter& operator=(const AtomicFileWriter&) = delete;
 
   void write(const void* data, size_t bytes);
-  // fsync, close, rename over the target, then fsync the directory so the rename persists.
+  // fsync, close, rename over the target, then fsync the directory so the rename persists
+  // (failing, naming the directory, when it cannot be synced).
   void commit();
 
   const std::string& temp_path() const { return temp_path_; }
@@ -38,5 +39,9 @@ class AtomicFileWriter {
 // that one writer at a time uses (a run's --trace file), before it is written again.
 // Returns how many it removed.
 size_t remove_stale_temps(const std::string& path);
+
+// The name of the file whose temporary file `file` (a name, no directory) would be, or ""
+// when it is not named like one: "a.json" for "a.json.tmp-" plus six characters.
+std::string temp_target(const std::string& file);
 
 }  // namespace dpcore::io

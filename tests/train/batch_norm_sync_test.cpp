@@ -74,8 +74,14 @@ TEST_P(LocalBatchNorm, DiffersFromOneReplica) {
 }
 
 TEST_P(LocalBatchNorm, AccumulatedMicroBatchesAreNotOneBigBatch) {
-  // Even on one replica: two micro-batches of 7 normalise with their own statistics.
-  BatchNormState accumulated = testing::single_replica_batch_norm(2), whole = testing::single_replica_batch_norm(1);
+  // Two micro-batches of 7 normalise with their own statistics, on one replica as on two
+  // in this mode whose statistics are synchronised: neither is one batch of 14.
+  const BatchNormState whole = testing::single_replica_batch_norm(1);
+  auto runner = runner_for({GetParam(), 2, 2, "even"}, "sync");
+  const BatchNormState replicated = testing::train_batch_norm_net(*runner);
+  EXPECT_GT(testing::relative_difference(replicated.params, whole.params), 100 * kTolerance) << runner->describe();
+  EXPECT_GT(testing::relative_difference(replicated.buffers, whole.buffers), 100 * kTolerance) << runner->describe();
+  const BatchNormState accumulated = testing::single_replica_batch_norm(2);
   EXPECT_GT(testing::relative_difference(accumulated.params, whole.params), 100 * kTolerance);
 }
 

@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <tuple>
 
 #include "tiny_job.h"
 #include "train/guards.h"
@@ -28,7 +29,7 @@ TEST(FaultSpec, ParsesEveryKindAndReadsBack) {
   EXPECT_EQ(f[1].step, 1);  // slow from the first step unless told
   EXPECT_EQ(f[1].factor, 2.5);
   EXPECT_EQ(describe(f[2]), "bitflip:replica=0,step=4");
-  for (const char* kind : {"throw", "hang", "exit", "nan", "bitflip"}) {
+  for (const char* kind : {"throw", "throw-after-step", "hang", "exit", "nan", "bitflip"}) {
     std::string spec = std::string(kind) + ":replica=0,step=2";
     EXPECT_EQ(describe(parse_faults(spec)[0]), spec);
   }
@@ -248,6 +249,26 @@ TEST(InjectedFailures, AThrowFailsTheStepNamingTheReplica) {
     std::string e = error_of([&] { step(*r, 2); });
     EXPECT_NE(e.find("replica " + std::to_string(faulty) + ": injected throw at step 2"), std::string::npos)
         << mode << ": " << e;
+  }
+}
+
+// throw-after-step fails the step after the replica's optimizer step, which it has applied
+// (as a failure there leaves it; without --on-replica-failure shrink the run stops): on one
+// device, under dp and ddp, and under --sync local:2.
+TEST(InjectedFailures, AThrowAfterTheStepFailsItNamingTheReplicaOnceItStepped) {
+  for (auto [replicas, mode, sync] : {std::tuple<int, const char*, const char*>{1, "ddp", "full"},
+                                      {2, "ddp", "full"}, {2, "dp", "full"}, {2, "ddp", "local:2"}}) {
+    SCOPED_TRACE(std::to_string(replicas) + " " + mode + " " + sync);
+    const int faulty = replicas - 1;
+    ParallelOptions o = parallel(replicas, mode, "throw-after-step:replica=" + std::to_string(faulty) + ",step=2");
+    o.sync = sync;
+    auto r = runner(o);
+    EXPECT_NO_THROW(step(*r, 1));
+    const std::vector<float> before = params(*r);
+    std::string e = error_of([&] { step(*r, 2); });
+    EXPECT_NE(e.find("replica " + std::to_string(faulty) + ": injected throw-after-step at step 2"), std::string::npos)
+        << e;
+    EXPECT_FALSE(bit_equal(params(*r), before)) << "the failure came before the step";
   }
 }
 

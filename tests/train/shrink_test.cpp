@@ -97,18 +97,20 @@ std::vector<ReplicaDropped> run_against_reference(StepRunner& faulty, ChangingRe
   return dropped;
 }
 
-// Replica 2 of 4 throws at step 5: the run goes on to step 7 on 3 replicas, equal at every
-// step to 4 replicas for steps 1-4 and 3 from step 5 on.
-void expect_throw_shrunk_past(const std::string& mode, const std::string& model, const std::string& batchnorm,
-                              int64_t accum = 1) {
-  SCOPED_TRACE(mode + ", " + model + ", --batchnorm " + batchnorm + ", --accum " + std::to_string(accum));
+// Replica 2 of 4 fails at step 5 (`kind`: throw, before its compute; throw-after-step, after
+// its optimizer step): the run goes on to step 7 on 3 replicas, equal at every step to 4
+// replicas for steps 1-4 and 3 from step 5 on.
+void expect_shrunk_past(const std::string& kind, const std::string& mode, const std::string& model,
+                        const std::string& batchnorm, int64_t accum = 1) {
+  SCOPED_TRACE(kind + ", " + mode + ", " + model + ", --batchnorm " + batchnorm + ", --accum " +
+               std::to_string(accum));
   auto options = [&](int replicas) {
     ParallelOptions o = parallel(replicas, mode);
     o.batchnorm = batchnorm;
     return o;
   };
   ParallelOptions o = shrinking(options(4));
-  o.faults = FaultInjector(parse_faults("throw:replica=2,step=5"));
+  o.faults = FaultInjector(parse_faults(kind + ":replica=2,step=5"));
   auto faulty = runner(o, model, accum);
   ChangingReference reference(options, model, accum);
   std::vector<ReplicaDropped> dropped =
@@ -117,7 +119,8 @@ void expect_throw_shrunk_past(const std::string& mode, const std::string& model,
   EXPECT_EQ(dropped[0].step, 5);
   EXPECT_EQ(dropped[0].replica, 2);
   EXPECT_EQ(dropped[0].rank, 2);
-  EXPECT_NE(dropped[0].reason.find("replica 2: injected throw at step 5"), std::string::npos) << dropped[0].reason;
+  EXPECT_NE(dropped[0].reason.find("replica 2: injected " + kind + " at step 5"), std::string::npos)
+      << dropped[0].reason;
   EXPECT_EQ(dropped[0].survivors, (std::vector<int>{0, 1, 3}));
   EXPECT_EQ(shrink_log_line(dropped[0]),
             "replica 2 failed at step 5: " + dropped[0].reason +
@@ -127,23 +130,23 @@ void expect_throw_shrunk_past(const std::string& mode, const std::string& model,
 }
 
 TEST(Shrink, DdpGoesOnWithoutAReplicaThatThrowsWithTheMathsOfThreeReplicas) {
-  expect_throw_shrunk_past("ddp", kNet, "local");
+  expect_shrunk_past("throw", "ddp", kNet, "local");
 }
 TEST(Shrink, DpGoesOnWithoutAReplicaThatThrowsWithTheMathsOfThreeReplicas) {
-  expect_throw_shrunk_past("dp", kNet, "local");
+  expect_shrunk_past("throw", "dp", kNet, "local");
 }
 // Batch norm: the failed step's forward had already updated the survivors' running
 // statistics (the root's among them), which must be undone; under sync, the groups that
 // combine statistics are rebuilt over the survivors.
 TEST(Shrink, BatchNormStatisticsOfTheFailedStepAreUndone) {
-  expect_throw_shrunk_past("dp", kBatchNormNet, "local");
-  expect_throw_shrunk_past("ddp", kBatchNormNet, "local");
-  expect_throw_shrunk_past("ddp", kBatchNormNet, "sync");
+  expect_shrunk_past("throw", "dp", kBatchNormNet, "local");
+  expect_shrunk_past("throw", "ddp", kBatchNormNet, "local");
+  expect_shrunk_past("throw", "ddp", kBatchNormNet, "sync");
 }
 // With --accum 2 (DDP communicates in the last micro-batch only, through the survivors'
 // bucket reducers, which the shrink moved to their new places).
 TEST(Shrink, DdpWithAccumulationShrinksWithTheSameMaths) {
-  expect_throw_shrunk_past("ddp", kNet, "local", /*accum=*/2);
+  expect_shrunk_past("throw", "ddp", kNet, "local", /*accum=*/2);
 }
 
 TEST(Shrink, AHangIsCaughtByTheTimeoutAndShrunkPast) {
@@ -162,6 +165,27 @@ TEST(Shrink, AHangIsCaughtByTheTimeoutAndShrunkPast) {
     EXPECT_NE(dropped[0].reason.find("replica 1 did not arrive within 0.3 s"), std::string::npos)
         << dropped[0].reason;
     EXPECT_EQ(dropped[0].survivors, (std::vector<int>{0, 2}));
+  }
+}
+
+// Replica 2 fails after its optimizer step, when every survivor has applied its own (once
+// the loss is reduced a replica needs nothing more from the others): the survivors' updates
+// of step 5 are undone before it runs again, with batch norm statistics and accumulation
+// too; and where the root is the one that fails, replica 1 takes over with the state from
+// before the step.
+TEST(Shrink, AReplicaFailingAfterTheOthersSteppedLeavesNoneOfTheStep) {
+  for (const char* mode : {"dp", "ddp"}) expect_shrunk_past("throw-after-step", mode, kNet, "local");
+  expect_shrunk_past("throw-after-step", "dp", kBatchNormNet, "local");
+  expect_shrunk_past("throw-after-step", "ddp", kBatchNormNet, "sync");
+  expect_shrunk_past("throw-after-step", "ddp", kNet, "local", /*accum=*/2);
+  for (const char* mode : {"dp", "ddp"}) {
+    SCOPED_TRACE(std::string(mode) + ", the root");
+    auto faulty = runner(shrinking(parallel(3, mode, "throw-after-step:replica=0,step=2")));
+    ChangingReference reference([&](int replicas) { return parallel(replicas, mode); }, kNet);
+    std::vector<ReplicaDropped> dropped =
+        run_against_reference(*faulty, reference, [](int64_t s) { return s < 2 ? 3 : 2; }, 3);
+    ASSERT_EQ(dropped.size(), 1u);
+    EXPECT_EQ(dropped[0].survivors, (std::vector<int>{1, 2}));
   }
 }
 

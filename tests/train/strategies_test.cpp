@@ -268,11 +268,13 @@ TEST(AsyncSgd, AppliesEveryPieceOnceAndNeverStalerThanTheBound) {
   }
 }
 
-// A replica that throws, or hangs past --replica-timeout, fails the run naming it; the
-// runner is destroyed without waiting for the hung thread's (released) piece.
+// A replica that throws (before its compute, or after its update is applied), or hangs past
+// --replica-timeout, fails the run naming it; the runner is destroyed without waiting for
+// the hung thread's (released) piece.
 TEST(AsyncSgd, AFailingOrHangingReplicaFailsTheRunNamingIt) {
   // (A replica's step S is its S-th piece: the first one always comes.)
-  for (const std::string& fault : {"throw:replica=1,step=1", "hang:replica=2,step=1"}) {
+  for (const std::string& fault :
+       {"throw:replica=1,step=1", "throw-after-step:replica=1,step=1", "hang:replica=2,step=1"}) {
     ParallelOptions o = options_for("async", 3);
     o.timeout_s = 0.5;
     o.faults = FaultInjector(parse_faults(fault));
