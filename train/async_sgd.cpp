@@ -10,13 +10,14 @@
 
 #include "engine/backend.h"
 #include "engine/runtime.h"
+#include "engine/seconds_since.h"
 #include "engine/trace.h"
 #include "train/data_parallel.h"
 #include "train/step.h"
 
 namespace dpcore::train {
 
-using Clock = std::chrono::steady_clock;
+using Clock = SteadyClock;
 
 // Everything the replica threads touch. Shared, so that a thread still blocked when the
 // runner is destroyed (an injected hang, after the timeout failed the run) can be left
@@ -157,13 +158,13 @@ bool compute_and_apply(AsyncRunner::State& s, int r, layers::Model& model, std::
   });
 
   lock.lock();
-  lane.compute += std::chrono::duration<double>(Clock::now() - computing).count();
+  lane.compute += seconds_since(computing);
   lane.samples += rows;
   {
     trace::Span span("wait", "wait for older gradients (staleness bound)");
     const Clock::time_point waiting = Clock::now();
     s.changed.wait(lock, [&] { return s.stopping || s.failed >= 0 || s.may_apply(r); });
-    lane.idle += std::chrono::duration<double>(Clock::now() - waiting).count();
+    lane.idle += seconds_since(waiting);
   }
   if (s.stopping || s.failed >= 0) return false;
   AppliedUpdate u{s.version + 1, r, piece.step, piece.first_row, rows, snapshot};
@@ -171,7 +172,7 @@ bool compute_and_apply(AsyncRunner::State& s, int r, layers::Model& model, std::
   const Clock::time_point applying = Clock::now();
   s.at_phase(r, "apply");
   apply(s, model);
-  lane.optimizer += std::chrono::duration<double>(Clock::now() - applying).count();
+  lane.optimizer += seconds_since(applying);
   s.version = u.version;
   s.updates.push_back(u);
   // (Sized for 0..S; grown rather than overrun should the bound ever fail: the log shows it.)
@@ -205,7 +206,7 @@ void replica_loop(std::shared_ptr<AsyncRunner::State> state, int r) {
       s.changed.wait(lock, [&] {
         return s.stopping || s.failed >= 0 || (!s.queue.empty() && s.gradients_in_flight() <= s.max_staleness);
       });
-      if (held_back) s.lanes[size_t(r)].idle += std::chrono::duration<double>(Clock::now() - waiting).count();
+      if (held_back) s.lanes[size_t(r)].idle += seconds_since(waiting);
     }
     if (s.stopping || s.failed >= 0) return finish();
     AsyncRunner::State::Piece piece = std::move(s.queue.front());

@@ -6,6 +6,7 @@
 #include "engine/autograd.h"
 #include "engine/backend.h"
 #include "engine/runtime.h"
+#include "engine/seconds_since.h"
 #include "engine/trace.h"
 #include "train/step.h"
 
@@ -269,10 +270,6 @@ StepStats DataParallelRunner::attempt_step(const data::Batch& batch) {
   Tensor loss_sum = Tensor::zeros({}, DType::Float32, root);
   // The main thread's time in the phases the replicas run (forward, backward): a replica
   // idles for what of it it does not compute (train/step_times.h).
-  using SteadyClock = std::chrono::steady_clock;
-  auto seconds_since = [](SteadyClock::time_point t) {
-    return std::chrono::duration<double>(SteadyClock::now() - t).count();
-  };
   double apply_seconds = 0;
   std::vector<ReplicaLane> lanes(R);
 
@@ -301,7 +298,7 @@ StepStats DataParallelRunner::attempt_step(const data::Batch& batch) {
         outputs[size_t(r)] = replicas_[size_t(r)].model->forward_logits(shards[size_t(r)].x);
       }
       finish_device_work(replicas_[size_t(r)]);  // gather reads the outputs from another thread
-      seconds[size_t(r)] += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      seconds[size_t(r)] += seconds_since(t0);
     });
     apply_seconds += seconds_since(applied);
     // gather, and the loss on the root
@@ -325,7 +322,7 @@ StepStats DataParallelRunner::attempt_step(const data::Batch& batch) {
       }
       outputs[size_t(r)].backward(d);
       finish_device_work(replicas_[size_t(r)]);
-      seconds[size_t(r)] += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      seconds[size_t(r)] += seconds_since(t0);
       computed[size_t(r)] += s.size;
     });
     apply_seconds += seconds_since(applied);
@@ -345,7 +342,7 @@ StepStats DataParallelRunner::attempt_step(const data::Batch& batch) {
     const SteadyClock::time_point injected = SteadyClock::now();
     faults_.after(rep.id, step, *rep.model, seconds[size_t(r)]);
     // An injected slowdown is part of this replica's compute, for --split adaptive too.
-    seconds[size_t(r)] += std::chrono::duration<double>(SteadyClock::now() - injected).count();
+    seconds[size_t(r)] += seconds_since(injected);
     const SteadyClock::time_point reducing = SteadyClock::now();
     reduce_gradients(rep);
     ReplicaLane& lane = lanes[size_t(r)];

@@ -5,6 +5,7 @@
 
 #include "engine/backend.h"
 #include "engine/runtime.h"
+#include "engine/seconds_since.h"
 #include "engine/trace.h"
 #include "train/step.h"
 
@@ -135,7 +136,7 @@ void BucketReducer::finish() {
     works = works_;
   }
   for (Work& w : works) w.wait();
-  exposed_seconds_ = std::chrono::duration<double>(Clock::now() - backward_done).count();
+  exposed_seconds_ = seconds_since(backward_done);
 }
 
 // ----------------------------------------------------------------------------- runner
@@ -224,12 +225,12 @@ StepStats DistributedRunner::attempt_step(const data::Batch& batch) {
       Tensor l = forward_backward(*rep.model, x, y, 1.0 / double(n));
       backend_for(rep.device()).add(loss_sum, l, loss_sum);
     }
-    seconds[size_t(rank)] = std::chrono::duration<double>(Clock::now() - t0).count();
+    seconds[size_t(rank)] = seconds_since(t0);
     if (!faults_.empty()) {
       finish_device_work(rep);  // the gradients are final before a fault writes them
       faults_.after(rep.id, step, *rep.model, seconds[size_t(rank)], FaultInjector::kNanWrittenByRunner);
       // An injected slowdown is part of this replica's compute, for --split adaptive too.
-      seconds[size_t(rank)] = std::chrono::duration<double>(Clock::now() - t0).count();
+      seconds[size_t(rank)] = seconds_since(t0);
     }
     ReplicaLane& lane = lanes[size_t(local)];
     lane.compute = seconds[size_t(rank)];  // (before the adaptive allgather rewrites `seconds`)
@@ -263,7 +264,7 @@ StepStats DistributedRunner::attempt_step(const data::Batch& batch) {
     if (guards_.check_due(step)) diverged[size_t(local)] = check_replicas(*rep.comm, *rep.model, *rep.sgd, step);
     lane.optimizer = skipped[size_t(local)] ? 0 : rep.sgd->last_step_seconds();
     lane.samples = shares[size_t(rank)];
-    const double total = std::chrono::duration<double>(Clock::now() - started).count();
+    const double total = seconds_since(started);
     lane.blocked = std::max(0.0, total - lane.compute - lane.optimizer);  // collectives, mostly
   });
   for (size_t r = 1; r < replicas_.size(); ++r) {

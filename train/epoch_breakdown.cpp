@@ -5,6 +5,8 @@
 #include <numeric>
 #include <utility>
 
+#include "engine/seconds_since.h"
+
 namespace dpcore::train {
 
 void EpochBreakdown::reset() {
@@ -45,7 +47,7 @@ void EpochBreakdown::add_step(double wall, const StepTimes& times, double root_o
 }
 
 double EpochBreakdown::wall_seconds() const {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
+  return seconds_since(started_);
 }
 
 std::vector<double> EpochBreakdown::replica_samples_per_s() const {

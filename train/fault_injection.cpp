@@ -19,6 +19,7 @@
 #include "engine/backend.h"
 #include "engine/data/flag_text.h"
 #include "engine/runtime.h"
+#include "engine/seconds_since.h"
 #include "engine/trace.h"
 #include "kernels/error.h"
 
@@ -155,7 +156,7 @@ void FaultInjector::run(int replica, int64_t step, layers::Model& model, const s
   // The replica's device work must be done for its duration to mean anything (and before
   // its gradients or parameters are written from the host).
   runtime::synchronize(model.device());
-  after(replica, step, model, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  after(replica, step, model, seconds_since(t0));
 }
 
 // What an injected failure says: "replica 1: injected throw at step 3 (--inject ...)".

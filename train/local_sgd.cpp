@@ -4,15 +4,13 @@
 #include <chrono>
 
 #include "engine/backend.h"
+#include "engine/seconds_since.h"
 #include "engine/trace.h"
 #include "train/step.h"
 
 namespace dpcore::train {
 
-namespace {
-using Clock = std::chrono::steady_clock;
-double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
-}  // namespace
+using Clock = SteadyClock;
 
 LocalSgdRunner::LocalSgdRunner(std::unique_ptr<layers::Model> model, const SgdConfig& sgd, int64_t accum,
                                const ParallelOptions& options, int64_t period)

@@ -16,6 +16,7 @@
 #include "engine/data/augment.h"
 #include "engine/data/spec.h"
 #include "engine/runtime.h"
+#include "engine/seconds_since.h"
 #include "engine/trace.h"
 #include "train/checkpoint.h"
 #include "train/checkpoint_files.h"
@@ -46,7 +47,6 @@ constexpr int64_t kEvalBatch = 256;
 // at --batch 64 is 938 steps) instead of a line per step. The bar redraws at every step.
 constexpr int64_t kReportEvery = 100;
 
-double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 Device resolve_device(const std::string& flag) {
   if (flag == "auto") return runtime::best_device();

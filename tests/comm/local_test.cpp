@@ -14,6 +14,7 @@
 #include "comm/communicator.h"
 #include "comm/ring.h"
 #include "engine/backend.h"
+#include "engine/seconds_since.h"
 #include "replicas.h"
 
 namespace dpcore {
@@ -322,10 +323,6 @@ std::string error_of(const comm::Work& work) {
     return e.what();
   }
   return "";
-}
-
-double seconds_since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
 TEST(LocalFailures, ReplicaThatThrowsAbortsTheOthersAtOnce) {
