@@ -551,7 +551,9 @@ TEST(Cli, NoShuffleNoNormalizeRunIsReproducibleInPyTorch) {
   };
   write_split("train", 100, 1);
   write_split("t10k", 20, 2);
-  std::string data = " --data fashion-mnist:" + dir.path() + " --model fashioncnn --threads 1 --progress 0";
+  // On the CPU, as the replay (torch_replay.py runs PyTorch on the CPU): `auto`, the default,
+  // would take the GPU of a GPU machine, whose kernels are another rounding.
+  std::string data = " --data fashion-mnist:" + dir.path() + " --model fashioncnn --device cpu --threads 1 --progress 0";
   std::string init = dir.file("init.safetensors"), result = dir.file("result.safetensors");
   ASSERT_EQ(run("train" + data + " --steps 1 --lr 0 --save " + init).status, 0);
   // 100 samples in batches of 32: the 4th step is the short last batch, the 5th starts epoch 2.
