@@ -102,7 +102,11 @@ __global__ void batch_norm2d_apply_kernel(int64_t total, ChannelDims d, const fl
   }
 }
 
-// Both sums in one pass; sum(dy * xhat) = invstd * sum(dy * (x - mean)).
+// Both sums in one pass; sum(dy * xhat) = invstd * sum(dy * (x - mean)). The product
+// with invstd and the accumulation onto dweight are rounded on their own (__fmul_rn,
+// __fadd_rn, as in sgd.cu): accumulating is then exactly the previous gradient plus the
+// fresh one, which WeightAndBiasGradientsOverwriteOrAccumulate checks bit for bit, where a
+// multiply-add that nvcc may contract them into (-fmad=true, its default) rounds once.
 __global__ void batch_norm2d_backward_reduce_kernel(ChannelDims d, const float* dy, const float* x, const float* mean,
                                                     const float* invstd, float* sum_dy, float* sum_dy_xhat,
                                                     float* dweight, float* dbias, bool accumulate) {
@@ -115,11 +119,11 @@ __global__ void batch_norm2d_backward_reduce_kernel(ChannelDims d, const float* 
       centred_partial += dy[at] * (x[at] - m);
     }
     const float total = block_sum(dy_partial);
-    const float total_xhat = block_sum(centred_partial) * invstd[c];
+    const float total_xhat = __fmul_rn(block_sum(centred_partial), invstd[c]);
     if (threadIdx.x != 0) continue;
     if (sum_dy) sum_dy[c] = total;
     if (sum_dy_xhat) sum_dy_xhat[c] = total_xhat;
-    if (dweight) dweight[c] = accumulate ? dweight[c] + total_xhat : total_xhat;
+    if (dweight) dweight[c] = accumulate ? __fadd_rn(dweight[c], total_xhat) : total_xhat;
     if (dbias) dbias[c] = accumulate ? dbias[c] + total : total;
   }
 }
