@@ -244,9 +244,22 @@ nlohmann::json run(const BenchOptions& o, const CudaFlags& cuda) {
   };
   auto mean_loss = [&](const Tensor& loss_sum) { return loss_sum.item() / double(o.batch); };
 
+  // One model's step is recorded after the warm-up where the backend can (CUDA, unless
+  // --cuda-graph off) and replayed over the same x and y: PyTorch's torch.cuda.CUDAGraph
+  // mode. The last warm-up step runs on the capture stream (Captured::warm_up, the rule of
+  // kernels/cuda_runtime/graph.h: cuDNN's and cuBLAS's first calls on a stream set it up,
+  // which a capture forbids). Elsewhere, and for the replicas' runner, the timed steps run
+  // as the warm-up did.
+  std::unique_ptr<Backend::Captured> graph =
+      !runner && o.warmup > 0 ? backend_for(device).make_graph(device.index) : nullptr;
   double first_loss = 0;
   for (int i = 0; i < o.warmup; ++i) {
-    Tensor loss_sum = eager_step();
+    Tensor loss_sum;
+    if (graph && i == o.warmup - 1) {
+      graph->warm_up([&] { loss_sum = eager_step(); });
+    } else {
+      loss_sum = eager_step();
+    }
     if (i == 0) first_loss = mean_loss(loss_sum);
   }
   // The peak leaves out the warm-up's one-time choices (auto's trial runs, like PyTorch's
@@ -256,16 +269,16 @@ nlohmann::json run(const BenchOptions& o, const CudaFlags& cuda) {
   runtime::synchronize(device);
   runtime::reset_peak_bytes(device);
 
-  // After the warm-up (which chose algorithms and filled the allocator, as a capture
-  // needs), one model's step is recorded once where the backend can (CUDA, unless
-  // --cuda-graph off) and replayed over the same x and y: PyTorch's torch.cuda.CUDAGraph
-  // mode. Elsewhere, and for the replicas' runner, the timed steps run as the warm-up did.
-  std::unique_ptr<Backend::Captured> graph;
+  // A capture that fails leaves the graph unusable: the timed steps then run eagerly, and
+  // the JSON line says "cuda_graph": false.
   Tensor graph_loss_sum;
-  if (!runner && o.warmup > 0) {
-    graph = backend_for(device).capture(device.index, [&] {
-      graph_loss_sum = train::accumulate_and_step(*model, *optimizer, x, y, o.accum);
-    });
+  if (graph) {
+    try {
+      graph->record([&] { graph_loss_sum = train::accumulate_and_step(*model, *optimizer, x, y, o.accum); });
+    } catch (const std::exception& e) {
+      std::cerr << "dpcore_step_bench: warning: " << e.what() << "; the timed steps run eagerly\n";
+      graph.reset();
+    }
   }
   auto step = [&]() -> Tensor {
     if (!graph) return eager_step();

@@ -79,9 +79,7 @@ class TimingBackend : public Backend {
   }
   void synchronize(int device_index) override { inner_.synchronize(device_index); }
   void set_option(const std::string& name, const std::string& value) override { inner_.set_option(name, value); }
-  std::unique_ptr<Captured> capture(int device_index, const std::function<void()>& body) override {
-    return inner_.capture(device_index, body);
-  }
+  std::unique_ptr<Captured> make_graph(int device_index) override { return inner_.make_graph(device_index); }
   void use_thread_stream(int device_index, int index) override { inner_.use_thread_stream(device_index, index); }
   void* alloc_host(size_t bytes) override { return inner_.alloc_host(bytes); }
   void free_host(void* ptr) override { inner_.free_host(ptr); }

@@ -9,11 +9,6 @@
 namespace dpcore {
 
 std::unique_ptr<Backend::Captured> Backend::make_graph(int) { return nullptr; }
-std::unique_ptr<Backend::Captured> Backend::capture(int device_index, const std::function<void()>& body) {
-  std::unique_ptr<Captured> graph = make_graph(device_index);
-  if (graph) graph->record(body);
-  return graph;
-}
 void Backend::use_thread_stream(int, int) {}
 void Backend::use_own_stream(int) {}
 std::shared_ptr<Backend::Event> Backend::record_event(int) { return nullptr; }

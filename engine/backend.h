@@ -59,8 +59,6 @@ class Backend {
   // An empty graph to warm_up() and record() on the device; null when this backend cannot
   // capture or capturing is switched off (--cuda-graph off): the caller then runs eagerly.
   virtual std::unique_ptr<Captured> make_graph(int device_index);
-  // make_graph, then record(body) without a warm-up; null as for make_graph.
-  virtual std::unique_ptr<Captured> capture(int device_index, const std::function<void()>& body);
   // From now on the calling thread queues its work on its own stream number `index` of the
   // device, so that replicas sharing one GPU run concurrently. Nothing to do on the CPU.
   virtual void use_thread_stream(int device_index, int index);
