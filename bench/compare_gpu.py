@@ -59,7 +59,7 @@ from torch_models import build_torch_model, make_step, random_batch, sgd, summar
 
 # (model, batch, accum): simplenet's batch sweep and accumulation, the two conv models, the
 # CIFAR ResNets (1x28x28, batch 128 as He et al. train them; batch norm). --models picks the
-# models; the default leaves the ResNets out, so that the default run still fits the 120 s
+# models; the default leaves the ResNets out, so that the default run fits the --budget-s
 # scripts/gpu-check gives it.
 CASES = [
     ("simplenet", 64, 1), ("simplenet", 256, 1), ("simplenet", 1024, 1), ("simplenet", 4096, 1),
@@ -76,7 +76,10 @@ COMPILE_RESERVE_S = 45  # with --compile: no compile starts with less of the --b
 # What each tuning policy means on each side: PyTorch's cudnn.benchmark, dpcore's engines.
 TUNING = {"time": (True, ["--conv-engine", "auto", "--gemm-engine", "auto"]),
           "heuristic": (False, ["--conv-engine", "cudnn", "--gemm-engine", "cublas"])}
-DPCORE_TIMEOUT_S = 90
+DPCORE_TIMEOUT_S = 90  # one dpcore_step_bench run, at most (less when less of --budget-s is left)
+# --budget-s: scripts/gpu-check's end-to-end stage (80 s) less 15 s for the interpreter, the
+# import of torch and the table printed last (its COMPARE_BUDGET_S, which it passes).
+DEFAULT_BUDGET_S = 65
 # Targets for fastest PyTorch / dpcore (docs/benchmarks.md), and for the memory ratio.
 TARGETS = {("simplenet", 64, 1): 4.0, ("simplenet", 4096, 1): 2.0, ("simplenet", 256, 4): 4.0,
            ("fashioncnn", 512, 1): 2.0, ("vggs", 256, 1): 1.0}
@@ -200,9 +203,9 @@ def dpcore_command(args, case, mode):
     return cmd
 
 
-def run_dpcore(args, case, mode):
+def run_dpcore(args, case, mode, timeout_s):
     """dpcore_step_bench's JSON line."""
-    done = subprocess.run(dpcore_command(args, case, mode), capture_output=True, text=True, timeout=DPCORE_TIMEOUT_S)
+    done = subprocess.run(dpcore_command(args, case, mode), capture_output=True, text=True, timeout=timeout_s)
     if done.returncode != 0:
         lines = done.stderr.strip().splitlines()
         raise RuntimeError(lines[-1] if lines else f"exit status {done.returncode}")
@@ -242,9 +245,11 @@ def tuning_line(args):
             f"dpcore {' '.join(engines)}")
 
 
-def run_all(args, doc):
+def run_all(args, doc, left):
     """Fills doc["rows"] case by case, so that an interrupted run still has its rows; with
-    --json, rewrites the file after every row, so that a killed run leaves them too."""
+    --json, rewrites the file after every row, so that a killed run leaves them too. A row
+    starts only while the longest row so far still fits in what is left of --budget-s
+    (left()); the rows it does not start go to doc["left_out"]."""
     import torch
 
     if not torch.cuda.is_available():
@@ -252,10 +257,13 @@ def run_all(args, doc):
     torch.backends.cudnn.benchmark = TUNING[args.tuning][0]
     doc.update(gpu=torch.cuda.get_device_name(), torch=torch.__version__, cuda=torch.version.cuda)
     print(f"{doc['gpu']}, PyTorch {doc['torch']} (CUDA {doc['cuda']}); {tuning_line(args)}", flush=True)
-    start = time.perf_counter()
-    left = lambda: args.budget_s - (time.perf_counter() - start)
+    longest_row_s = 0.0
     for case in selected_cases(args):
         for math in MATH_MODES:
+            if left() < longest_row_s:
+                doc["left_out"].append(f"{case_name(case)} {math}")
+                continue
+            row_start = time.perf_counter()
             set_math_mode(torch, math)
             row = {"case": case_name(case), "model": case[0], "batch": case[1], "accum": case[2], "math": math,
                    "pytorch": {}}
@@ -265,7 +273,9 @@ def run_all(args, doc):
                     continue
                 row["pytorch"][name] = measure(f"{case_name(case)} {math} pytorch {name}",
                                                lambda: TORCH_MODES[name](torch, case, args))
-            row["dpcore"] = measure(f"{case_name(case)} {math} dpcore", lambda: run_dpcore(args, case, math))
+            timeout_s = max(1.0, min(DPCORE_TIMEOUT_S, left()))
+            row["dpcore"] = measure(f"{case_name(case)} {math} dpcore", lambda: run_dpcore(args, case, math, timeout_s))
+            longest_row_s = max(longest_row_s, time.perf_counter() - row_start)
             doc["rows"].append(finish_row(row, case))
             print_row(doc["rows"][-1])
             if args.json:
@@ -366,6 +376,8 @@ def print_plan(args):
               f"({args.budget_s:g} s) left")
     else:
         print("  torch.compile left out (--compile adds it)")
+    print(f"  budget: no row starts once less of --budget-s ({args.budget_s:g} s) is left than the longest row "
+          "so far took; the rows left out are listed, and the exit status is 0")
     print("  SIGTERM prints the rows measured so far")
 
 
@@ -381,29 +393,36 @@ def main():
                    help="algorithm choice on both sides: 'time' (cudnn.benchmark on, dpcore engines auto) or "
                         "'heuristic' (cudnn.benchmark off, dpcore cudnn/cublas)")
     p.add_argument("--compile", action="store_true", help="also measure torch.compile (slow: seconds per compile)")
-    p.add_argument("--budget-s", type=float, default=170,
-                   help="with --compile: no torch.compile starts with less than %d s of it left" % COMPILE_RESERVE_S)
+    p.add_argument("--budget-s", type=float, default=DEFAULT_BUDGET_S,
+                   help="wall-clock seconds for the whole run (default %(default)s, what scripts/gpu-check's stage "
+                        "leaves): no row starts once less is left than the longest row so far took, and with "
+                        f"--compile no torch.compile starts with less than {COMPILE_RESERVE_S} s left")
     p.add_argument("--json", help="also write the results here (rewritten after every row)")
     p.add_argument("--dry-run", action="store_true", help="print the plan only; touches no GPU")
     args = p.parse_args()
     if args.block < 1 or args.steps < args.block or args.steps % args.block:
         p.error(f"--steps {args.steps} must be a positive multiple of --block {args.block}")
+    if not args.budget_s > 0:
+        p.error(f"--budget-s {args.budget_s:g}: expected a positive number of seconds")
     if args.dry_run:
         return print_plan(args)
     if not os.access(args.bench, os.X_OK):
         sys.exit(f"--bench {args.bench}: not an executable (build the dpcore_step_bench target with CUDA)")
     t0 = time.perf_counter()
     doc = {"warmup": args.warmup, "steps": args.steps, "block": args.block, "tuning": args.tuning,
-           "cudnn_benchmark": TUNING[args.tuning][0], "rows": []}
+           "cudnn_benchmark": TUNING[args.tuning][0], "budget_s": args.budget_s, "rows": [], "left_out": []}
     signal.signal(signal.SIGTERM, on_sigterm)
     try:
-        run_all(args, doc)
+        run_all(args, doc, lambda: args.budget_s - (time.perf_counter() - t0))
     except OutOfTime:
         doc["interrupted"] = True
         print(f"interrupted by SIGTERM after {time.perf_counter() - t0:.0f} s: partial results", flush=True)
     doc["memory"] = memory_summary(doc["rows"])
     doc["total_s"] = time.perf_counter() - t0
     print_table(doc, args)
+    if doc["left_out"]:
+        print(f"left out ({len(doc['left_out'])} rows, --budget-s {args.budget_s:g} s spent): "
+              f"{', '.join(doc['left_out'])}")
     print(f"total {doc['total_s']:.0f} s", flush=True)
     if args.json:
         write_json(args.json, doc)
