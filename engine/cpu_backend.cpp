@@ -360,6 +360,13 @@ class CpuBackend : public Backend {
       k::sgd_step<T>(param.numel(), cfg, first_step, ptr<T>(param), ptr<T>(grad), ptr<T>(momentum));
     });
   }
+  void adam_step(const kernels::AdamConfig& cfg, int64_t step, Tensor& param, const Tensor& grad, Tensor& exp_avg,
+                 Tensor& exp_avg_sq) override {
+    dispatch_float("adam", param, [&](auto t) {
+      using T = decltype(t);
+      k::adam_step<T>(param.numel(), cfg, step, ptr<T>(param), ptr<T>(grad), ptr<T>(exp_avg), ptr<T>(exp_avg_sq));
+    });
+  }
 
  private:
   CpuAllocator allocator_;
