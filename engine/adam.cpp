@@ -1,7 +1,10 @@
 #include "engine/adam.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstring>
+#include <vector>
 
 #include "engine/backend.h"
 #include "engine/trace.h"
@@ -15,6 +18,22 @@ void check_rate(const char* what, double value) {
 // torch.optim.Adam's rule: 0 <= beta < 1 (at 1 the bias correction divides by zero).
 void check_beta(const char* what, double value) {
   DPCORE_CHECK(value >= 0 && value < 1, "adam: ", what, " ", value, " must be in [0, 1)");
+}
+// One bit per element of the layout, set where the tensor decays (kernels/adam_config.h);
+// undefined when weight decay is off or applies to every tensor, so the kernel reads none.
+Tensor decay_mask(const FlatParameters& params, double weight_decay) {
+  const auto& entries = params.entries();
+  const bool all = std::all_of(entries.begin(), entries.end(), [](const auto& e) { return e.weight_decay; });
+  if (weight_decay == 0 || all) return Tensor();
+  std::vector<uint32_t> bits(size_t(kernels::adam_mask_words(params.total())), 0u);
+  for (const auto& e : entries) {
+    if (!e.weight_decay) continue;
+    for (int64_t i = e.offset; i < e.offset + e.numel; ++i)
+      bits[size_t(i / kernels::kAdamMaskBits)] |= 1u << (i % kernels::kAdamMaskBits);
+  }
+  std::vector<int32_t> words(bits.size());
+  std::memcpy(words.data(), bits.data(), bits.size() * sizeof(uint32_t));
+  return Tensor::from_vector(words, {int64_t(words.size())}, params.device());
 }
 void check_state(const char* what, const Tensor& given, const Tensor& own) {
   DPCORE_CHECK(given.defined() && given.numel() == own.numel(), "adam: ", what, " buffer ",
@@ -30,6 +49,7 @@ Adam::Adam(FlatParameters& params, const AdamConfig& config) : params_(params), 
   check_rate("weight decay", config.weight_decay);
   exp_avg_ = Tensor::zeros({params.total()}, params.dtype(), params.device());
   exp_avg_sq_ = Tensor::zeros({params.total()}, params.dtype(), params.device());
+  decay_mask_ = decay_mask(params, config.weight_decay);
 }
 
 void Adam::step() {
@@ -38,7 +58,8 @@ void Adam::step() {
   trace::Span span("optimizer", [&] {
     return trace::Label{"optimizer step", {{"parameters", values.numel()}, {"lr", config_.lr}}};
   });
-  backend_for(values.device()).adam_step(config_, steps_ + 1, values, params_.grads(), exp_avg_, exp_avg_sq_);
+  backend_for(values.device()).adam_step(config_, steps_ + 1, values, params_.grads(), exp_avg_, exp_avg_sq_,
+                                             decay_mask_);
   ++steps_;
   last_step_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
 }

@@ -1,7 +1,9 @@
 // Adam and AdamW with torch.optim.Adam's and torch.optim.AdamW's exact semantics (bias
 // correction, eps outside the square root, L2 or decoupled weight decay), as ONE fused pass
 // over the flat buffers: parameters, gradients and the two moment buffers share one layout,
-// so a single kernel launch updates every parameter of the model.
+// so a single kernel launch updates every parameter of the model. Weight decay skips the
+// tensors whose ParamSpec::weight_decay is false (BERT's biases and LayerNorm weights), as a
+// PyTorch parameter group with weight_decay 0 would, through a bit mask over the layout.
 #pragma once
 
 #include "engine/flat_parameters.h"
@@ -33,6 +35,7 @@ class Adam {
   FlatParameters& params_;
   AdamConfig config_;
   Tensor exp_avg_, exp_avg_sq_;
+  Tensor decay_mask_;  // undefined when every tensor decays (or nothing does)
   int64_t steps_ = 0;
   double last_step_seconds_ = 0;
 };

@@ -21,6 +21,17 @@ struct AdamConfig {
   bool decoupled = false;
 };
 
+// Weight decay per element: bit i % 32 of word i / 32 of a mask says whether element i
+// decays (ParamSpec::weight_decay of the tensor it belongs to); no mask, every element does.
+constexpr int64_t kAdamMaskBits = 32;
+inline int64_t adam_mask_words(int64_t n) { return (n + kAdamMaskBits - 1) / kAdamMaskBits; }
+#ifdef __CUDACC__
+__host__ __device__
+#endif
+inline bool adam_decays(const uint32_t* mask, int64_t i) {
+  return !mask || ((mask[i / kAdamMaskBits] >> (i % kAdamMaskBits)) & 1u);
+}
+
 // The scalars of step number `step` (1 for the first), in double as PyTorch's Python
 // computes them; each kernel rounds them to its element type once.
 struct AdamStepScalars {

@@ -1,7 +1,7 @@
 // One torch.optim.Adam / AdamW step over a flat parameter buffer and its two moment
 // buffers. The hyper-parameters and the step's scalars are rounded to T once and each
 // operation is rounded as in PyTorch's single-tensor path (kernels/cpu/kernels.h):
-//   Adam: g = grad + wd*p;   AdamW: p = p * (1 - lr*wd);
+//   Adam: g = grad + wd*p;   AdamW: p = p * (1 - lr*wd);   (where decay_mask says so)
 //   m = beta1*m + (1-beta1)*g;  v = beta2*v + ((1-beta2)*g)*g;
 //   p = p + (neg_step_size * m) / (sqrt(v) / bias_correction2_sqrt + eps)
 #include <cmath>
@@ -12,7 +12,8 @@
 namespace dpcore::kernels::cpu {
 
 template <class T>
-void adam_step(int64_t n, const AdamConfig& cfg, int64_t step, T* param, const T* grad, T* exp_avg, T* exp_avg_sq) {
+void adam_step(int64_t n, const AdamConfig& cfg, int64_t step, T* param, const T* grad, T* exp_avg, T* exp_avg_sq,
+               const uint32_t* decay_mask) {
   const AdamStepScalars s = prepare_adam_step(cfg, step, exp_avg, exp_avg_sq);
   // Weight decay is skipped at 0, as in PyTorch: 0 * inf would be NaN.
   const bool l2 = cfg.weight_decay != 0.0 && !cfg.decoupled, decoupled = cfg.weight_decay != 0.0 && cfg.decoupled;
@@ -25,8 +26,9 @@ void adam_step(int64_t n, const AdamConfig& cfg, int64_t step, T* param, const T
 #pragma omp parallel for simd num_threads(kernel_threads()) if (n >= kMinParallelElements) schedule(static)
   for (int64_t i = 0; i < n; ++i) {
     T p = param[i], g = grad[i];
-    if (l2) g = g + wd * p;
-    if (decoupled) p = p * keep;
+    const bool decays = adam_decays(decay_mask, i);
+    if (l2 && decays) g = g + wd * p;
+    if (decoupled && decays) p = p * keep;
     const T m = (first ? T(0) : beta1 * exp_avg[i]) + rest1 * g;
     const T v = (first ? T(0) : beta2 * exp_avg_sq[i]) + (rest2 * g) * g;
     exp_avg[i] = m;
@@ -36,7 +38,9 @@ void adam_step(int64_t n, const AdamConfig& cfg, int64_t step, T* param, const T
   }
 }
 
-template void adam_step<float>(int64_t, const AdamConfig&, int64_t, float*, const float*, float*, float*);
-template void adam_step<double>(int64_t, const AdamConfig&, int64_t, double*, const double*, double*, double*);
+template void adam_step<float>(int64_t, const AdamConfig&, int64_t, float*, const float*, float*, float*,
+                               const uint32_t*);
+template void adam_step<double>(int64_t, const AdamConfig&, int64_t, double*, const double*, double*, double*,
+                                const uint32_t*);
 
 }  // namespace dpcore::kernels::cpu

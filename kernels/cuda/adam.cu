@@ -5,7 +5,7 @@
 // Every operation is rounded on its own (__fmul_rn, __fadd_rn, __fdiv_rn, __fsqrt_rn: no
 // fused multiply-add, no approximate division or square root), exactly like the CPU
 // reference kernels/cpu/adam.cpp, so both give the same bits:
-//   Adam: g = grad + wd*p;   AdamW: p = p * (1 - lr*wd);
+//   Adam: g = grad + wd*p;   AdamW: p = p * (1 - lr*wd);   (where decay_mask says so)
 //   m = beta1*m + (1-beta1)*g;  v = beta2*v + ((1-beta2)*g)*g;
 //   p = p + (neg_step_size * m) / (sqrt(v) / bias_correction2_sqrt + eps)
 #include "kernels/error.h"
@@ -24,9 +24,9 @@ struct AdamArgs {
 
 // One element: updates *m and *v and returns the new parameter. On the first step m and v
 // are not read (PyTorch's zeros, bit for bit: 0 * beta is +0).
-__device__ __forceinline__ float adam_update(const AdamArgs& a, float p, float g, float* m, float* v) {
-  if (a.l2) g = __fadd_rn(g, __fmul_rn(a.wd, p));  // weight decay is skipped at 0, as in PyTorch
-  if (a.decoupled) p = __fmul_rn(p, a.keep);
+__device__ __forceinline__ float adam_update(const AdamArgs& a, bool decays, float p, float g, float* m, float* v) {
+  if (a.l2 && decays) g = __fadd_rn(g, __fmul_rn(a.wd, p));  // weight decay is skipped at 0, as in PyTorch
+  if (a.decoupled && decays) p = __fmul_rn(p, a.keep);
   const float new_m = __fadd_rn(a.first_step ? 0.f : __fmul_rn(a.beta1, *m), __fmul_rn(a.rest1, g));
   const float new_v = __fadd_rn(a.first_step ? 0.f : __fmul_rn(a.beta2, *v), __fmul_rn(__fmul_rn(a.rest2, g), g));
   *m = new_m;
@@ -36,7 +36,7 @@ __device__ __forceinline__ float adam_update(const AdamArgs& a, float p, float g
 }
 
 __global__ void adam_kernel(int64_t n, AdamArgs a, float* param, const float* grad, float* exp_avg, float* exp_avg_sq,
-                            bool vec) {
+                            const uint32_t* decay_mask, bool vec) {
   const int64_t first = blockIdx.x * int64_t(blockDim.x) + threadIdx.x, stride = int64_t(gridDim.x) * blockDim.x;
   int64_t done = 0;
   if (vec) {
@@ -47,10 +47,10 @@ __global__ void adam_kernel(int64_t n, AdamArgs a, float* param, const float* gr
       const float4 zero = make_float4(0.f, 0.f, 0.f, 0.f);
       float4 m = a.first_step ? zero : reinterpret_cast<float4*>(exp_avg)[i];
       float4 v = a.first_step ? zero : reinterpret_cast<float4*>(exp_avg_sq)[i];
-      p.x = adam_update(a, p.x, g.x, &m.x, &v.x);
-      p.y = adam_update(a, p.y, g.y, &m.y, &v.y);
-      p.z = adam_update(a, p.z, g.z, &m.z, &v.z);
-      p.w = adam_update(a, p.w, g.w, &m.w, &v.w);
+      p.x = adam_update(a, adam_decays(decay_mask, 4 * i), p.x, g.x, &m.x, &v.x);
+      p.y = adam_update(a, adam_decays(decay_mask, 4 * i + 1), p.y, g.y, &m.y, &v.y);
+      p.z = adam_update(a, adam_decays(decay_mask, 4 * i + 2), p.z, g.z, &m.z, &v.z);
+      p.w = adam_update(a, adam_decays(decay_mask, 4 * i + 3), p.w, g.w, &m.w, &v.w);
       reinterpret_cast<float4*>(param)[i] = p;
       reinterpret_cast<float4*>(exp_avg)[i] = m;
       reinterpret_cast<float4*>(exp_avg_sq)[i] = v;
@@ -58,14 +58,14 @@ __global__ void adam_kernel(int64_t n, AdamArgs a, float* param, const float* gr
     done = n4 * 4;
   }
   for (int64_t i = done + first; i < n; i += stride) {
-    param[i] = adam_update(a, param[i], grad[i], exp_avg + i, exp_avg_sq + i);
+    param[i] = adam_update(a, adam_decays(decay_mask, i), param[i], grad[i], exp_avg + i, exp_avg_sq + i);
   }
 }
 
 }  // namespace
 
 void adam_step(int64_t n, const AdamConfig& cfg, int64_t step, float* param, const float* grad, float* exp_avg,
-               float* exp_avg_sq, cudaStream_t stream) {
+               float* exp_avg_sq, const uint32_t* decay_mask, cudaStream_t stream) {
   const AdamStepScalars s = prepare_adam_step(cfg, step, exp_avg, exp_avg_sq);
   if (n == 0) return;
   // The hyper-parameters and the step's scalars are rounded to float once, as the CPU kernel does.
@@ -78,7 +78,7 @@ void adam_step(int64_t n, const AdamConfig& cfg, int64_t step, float* param, con
   a.eps = float(cfg.eps), a.neg_step_size = float(s.neg_step_size), a.bias_correction2_sqrt = float(s.bias_correction2_sqrt);
   const bool vec = aligned16(param) && aligned16(grad) && aligned16(exp_avg) && aligned16(exp_avg_sq);
   launch("adam_kernel", adam_kernel, blocks_for((n + 3) / 4, kElementwiseThreads), kElementwiseThreads, stream, n, a,
-         param, grad, exp_avg, exp_avg_sq, vec);
+         param, grad, exp_avg, exp_avg_sq, decay_mask, vec);
 }
 
 }  // namespace dpcore::kernels::cuda

@@ -139,6 +139,6 @@ void sgd_step(int64_t n, const SgdConfig& cfg, bool first_step, float* param, co
 // ---- one Adam / AdamW step over flat buffers in ONE launch, torch.optim.Adam(W) semantics
 // exactly as kernels/cpu/kernels.h adam_step (same rounding of every operation). ----
 void adam_step(int64_t n, const AdamConfig& cfg, int64_t step, float* param, const float* grad, float* exp_avg,
-               float* exp_avg_sq, cudaStream_t stream);
+               float* exp_avg_sq, const uint32_t* decay_mask, cudaStream_t stream);
 
 }  // namespace dpcore::kernels::cuda

@@ -1,6 +1,7 @@
 // The Adam optimizer (engine/adam.h) against torch.optim.Adam and torch.optim.AdamW run by
 // Debian's PyTorch 1.13 (tests/engine/torch_adam.py) over 100 steps of random gradients,
-// with weight decay, bias correction and a learning-rate change; its restored state, and
+// with weight decay (left out for the bias, a PyTorch parameter group with weight_decay 0),
+// bias correction and a learning-rate change; its restored state, and
 // its checks of the hyper-parameters and of restored buffers.
 #include <gtest/gtest.h>
 
@@ -25,10 +26,10 @@ struct TorchCase {
   AdamConfig cfg;
 };
 
-// Two float32 tensors ("w" [5, 7] and "b" [7], as the script makes them), so that the flat
-// buffer has padding between them that must stay zero.
+// Two float32 tensors ("w" [5, 7] and "b" [7] without weight decay, as the script makes
+// them), so that the flat buffer has padding between them that must stay zero.
 FlatParameters torch_case_parameters() {
-  return FlatParameters({{"w", {5, 7}}, {"b", {7}}}, DType::Float32, Device::cpu());
+  return FlatParameters({{"w", {5, 7}}, {"b", {7}, false}}, DType::Float32, Device::cpu());
 }
 
 // values[entry.offset ...] = v, for each of the script's tensors.

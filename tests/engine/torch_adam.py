@@ -5,7 +5,8 @@
 For each case: two float32 parameters, "w" [5, 7] and "b" [7], drawn from a seed, and
 STEPS random gradients (their scale changing from step to step), stepped by
 torch.optim.Adam (DECOUPLED 0) or torch.optim.AdamW (1) with the learning rate halved from
-step HALVE_LR_AT on. Writes, per case and tensor, the initial values, every step's
+step HALVE_LR_AT on; "b" is in a parameter group of its own with weight_decay 0 (BERT's
+convention for biases). Writes, per case and tensor, the initial values, every step's
 gradient and the final values, exp_avg and exp_avg_sq (float32 values, exact in JSON).
 """
 import json
@@ -24,8 +25,9 @@ def run_case(seed, lr, beta1, beta2, eps, weight_decay, decoupled, steps, halve_
         p.requires_grad_(True)
     optimizer_type = torch.optim.AdamW if decoupled else torch.optim.Adam
     # foreach=False: the single-tensor path whose order of operations dpcore's kernels follow.
-    optimizer = optimizer_type(list(params.values()), lr=lr, betas=(beta1, beta2), eps=eps,
-                               weight_decay=weight_decay, foreach=False)
+    groups = [{"params": [params["w"]]}, {"params": [params["b"]], "weight_decay": 0.0}]
+    optimizer = optimizer_type(groups, lr=lr, betas=(beta1, beta2), eps=eps, weight_decay=weight_decay,
+                               foreach=False)
     for step in range(1, steps + 1):
         if step == halve_lr_at:
             for group in optimizer.param_groups:

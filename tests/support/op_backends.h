@@ -225,8 +225,8 @@ struct CpuBackend {
     kernels::cpu::sgd_step<T>(n, cfg, first_step, param, grad, momentum);
   }
   static void adam_step(int64_t n, const kernels::AdamConfig& cfg, int64_t step, T* param, const T* grad, T* exp_avg,
-                        T* exp_avg_sq) {
-    kernels::cpu::adam_step<T>(n, cfg, step, param, grad, exp_avg, exp_avg_sq);
+                        T* exp_avg_sq, const uint32_t* decay_mask) {
+    kernels::cpu::adam_step<T>(n, cfg, step, param, grad, exp_avg, exp_avg_sq, decay_mask);
   }
 };
 
@@ -383,8 +383,8 @@ struct CudaBackend {
     kernels::cuda::sgd_step(n, cfg, first_step, param, grad, momentum, nullptr);
   }
   static void adam_step(int64_t n, const kernels::AdamConfig& cfg, int64_t step, float* param, const float* grad,
-                        float* exp_avg, float* exp_avg_sq) {
-    kernels::cuda::adam_step(n, cfg, step, param, grad, exp_avg, exp_avg_sq, nullptr);
+                        float* exp_avg, float* exp_avg_sq, const uint32_t* decay_mask) {
+    kernels::cuda::adam_step(n, cfg, step, param, grad, exp_avg, exp_avg_sq, decay_mask, nullptr);
   }
 };
 
