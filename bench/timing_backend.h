@@ -212,6 +212,10 @@ class TimingBackend : public Backend {
                 Tensor& momentum) override {
     timed(times_, "sgd", [&] { inner_.sgd_step(cfg, first_step, param, grad, momentum); });
   }
+  void adam_step(const kernels::AdamConfig& cfg, int64_t step, Tensor& param, const Tensor& grad, Tensor& exp_avg,
+                 Tensor& exp_avg_sq, const Tensor& decay_mask) override {
+    timed(times_, "adam", [&] { inner_.adam_step(cfg, step, param, grad, exp_avg, exp_avg_sq, decay_mask); });
+  }
 
  private:
   Backend& inner_;

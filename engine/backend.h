@@ -16,6 +16,7 @@
 #include <string>
 
 #include "engine/tensor.h"
+#include "kernels/adam_config.h"
 #include "kernels/sgd_config.h"
 #include "kernels/shapes.h"
 
@@ -169,6 +170,11 @@ class Backend {
 
   // One fused update of a whole flat buffer; momentum is undefined when cfg.momentum == 0.
   virtual void sgd_step(const kernels::SgdConfig& cfg, bool first_step, Tensor& param, const Tensor& grad, Tensor& momentum) = 0;
+  // One fused Adam/AdamW update of a whole flat buffer and its two moment buffers (same
+  // layout); step is the number of this step, 1 for the first. decay_mask: int32 words of
+  // one bit per element, weight decay where set (kernels/adam_config.h); undefined: everywhere.
+  virtual void adam_step(const kernels::AdamConfig& cfg, int64_t step, Tensor& param, const Tensor& grad,
+                         Tensor& exp_avg, Tensor& exp_avg_sq, const Tensor& decay_mask) = 0;
 };
 
 // The backend for a device. Throws a clear error if that device type is not compiled in or

@@ -360,6 +360,15 @@ class CpuBackend : public Backend {
       k::sgd_step<T>(param.numel(), cfg, first_step, ptr<T>(param), ptr<T>(grad), ptr<T>(momentum));
     });
   }
+  void adam_step(const kernels::AdamConfig& cfg, int64_t step, Tensor& param, const Tensor& grad, Tensor& exp_avg,
+                 Tensor& exp_avg_sq, const Tensor& decay_mask) override {
+    const auto* mask = reinterpret_cast<const uint32_t*>(ptr<int32_t>(decay_mask));
+    dispatch_float("adam", param, [&](auto t) {
+      using T = decltype(t);
+      k::adam_step<T>(param.numel(), cfg, step, ptr<T>(param), ptr<T>(grad), ptr<T>(exp_avg), ptr<T>(exp_avg_sq),
+                      mask);
+    });
+  }
 
  private:
   CpuAllocator allocator_;

@@ -395,6 +395,12 @@ class CudaBackend : public Backend {
     cudaStream_t stream = begin_op("sgd", {&param, &grad, &momentum});
     k::sgd_step(param.numel(), cfg, first_step, f32(param), f32(grad), f32(&momentum), stream);  // no momentum: undefined
   }
+  void adam_step(const kernels::AdamConfig& cfg, int64_t step, Tensor& param, const Tensor& grad, Tensor& exp_avg,
+                 Tensor& exp_avg_sq, const Tensor& decay_mask) override {
+    cudaStream_t stream = begin_op("adam", {&param, &grad, &exp_avg, &exp_avg_sq});  // decay_mask: int32
+    const auto* mask = decay_mask.defined() ? reinterpret_cast<const uint32_t*>(decay_mask.data<int32_t>()) : nullptr;
+    k::adam_step(param.numel(), cfg, step, f32(param), f32(grad), f32(exp_avg), f32(exp_avg_sq), mask, stream);
+  }
 
  private:
   bool graphs_enabled_ = true;  // --cuda-graph

@@ -18,7 +18,8 @@ std::vector<FlatEntry> flat_layout(const std::vector<std::pair<std::string, Shap
 FlatParameters::FlatParameters(const std::vector<ParamSpec>& specs, DType dtype, Device device) {
   std::vector<std::pair<std::string, Shape>> named;
   for (const ParamSpec& spec : specs) named.emplace_back(spec.name, spec.shape);
-  entries_ = flat_layout(named, "parameters", total_);
+  std::vector<FlatEntry> layout = flat_layout(named, "parameters", total_);
+  for (size_t i = 0; i < specs.size(); ++i) entries_.push_back(Entry{std::move(layout[i]), specs[i].weight_decay});
   values_ = Tensor::zeros({total_}, dtype, device);
   grads_ = Tensor::zeros({total_}, dtype, device);
   size_t esize = dtype_size(dtype);

@@ -19,6 +19,9 @@ namespace dpcore {
 struct ParamSpec {
   std::string name;  // PyTorch state_dict name, e.g. "c1.weight"
   Shape shape;
+  // Whether the optimizer's weight decay applies: off for biases and LayerNorm weights by
+  // BERT's convention (PyTorch: a parameter group with weight_decay 0).
+  bool weight_decay = true;
 };
 
 // Where one named tensor lives in a flat buffer.
@@ -47,7 +50,9 @@ const E& find_flat_entry(const std::vector<E>& entries, const std::string& name,
 
 class FlatParameters {
  public:
-  using Entry = FlatEntry;
+  struct Entry : FlatEntry {
+    bool weight_decay = true;  // as ParamSpec::weight_decay
+  };
   static constexpr int64_t kAlignment = kFlatAlignment;
 
   FlatParameters(const std::vector<ParamSpec>& specs, DType dtype, Device device);

@@ -49,7 +49,7 @@ uint64_t checksum_bytes(const unsigned char* p, size_t bytes) {
 
 // Each entry's elements of a flat buffer (padding between tensors left out: it is
 // nobody's state).
-void add_checksums(const Tensor& flat, const std::vector<FlatEntry>& entries, std::vector<uint64_t>& out) {
+void add_checksums(const Tensor& flat, const std::vector<FlatParameters::Entry>& entries, std::vector<uint64_t>& out) {
   Tensor host = on_host(flat);
   const size_t esize = dtype_size(host.dtype());
   const auto* base = static_cast<const unsigned char*>(host.raw_data());

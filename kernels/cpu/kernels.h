@@ -14,6 +14,7 @@
 
 #include <cstdint>
 
+#include "kernels/adam_config.h"
 #include "kernels/sgd_config.h"
 #include "kernels/shapes.h"
 
@@ -126,6 +127,18 @@ template <class T> void sum(int64_t n, const T* x, T* out);                 // o
 //   g = grad + wd * p; if momentum: buf = first_step ? g : mu*buf + (1-dampening)*g;
 //   g = nesterov ? g + mu*buf : buf;  p -= lr * g.   grad itself is not modified. ----
 template <class T> void sgd_step(int64_t n, const SgdConfig& cfg, bool first_step, T* param, const T* grad, T* momentum);
+
+// ---- Adam / AdamW over whole flat buffers, torch.optim.Adam(W)'s single-tensor step number
+// `step` (1 for the first), each operation rounded to T in PyTorch's order:
+//   Adam: g = grad + wd*p;   AdamW: p = p * (1 - lr*wd);
+//   m = beta1*m + (1-beta1)*g;  v = beta2*v + ((1-beta2)*g)*g;
+//   p = p + (-lr/(1-beta1^step) * m) / (sqrt(v)/sqrt(1-beta2^step) + eps).
+// The first step does not read m and v (PyTorch's zero initial state, bit for bit). Weight
+// decay applies to element i where bit i of decay_mask is set (adam_decays), to every
+// element when decay_mask is null. grad itself is not modified. ----
+template <class T>
+void adam_step(int64_t n, const AdamConfig& cfg, int64_t step, T* param, const T* grad, T* exp_avg, T* exp_avg_sq,
+               const uint32_t* decay_mask);
 
 // Whether float stride-1 convolutions may take the direct path (default true); false
 // keeps every convolution on im2col + GEMM, for benchmarking one against the other.

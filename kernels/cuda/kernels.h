@@ -12,6 +12,7 @@
 
 #include <cstdint>
 
+#include "kernels/adam_config.h"
 #include "kernels/sgd_config.h"
 #include "kernels/shapes.h"
 
@@ -134,5 +135,10 @@ void sum(int64_t n, const float* x, float* out, cudaStream_t stream);
 // when cfg.momentum == 0. ----
 void sgd_step(int64_t n, const SgdConfig& cfg, bool first_step, float* param, const float* grad, float* momentum,
               cudaStream_t stream);
+
+// ---- one Adam / AdamW step over flat buffers in ONE launch, torch.optim.Adam(W) semantics
+// exactly as kernels/cpu/kernels.h adam_step (same rounding of every operation). ----
+void adam_step(int64_t n, const AdamConfig& cfg, int64_t step, float* param, const float* grad, float* exp_avg,
+               float* exp_avg_sq, const uint32_t* decay_mask, cudaStream_t stream);
 
 }  // namespace dpcore::kernels::cuda

@@ -224,6 +224,10 @@ struct CpuBackend {
                        T* momentum) {
     kernels::cpu::sgd_step<T>(n, cfg, first_step, param, grad, momentum);
   }
+  static void adam_step(int64_t n, const kernels::AdamConfig& cfg, int64_t step, T* param, const T* grad, T* exp_avg,
+                        T* exp_avg_sq, const uint32_t* decay_mask) {
+    kernels::cpu::adam_step<T>(n, cfg, step, param, grad, exp_avg, exp_avg_sq, decay_mask);
+  }
 };
 
 #ifdef DPCORE_HAVE_CUDA
@@ -377,6 +381,10 @@ struct CudaBackend {
   static void sgd_step(int64_t n, const kernels::SgdConfig& cfg, bool first_step, float* param, const float* grad,
                        float* momentum) {
     kernels::cuda::sgd_step(n, cfg, first_step, param, grad, momentum, nullptr);
+  }
+  static void adam_step(int64_t n, const kernels::AdamConfig& cfg, int64_t step, float* param, const float* grad,
+                        float* exp_avg, float* exp_avg_sq, const uint32_t* decay_mask) {
+    kernels::cuda::adam_step(n, cfg, step, param, grad, exp_avg, exp_avg_sq, decay_mask, nullptr);
   }
 };
 

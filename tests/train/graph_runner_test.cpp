@@ -213,6 +213,12 @@ class RecordingBackend : public Backend {
                 Tensor& momentum) override {
     run([=, param = param, momentum = momentum]() mutable { cpu_.sgd_step(cfg, first_step, param, grad, momentum); });
   }
+  void adam_step(const kernels::AdamConfig& cfg, int64_t step, Tensor& param, const Tensor& grad, Tensor& exp_avg,
+                 Tensor& exp_avg_sq, const Tensor& decay_mask) override {
+    run([=, param = param, exp_avg = exp_avg, exp_avg_sq = exp_avg_sq]() mutable {
+      cpu_.adam_step(cfg, step, param, grad, exp_avg, exp_avg_sq, decay_mask);
+    });
+  }
 
  private:
   static Tensor opt(const Tensor* t) { return t ? *t : Tensor(); }
