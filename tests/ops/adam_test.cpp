@@ -122,9 +122,14 @@ TYPED_TEST(AdamTest, MatchesPyTorchAlgorithmOverSeveralSteps) {
     const std::vector<bool> all_decay(size_t(n), true), some_decay = decaying_elements(n);
     const std::vector<uint32_t> host_mask = mask_bits(some_decay);
     const typename B::template Array<uint32_t> mask(host_mask);
+    // The millions of elements are there to span every thread's chunk and a GPU's grid:
+    // PyTorch's defaults and AdamW with its mask cover that, and the other settings run at
+    // the smaller lengths (each pass of the CPU's scalar references costs a second there).
+    const bool large = n > (1 << 20);
     for (const AdamConfig& cfg : kConfigs) {
       for (const bool masked : {false, true}) {
         if (masked && cfg.weight_decay == 0) continue;
+        if (large && &cfg != &kConfigs[0] && !(cfg.decoupled && masked)) continue;
         const std::vector<bool>& decays = masked ? some_decay : all_decay;
         for (int threads : B::thread_counts()) {
           SCOPED_TRACE(describe(cfg, masked, c, threads));
