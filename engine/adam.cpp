@@ -1,12 +1,12 @@
 #include "engine/adam.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <vector>
 
 #include "engine/backend.h"
+#include "engine/seconds_since.h"
 #include "engine/trace.h"
 
 namespace dpcore {
@@ -53,7 +53,7 @@ Adam::Adam(FlatParameters& params, const AdamConfig& config) : params_(params), 
 }
 
 void Adam::step() {
-  const auto started = std::chrono::steady_clock::now();
+  const SteadyClock::time_point started = SteadyClock::now();
   Tensor values = params_.values();
   trace::Span span("optimizer", [&] {
     return trace::Label{"optimizer step", {{"parameters", values.numel()}, {"lr", config_.lr}}};
@@ -61,7 +61,7 @@ void Adam::step() {
   backend_for(values.device()).adam_step(config_, steps_ + 1, values, params_.grads(), exp_avg_, exp_avg_sq_,
                                              decay_mask_);
   ++steps_;
-  last_step_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  last_step_seconds_ = seconds_since(started);
 }
 
 void Adam::set_lr(double lr) {

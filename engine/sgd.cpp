@@ -1,9 +1,9 @@
 #include "engine/sgd.h"
 
-#include <chrono>
 #include <cmath>
 
 #include "engine/backend.h"
+#include "engine/seconds_since.h"
 #include "engine/trace.h"
 
 namespace dpcore {
@@ -26,7 +26,7 @@ Sgd::Sgd(FlatParameters& params, const SgdConfig& config) : params_(params), con
 }
 
 void Sgd::step() {
-  const auto started = std::chrono::steady_clock::now();
+  const SteadyClock::time_point started = SteadyClock::now();
   Tensor values = params_.values();
   Tensor momentum = momentum_;  // undefined without momentum
   trace::Span span("optimizer", [&] {
@@ -34,7 +34,7 @@ void Sgd::step() {
   });
   backend_for(values.device()).sgd_step(config_, steps_ == 0, values, params_.grads(), momentum);
   ++steps_;
-  last_step_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  last_step_seconds_ = seconds_since(started);
 }
 
 void Sgd::set_lr(double lr) {

@@ -77,12 +77,6 @@ template <class B>
 class SgdTest : public OpTest<B> {};
 TYPED_TEST_SUITE(SgdTest, KernelBackends, BackendName);
 
-// The elements [offset, offset + n) of a download.
-template <class T>
-std::vector<T> tail(const std::vector<T>& v, int offset) {
-  return std::vector<T>(v.begin() + offset, v.end());
-}
-
 TYPED_TEST(SgdTest, MatchesPyTorchAlgorithmOverSeveralSteps) {
   using B = TypeParam;
   using T = typename B::Scalar;

@@ -93,4 +93,11 @@ class ScopedKernelThreads {
 // matrix product split in two.
 inline std::vector<int> kernel_thread_counts() { return {1, 2}; }
 
+// The elements [offset, end) of a download: a result written at an offset into its buffer
+// (the flat optimizer tests misalign every pointer that way).
+template <class T>
+std::vector<T> tail(const std::vector<T>& v, int offset) {
+  return std::vector<T>(v.begin() + offset, v.end());
+}
+
 }  // namespace dpcore::testing
