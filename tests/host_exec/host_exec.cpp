@@ -97,7 +97,7 @@ struct Warp {
 };
 
 class Launch;
-Launch* running = nullptr;  // the launch in progress (one at a time)
+thread_local Launch* running = nullptr;  // the launch in progress on this thread
 Launch* running_launch(const char* call);
 
 class Launch {
@@ -384,10 +384,22 @@ class Launch {
   uint64_t barrier_generation_ = 0, block_index_ = 0;
 };
 
-// Fiber stacks (and TSan fibers), made once and kept: mmap'd, so ASan treats them as
-// stacks, not as heap blocks.
+// Fiber stacks (and TSan fibers), made once per worker thread and kept until it ends:
+// mmap'd, so ASan treats them as stacks, not as heap blocks.
+struct FiberSet : std::vector<Fiber> {
+  FiberSet() : std::vector<Fiber>(kMaxThreads) {}
+  ~FiberSet() {
+    for (Fiber& f : *this) {
+      if (!f.stack) continue;
+      munmap(f.stack, kStackBytes);
+#ifdef HOST_EXEC_TSAN
+      __tsan_destroy_fiber(f.tsan);
+#endif
+    }
+  }
+};
 std::vector<Fiber>& fibers_for(int threads) {
-  static std::vector<Fiber> fibers(kMaxThreads);
+  thread_local FiberSet fibers;
   for (int t = 0; t < threads; ++t) {
     Fiber& f = fibers[t];
     if (f.stack) continue;
@@ -401,16 +413,6 @@ std::vector<Fiber>& fibers_for(int threads) {
   return fibers;
 }
 
-void check_configuration(const char* kernel, dim3 grid, dim3 block) {
-  const uint64_t threads = uint64_t(block.x) * block.y * block.z;
-  std::string problem;
-  if (threads == 0 || threads > kMaxThreads || block.z > 64)
-    problem = "block " + triple(block.x, block.y, block.z) + " (at most 1024 threads, z at most 64, none empty)";
-  else if (grid.x == 0 || grid.y == 0 || grid.z == 0 || grid.x > 2147483647u || grid.y > 65535 || grid.z > 65535)
-    problem = "grid " + triple(grid.x, grid.y, grid.z) + " (x at most 2^31-1, y and z at most 65535, none empty)";
-  if (!problem.empty())
-    throw std::runtime_error("host kernel " + std::string(kernel) + ": invalid configuration argument: " + problem);
-}
 
 // The scheduler's side of `running`, not instrumented like the rest of the bookkeeping
 // (the fibers read it; TSan must not take that for a race).
@@ -429,14 +431,23 @@ kNotInstrumented void name_the_running_thread() {
 
 }  // namespace
 
+void check_configuration(const char* kernel, dim3 grid, dim3 block) {
+  const uint64_t threads = uint64_t(block.x) * block.y * block.z;
+  std::string problem;
+  if (threads == 0 || threads > kMaxThreads || block.z > 64)
+    problem = "block " + triple(block.x, block.y, block.z) + " (at most 1024 threads, z at most 64, none empty)";
+  else if (grid.x == 0 || grid.y == 0 || grid.z == 0 || grid.x > 2147483647u || grid.y > 65535 || grid.z > 65535)
+    problem = "grid " + triple(grid.x, grid.y, grid.z) + " (x at most 2^31-1, y and z at most 65535, none empty)";
+  if (!problem.empty())
+    throw std::runtime_error("host kernel " + std::string(kernel) + ": invalid configuration argument: " + problem);
+}
+
 void run_grid(const char* kernel, dim3 grid, dim3 block, const std::function<void()>& body) {
-  static std::mutex one_launch_at_a_time;  // __shared__ statics belong to the running block
 #ifdef HOST_EXEC_SANITIZER
   static const bool named = (__sanitizer_set_death_callback(name_the_running_thread), true);
   (void)named;
 #endif
   check_configuration(kernel, grid, block);
-  std::lock_guard<std::mutex> lock(one_launch_at_a_time);
   Launch launch(kernel, grid, block, body, fibers_for(int(block.x * block.y * block.z)));
   set_running(&launch);
   const std::string error = launch.run();

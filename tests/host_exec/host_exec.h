@@ -6,7 +6,8 @@
 // How a launch runs (host_exec.cpp): every thread of a block is an OS thread, so the
 // threads of a block really run concurrently and meet at real barriers. The blocks of the
 // grid run one after the other, which is one legal schedule of a GPU's. Hence:
-//   * `__shared__` variables are statics: one instance, used by the one running block;
+//   * `__shared__` variables are thread_local statics: one instance per worker thread,
+//     used by the one block running on it;
 //   * `__syncthreads()` is a barrier of the whole block;
 //   * warp shuffles exchange values among the 32 lanes of a warp, which wait for each
 //     other like the lanes of a real warp;
@@ -17,7 +18,10 @@
 //     access, UBSan every signed overflow in the index arithmetic and every float4 access at
 //     an address that is not 16-byte aligned, and TSan every pair of threads of a block that
 //     touch the same word between two barriers, one of them writing.
-// One launch runs at a time (the statics of __shared__ are shared by all launches).
+// A launch is queued on its stream (runtime/runtime.h) and runs on that stream's worker
+// thread, so launches on different streams run concurrently: `__shared__` variables are
+// thread_local statics, one instance per worker thread, used by the one block running
+// there (the fibers of a block all run on their worker's thread).
 #pragma once
 
 #include <cmath>
@@ -27,8 +31,10 @@
 #include <tuple>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "cuda_runtime_api.h"
+#include "host_exec/runtime/runtime.h"
 
 // ---- the CUDA C++ keywords: qualifiers with no meaning on the host ----
 #define __global__
@@ -36,7 +42,7 @@
 #define __host__
 #define __forceinline__ inline
 #define __launch_bounds__(...)
-#define __shared__ static
+#define __shared__ static thread_local
 #define __align__(n) __attribute__((aligned(n)))
 
 // ---- the built-in variables: set per thread by the launch ----
@@ -48,9 +54,13 @@ constexpr int warpSize = 32;
 
 namespace host_exec {
 
-// Runs body() once per thread of every block of the grid (see the top of this file).
-// Throws std::runtime_error naming the kernel, block and thread when the launch fails: a
-// bad configuration, a thread left waiting, a deadlock, or an exception inside the kernel.
+// Fails, as cudaGetLastError after a GPU launch does, for a configuration no GPU runs.
+void check_configuration(const char* kernel, dim3 grid, dim3 block);
+
+// Runs body() once per thread of every block of the grid (see the top of this file), on
+// the calling thread. Throws std::runtime_error naming the kernel, block and thread when
+// the launch fails: a bad configuration, a thread left waiting, a deadlock, or an
+// exception inside the kernel.
 void run_grid(const char* kernel, dim3 grid, dim3 block, const std::function<void()>& body);
 
 // The block barrier of the calling kernel thread.
@@ -61,12 +71,29 @@ void sync_threads();
 // value, as in CUDA), and returns it once every lane of `mask` has arrived.
 uint64_t exchange(unsigned mask, uint64_t value, int source, const char* intrinsic);
 
-// kernels/cuda/launch.cuh calls this where nvcc compiles `kernel<<<grid, block, 0, stream>>>(args...)`.
-// Each thread gets its own copy of the arguments, as kernel parameters are on the GPU.
+// The pointer arguments of a launch, for the runtime's device check (others: null).
+template <class P>
+const void* pointer_argument(const P& value) {
+  if constexpr (std::is_pointer_v<P>) return value;
+  else return nullptr;
+}
+
+// kernels/cuda/launch.cuh calls this where nvcc compiles `kernel<<<grid, block, 0, stream>>>(args...)`:
+// the configuration is checked now, and the grid queued on `stream`. The arguments are
+// copied at the launch, as a GPU's are, and each thread gets its own copy of them.
 template <class... Params, class... Args>
-void launch(const char* name, void (*kernel)(Params...), dim3 grid, dim3 block, cudaStream_t, Args&&... args) {
-  const std::tuple<std::decay_t<Params>...> params(std::forward<Args>(args)...);
-  run_grid(name, grid, block, [&] { std::apply(kernel, params); });
+void launch(const char* name, void (*kernel)(Params...), dim3 grid, dim3 block, cudaStream_t stream, Args&&... args) {
+  check_configuration(name, grid, block);
+  host_runtime::Bookkeeping hide;  // copying the arguments is the runtime's business (runtime/bookkeeping.h)
+  auto params = std::make_shared<const std::tuple<std::decay_t<Params>...>>(std::forward<Args>(args)...);
+  std::vector<const void*> pointers =
+      std::apply([](const auto&... p) { return std::vector<const void*>{pointer_argument(p)...}; }, *params);
+  host_runtime::enqueue_kernel(name, stream, std::move(pointers), [name, kernel, grid, block, params] {
+    run_grid(name, grid, block, [&] {
+      std::tuple<std::decay_t<Params>...> own(*params);
+      std::apply(kernel, own);
+    });
+  });
 }
 
 template <class T>

@@ -9,13 +9,23 @@
 #include <cstdlib>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kernels/cuda/launch.cuh"
+#include "kernels/cuda_runtime/check.h"
 
 namespace {
 
 using dpcore::kernels::cuda::launch;
+
+// Launches on the legacy stream and waits for the kernel: a launch is asynchronous, and a
+// kernel that fails leaves its error on the device, which the wait reports.
+template <class... Params, class... Args>
+void run(const char* name, void (*kernel)(Params...), dim3 grid, dim3 block, Args&&... args) {
+  launch(name, kernel, grid, block, nullptr, std::forward<Args>(args)...);
+  CUDA_CHECK(cudaDeviceSynchronize());
+}
 
 // Every thread writes its linear index into shared memory, waits at the barrier, then reads
 // its neighbour's: wrong unless the barrier really holds every thread until all have written.
@@ -30,7 +40,7 @@ __global__ void rotate_through_shared(int* out) {
 TEST(HostExec, BarrierOrdersSharedMemoryWithinEachBlock) {
   const int blocks = 3, threads = 256;
   std::vector<int> out(blocks * threads, -1);
-  launch("rotate_through_shared", rotate_through_shared, blocks, threads, nullptr, out.data());
+  run("rotate_through_shared", rotate_through_shared, blocks, threads, out.data());
   for (int b = 0; b < blocks; ++b)
     for (int t = 0; t < threads; ++t) ASSERT_EQ(out[b * threads + t], (t + 1) % threads + b * 1000) << b << "," << t;
 }
@@ -45,7 +55,7 @@ __global__ void warp_totals(const float* x, float* out) {
 TEST(HostExec, XorShuffleExchangesAmongTheLanesOfEachWarp) {
   std::vector<float> x(64), out(64, -1.f);
   for (int i = 0; i < 64; ++i) x[i] = float(i);
-  launch("warp_totals", warp_totals, 1, 64, nullptr, x.data(), out.data());
+  run("warp_totals", warp_totals, 1, 64, x.data(), out.data());
   for (int i = 0; i < 64; ++i) EXPECT_EQ(out[i], i < 32 ? 496.f : 1520.f) << i;  // 0+..+31, 32+..+63
 }
 
@@ -59,7 +69,7 @@ __global__ void shuffle_variants(int* out) {
 
 TEST(HostExec, ShuffleVariantsFollowCudaSemantics) {
   std::vector<int> out(128, -1);
-  launch("shuffle_variants", shuffle_variants, 1, 32, nullptr, out.data());
+  run("shuffle_variants", shuffle_variants, 1, 32, out.data());
   for (int lane = 0; lane < 32; ++lane) {
     EXPECT_EQ(out[lane], lane + 3 < 32 ? lane + 3 : lane) << "down, lane " << lane;
     EXPECT_EQ(out[32 + lane], lane >= 5 ? lane - 5 : lane) << "up, lane " << lane;
@@ -68,15 +78,18 @@ TEST(HostExec, ShuffleVariantsFollowCudaSemantics) {
   }
 }
 
-// Runs a launch that must fail and returns its message.
+// Runs a launch that must fail and returns its message; the device's sticky error is then
+// cleared (cudaDeviceReset), as a program that goes on after a fault must.
 template <class Launch>
-std::string failure_of(Launch run) {
+std::string failure_of(Launch body) {
+  std::string message = "(no error)";
   try {
-    run();
+    body();
   } catch (const std::runtime_error& e) {
-    return e.what();
+    message = e.what();
   }
-  return "(no error)";
+  cudaDeviceReset();
+  return message;
 }
 
 #define EXPECT_CONTAINS(text, part) EXPECT_NE(std::string(text).find(part), std::string::npos) << (text)
@@ -91,7 +104,7 @@ __global__ void early_exit_before_barrier(int* out) {
 TEST(HostExec, ThreadThatExitsWhileOthersWaitAtABarrierIsAnError) {
   std::vector<int> out(64);
   const std::string error = failure_of(
-      [&] { launch("early_exit_before_barrier", early_exit_before_barrier, 2, 64, nullptr, out.data()); });
+      [&] { run("early_exit_before_barrier", early_exit_before_barrier, 2, 64, out.data()); });
   EXPECT_CONTAINS(error, "host kernel early_exit_before_barrier: block (1,0,0) thread (5,0,0)");
   EXPECT_CONTAINS(error, "exited while 63 threads of the block wait at __syncthreads()");
 }
@@ -105,7 +118,7 @@ __global__ void shuffle_with_exited_lane(float* out) {
 TEST(HostExec, ShuffleNamingAnExitedLaneIsAnError) {
   std::vector<float> out(32);
   const std::string error =
-      failure_of([&] { launch("shuffle_with_exited_lane", shuffle_with_exited_lane, 1, 32, nullptr, out.data()); });
+      failure_of([&] { run("shuffle_with_exited_lane", shuffle_with_exited_lane, 1, 32, out.data()); });
   EXPECT_CONTAINS(error, "host kernel shuffle_with_exited_lane: block (0,0,0)");
   EXPECT_CONTAINS(error, "__shfl_xor_sync");
   // Depending on who gets there first: lane 31 exits while the others wait for it, or the
@@ -129,7 +142,7 @@ TEST(HostExec, BarrierReachedFromDifferentBranchesOpensForAll) {
   // Warp 1 shuffles and then meets warp 0 at the barrier: every thread arrives, so it opens
   // (as on Volta and later, where the barrier counts threads, not code locations).
   std::vector<float> out(64);
-  launch("barrier_against_shuffle", barrier_against_shuffle, 1, 64, nullptr, out.data());
+  run("barrier_against_shuffle", barrier_against_shuffle, 1, 64, out.data());
   EXPECT_EQ(out[40], 1.f);
 }
 
@@ -139,7 +152,7 @@ __global__ void mismatched_barriers() {
 }
 
 TEST(HostExec, DivergentBarrierIsReportedNotAHang) {
-  const std::string error = failure_of([&] { launch("mismatched_barriers", mismatched_barriers, 1, 64, nullptr); });
+  const std::string error = failure_of([&] { run("mismatched_barriers", mismatched_barriers, 1, 64); });
   EXPECT_CONTAINS(error, "host kernel mismatched_barriers: block (0,0,0)");
   EXPECT_CONTAINS(error, "wait at __syncthreads()");
 }
@@ -152,7 +165,7 @@ __global__ void shuffle_waits_for_a_barrier(float* out) {
 TEST(HostExec, ShuffleAgainstBarrierIsADeadlock) {
   std::vector<float> out(32);
   const std::string error = failure_of(
-      [&] { launch("shuffle_waits_for_a_barrier", shuffle_waits_for_a_barrier, 1, 32, nullptr, out.data()); });
+      [&] { run("shuffle_waits_for_a_barrier", shuffle_waits_for_a_barrier, 1, 32, out.data()); });
   EXPECT_CONTAINS(error, "host kernel shuffle_waits_for_a_barrier");
   EXPECT_CONTAINS(error, "deadlock: 1 threads wait at __syncthreads(), 31 in a warp shuffle");
 }
@@ -160,9 +173,9 @@ TEST(HostExec, ShuffleAgainstBarrierIsADeadlock) {
 __global__ void empty_kernel() {}
 
 TEST(HostExec, InvalidConfigurationIsAnErrorNamingTheKernel) {
-  EXPECT_CONTAINS(failure_of([] { launch("empty_kernel", empty_kernel, 1, 1025, nullptr); }),
+  EXPECT_CONTAINS(failure_of([] { run("empty_kernel", empty_kernel, 1, 1025); }),
                   "host kernel empty_kernel: invalid configuration argument: block (1025,1,1)");
-  EXPECT_CONTAINS(failure_of([] { launch("empty_kernel", empty_kernel, dim3(1, 70000), 32, nullptr); }),
+  EXPECT_CONTAINS(failure_of([] { run("empty_kernel", empty_kernel, dim3(1, 70000), 32); }),
                   "host kernel empty_kernel: invalid configuration argument: grid (1,70000,1)");
 }
 
@@ -177,7 +190,7 @@ __global__ void record_indices(int base, int* out) {
 TEST(HostExec, EveryThreadOfEveryBlockRunsOnceWithItsIndices) {
   const dim3 grid(2, 3, 2), block(4, 3, 2);
   std::vector<int> out(12 * 24, -1);
-  launch("record_indices", record_indices, grid, block, nullptr, 100, out.data());
+  run("record_indices", record_indices, grid, block, 100, out.data());
   for (int b = 0; b < 12; ++b)
     for (int t = 0; t < 24; ++t) ASSERT_EQ(out[b * 24 + t], 100 + t) << b << "," << t;
 }
@@ -198,7 +211,7 @@ TEST_F(HostExecSanitizers, AddressSanitizerReportsAnOutOfBoundsReadInAKernel) {
   GTEST_SKIP() << "needs the AddressSanitizer build (scripts/test.sh: build-asan)";
 #else
   std::vector<float> x(64, 1.f), y(64);
-  EXPECT_DEATH(launch("read_one_past_the_end", read_one_past_the_end, 1, 64, nullptr, x.data(), y.data()),
+  EXPECT_DEATH(run("read_one_past_the_end", read_one_past_the_end, 1, 64, x.data(), y.data()),
                "heap-buffer-overflow(.|\n)*read_one_past_the_end(.|\n)*"
                "host kernel read_one_past_the_end: block \\(0,0,0\\) thread \\(63,0,0\\) was running");
 #endif
@@ -218,7 +231,7 @@ TEST_F(HostExecSanitizers, UndefinedBehaviorSanitizerReportsAMisalignedVectorLoa
   alignas(16) float x[8] = {};
   std::vector<float> y(32);
   setenv("UBSAN_OPTIONS", "print_stacktrace=1", 1);  // the child's report then names the kernel
-  EXPECT_DEATH(launch("misaligned_vector_load", misaligned_vector_load, 1, 32, nullptr, x, y.data()),
+  EXPECT_DEATH(run("misaligned_vector_load", misaligned_vector_load, 1, 32, x, y.data()),
                "misaligned address(.|\n)*float4(.|\n)*#0 .*misaligned_vector_load");
 #endif
 }
@@ -237,7 +250,7 @@ TEST_F(HostExecSanitizers, ThreadSanitizerReportsASharedMemoryRaceBetweenBarrier
 #else
   std::vector<float> out(64);
   setenv("TSAN_OPTIONS", "halt_on_error=1", 1);  // the child stops at the first report
-  EXPECT_DEATH(launch("shared_read_before_barrier", shared_read_before_barrier, 1, 64, nullptr, out.data()),
+  EXPECT_DEATH(run("shared_read_before_barrier", shared_read_before_barrier, 1, 64, out.data()),
                "data race(.|\n)*shared_read_before_barrier(.|\n)*"
                "host kernel shared_read_before_barrier: block \\(0,0,0\\) thread \\(1,0,0\\) was running");
 #endif

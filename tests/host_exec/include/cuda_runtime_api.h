@@ -1,9 +1,16 @@
 // The host execution layer's <cuda_runtime_api.h>: the part of the CUDA runtime API that
-// dpcore's hand kernels and the kernel tests call, on ordinary host memory. The host
-// build of the kernels (tests/host_exec/CMakeLists.txt) puts this folder first on the
-// include path instead of /usr/local/cuda/include, so the kernel files and the tests
-// compile unchanged: "device" memory is malloc'd memory that AddressSanitizer watches,
-// streams are names only, and every call completes before it returns.
+// dpcore calls, implemented on host threads and host memory by tests/host_exec/runtime
+// with CUDA's documented semantics (the host build puts this folder first on the include
+// path instead of /usr/local/cuda/include, so the same sources compile unchanged):
+//   * several devices (kDevices), the current one per host thread (cudaSetDevice);
+//   * streams are ordered queues, each run by a worker thread of its own, so work on two
+//     streams really runs concurrently and only events (or the legacy default stream's
+//     rules) order it: a missing cudaStreamWaitEvent is a data race ThreadSanitizer sees;
+//   * device memory is host memory that AddressSanitizer watches, filled with NaN (every
+//     bit set) when allocated and again when freed;
+//   * kernels and copies run asynchronously; a kernel that fails (a deadlock, a bad pointer)
+//     leaves a sticky error on its device that every later call returns, as on a GPU.
+// The values of the enums are CUDA's own.
 #pragma once
 
 #include <cstddef>
@@ -14,6 +21,12 @@ enum cudaError_t {
   cudaErrorMemoryAllocation = 2,
   cudaErrorInvalidConfiguration = 9,
   cudaErrorInvalidDevice = 101,
+  cudaErrorInvalidResourceHandle = 400,
+  cudaErrorNotReady = 600,
+  cudaErrorIllegalAddress = 700,
+  cudaErrorPeerAccessAlreadyEnabled = 704,
+  cudaErrorPeerAccessNotEnabled = 705,
+  cudaErrorLaunchFailure = 719,
 };
 enum cudaMemcpyKind {
   cudaMemcpyHostToHost = 0,
@@ -22,9 +35,27 @@ enum cudaMemcpyKind {
   cudaMemcpyDeviceToDevice = 3,
   cudaMemcpyDefault = 4,
 };
+enum cudaDeviceAttr {
+  cudaDevAttrMultiProcessorCount = 16,
+};
 
 struct CUstream_st;
 using cudaStream_t = CUstream_st*;
+struct CUevent_st;
+using cudaEvent_t = CUevent_st*;
+
+// The legacy default stream, by its handle (0 means the same: the build does not use
+// per-thread default streams).
+#define cudaStreamLegacy (reinterpret_cast<cudaStream_t>(0x1))
+constexpr unsigned cudaStreamDefault = 0x0;      // synchronises with the legacy stream
+constexpr unsigned cudaStreamNonBlocking = 0x1;  // does not
+constexpr unsigned cudaEventDefault = 0x0;
+constexpr unsigned cudaEventBlockingSync = 0x1;
+constexpr unsigned cudaEventDisableTiming = 0x2;
+constexpr unsigned cudaHostAllocDefault = 0x0;
+constexpr unsigned cudaHostAllocPortable = 0x1;
+constexpr unsigned cudaHostAllocMapped = 0x2;
+constexpr unsigned cudaHostAllocWriteCombined = 0x4;
 
 // Launch shapes and the vector types the kernels load and store with.
 struct uint3 {
@@ -42,23 +73,61 @@ struct alignas(16) float4 {
 };
 inline float4 make_float4(float x, float y, float z, float w) { return float4{x, y, z, w}; }
 
+// ---- errors (runtime/errors.cpp) ----
 const char* cudaGetErrorName(cudaError_t error);
 const char* cudaGetErrorString(cudaError_t error);
+// The last error of the calling thread, cleared by the call, or its device's sticky error
+// (never cleared: only cudaDeviceReset clears it).
 cudaError_t cudaGetLastError();
 cudaError_t cudaPeekAtLastError();
 
-// One "device": device 0, the host.
+// ---- devices (runtime/devices.cpp) ----
 cudaError_t cudaGetDeviceCount(int* count);
 cudaError_t cudaGetDevice(int* device);
 cudaError_t cudaSetDevice(int device);
+cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attribute, int device);
+cudaError_t cudaDeviceCanAccessPeer(int* can_access, int device, int peer_device);
+// Lets kernels of the current device read and write peer_device's memory.
+cudaError_t cudaDeviceEnablePeerAccess(int peer_device, unsigned flags);
+// Waits for all work of the current device; returns its sticky error, if any.
 cudaError_t cudaDeviceSynchronize();
-cudaError_t cudaStreamSynchronize(cudaStream_t stream);
+// Waits for the device's work, then frees its memory and clears its sticky error.
+cudaError_t cudaDeviceReset();
 
+// ---- streams (runtime/streams.cpp) ----
+cudaError_t cudaStreamCreate(cudaStream_t* stream);
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned flags);
+// Returns at once; the stream's queued work still runs, then its resources go.
+cudaError_t cudaStreamDestroy(cudaStream_t stream);
+cudaError_t cudaStreamSynchronize(cudaStream_t stream);
+cudaError_t cudaStreamQuery(cudaStream_t stream);  // cudaSuccess when idle, else cudaErrorNotReady
+cudaError_t cudaStreamGetId(cudaStream_t stream, unsigned long long* id);
+// Work queued on `stream` from now on waits for the event's latest record.
+cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned flags = 0);
+
+// ---- events (runtime/events.cpp) ----
+cudaError_t cudaEventCreate(cudaEvent_t* event);
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned flags);
+cudaError_t cudaEventDestroy(cudaEvent_t event);
+cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream = nullptr);
+cudaError_t cudaEventQuery(cudaEvent_t event);
+cudaError_t cudaEventSynchronize(cudaEvent_t event);
+cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end);
+
+// ---- memory (runtime/memory.cpp, runtime/copies.cpp) ----
 // 256-byte aligned, like cudaMalloc.
 cudaError_t cudaMalloc(void** ptr, size_t bytes);
+// Waits for the device to finish its work first, as CUDA's does.
 cudaError_t cudaFree(void* ptr);
+cudaError_t cudaHostAlloc(void** ptr, size_t bytes, unsigned flags);
+cudaError_t cudaFreeHost(void* ptr);
+cudaError_t cudaHostGetDevicePointer(void** device_ptr, void* host_ptr, unsigned flags);
 cudaError_t cudaMemset(void* ptr, int value, size_t bytes);
 cudaError_t cudaMemsetAsync(void* ptr, int value, size_t bytes, cudaStream_t stream = nullptr);
+// CUDA's synchronisation rules (runtime/copies.cpp): a copy into pageable host memory
+// returns once done; out of pageable memory, once the source has been staged.
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind);
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind,
                             cudaStream_t stream = nullptr);
+cudaError_t cudaMemcpyPeerAsync(void* dst, int dst_device, const void* src, int src_device, size_t bytes,
+                                cudaStream_t stream = nullptr);

@@ -1,0 +1,401 @@
+// The host CUDA runtime (include/cuda_runtime_api.h, runtime/): each test states one rule
+// of CUDA's documented semantics and checks the runtime keeps it: stream order, streams
+// running concurrently, events, the legacy default stream, copies' host synchronisation,
+// NaN-filled memory, device affinity, sticky errors. Kernels that must wait are held at a
+// gate the test opens, so "not yet" is observed without timing guesses.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "kernels/cuda/launch.cuh"
+#include "kernels/cuda_runtime/check.h"
+
+namespace {
+
+using dpcore::kernels::cuda::launch;
+using Clock = std::chrono::steady_clock;
+
+#define EXPECT_CONTAINS(text, part) EXPECT_NE(std::string(text).find(part), std::string::npos) << (text)
+
+// Holds its stream until the test opens the gate (or 20 s pass: then it records the
+// timeout in gate[1], so that a runtime that serialises what should be concurrent fails
+// instead of hanging).
+__global__ void wait_at_gate(std::atomic<int>* gate) {
+  const auto give_up = Clock::now() + std::chrono::seconds(20);
+  while (gate[0].load() == 0) {
+    if (Clock::now() > give_up) {
+      gate[1].store(1);
+      return;
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+}
+__global__ void open_gate(std::atomic<int>* gate) { gate[0].store(1); }
+__global__ void set_to(float* x, float value) { x[threadIdx.x] = value; }
+__global__ void add_one(float* x) { x[threadIdx.x] += 1.f; }
+__global__ void copy_values(const float* x, float* y) { y[threadIdx.x] = x[threadIdx.x]; }
+
+struct Gate {
+  std::atomic<int> state[2] = {};  // open, timed out
+  std::atomic<int>* get() { return state; }
+  void open() { state[0].store(1); }
+  bool timed_out() const { return state[1].load() != 0; }
+};
+
+std::vector<float> download(const float* device_ptr, size_t n) {
+  std::vector<float> out(n);
+  CUDA_CHECK(cudaMemcpy(out.data(), device_ptr, n * sizeof(float), cudaMemcpyDeviceToHost));
+  return out;
+}
+
+float* device_floats(size_t n) {
+  void* p = nullptr;
+  CUDA_CHECK(cudaMalloc(&p, n * sizeof(float)));
+  return static_cast<float*>(p);
+}
+
+bool all_bits_set(const void* p, size_t bytes) {
+  const auto* b = static_cast<const unsigned char*>(p);
+  for (size_t i = 0; i < bytes; ++i)
+    if (b[i] != 0xFF) return false;
+  return true;
+}
+
+TEST(HostRuntime, AStreamRunsItsWorkInTheOrderItWasQueued) {
+  float* x = device_floats(32);
+  cudaStream_t s;
+  CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  launch("set_to", set_to, 1, 32, s, x, 0.f);
+  for (int i = 0; i < 50; ++i) launch("add_one", add_one, 1, 32, s, x);
+  CUDA_CHECK(cudaStreamSynchronize(s));
+  for (float v : download(x, 32)) EXPECT_EQ(v, 50.f);
+  CUDA_CHECK(cudaStreamDestroy(s));
+  CUDA_CHECK(cudaFree(x));
+}
+
+TEST(HostRuntime, TwoStreamsRunConcurrently) {
+  // The first stream waits for the second to open its gate: only concurrent streams finish.
+  Gate gate;
+  cudaStream_t a, b;
+  CUDA_CHECK(cudaStreamCreateWithFlags(&a, cudaStreamNonBlocking));
+  CUDA_CHECK(cudaStreamCreateWithFlags(&b, cudaStreamNonBlocking));
+  launch("wait_at_gate", wait_at_gate, 1, 1, a, gate.get());
+  launch("open_gate", open_gate, 1, 1, b, gate.get());
+  CUDA_CHECK(cudaStreamSynchronize(a));
+  EXPECT_FALSE(gate.timed_out()) << "the kernel on stream b did not run while stream a's waited";
+  CUDA_CHECK(cudaStreamDestroy(a));
+  CUDA_CHECK(cudaStreamDestroy(b));
+}
+
+TEST(HostRuntime, AnEventOrdersWorkOnAnotherStreamAndAnswersQueries) {
+  Gate gate;
+  float* x = device_floats(32);
+  float* y = device_floats(32);
+  cudaStream_t producer, consumer;
+  cudaEvent_t written;
+  CUDA_CHECK(cudaStreamCreateWithFlags(&producer, cudaStreamNonBlocking));
+  CUDA_CHECK(cudaStreamCreateWithFlags(&consumer, cudaStreamNonBlocking));
+  CUDA_CHECK(cudaEventCreateWithFlags(&written, cudaEventDisableTiming));
+  EXPECT_EQ(cudaEventQuery(written), cudaSuccess) << "an event never recorded counts as complete";
+  launch("wait_at_gate", wait_at_gate, 1, 1, producer, gate.get());
+  launch("set_to", set_to, 1, 32, producer, x, 7.f);
+  CUDA_CHECK(cudaEventRecord(written, producer));
+  CUDA_CHECK(cudaStreamWaitEvent(consumer, written, 0));
+  launch("copy_values", copy_values, 1, 32, consumer, x, y);
+  EXPECT_EQ(cudaEventQuery(written), cudaErrorNotReady);
+  EXPECT_EQ(cudaStreamQuery(consumer), cudaErrorNotReady) << "the consumer must wait for the event";
+  gate.open();
+  CUDA_CHECK(cudaEventSynchronize(written));
+  EXPECT_EQ(cudaEventQuery(written), cudaSuccess);
+  CUDA_CHECK(cudaStreamSynchronize(consumer));
+  for (float v : download(y, 32)) EXPECT_EQ(v, 7.f);
+  float ms = 0;
+  EXPECT_EQ(cudaEventElapsedTime(&ms, written, written), cudaErrorInvalidResourceHandle)
+      << "an event made with cudaEventDisableTiming has no time";
+  for (cudaStream_t s : {producer, consumer}) CUDA_CHECK(cudaStreamDestroy(s));
+  CUDA_CHECK(cudaEventDestroy(written));
+  CUDA_CHECK(cudaFree(x));
+  CUDA_CHECK(cudaFree(y));
+}
+
+TEST(HostRuntime, ElapsedTimeIsTheTimeBetweenTwoRecords) {
+  // start is recorded after the first gate, end after the second, which opens 30 ms after
+  // start has run: the elapsed time is at least 30 ms and at most the host's whole wait.
+  cudaStream_t s;
+  cudaEvent_t start, end;
+  CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  CUDA_CHECK(cudaEventCreate(&start));
+  CUDA_CHECK(cudaEventCreate(&end));
+  Gate first, second;
+  const auto before = Clock::now();
+  launch("wait_at_gate", wait_at_gate, 1, 1, s, first.get());
+  CUDA_CHECK(cudaEventRecord(start, s));
+  launch("wait_at_gate", wait_at_gate, 1, 1, s, second.get());
+  CUDA_CHECK(cudaEventRecord(end, s));
+  float ms = 0;
+  EXPECT_EQ(cudaEventElapsedTime(&ms, start, end), cudaErrorNotReady);
+  first.open();
+  CUDA_CHECK(cudaEventSynchronize(start));
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  second.open();
+  CUDA_CHECK(cudaEventSynchronize(end));
+  const double host_ms = std::chrono::duration<double, std::milli>(Clock::now() - before).count();
+  CUDA_CHECK(cudaEventElapsedTime(&ms, start, end));
+  EXPECT_GE(ms, 30.f);
+  EXPECT_LE(ms, host_ms);
+  CUDA_CHECK(cudaEventDestroy(start));
+  CUDA_CHECK(cudaEventDestroy(end));
+  CUDA_CHECK(cudaStreamDestroy(s));
+}
+
+TEST(HostRuntime, TheLegacyStreamWaitsForBlockingStreamsButNotForNonBlockingOnes) {
+  float* x = device_floats(32);
+  for (const unsigned flags : {cudaStreamDefault, cudaStreamNonBlocking}) {
+    SCOPED_TRACE(flags == cudaStreamDefault ? "blocking stream" : "non-blocking stream");
+    Gate gate;
+    cudaStream_t s;
+    CUDA_CHECK(cudaStreamCreateWithFlags(&s, flags));
+    launch("wait_at_gate", wait_at_gate, 1, 1, s, gate.get());
+    launch("set_to", set_to, 1, 32, nullptr, x, 3.f);  // the legacy stream
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    if (flags == cudaStreamDefault) {
+      EXPECT_EQ(cudaStreamQuery(nullptr), cudaErrorNotReady);
+    } else {
+      CUDA_CHECK(cudaStreamSynchronize(nullptr));  // would time out the gate if it waited
+      EXPECT_EQ(cudaStreamQuery(s), cudaErrorNotReady);
+    }
+    gate.open();
+    CUDA_CHECK(cudaDeviceSynchronize());
+    EXPECT_FALSE(gate.timed_out());
+    CUDA_CHECK(cudaStreamDestroy(s));
+  }
+  // And work queued on a blocking stream after legacy work waits for it.
+  Gate gate;
+  cudaStream_t s;
+  CUDA_CHECK(cudaStreamCreate(&s));
+  launch("wait_at_gate", wait_at_gate, 1, 1, nullptr, gate.get());
+  launch("set_to", set_to, 1, 32, s, x, 4.f);
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_EQ(cudaStreamQuery(s), cudaErrorNotReady);
+  gate.open();
+  CUDA_CHECK(cudaStreamSynchronize(s));
+  for (float v : download(x, 32)) EXPECT_EQ(v, 4.f);
+  CUDA_CHECK(cudaStreamDestroy(s));
+  CUDA_CHECK(cudaFree(x));
+}
+
+TEST(HostRuntime, DeviceMemoryIsNanWhenAllocatedAndAgainWhenFreed) {
+  const size_t n = 1000;
+  float* x = device_floats(n);
+  std::vector<float> fresh = download(x, n);
+  EXPECT_TRUE(all_bits_set(fresh.data(), n * sizeof(float))) << "never-written device memory reads as NaN";
+  launch("set_to", set_to, 1, 32, nullptr, x, 1.f);
+  CUDA_CHECK(cudaDeviceSynchronize());
+  EXPECT_EQ(download(x, 1)[0], 1.f);
+  CUDA_CHECK(cudaFree(x));
+  // The block waits in the quarantine: what still reads it (here the host) reads NaN.
+  EXPECT_TRUE(all_bits_set(x, n * sizeof(float)));
+}
+
+TEST(HostRuntime, AKernelThatTouchesAnotherDevicesMemoryFaultsUnlessPeerAccessIsOn) {
+  CUDA_CHECK(cudaSetDevice(1));
+  float* on_one = device_floats(32);
+  CUDA_CHECK(cudaSetDevice(0));
+  launch("set_to", set_to, 1, 32, nullptr, on_one, 2.f);
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaErrorIllegalAddress);
+  EXPECT_EQ(cudaGetLastError(), cudaErrorIllegalAddress) << "the error is sticky";
+  EXPECT_EQ(cudaGetLastError(), cudaErrorIllegalAddress);
+  try {
+    CUDA_CHECK(cudaDeviceSynchronize());
+    ADD_FAILURE() << "no error";
+  } catch (const std::runtime_error& e) {
+    EXPECT_CONTAINS(e.what(), "kernel set_to: argument 0 points into device 1's memory");
+    EXPECT_CONTAINS(e.what(), "runs on device 0, which has no peer access to it");
+  }
+  CUDA_CHECK(cudaDeviceReset());
+  cudaGetLastError();  // the calling thread's last error, left by the failed calls above
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess) << "cudaDeviceReset cleared the sticky error";
+  CUDA_CHECK(cudaDeviceEnablePeerAccess(1, 0));
+  EXPECT_EQ(cudaDeviceEnablePeerAccess(1, 0), cudaErrorPeerAccessAlreadyEnabled);
+  cudaGetLastError();
+  launch("set_to", set_to, 1, 32, nullptr, on_one, 2.f);
+  CUDA_CHECK(cudaDeviceSynchronize());
+  for (float v : download(on_one, 32)) EXPECT_EQ(v, 2.f);  // a copy between devices needs no peer access
+  CUDA_CHECK(cudaFree(on_one));
+}
+
+TEST(HostRuntime, TheCurrentDeviceBelongsToEachHostThread) {
+  CUDA_CHECK(cudaSetDevice(2));
+  int seen_elsewhere = -1;
+  std::thread([&] { cudaGetDevice(&seen_elsewhere); }).join();
+  int here = -1;
+  CUDA_CHECK(cudaGetDevice(&here));
+  EXPECT_EQ(here, 2);
+  EXPECT_EQ(seen_elsewhere, 0);
+  int count = 0;
+  CUDA_CHECK(cudaGetDeviceCount(&count));
+  EXPECT_EQ(cudaSetDevice(count), cudaErrorInvalidDevice);
+  cudaGetLastError();
+  CUDA_CHECK(cudaSetDevice(0));
+}
+
+TEST(HostRuntime, ACopyWhoseDirectionOrLengthContradictsItsAddressesIsInvalid) {
+  float* x = device_floats(8);
+  std::vector<float> host(16, 1.f);
+  EXPECT_EQ(cudaMemcpy(host.data(), x, 8 * sizeof(float), cudaMemcpyHostToDevice), cudaErrorInvalidValue);
+  EXPECT_EQ(cudaMemcpy(x, host.data(), 8 * sizeof(float), cudaMemcpyDeviceToHost), cudaErrorInvalidValue);
+  EXPECT_EQ(cudaMemcpy(x, host.data(), 9 * sizeof(float), cudaMemcpyHostToDevice), cudaErrorInvalidValue)
+      << "one float past the end of the allocation";
+  EXPECT_EQ(cudaMemset(host.data(), 0, 4), cudaErrorInvalidValue) << "cudaMemset of pageable memory";
+  CUDA_CHECK(cudaMemcpy(x, host.data(), 8 * sizeof(float), cudaMemcpyDefault));
+  for (float v : download(x, 8)) EXPECT_EQ(v, 1.f);
+  cudaGetLastError();
+  CUDA_CHECK(cudaFree(x));
+}
+
+TEST(HostRuntime, ACopyOutOfPageableMemoryStagesTheSourceBeforeItReturns) {
+  Gate gate;
+  float* x = device_floats(32);
+  cudaStream_t s;
+  CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  launch("wait_at_gate", wait_at_gate, 1, 1, s, gate.get());
+  std::vector<float> source(32, 5.f);
+  CUDA_CHECK(cudaMemcpyAsync(x, source.data(), 32 * sizeof(float), cudaMemcpyHostToDevice, s));
+  std::fill(source.begin(), source.end(), -1.f);  // allowed: the source was staged
+  gate.open();
+  // Into pageable memory, even cudaMemcpyAsync returns with the copy done.
+  std::vector<float> back(32, 0.f);
+  CUDA_CHECK(cudaMemcpyAsync(back.data(), x, 32 * sizeof(float), cudaMemcpyDeviceToHost, s));
+  for (float v : back) EXPECT_EQ(v, 5.f);
+  CUDA_CHECK(cudaStreamDestroy(s));
+  CUDA_CHECK(cudaFree(x));
+}
+
+TEST(HostRuntime, ACopyBetweenPinnedAndDeviceMemoryIsAsynchronous) {
+  Gate gate;
+  float* x = device_floats(32);
+  void* pinned = nullptr;
+  CUDA_CHECK(cudaHostAlloc(&pinned, 32 * sizeof(float), cudaHostAllocDefault));
+  std::fill_n(static_cast<float*>(pinned), 32, 6.f);
+  cudaStream_t s;
+  CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  launch("wait_at_gate", wait_at_gate, 1, 1, s, gate.get());
+  CUDA_CHECK(cudaMemcpyAsync(x, pinned, 32 * sizeof(float), cudaMemcpyHostToDevice, s));
+  EXPECT_EQ(cudaStreamQuery(s), cudaErrorNotReady) << "queued behind the gate, not done by the call";
+  gate.open();
+  CUDA_CHECK(cudaStreamSynchronize(s));
+  for (float v : download(x, 32)) EXPECT_EQ(v, 6.f);
+  CUDA_CHECK(cudaStreamDestroy(s));
+  CUDA_CHECK(cudaFreeHost(pinned));
+  CUDA_CHECK(cudaFree(x));
+}
+
+TEST(HostRuntime, FreeWaitsForTheDeviceToFinish) {
+  Gate gate;
+  float* x = device_floats(32);
+  cudaStream_t s;
+  CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  launch("wait_at_gate", wait_at_gate, 1, 1, s, gate.get());
+  launch("set_to", set_to, 1, 32, s, x, 1.f);
+  std::thread opener([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));
+    gate.open();
+  });
+  const auto before = Clock::now();
+  CUDA_CHECK(cudaFree(x));  // returns only after set_to has run: it is not a use after free
+  EXPECT_GE(Clock::now() - before, std::chrono::milliseconds(25));
+  opener.join();
+  CUDA_CHECK(cudaStreamDestroy(s));
+}
+
+TEST(HostRuntime, ADestroyedStreamStillRunsWhatWasQueuedOnIt) {
+  Gate gate;
+  float* x = device_floats(32);
+  cudaStream_t s;
+  CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  launch("wait_at_gate", wait_at_gate, 1, 1, s, gate.get());
+  launch("set_to", set_to, 1, 32, s, x, 8.f);
+  cudaEvent_t done;
+  CUDA_CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
+  CUDA_CHECK(cudaEventRecord(done, s));
+  CUDA_CHECK(cudaStreamDestroy(s));  // returns at once
+  EXPECT_EQ(cudaStreamQuery(s), cudaErrorInvalidResourceHandle);
+  cudaGetLastError();
+  EXPECT_EQ(cudaEventQuery(done), cudaErrorNotReady);
+  gate.open();
+  CUDA_CHECK(cudaEventSynchronize(done));
+  for (float v : download(x, 32)) EXPECT_EQ(v, 8.f);
+  CUDA_CHECK(cudaEventDestroy(done));
+  CUDA_CHECK(cudaFree(x));
+}
+
+TEST(HostRuntime, ALaunchOnAnotherDevicesStreamFails) {
+  CUDA_CHECK(cudaSetDevice(1));
+  cudaStream_t s;
+  CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  CUDA_CHECK(cudaSetDevice(0));
+  float* x = device_floats(32);
+  try {
+    launch("set_to", set_to, 1, 32, s, x, 1.f);
+    ADD_FAILURE() << "no error";
+  } catch (const std::runtime_error& e) {
+    EXPECT_CONTAINS(e.what(), "host kernel set_to: invalid resource handle: the stream belongs to device 1");
+  }
+  CUDA_CHECK(cudaStreamDestroy(s));
+  CUDA_CHECK(cudaFree(x));
+}
+
+// ---- What only ThreadSanitizer sees: work on two streams with no event between them. ----
+// A copy stream uploads x while a compute stream's kernel reads it, ordered by an event or
+// (the bug) not: then the two worker threads touch x unordered. Returns y.
+std::vector<float> read_a_copy(bool wait_for_the_copy) {
+  float* x = device_floats(32);
+  float* y = device_floats(32);
+  void* pinned = nullptr;
+  CUDA_CHECK(cudaHostAlloc(&pinned, 32 * sizeof(float), cudaHostAllocDefault));
+  std::fill_n(static_cast<float*>(pinned), 32, 1.f);  // the batch, as a loader writes it
+  cudaStream_t copies, compute;
+  cudaEvent_t uploaded;
+  CUDA_CHECK(cudaStreamCreateWithFlags(&copies, cudaStreamNonBlocking));
+  CUDA_CHECK(cudaStreamCreateWithFlags(&compute, cudaStreamNonBlocking));
+  CUDA_CHECK(cudaEventCreateWithFlags(&uploaded, cudaEventDisableTiming));
+  CUDA_CHECK(cudaMemcpyAsync(x, pinned, 32 * sizeof(float), cudaMemcpyHostToDevice, copies));
+  if (wait_for_the_copy) {
+    CUDA_CHECK(cudaEventRecord(uploaded, copies));
+    CUDA_CHECK(cudaStreamWaitEvent(compute, uploaded, 0));
+  }
+  launch("copy_values", copy_values, 1, 32, compute, x, y);
+  CUDA_CHECK(cudaDeviceSynchronize());
+  std::vector<float> out = download(y, 32);
+  for (cudaStream_t s : {copies, compute}) CUDA_CHECK(cudaStreamDestroy(s));
+  CUDA_CHECK(cudaEventDestroy(uploaded));
+  CUDA_CHECK(cudaFreeHost(pinned));
+  CUDA_CHECK(cudaFree(x));
+  CUDA_CHECK(cudaFree(y));
+  return out;
+}
+
+// The correct version: in the ThreadSanitizer build a report here would fail the test
+// (the runtime's own locks must not stand in for the event, nor hide it).
+TEST(HostRuntime, AnEventOrdersACopyStreamBeforeAComputeStream) {
+  for (float v : read_a_copy(true)) EXPECT_EQ(v, 1.f);
+}
+
+TEST(HostRuntimeSanitizers, ThreadSanitizerReportsAKernelThatReadsACopyWithoutWaitingForIt) {
+#ifndef DPCORE_SANITIZE_THREAD
+  GTEST_SKIP() << "needs the ThreadSanitizer build (scripts/test.sh: build-tsan)";
+#else
+  setenv("TSAN_OPTIONS", "halt_on_error=1", 1);
+  EXPECT_DEATH(read_a_copy(false), "data race(.|\n)*copy_values");
+#endif
+}
+
+}  // namespace

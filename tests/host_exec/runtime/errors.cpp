@@ -1,0 +1,62 @@
+// Error names and strings (CUDA's wording), and the calling thread's last error.
+#include "host_exec/runtime/runtime.h"
+
+const char* cudaGetErrorName(cudaError_t error) {
+  switch (error) {
+    case cudaSuccess: return "cudaSuccess";
+    case cudaErrorInvalidValue: return "cudaErrorInvalidValue";
+    case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
+    case cudaErrorInvalidConfiguration: return "cudaErrorInvalidConfiguration";
+    case cudaErrorInvalidDevice: return "cudaErrorInvalidDevice";
+    case cudaErrorInvalidResourceHandle: return "cudaErrorInvalidResourceHandle";
+    case cudaErrorNotReady: return "cudaErrorNotReady";
+    case cudaErrorIllegalAddress: return "cudaErrorIllegalAddress";
+    case cudaErrorPeerAccessAlreadyEnabled: return "cudaErrorPeerAccessAlreadyEnabled";
+    case cudaErrorPeerAccessNotEnabled: return "cudaErrorPeerAccessNotEnabled";
+    case cudaErrorLaunchFailure: return "cudaErrorLaunchFailure";
+  }
+  return "unknown cudaError_t";
+}
+
+const char* cudaGetErrorString(cudaError_t error) {
+  switch (error) {
+    case cudaSuccess: return "no error";
+    case cudaErrorInvalidValue: return "invalid argument";
+    case cudaErrorMemoryAllocation: return "out of memory";
+    case cudaErrorInvalidConfiguration: return "invalid configuration argument";
+    case cudaErrorInvalidDevice: return "invalid device ordinal";
+    case cudaErrorInvalidResourceHandle: return "invalid resource handle";
+    case cudaErrorNotReady: return "device not ready";
+    case cudaErrorIllegalAddress: return "an illegal memory access was encountered";
+    case cudaErrorPeerAccessAlreadyEnabled: return "peer access is already enabled";
+    case cudaErrorPeerAccessNotEnabled: return "peer access has not been enabled";
+    case cudaErrorLaunchFailure: return "unspecified launch failure";
+  }
+  return "unknown error";
+}
+
+namespace host_runtime {
+namespace {
+thread_local cudaError_t last_error = cudaSuccess;
+}
+
+cudaError_t record_error(cudaError_t error) {
+  if (error != cudaSuccess) last_error = error;
+  return error;
+}
+
+}  // namespace host_runtime
+
+cudaError_t cudaGetLastError() {
+  host_runtime::Bookkeeping hide;
+  const cudaError_t sticky = host_runtime::device_error(host_runtime::current_device());
+  const cudaError_t error = host_runtime::last_error;
+  host_runtime::last_error = cudaSuccess;
+  return sticky != cudaSuccess ? sticky : error;
+}
+
+cudaError_t cudaPeekAtLastError() {
+  host_runtime::Bookkeeping hide;
+  const cudaError_t sticky = host_runtime::device_error(host_runtime::current_device());
+  return sticky != cudaSuccess ? sticky : host_runtime::last_error;
+}
