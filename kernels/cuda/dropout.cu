@@ -42,11 +42,11 @@ void dropout(const DropoutConfig& cfg, int64_t samples, int64_t sample_size, con
   const int64_t groups = (sample_size + 3) / 4, work = samples * groups;
   if (work == 0) return;
   const uint64_t threshold = dropout_keep_threshold(cfg.p);
-  const DropoutArgs args{cfg.seed,       cfg.step,
-                         cfg.first_sample, samples,
-                         sample_size,    groups,
-                         uint32_t(threshold), threshold > UINT32_MAX,
-                         dropout_scale<float>(cfg.p)};
+  DropoutArgs args;
+  args.seed = cfg.seed, args.step = cfg.step, args.first_sample = cfg.first_sample;
+  args.samples = samples, args.sample_size = sample_size, args.groups = groups;
+  args.threshold = uint32_t(threshold), args.keep_all = threshold > UINT32_MAX;
+  args.scale = dropout_scale<float>(cfg.p);
   launch("dropout_kernel", dropout_kernel, blocks_for(work, kElementwiseThreads), kElementwiseThreads, stream, args, x,
          y);
 }
