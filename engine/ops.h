@@ -110,7 +110,7 @@ Tensor tanh(const Tensor& x);
 // NaN); p = 0 and eval return x itself, p = 1 zeroes everything, p outside [0, 1] fails.
 // The mask is a pure function of (seed, step, global sample first_sample + n, element
 // within the sample) (kernels/dropout_config.h): the same bits on every backend, for any
-// thread count and any split of a batch over replicas, and again after a resume. Backward
+// thread count and any split of a batch over replicas, and for the same step after a resume. Backward
 // recomputes it (nothing is stored).
 struct DropoutOptions {
   double p = 0.5;
