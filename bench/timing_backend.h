@@ -223,7 +223,9 @@ class TimingBackend : public Backend {
   void gelu_backward(kernels::GeluApproximate form, const Tensor& dy, const Tensor& x, Tensor& dx) override {
     timed(times_, "gelu backward", [&] { inner_.gelu_backward(form, dy, x, dx); });
   }
-  void tanh_forward(const Tensor& x, Tensor& y) override { timed(times_, "tanh forward", [&] { inner_.tanh_forward(x, y); }); }
+  void tanh_forward(const Tensor& x, Tensor& y) override {
+    timed(times_, "tanh forward", [&] { inner_.tanh_forward(x, y); });
+  }
   void tanh_backward(const Tensor& dy, const Tensor& y, Tensor& dx) override {
     timed(times_, "tanh backward", [&] { inner_.tanh_backward(dy, y, dx); });
   }

@@ -24,13 +24,14 @@ struct DropoutBackward : Node {
 }  // namespace
 
 Tensor dropout(const Tensor& x, const DropoutOptions& opt) {
-  DPCORE_CHECK(opt.p >= 0.0 && opt.p <= 1.0, "dropout: p = ", opt.p, " is outside [0, 1] (the probability of zeroing an element)");
+  DPCORE_CHECK(opt.p >= 0.0 && opt.p <= 1.0, "dropout: p = ", opt.p,
+               " is outside [0, 1] (the probability of zeroing an element)");
   check_float_tensor("dropout", "input", x);
   DPCORE_CHECK(x.dim() >= 1, "dropout: input ", shape_str(x.shape()), " has no sample dimension (dim 0)");
   const int64_t samples = x.size(0), sample_size = samples ? x.numel() / samples : 0;
-  DPCORE_CHECK(opt.first_sample >= 0 && opt.first_sample + samples <= kernels::kDropoutMaxSamples, "dropout: samples ",
-               opt.first_sample, " .. ", opt.first_sample + samples, " of input ", shape_str(x.shape()),
-               " are outside [0, 2^32), the global sample indices the mask's counter holds");
+  DPCORE_CHECK(opt.first_sample >= 0 && opt.first_sample <= kernels::kDropoutMaxSamples - samples,
+               "dropout: first_sample ", opt.first_sample, " with the ", samples, " samples of input ",
+               shape_str(x.shape()), " leaves [0, 2^32), the global sample indices the mask's counter holds");
   DPCORE_CHECK(sample_size <= kernels::kDropoutMaxSampleSize, "dropout: input ", shape_str(x.shape()), " has ",
                sample_size, " elements per sample, more than the mask's counter holds (2^34)");
   if (!opt.training || opt.p == 0.0) return x;  // the identity, as in PyTorch (x itself)

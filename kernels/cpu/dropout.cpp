@@ -11,8 +11,8 @@ template <class T>
 void dropout(const DropoutConfig& cfg, int64_t samples, int64_t sample_size, const T* x, T* y) {
   const uint64_t threshold = dropout_keep_threshold(cfg.p);
   const T scale = dropout_scale<T>(cfg.p);
-  const int64_t groups = (sample_size + 3) / 4, work = samples * groups;
-#pragma omp parallel for num_threads(kernel_threads()) if (samples * sample_size >= kMinParallelElements) schedule(static)
+  const int64_t groups = (sample_size + 3) / 4, work = samples * groups, n = samples * sample_size;
+#pragma omp parallel for num_threads(kernel_threads()) if (n >= kMinParallelElements) schedule(static)
   for (int64_t w = 0; w < work; ++w) {
     const int64_t s = w / groups, g = w % groups;
     const Philox4x32 words = dropout_words(cfg.seed, cfg.step, cfg.first_sample + s, g);

@@ -39,7 +39,8 @@ struct GeluTanhBackward {
   __device__ float operator()(float dy, float x) const {
     const float x_sq = x * x, tanh_inner = tanhf(kSqrt2OverPi * (x + kCubic * (x_sq * x)));
     const float left_derivative = 0.5f * (1.f + tanh_inner);
-    const float right_derivative = 0.5f * x * (1.f - tanh_inner * tanh_inner) * (kSqrt2OverPi * (1.f + 3.f * kCubic * x_sq));
+    const float inner_derivative = kSqrt2OverPi * (1.f + 3.f * kCubic * x_sq);
+    const float right_derivative = 0.5f * x * (1.f - tanh_inner * tanh_inner) * inner_derivative;
     return dy * (left_derivative + right_derivative);
   }
 };

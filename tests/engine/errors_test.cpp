@@ -130,9 +130,9 @@ TEST(OpErrors, DropoutProbabilityAndSampleRange) {
   // In eval too: a wrong p is a wrong configuration whatever the mode.
   expect_error([&] { ops::dropout(x, {1.5, false, 0, 0, 0}); }, {"dropout", "p = 1.5"});
   expect_error([&] { ops::dropout(Tensor::zeros({}), {}); }, {"dropout", "no sample dimension"});
-  expect_error([&] { ops::dropout(x, {0.5, true, 0, 0, -1}); }, {"dropout", "[4, 3]", "samples -1 .. 3", "2^32"});
+  expect_error([&] { ops::dropout(x, {0.5, true, 0, 0, -1}); }, {"dropout", "[4, 3]", "first_sample -1", "2^32"});
   expect_error([&] { ops::dropout(x, {0.5, true, 0, 0, (int64_t(1) << 32) - 2}); },
-               {"dropout", "[4, 3]", "4294967294 .. 4294967298", "2^32"});
+               {"dropout", "[4, 3]", "first_sample 4294967294 with the 4 samples", "2^32"});
 }
 
 }  // namespace

@@ -41,7 +41,9 @@ std::pair<std::vector<T>, std::vector<T>> run_op(const TorchCase& c, const std::
   const Tensor dy = Tensor::from_vector(std::vector<T>(dy64.begin(), dy64.end()), kShape);
   ops::DropoutOptions dropout = kDropout;
   dropout.p = c.p;
-  const Tensor y = c.op == "gelu" ? ops::gelu(x, c.approximate) : c.op == "tanh" ? ops::tanh(x) : ops::dropout(x, dropout);
+  const Tensor y = c.op == "gelu"   ? ops::gelu(x, c.approximate)
+                   : c.op == "tanh" ? ops::tanh(x)
+                                    : ops::dropout(x, dropout);
   y.backward(dy);
   return {y.to_vector<T>(), x.grad().to_vector<T>()};
 }
@@ -72,7 +74,8 @@ TEST(GeluTanhDropout, MatchPyTorch) {
   // so that a dropout output is 0 exactly where its mask is.
   std::vector<double> x(static_cast<size_t>(n)), dy(static_cast<size_t>(n));
   {
-    const auto xf = testing::random_vector<float>(size_t(n), 61, -6.0, 6.0), dyf = testing::random_vector<float>(size_t(n), 62);
+    const auto xf = testing::random_vector<float>(size_t(n), 61, -6.0, 6.0);
+    const auto dyf = testing::random_vector<float>(size_t(n), 62);
     for (size_t i = 0; i < size_t(n); ++i) x[i] = xf[i] == 0.f ? 0.5 : xf[i], dy[i] = dyf[i];
   }
   nlohmann::json cases = nlohmann::json::array();
@@ -118,7 +121,8 @@ TEST(GeluTanhDropout, MatchPyTorch) {
     EXPECT_LE(error_of_scale(y32d, t32.at("y").get<std::vector<double>>(), y_scale), tolerance32) << "float32 y";
     EXPECT_LE(error_of_scale(dx32d, t32.at("dx").get<std::vector<double>>(), dx_scale), tolerance32) << "float32 dx";
     if (c.op == "dropout")
-      for (size_t i = 0; i < size_t(n); ++i) ASSERT_EQ(y32[i] != 0.f, y64[i] != 0.0) << "the dtypes' masks differ at " << i;
+      for (size_t i = 0; i < size_t(n); ++i)
+        ASSERT_EQ(y32[i] != 0.f, y64[i] != 0.0) << "the dtypes' masks differ at " << i;
   }
 }
 

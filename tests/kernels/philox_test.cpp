@@ -27,7 +27,8 @@ TEST(Philox4x32_10, GivesRandom123sKnownAnswers) {
   for (const KnownAnswer& v : kVectors) {
     const Philox4x32 out =
         philox4x32_10(Philox4x32{{v.counter[0], v.counter[1], v.counter[2], v.counter[3]}}, v.key[0], v.key[1]);
-    for (int i = 0; i < 4; ++i) EXPECT_EQ(out.v[i], v.output[i]) << "word " << i << " of counter " << std::hex << v.counter[0];
+    for (int i = 0; i < 4; ++i)
+      EXPECT_EQ(out.v[i], v.output[i]) << "word " << i << " of counter " << std::hex << v.counter[0];
   }
 }
 

@@ -94,7 +94,8 @@ TYPED_TEST(DropoutTest, KeptFractionAndValuesFollowTheBinomial) {
   for (double p : {0.1, 0.5, 0.9}) {
     SCOPED_TRACE("p = " + std::to_string(p));
     const DropoutConfig cfg{p, 2026, 3, 0};
-    typename B::template Array<T> dev_y(static_cast<size_t>(n)), dev_other_step(static_cast<size_t>(n)), dev_other_seed(static_cast<size_t>(n));
+    const size_t size = static_cast<size_t>(n);
+    typename B::template Array<T> dev_y(size), dev_other_step(size), dev_other_seed(size);
     B::dropout(cfg, samples, sample_size, dev_x.get(), dev_y.get());
     B::dropout(DropoutConfig{p, cfg.seed, cfg.step + 1, 0}, samples, sample_size, dev_x.get(), dev_other_step.get());
     B::dropout(DropoutConfig{p, cfg.seed + 1, cfg.step, 0}, samples, sample_size, dev_x.get(), dev_other_seed.get());

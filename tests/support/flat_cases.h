@@ -34,7 +34,8 @@ template <class T>
 ::testing::AssertionResult matches_reference(const std::vector<T>& got, int offset, const std::vector<double>& want,
                                              const std::vector<double>& scale, double tolerance) {
   for (int i = 0; i < offset; ++i)
-    if (!std::isnan(got[size_t(i)])) return ::testing::AssertionFailure() << "element " << i << " before the start was written";
+    if (!std::isnan(got[size_t(i)]))
+      return ::testing::AssertionFailure() << "element " << i << " before the start was written";
   double worst = 0.0;
   size_t worst_at = 0;
   for (size_t i = 0; i < want.size(); ++i) {
