@@ -216,6 +216,22 @@ class TimingBackend : public Backend {
                  Tensor& exp_avg_sq, const Tensor& decay_mask) override {
     timed(times_, "adam", [&] { inner_.adam_step(cfg, step, param, grad, exp_avg, exp_avg_sq, decay_mask); });
   }
+  // ---- gelu, tanh, dropout (issue 24) ----
+  void gelu_forward(kernels::GeluApproximate form, const Tensor& x, Tensor& y) override {
+    timed(times_, "gelu forward", [&] { inner_.gelu_forward(form, x, y); });
+  }
+  void gelu_backward(kernels::GeluApproximate form, const Tensor& dy, const Tensor& x, Tensor& dx) override {
+    timed(times_, "gelu backward", [&] { inner_.gelu_backward(form, dy, x, dx); });
+  }
+  void tanh_forward(const Tensor& x, Tensor& y) override {
+    timed(times_, "tanh forward", [&] { inner_.tanh_forward(x, y); });
+  }
+  void tanh_backward(const Tensor& dy, const Tensor& y, Tensor& dx) override {
+    timed(times_, "tanh backward", [&] { inner_.tanh_backward(dy, y, dx); });
+  }
+  void dropout(const kernels::DropoutConfig& cfg, const Tensor& x, Tensor& y) override {
+    timed(times_, "dropout", [&] { inner_.dropout(cfg, x, y); });
+  }
 
  private:
   Backend& inner_;

@@ -17,6 +17,8 @@
 
 #include "engine/tensor.h"
 #include "kernels/adam_config.h"
+#include "kernels/dropout_config.h"
+#include "kernels/gelu_approximate.h"
 #include "kernels/sgd_config.h"
 #include "kernels/shapes.h"
 
@@ -175,6 +177,18 @@ class Backend {
   // one bit per element, weight decay where set (kernels/adam_config.h); undefined: everywhere.
   virtual void adam_step(const kernels::AdamConfig& cfg, int64_t step, Tensor& param, const Tensor& grad,
                          Tensor& exp_avg, Tensor& exp_avg_sq, const Tensor& decay_mask) = 0;
+
+  // ---- gelu, tanh, dropout (issue 24) ----
+  // gelu in either of PyTorch's forms; backward reads the forward INPUT x.
+  virtual void gelu_forward(kernels::GeluApproximate form, const Tensor& x, Tensor& y) = 0;
+  virtual void gelu_backward(kernels::GeluApproximate form, const Tensor& dy, const Tensor& x, Tensor& dx) = 0;
+  // tanh; backward from the OUTPUT: dx = dy * (1 - y * y).
+  virtual void tanh_forward(const Tensor& x, Tensor& y) = 0;
+  virtual void tanh_backward(const Tensor& dy, const Tensor& y, Tensor& dx) = 0;
+  // Inverted dropout of x [N, ...] (N samples, global indices cfg.first_sample ...):
+  // y = x * (kept ? 1 / (1 - p) : 0), the mask of kernels/dropout_config.h. The backward is
+  // the same call with dy for x.
+  virtual void dropout(const kernels::DropoutConfig& cfg, const Tensor& x, Tensor& y) = 0;
 };
 
 // The backend for a device. Throws a clear error if that device type is not compiled in or

@@ -370,6 +370,39 @@ class CpuBackend : public Backend {
     });
   }
 
+  // ---- gelu, tanh, dropout (issue 24) ----
+  void gelu_forward(kernels::GeluApproximate form, const Tensor& x, Tensor& y) override {
+    dispatch_float("gelu", x, [&](auto t) {
+      using T = decltype(t);
+      k::gelu_forward<T>(form, x.numel(), ptr<T>(x), ptr<T>(y));
+    });
+  }
+  void gelu_backward(kernels::GeluApproximate form, const Tensor& dy, const Tensor& x, Tensor& dx) override {
+    dispatch_float("gelu backward", dy, [&](auto t) {
+      using T = decltype(t);
+      k::gelu_backward<T>(form, dy.numel(), ptr<T>(dy), ptr<T>(x), ptr<T>(dx));
+    });
+  }
+  void tanh_forward(const Tensor& x, Tensor& y) override {
+    dispatch_float("tanh", x, [&](auto t) {
+      using T = decltype(t);
+      k::tanh_forward<T>(x.numel(), ptr<T>(x), ptr<T>(y));
+    });
+  }
+  void tanh_backward(const Tensor& dy, const Tensor& y, Tensor& dx) override {
+    dispatch_float("tanh backward", dy, [&](auto t) {
+      using T = decltype(t);
+      k::tanh_backward<T>(dy.numel(), ptr<T>(dy), ptr<T>(y), ptr<T>(dx));
+    });
+  }
+  void dropout(const kernels::DropoutConfig& cfg, const Tensor& x, Tensor& y) override {
+    const int64_t samples = x.size(0), sample_size = samples ? x.numel() / samples : 0;
+    dispatch_float("dropout", x, [&](auto t) {
+      using T = decltype(t);
+      k::dropout<T>(cfg, samples, sample_size, ptr<T>(x), ptr<T>(y));
+    });
+  }
+
  private:
   CpuAllocator allocator_;
 };

@@ -402,6 +402,29 @@ class CudaBackend : public Backend {
     k::adam_step(param.numel(), cfg, step, f32(param), f32(grad), f32(exp_avg), f32(exp_avg_sq), mask, stream);
   }
 
+  // ---- gelu, tanh, dropout (issue 24) ----
+  void gelu_forward(kernels::GeluApproximate form, const Tensor& x, Tensor& y) override {
+    cudaStream_t stream = begin_op("gelu", {&x, &y});
+    k::gelu_forward(form, x.numel(), f32(x), f32(y), stream);
+  }
+  void gelu_backward(kernels::GeluApproximate form, const Tensor& dy, const Tensor& x, Tensor& dx) override {
+    cudaStream_t stream = begin_op("gelu backward", {&dy, &x, &dx});
+    k::gelu_backward(form, dy.numel(), f32(dy), f32(x), f32(dx), stream);
+  }
+  void tanh_forward(const Tensor& x, Tensor& y) override {
+    cudaStream_t stream = begin_op("tanh", {&x, &y});
+    k::tanh_forward(x.numel(), f32(x), f32(y), stream);
+  }
+  void tanh_backward(const Tensor& dy, const Tensor& y, Tensor& dx) override {
+    cudaStream_t stream = begin_op("tanh backward", {&dy, &y, &dx});
+    k::tanh_backward(dy.numel(), f32(dy), f32(y), f32(dx), stream);
+  }
+  void dropout(const kernels::DropoutConfig& cfg, const Tensor& x, Tensor& y) override {
+    cudaStream_t stream = begin_op("dropout", {&x, &y});
+    const int64_t samples = x.size(0), sample_size = samples ? x.numel() / samples : 0;
+    k::dropout(cfg, samples, sample_size, f32(x), f32(y), stream);
+  }
+
  private:
   bool graphs_enabled_ = true;  // --cuda-graph
 

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "engine/tensor.h"
 
@@ -96,5 +97,28 @@ Tensor add(const Tensor& a, const Tensor& b);
 Tensor scale(const Tensor& x, double factor);
 Tensor sum(const Tensor& x);
 Tensor mean(const Tensor& x);
+
+// ---- gelu, tanh, dropout (issue 24) ----
+// torch.nn.functional.gelu(x, approximate): "none", 0.5 x (1 + erf(x / sqrt 2)), or "tanh",
+// 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))); anything else fails, naming it. Backward
+// keeps x and applies the chosen form's exact derivative.
+Tensor gelu(const Tensor& x, const std::string& approximate = "none");
+// torch.tanh; backward keeps the output: dx = dy (1 - y^2).
+Tensor tanh(const Tensor& x);
+// Inverted dropout, torch.nn.functional.dropout: in training each element of x [N, ...] is
+// kept with probability 1 - p and scaled by 1 / (1 - p), or zeroed (x * 0, so NaN stays
+// NaN); p = 0 and eval return x itself, p = 1 zeroes everything, p outside [0, 1] fails.
+// The mask is a pure function of (seed, step, global sample first_sample + n, element
+// within the sample) (kernels/dropout_config.h): the same bits on every backend, for any
+// thread count and any split of a batch over replicas, and for the same step after a resume. Backward
+// recomputes it (nothing is stored).
+struct DropoutOptions {
+  double p = 0.5;
+  bool training = true;
+  uint64_t seed = 0;
+  uint64_t step = 0;         // the training step: a new mask each step
+  int64_t first_sample = 0;  // global index of x's first sample in the whole batch
+};
+Tensor dropout(const Tensor& x, const DropoutOptions& opt);
 
 }  // namespace dpcore::ops

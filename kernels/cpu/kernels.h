@@ -15,6 +15,8 @@
 #include <cstdint>
 
 #include "kernels/adam_config.h"
+#include "kernels/dropout_config.h"
+#include "kernels/gelu_approximate.h"
 #include "kernels/sgd_config.h"
 #include "kernels/shapes.h"
 
@@ -139,6 +141,19 @@ template <class T> void sgd_step(int64_t n, const SgdConfig& cfg, bool first_ste
 template <class T>
 void adam_step(int64_t n, const AdamConfig& cfg, int64_t step, T* param, const T* grad, T* exp_avg, T* exp_avg_sq,
                const uint32_t* decay_mask);
+
+// ---- gelu, tanh, dropout (issue 24) ----
+// gelu in either of PyTorch's forms (kernels/gelu_approximate.h), in PyTorch's order of
+// operations; backward reads the INPUT x and multiplies dy by the form's exact derivative.
+template <class T> void gelu_forward(GeluApproximate form, int64_t n, const T* x, T* y);
+template <class T> void gelu_backward(GeluApproximate form, int64_t n, const T* dy, const T* x, T* dx);
+// tanh; backward from the OUTPUT: dx = dy * (1 - y * y).
+template <class T> void tanh_forward(int64_t n, const T* x, T* y);
+template <class T> void tanh_backward(int64_t n, const T* dy, const T* y, T* dx);
+// Inverted dropout of x[samples, sample_size]: y = x * (kept ? 1 / (1 - p) : 0), the mask a
+// pure function of (seed, step, first_sample + sample, element) (kernels/dropout_config.h).
+// The backward is the same call with dy for x: the mask is recomputed, never stored.
+template <class T> void dropout(const DropoutConfig& cfg, int64_t samples, int64_t sample_size, const T* x, T* y);
 
 // Whether float stride-1 convolutions may take the direct path (default true); false
 // keeps every convolution on im2col + GEMM, for benchmarking one against the other.

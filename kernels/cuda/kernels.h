@@ -13,6 +13,8 @@
 #include <cstdint>
 
 #include "kernels/adam_config.h"
+#include "kernels/dropout_config.h"
+#include "kernels/gelu_approximate.h"
 #include "kernels/sgd_config.h"
 #include "kernels/shapes.h"
 
@@ -140,5 +142,17 @@ void sgd_step(int64_t n, const SgdConfig& cfg, bool first_step, float* param, co
 // exactly as kernels/cpu/kernels.h adam_step (same rounding of every operation). ----
 void adam_step(int64_t n, const AdamConfig& cfg, int64_t step, float* param, const float* grad, float* exp_avg,
                float* exp_avg_sq, const uint32_t* decay_mask, cudaStream_t stream);
+
+// ---- gelu, tanh, dropout (issue 24), as on the CPU ----
+// gelu in either form (kernels/gelu_approximate.h); backward reads the input x.
+void gelu_forward(GeluApproximate form, int64_t n, const float* x, float* y, cudaStream_t stream);
+void gelu_backward(GeluApproximate form, int64_t n, const float* dy, const float* x, float* dx, cudaStream_t stream);
+// tanh; backward from the output: dx = dy * (1 - y * y).
+void tanh_forward(int64_t n, const float* x, float* y, cudaStream_t stream);
+void tanh_backward(int64_t n, const float* dy, const float* y, float* dx, cudaStream_t stream);
+// Inverted dropout of x[samples, sample_size], the same mask bits as the CPU's
+// (kernels/dropout_config.h); the backward is the same call with dy for x.
+void dropout(const DropoutConfig& cfg, int64_t samples, int64_t sample_size, const float* x, float* y,
+             cudaStream_t stream);
 
 }  // namespace dpcore::kernels::cuda

@@ -7,6 +7,8 @@
 
 #include <cstdint>
 
+#include "kernels/dropout_config.h"
+#include "kernels/gelu_approximate.h"
 #include "kernels/shapes.h"
 
 namespace dpcore::kernels::naive {
@@ -26,5 +28,16 @@ template <class T> void max_pool2d_backward(const Pool2dShape& s, const T* dy, c
 // window's real elements.
 template <class T> void avg_pool2d_forward(const Pool2dShape& s, bool count_include_pad, const T* x, T* y);
 template <class T> void avg_pool2d_backward(const Pool2dShape& s, bool count_include_pad, const T* dy, T* dx);
+
+// ---- gelu, tanh, dropout (issue 24): each element from its definition ----
+// gelu backward: d/dx of the chosen form (kernels/gelu_approximate.h), times dy.
+template <class T> void gelu_forward(GeluApproximate form, int64_t n, const T* x, T* y);
+template <class T> void gelu_backward(GeluApproximate form, int64_t n, const T* dy, const T* x, T* dx);
+// tanh backward from the output: dx = dy (1 - y^2).
+template <class T> void tanh_forward(int64_t n, const T* x, T* y);
+template <class T> void tanh_backward(int64_t n, const T* dy, const T* y, T* dx);
+// x[samples, sample_size]: y = x * (kept ? 1 / (1 - p) : 0), one Philox call per element
+// (kernels/dropout_config.h). Also the backward, with dy for x.
+template <class T> void dropout(const DropoutConfig& cfg, int64_t samples, int64_t sample_size, const T* x, T* y);
 
 }  // namespace dpcore::kernels::naive

@@ -1,6 +1,8 @@
 // Every op rejects bad input with a message that names the op and the shapes.
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "engine/ops.h"
 
 namespace dpcore {
@@ -106,6 +108,31 @@ TEST(OpErrors, AveragePoolingInputs) {
                {"avg_pool2d", "[1, 1, 2, 2]"});
   expect_error([&] { ops::global_avg_pool2d(Tensor::zeros({2, 3, 4})); }, {"global_avg_pool2d", "4 dimensions"});
   expect_error([&] { ops::global_avg_pool2d(Tensor::zeros({2, 3, 0, 4})); }, {"global_avg_pool2d", "[2, 3, 0, 4]"});
+}
+
+// ---- gelu, tanh, dropout (issue 24) ----
+TEST(OpErrors, GeluApproximateIsNoneOrTanh) {
+  Tensor x = Tensor::zeros({2, 3});
+  expect_error([&] { ops::gelu(x, "erf"); }, {"gelu", "approximate", "'none' or 'tanh'", "'erf'"});
+}
+
+TEST(OpErrors, ActivationsTakeFloatTensors) {
+  Tensor ids = Tensor::zeros({2, 3}, DType::Int64);
+  expect_error([&] { ops::gelu(ids); }, {"gelu", "input"});
+  expect_error([&] { ops::tanh(ids); }, {"tanh", "input"});
+  expect_error([&] { ops::dropout(ids, {}); }, {"dropout", "input"});
+}
+
+TEST(OpErrors, DropoutProbabilityAndSampleRange) {
+  Tensor x = Tensor::zeros({4, 3});
+  for (double p : {-0.1, 1.5, std::nan("")})
+    expect_error([&] { ops::dropout(x, {p, true, 0, 0, 0}); }, {"dropout", "p = ", "outside [0, 1]"});
+  // In eval too: a wrong p is a wrong configuration whatever the mode.
+  expect_error([&] { ops::dropout(x, {1.5, false, 0, 0, 0}); }, {"dropout", "p = 1.5"});
+  expect_error([&] { ops::dropout(Tensor::zeros({}), {}); }, {"dropout", "no sample dimension"});
+  expect_error([&] { ops::dropout(x, {0.5, true, 0, 0, -1}); }, {"dropout", "[4, 3]", "first_sample -1", "2^32"});
+  expect_error([&] { ops::dropout(x, {0.5, true, 0, 0, (int64_t(1) << 32) - 2}); },
+               {"dropout", "[4, 3]", "first_sample 4294967294 with the 4 samples", "2^32"});
 }
 
 }  // namespace

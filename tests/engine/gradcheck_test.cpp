@@ -271,5 +271,36 @@ TEST(FusedOps, EqualTheComposition) {
   EXPECT_EQ(run(true), run(false));  // bit-identical on the CPU
 }
 
+// ---- gelu, tanh, dropout (issue 24) ----
+// Both forms of gelu over [-4, 4], where the curvature is (its tails are linear or flat).
+TEST(Gradcheck, GeluBothForms) {
+  for (const char* approximate : {"none", "tanh"}) {
+    SCOPED_TRACE(approximate);
+    Tensor x = random_leaf({4, 9}, 51, -4.0, 4.0);
+    auto r = gradcheck(
+        [&](const std::vector<Tensor>& in) { return weighted_sum(ops::gelu(in[0], approximate), 52); }, {x});
+    expect_passes(r, x.numel());
+  }
+}
+
+TEST(Gradcheck, Tanh) {
+  Tensor x = random_leaf({4, 9}, 53, -3.0, 3.0);
+  auto r = gradcheck([](const std::vector<Tensor>& in) { return weighted_sum(ops::tanh(in[0]), 54); }, {x});
+  expect_passes(r, x.numel());
+}
+
+// The mask depends only on the options, so both sides of every difference see the same one
+// (and the backward recomputes it): training at a few p, and the identity of eval.
+TEST(Gradcheck, Dropout) {
+  for (ops::DropoutOptions opt : {ops::DropoutOptions{0.3, true, 5, 2, 4}, ops::DropoutOptions{0.8, true, 6, 0, 0},
+                                  ops::DropoutOptions{0.5, false, 5, 2, 4}}) {
+    SCOPED_TRACE("p = " + std::to_string(opt.p) + (opt.training ? " training" : " eval"));
+    Tensor x = random_leaf({3, 2, 5}, 55);
+    auto r = gradcheck([&](const std::vector<Tensor>& in) { return weighted_sum(ops::dropout(in[0], opt), 56); },
+                       {x});
+    expect_passes(r, x.numel());
+  }
+}
+
 }  // namespace
 }  // namespace dpcore

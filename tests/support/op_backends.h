@@ -228,6 +228,18 @@ struct CpuBackend {
                         T* exp_avg_sq, const uint32_t* decay_mask) {
     kernels::cpu::adam_step<T>(n, cfg, step, param, grad, exp_avg, exp_avg_sq, decay_mask);
   }
+  // ---- gelu, tanh, dropout (issue 24) ----
+  static void gelu_forward(kernels::GeluApproximate form, int64_t n, const T* x, T* y) {
+    kernels::cpu::gelu_forward<T>(form, n, x, y);
+  }
+  static void gelu_backward(kernels::GeluApproximate form, int64_t n, const T* dy, const T* x, T* dx) {
+    kernels::cpu::gelu_backward<T>(form, n, dy, x, dx);
+  }
+  static void tanh_forward(int64_t n, const T* x, T* y) { kernels::cpu::tanh_forward<T>(n, x, y); }
+  static void tanh_backward(int64_t n, const T* dy, const T* y, T* dx) { kernels::cpu::tanh_backward<T>(n, dy, y, dx); }
+  static void dropout(const kernels::DropoutConfig& cfg, int64_t samples, int64_t sample_size, const T* x, T* y) {
+    kernels::cpu::dropout<T>(cfg, samples, sample_size, x, y);
+  }
 };
 
 #ifdef DPCORE_HAVE_CUDA
@@ -385,6 +397,21 @@ struct CudaBackend {
   static void adam_step(int64_t n, const kernels::AdamConfig& cfg, int64_t step, float* param, const float* grad,
                         float* exp_avg, float* exp_avg_sq, const uint32_t* decay_mask) {
     kernels::cuda::adam_step(n, cfg, step, param, grad, exp_avg, exp_avg_sq, decay_mask, nullptr);
+  }
+  // ---- gelu, tanh, dropout (issue 24) ----
+  static void gelu_forward(kernels::GeluApproximate form, int64_t n, const float* x, float* y) {
+    kernels::cuda::gelu_forward(form, n, x, y, nullptr);
+  }
+  static void gelu_backward(kernels::GeluApproximate form, int64_t n, const float* dy, const float* x, float* dx) {
+    kernels::cuda::gelu_backward(form, n, dy, x, dx, nullptr);
+  }
+  static void tanh_forward(int64_t n, const float* x, float* y) { kernels::cuda::tanh_forward(n, x, y, nullptr); }
+  static void tanh_backward(int64_t n, const float* dy, const float* y, float* dx) {
+    kernels::cuda::tanh_backward(n, dy, y, dx, nullptr);
+  }
+  static void dropout(const kernels::DropoutConfig& cfg, int64_t samples, int64_t sample_size, const float* x,
+                      float* y) {
+    kernels::cuda::dropout(cfg, samples, sample_size, x, y, nullptr);
   }
 };
 

@@ -219,6 +219,22 @@ class RecordingBackend : public Backend {
       cpu_.adam_step(cfg, step, param, grad, exp_avg, exp_avg_sq, decay_mask);
     });
   }
+  // ---- gelu, tanh, dropout (issue 24) ----
+  void gelu_forward(kernels::GeluApproximate form, const Tensor& x, Tensor& y) override {
+    run([=, y = y]() mutable { cpu_.gelu_forward(form, x, y); });
+  }
+  void gelu_backward(kernels::GeluApproximate form, const Tensor& dy, const Tensor& x, Tensor& dx) override {
+    run([=, dx = dx]() mutable { cpu_.gelu_backward(form, dy, x, dx); });
+  }
+  void tanh_forward(const Tensor& x, Tensor& y) override {
+    run([=, y = y]() mutable { cpu_.tanh_forward(x, y); });
+  }
+  void tanh_backward(const Tensor& dy, const Tensor& y, Tensor& dx) override {
+    run([=, dx = dx]() mutable { cpu_.tanh_backward(dy, y, dx); });
+  }
+  void dropout(const kernels::DropoutConfig& cfg, const Tensor& x, Tensor& y) override {
+    run([=, y = y]() mutable { cpu_.dropout(cfg, x, y); });
+  }
 
  private:
   static Tensor opt(const Tensor* t) { return t ? *t : Tensor(); }

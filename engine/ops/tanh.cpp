@@ -1,0 +1,29 @@
+// tanh; backward from the saved output, dx = dy (1 - y^2), so the input need not be kept.
+#include "engine/ops/op_support.h"
+
+namespace dpcore::ops {
+
+namespace {
+
+struct TanhBackward : Node {
+  Tensor y;
+  const char* name() const override { return "TanhBackward"; }
+  std::vector<Tensor> apply(const Tensor& dy) override {
+    Tensor dx = empty_like(dy);
+    backend(dy).tanh_backward(dy, y, dx);
+    return {dx};
+  }
+};
+
+}  // namespace
+
+Tensor tanh(const Tensor& x) {
+  check_float_tensor("tanh", "input", x);
+  Tensor y = empty_like(x);
+  backend(x).tanh_forward(x, y);
+  auto node = std::make_shared<TanhBackward>();
+  node->y = y.detach();
+  return record(node, y, {x});
+}
+
+}  // namespace dpcore::ops

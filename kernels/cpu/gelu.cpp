@@ -1,0 +1,81 @@
+// gelu, both forms, in PyTorch's order of operations (aten/src/ATen/native/cpu/Activation.cpp,
+// GeluKernelImpl and GeluBackwardKernelImpl), each rounded to T. Backward reads the input x.
+#include <cmath>
+
+#include "kernels/cpu/kernels.h"
+#include "kernels/cpu/parallel.h"
+
+namespace dpcore::kernels::cpu {
+
+namespace {
+
+template <class T>
+struct GeluConstants {
+  static constexpr T kAlpha = T(M_SQRT1_2);                        // 1 / sqrt(2)
+  static constexpr T kNormalDensity = T(M_2_SQRTPI * M_SQRT1_2 * 0.5);  // 1 / sqrt(2 pi)
+  static constexpr T kSqrt2OverPi = T(M_SQRT2 * M_2_SQRTPI * 0.5);     // sqrt(2 / pi)
+  static constexpr T kCubic = T(0.044715);
+};
+
+template <class T>
+T gelu_erf(T x) {
+  return x * T(0.5) * (T(1) + std::erf(x * GeluConstants<T>::kAlpha));
+}
+template <class T>
+T gelu_tanh(T x) {
+  using C = GeluConstants<T>;
+  const T inner = C::kSqrt2OverPi * (x + C::kCubic * (x * x * x));
+  return T(0.5) * x * (T(1) + std::tanh(inner));
+}
+// d/dx of 0.5 x (1 + erf(x / sqrt 2)) = Phi(x) + x phi(x).
+template <class T>
+T gelu_erf_grad(T dy, T x) {
+  using C = GeluConstants<T>;
+  const T cdf = T(0.5) * (T(1) + std::erf(x * C::kAlpha));
+  const T pdf = C::kNormalDensity * std::exp(x * x * T(-0.5));
+  return dy * (cdf + x * pdf);
+}
+// The product rule on 0.5 x * (1 + tanh(inner)).
+template <class T>
+T gelu_tanh_grad(T dy, T x) {
+  using C = GeluConstants<T>;
+  const T x_sq = x * x, inner = C::kSqrt2OverPi * (x + C::kCubic * (x_sq * x));
+  const T tanh_inner = std::tanh(inner);
+  const T left = T(0.5) * x, right = T(1) + tanh_inner;
+  const T left_derivative = T(0.5) * right;
+  const T tanh_derivative = T(1) - tanh_inner * tanh_inner;
+  const T inner_derivative = C::kSqrt2OverPi * (T(1) + T(3) * C::kCubic * x_sq);
+  const T right_derivative = left * tanh_derivative * inner_derivative;
+  return dy * (left_derivative + right_derivative);
+}
+
+}  // namespace
+
+template <class T>
+void gelu_forward(GeluApproximate form, int64_t n, const T* x, T* y) {
+  if (form == GeluApproximate::None) {
+#pragma omp parallel for num_threads(kernel_threads()) if (n >= kMinParallelElements) schedule(static)
+    for (int64_t i = 0; i < n; ++i) y[i] = gelu_erf(x[i]);
+  } else {
+#pragma omp parallel for num_threads(kernel_threads()) if (n >= kMinParallelElements) schedule(static)
+    for (int64_t i = 0; i < n; ++i) y[i] = gelu_tanh(x[i]);
+  }
+}
+
+template <class T>
+void gelu_backward(GeluApproximate form, int64_t n, const T* dy, const T* x, T* dx) {
+  if (form == GeluApproximate::None) {
+#pragma omp parallel for num_threads(kernel_threads()) if (n >= kMinParallelElements) schedule(static)
+    for (int64_t i = 0; i < n; ++i) dx[i] = gelu_erf_grad(dy[i], x[i]);
+  } else {
+#pragma omp parallel for num_threads(kernel_threads()) if (n >= kMinParallelElements) schedule(static)
+    for (int64_t i = 0; i < n; ++i) dx[i] = gelu_tanh_grad(dy[i], x[i]);
+  }
+}
+
+template void gelu_forward<float>(GeluApproximate, int64_t, const float*, float*);
+template void gelu_forward<double>(GeluApproximate, int64_t, const double*, double*);
+template void gelu_backward<float>(GeluApproximate, int64_t, const float*, const float*, float*);
+template void gelu_backward<double>(GeluApproximate, int64_t, const double*, const double*, double*);
+
+}  // namespace dpcore::kernels::cpu
