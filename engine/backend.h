@@ -17,6 +17,7 @@
 
 #include "engine/tensor.h"
 #include "kernels/adam_config.h"
+#include "kernels/attention_shape.h"
 #include "kernels/sgd_config.h"
 #include "kernels/shapes.h"
 
@@ -175,6 +176,16 @@ class Backend {
   // one bit per element, weight decay where set (kernels/adam_config.h); undefined: everywhere.
   virtual void adam_step(const kernels::AdamConfig& cfg, int64_t step, Tensor& param, const Tensor& grad,
                          Tensor& exp_avg, Tensor& exp_avg_sq, const Tensor& decay_mask) = 0;
+
+  // ---- scaled_dot_product_attention (kernels/attention_shape.h) ----
+  // o = softmax(q k^T * scale + mask) v and lse, one log-sum-exp per query row; key_mask
+  // [B, Tk] of q's dtype (nonzero = attend) or undefined. The backward recomputes the
+  // probabilities from q, k and lse and overwrites dq, dk, dv.
+  virtual void attention_forward(const kernels::AttentionShape& s, const Tensor& q, const Tensor& k, const Tensor& v,
+                                 const Tensor& key_mask, Tensor& o, Tensor& lse) = 0;
+  virtual void attention_backward(const kernels::AttentionShape& s, const Tensor& q, const Tensor& k, const Tensor& v,
+                                  const Tensor& key_mask, const Tensor& o, const Tensor& lse, const Tensor& dout,
+                                  Tensor& dq, Tensor& dk, Tensor& dv) = 0;
 };
 
 // The backend for a device. Throws a clear error if that device type is not compiled in or

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 
 #include "engine/tensor.h"
 
@@ -96,5 +97,19 @@ Tensor add(const Tensor& a, const Tensor& b);
 Tensor scale(const Tensor& x, double factor);
 Tensor sum(const Tensor& x);
 Tensor mean(const Tensor& x);
+
+// ---- scaled_dot_product_attention ----
+// torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask, is_causal=causal,
+// scale=scale) as one op, FlashAttention-2 style (kernels/attention_shape.h):
+// q[B,H,Tq,d], k and v[B,H,Tk,d] -> softmax(q k^T * scale + mask) v [B,H,Tq,d]. The
+// key-padding mask [B,Tk] (undefined: none) has q's dtype, 1 = attend and 0 = padding, as
+// Hugging Face's attention_mask; causal lets query i see keys j <= i (top-left aligned).
+// A query that sees no key gives 0 and passes no gradient (PyTorch gives NaN).
+struct AttentionOptions {
+  bool causal = false;
+  std::optional<double> scale;  // default 1 / sqrt(d)
+};
+Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
+                                    const Tensor& key_padding_mask = Tensor(), const AttentionOptions& opt = {});
 
 }  // namespace dpcore::ops

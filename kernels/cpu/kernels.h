@@ -15,6 +15,7 @@
 #include <cstdint>
 
 #include "kernels/adam_config.h"
+#include "kernels/attention_shape.h"
 #include "kernels/sgd_config.h"
 #include "kernels/shapes.h"
 
@@ -139,6 +140,19 @@ template <class T> void sgd_step(int64_t n, const SgdConfig& cfg, bool first_ste
 template <class T>
 void adam_step(int64_t n, const AdamConfig& cfg, int64_t step, T* param, const T* grad, T* exp_avg, T* exp_avg_sq,
                const uint32_t* decay_mask);
+
+// ---- scaled_dot_product_attention (kernels/attention_shape.h), FlashAttention-2 blocked:
+// tiles of queries x tiles of keys with an online softmax, never a Tq x Tk matrix. The
+// forward writes o and one log-sum-exp per query row; the backward recomputes the
+// probabilities from q, k and lse: D = rowsum(dout * o), dS = P * (dP - D), dq = dS k scale,
+// dk = dS^T q scale, dv = P^T dout (dq over query tiles, dk and dv over key tiles: no
+// thread adds into another's output). key_mask [B, Tk] may be null; row_dot is scratch of
+// s.rows() elements (D), the caller's so that the op's allocations are all it takes. ----
+template <class T>
+void attention_forward(const AttentionShape& s, const T* q, const T* k, const T* v, const T* key_mask, T* o, T* lse);
+template <class T>
+void attention_backward(const AttentionShape& s, const T* q, const T* k, const T* v, const T* key_mask, const T* o,
+                        const T* lse, const T* dout, T* row_dot, T* dq, T* dk, T* dv);
 
 // Whether float stride-1 convolutions may take the direct path (default true); false
 // keeps every convolution on im2col + GEMM, for benchmarking one against the other.

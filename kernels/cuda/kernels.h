@@ -13,6 +13,7 @@
 #include <cstdint>
 
 #include "kernels/adam_config.h"
+#include "kernels/attention_shape.h"
 #include "kernels/sgd_config.h"
 #include "kernels/shapes.h"
 
@@ -140,5 +141,17 @@ void sgd_step(int64_t n, const SgdConfig& cfg, bool first_step, float* param, co
 // exactly as kernels/cpu/kernels.h adam_step (same rounding of every operation). ----
 void adam_step(int64_t n, const AdamConfig& cfg, int64_t step, float* param, const float* grad, float* exp_avg,
                float* exp_avg_sq, const uint32_t* decay_mask, cudaStream_t stream);
+
+// ---- scaled_dot_product_attention (kernels/attention_shape.h), FlashAttention-2 style: the
+// forward writes o and one log-sum-exp per query row; the backward recomputes the
+// probabilities tile by tile (dq over query tiles, dk and dv over key tiles: no atomics).
+// row_dot: scratch of s.rows() floats (D = rowsum(dout * o)). key_mask [B, Tk] may be null.
+// The head dimension is bounded at compile time: d > kAttentionMaxHeadDim fails, naming it. ----
+constexpr int kAttentionMaxHeadDim = 64;
+void attention_forward(const AttentionShape& s, const float* q, const float* k, const float* v, const float* key_mask,
+                       float* o, float* lse, cudaStream_t stream);
+void attention_backward(const AttentionShape& s, const float* q, const float* k, const float* v,
+                        const float* key_mask, const float* o, const float* lse, const float* dout, float* row_dot,
+                        float* dq, float* dk, float* dv, cudaStream_t stream);
 
 }  // namespace dpcore::kernels::cuda

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 
+#include "kernels/attention_shape.h"
 #include "kernels/shapes.h"
 
 namespace dpcore::kernels::naive {
@@ -26,5 +27,14 @@ template <class T> void max_pool2d_backward(const Pool2dShape& s, const T* dy, c
 // window's real elements.
 template <class T> void avg_pool2d_forward(const Pool2dShape& s, bool count_include_pad, const T* x, T* y);
 template <class T> void avg_pool2d_backward(const Pool2dShape& s, bool count_include_pad, const T* dy, T* dx);
+
+// ---- scaled_dot_product_attention (kernels/attention_shape.h): the explicit formula with the
+// Tq x Tk probabilities of each (batch, head) materialised; key_mask may be null. The
+// backward recomputes everything from q, k, v (dout: the gradient of o). ----
+template <class T>
+void attention_forward(const AttentionShape& s, const T* q, const T* k, const T* v, const T* key_mask, T* o, T* lse);
+template <class T>
+void attention_backward(const AttentionShape& s, const T* q, const T* k, const T* v, const T* key_mask, const T* dout,
+                        T* dq, T* dk, T* dv);
 
 }  // namespace dpcore::kernels::naive

@@ -228,6 +228,16 @@ struct CpuBackend {
                         T* exp_avg_sq, const uint32_t* decay_mask) {
     kernels::cpu::adam_step<T>(n, cfg, step, param, grad, exp_avg, exp_avg_sq, decay_mask);
   }
+  // scaled_dot_product_attention; the backward's row_dot scratch is the test's, as the backend's is the op's
+  static void attention_forward(const kernels::AttentionShape& s, const T* q, const T* k, const T* v,
+                                const T* key_mask, T* o, T* lse) {
+    kernels::cpu::attention_forward<T>(s, q, k, v, key_mask, o, lse);
+  }
+  static void attention_backward(const kernels::AttentionShape& s, const T* q, const T* k, const T* v,
+                                 const T* key_mask, const T* o, const T* lse, const T* dout, T* dq, T* dk, T* dv) {
+    std::vector<T> row_dot(size_t(s.rows()));
+    kernels::cpu::attention_backward<T>(s, q, k, v, key_mask, o, lse, dout, row_dot.data(), dq, dk, dv);
+  }
 };
 
 #ifdef DPCORE_HAVE_CUDA
@@ -385,6 +395,18 @@ struct CudaBackend {
   static void adam_step(int64_t n, const kernels::AdamConfig& cfg, int64_t step, float* param, const float* grad,
                         float* exp_avg, float* exp_avg_sq, const uint32_t* decay_mask) {
     kernels::cuda::adam_step(n, cfg, step, param, grad, exp_avg, exp_avg_sq, decay_mask, nullptr);
+  }
+  // scaled_dot_product_attention; the backward's row_dot scratch is the test's, as the backend's is the op's
+  static void attention_forward(const kernels::AttentionShape& s, const float* q, const float* k, const float* v,
+                                const float* key_mask, float* o, float* lse) {
+    kernels::cuda::attention_forward(s, q, k, v, key_mask, o, lse, nullptr);
+  }
+  static void attention_backward(const kernels::AttentionShape& s, const float* q, const float* k, const float* v,
+                                 const float* key_mask, const float* o, const float* lse, const float* dout,
+                                 float* dq, float* dk, float* dv) {
+    DeviceArray<float> row_dot(size_t(s.rows()));
+    kernels::cuda::attention_backward(s, q, k, v, key_mask, o, lse, dout, row_dot.get(), dq, dk, dv, nullptr);
+    CUDA_CHECK(cudaDeviceSynchronize());
   }
 };
 
