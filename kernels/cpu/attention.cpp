@@ -89,11 +89,11 @@ void attention_forward(const AttentionShape& s, const T* q, const T* k, const T*
 
 template <class T>
 void attention_backward(const AttentionShape& s, const T* q, const T* k, const T* v, const T* key_mask, const T* o,
-                        const T* lse, const T* dout, T* row_dot, T* dq, T* dk, T* dv) {
+                        const T* lse, const T* dout, double* row_dot, T* dq, T* dk, T* dv) {
   const int64_t d = s.d;
   // D_i = rowsum(dO * O) = rowsum(P * dP): the softmax backward's per-row term, once per row.
 #pragma omp parallel for num_threads(kernel_threads()) if (s.rows() * d >= kMinParallelElements) schedule(static)
-  for (int64_t row = 0; row < s.rows(); ++row) row_dot[row] = T(dot(dout + row * d, o + row * d, d));
+  for (int64_t row = 0; row < s.rows(); ++row) row_dot[row] = dot(dout + row * d, o + row * d, d);
 
   // The gradient of score (i, j): dS = P * (dP - D_i), P recomputed from the saved lse.
   auto score_grad = [&](int64_t bh, int64_t i, int64_t j, double* p) {
@@ -101,7 +101,7 @@ void attention_backward(const AttentionShape& s, const T* q, const T* k, const T
     const T* kj = k + (bh * s.Tk + j) * d;
     const T* vj = v + (bh * s.Tk + j) * d;
     *p = std::exp(dot(q + row * d, kj, d) * s.scale - double(lse[row]));
-    return *p * (dot(dout + row * d, vj, d) - double(row_dot[row]));
+    return *p * (dot(dout + row * d, vj, d) - row_dot[row]);
   };
 
   // dQ_i = scale * sum_j dS_ij K_j: a thread per tile of queries.
@@ -161,7 +161,7 @@ void attention_backward(const AttentionShape& s, const T* q, const T* k, const T
 #define DPCORE_INSTANTIATE(T)                                                                                    \
   template void attention_forward<T>(const AttentionShape&, const T*, const T*, const T*, const T*, T*, T*);    \
   template void attention_backward<T>(const AttentionShape&, const T*, const T*, const T*, const T*, const T*, \
-                                      const T*, const T*, T*, T*, T*, T*);
+                                      const T*, const T*, double*, T*, T*, T*);
 DPCORE_INSTANTIATE(float)
 DPCORE_INSTANTIATE(double)
 #undef DPCORE_INSTANTIATE

@@ -147,12 +147,14 @@ void adam_step(int64_t n, const AdamConfig& cfg, int64_t step, T* param, const T
 // probabilities from q, k and lse: D = rowsum(dout * o), dS = P * (dP - D), dq = dS k scale,
 // dk = dS^T q scale, dv = P^T dout (dq over query tiles, dk and dv over key tiles: no
 // thread adds into another's output). key_mask [B, Tk] may be null; row_dot is scratch of
-// s.rows() elements (D), the caller's so that the op's allocations are all it takes. ----
+// s.rows() doubles (D, in double like the dP it is subtracted from: with a float D the exact
+// cancellation of dP - D, a single key say, would leave float noise in dq and dk), the
+// caller's so that the op's allocations are all it takes. ----
 template <class T>
 void attention_forward(const AttentionShape& s, const T* q, const T* k, const T* v, const T* key_mask, T* o, T* lse);
 template <class T>
 void attention_backward(const AttentionShape& s, const T* q, const T* k, const T* v, const T* key_mask, const T* o,
-                        const T* lse, const T* dout, T* row_dot, T* dq, T* dk, T* dv);
+                        const T* lse, const T* dout, double* row_dot, T* dq, T* dk, T* dv);
 
 // Whether float stride-1 convolutions may take the direct path (default true); false
 // keeps every convolution on im2col + GEMM, for benchmarking one against the other.

@@ -235,7 +235,7 @@ struct CpuBackend {
   }
   static void attention_backward(const kernels::AttentionShape& s, const T* q, const T* k, const T* v,
                                  const T* key_mask, const T* o, const T* lse, const T* dout, T* dq, T* dk, T* dv) {
-    std::vector<T> row_dot(size_t(s.rows()));
+    std::vector<double> row_dot(size_t(s.rows()));
     kernels::cpu::attention_backward<T>(s, q, k, v, key_mask, o, lse, dout, row_dot.data(), dq, dk, dv);
   }
 };
