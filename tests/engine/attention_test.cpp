@@ -78,12 +78,13 @@ TEST(ScaledDotProductAttention, MatchesTorchForwardAndBackward) {
     SCOPED_TRACE(c.name);
     if (c.dtype == DType::Float64) {
       // Both sides are the same sums in double, in different orders: a few roundings of
-      // 1e-16, amplified by no cancellation worse than the inputs' scale.
+      // 1e-16, amplified by no cancellation worse than the inputs' scale (worst measured 1.6e-15).
       expect_matches_torch<double>(c, torch.at(c.name), 1e-10);
     } else {
       // Float32: each side is within a few roundings per term of its d-term dot products
       // and Tk-term weighted sums of the exact result (PyTorch sums in float, dpcore in
-      // double), so the two differ by at most (d + Tk) float ulps of the output's scale.
+      // double), so the two differ by at most (d + Tk) float ulps of the output's scale
+      // (1.9e-6 and 8.0e-6 here; worst measured 6.1e-7 and 1.6e-6).
       expect_matches_torch<float>(c, torch.at(c.name), double(c.d + c.Tk) * std::ldexp(1.0, -24));
     }
   }
