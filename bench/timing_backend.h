@@ -232,6 +232,17 @@ class TimingBackend : public Backend {
   void dropout(const kernels::DropoutConfig& cfg, const Tensor& x, Tensor& y) override {
     timed(times_, "dropout", [&] { inner_.dropout(cfg, x, y); });
   }
+  // scaled_dot_product_attention
+  void attention_forward(const kernels::AttentionShape& s, const Tensor& q, const Tensor& k, const Tensor& v,
+                         const Tensor& key_mask, Tensor& o, Tensor& lse) override {
+    timed(times_, "attention forward", [&] { inner_.attention_forward(s, q, k, v, key_mask, o, lse); });
+  }
+  void attention_backward(const kernels::AttentionShape& s, const Tensor& q, const Tensor& k, const Tensor& v,
+                          const Tensor& key_mask, const Tensor& o, const Tensor& lse, const Tensor& dout, Tensor& dq,
+                          Tensor& dk, Tensor& dv) override {
+    timed(times_, "attention backward",
+          [&] { inner_.attention_backward(s, q, k, v, key_mask, o, lse, dout, dq, dk, dv); });
+  }
 
  private:
   Backend& inner_;

@@ -19,6 +19,7 @@
 #include "kernels/adam_config.h"
 #include "kernels/dropout_config.h"
 #include "kernels/gelu_approximate.h"
+#include "kernels/attention_shape.h"
 #include "kernels/sgd_config.h"
 #include "kernels/shapes.h"
 
@@ -189,6 +190,15 @@ class Backend {
   // y = x * (kept ? 1 / (1 - p) : 0), the mask of kernels/dropout_config.h. The backward is
   // the same call with dy for x.
   virtual void dropout(const kernels::DropoutConfig& cfg, const Tensor& x, Tensor& y) = 0;
+  // ---- scaled_dot_product_attention (kernels/attention_shape.h) ----
+  // o = softmax(q k^T * scale + mask) v and lse, one log-sum-exp per query row; key_mask
+  // [B, Tk] of q's dtype (nonzero = attend) or undefined. The backward recomputes the
+  // probabilities from q, k and lse and overwrites dq, dk, dv.
+  virtual void attention_forward(const kernels::AttentionShape& s, const Tensor& q, const Tensor& k, const Tensor& v,
+                                 const Tensor& key_mask, Tensor& o, Tensor& lse) = 0;
+  virtual void attention_backward(const kernels::AttentionShape& s, const Tensor& q, const Tensor& k, const Tensor& v,
+                                  const Tensor& key_mask, const Tensor& o, const Tensor& lse, const Tensor& dout,
+                                  Tensor& dq, Tensor& dk, Tensor& dv) = 0;
 };
 
 // The backend for a device. Throws a clear error if that device type is not compiled in or

@@ -369,6 +369,24 @@ class CpuBackend : public Backend {
                       mask);
     });
   }
+  // ---- scaled_dot_product_attention ----
+  void attention_forward(const kernels::AttentionShape& s, const Tensor& query, const Tensor& key, const Tensor& value,
+                         const Tensor& key_mask, Tensor& o, Tensor& lse) override {
+    dispatch_float("scaled_dot_product_attention", query, [&](auto t) {
+      using T = decltype(t);
+      k::attention_forward<T>(s, ptr<T>(query), ptr<T>(key), ptr<T>(value), ptr<T>(key_mask), ptr<T>(o), ptr<T>(lse));
+    });
+  }
+  void attention_backward(const kernels::AttentionShape& s, const Tensor& query, const Tensor& key, const Tensor& value,
+                          const Tensor& key_mask, const Tensor& o, const Tensor& lse, const Tensor& dout, Tensor& dq,
+                          Tensor& dk, Tensor& dv) override {
+    Tensor row_dot = Tensor::empty({s.rows()}, DType::Float64, query.device());  // D = rowsum(dout * o), O(T)
+    dispatch_float("scaled_dot_product_attention backward", query, [&](auto t) {
+      using T = decltype(t);
+      k::attention_backward<T>(s, ptr<T>(query), ptr<T>(key), ptr<T>(value), ptr<T>(key_mask), ptr<T>(o), ptr<T>(lse),
+                               ptr<T>(dout), ptr<double>(row_dot), ptr<T>(dq), ptr<T>(dk), ptr<T>(dv));
+    });
+  }
 
   // ---- gelu, tanh, dropout (issue 24) ----
   void gelu_forward(kernels::GeluApproximate form, const Tensor& x, Tensor& y) override {

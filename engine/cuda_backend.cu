@@ -401,6 +401,21 @@ class CudaBackend : public Backend {
     const auto* mask = decay_mask.defined() ? reinterpret_cast<const uint32_t*>(decay_mask.data<int32_t>()) : nullptr;
     k::adam_step(param.numel(), cfg, step, f32(param), f32(grad), f32(exp_avg), f32(exp_avg_sq), mask, stream);
   }
+  // ---- scaled_dot_product_attention ----
+  void attention_forward(const kernels::AttentionShape& s, const Tensor& query, const Tensor& key, const Tensor& value,
+                         const Tensor& key_mask, Tensor& o, Tensor& lse) override {
+    cudaStream_t stream = begin_op("scaled_dot_product_attention", {&query, &key, &value, &key_mask, &o, &lse});
+    k::attention_forward(s, f32(query), f32(key), f32(value), f32(&key_mask), f32(o), f32(lse), stream);
+  }
+  void attention_backward(const kernels::AttentionShape& s, const Tensor& query, const Tensor& key, const Tensor& value,
+                          const Tensor& key_mask, const Tensor& o, const Tensor& lse, const Tensor& dout, Tensor& dq,
+                          Tensor& dk, Tensor& dv) override {
+    cudaStream_t stream =
+        begin_op("scaled_dot_product_attention backward", {&query, &key, &value, &key_mask, &o, &lse, &dout, &dq, &dk, &dv});
+    Tensor row_dot = Tensor::empty({s.rows()}, DType::Float32, query.device());  // D = rowsum(dout * o), O(T)
+    k::attention_backward(s, f32(query), f32(key), f32(value), f32(&key_mask), f32(o), f32(lse), f32(dout), f32(row_dot),
+                          f32(dq), f32(dk), f32(dv), stream);
+  }
 
   // ---- gelu, tanh, dropout (issue 24) ----
   void gelu_forward(kernels::GeluApproximate form, const Tensor& x, Tensor& y) override {

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <optional>
 
 #include "engine/tensor.h"
 
@@ -120,5 +121,18 @@ struct DropoutOptions {
   int64_t first_sample = 0;  // global index of x's first sample in the whole batch
 };
 Tensor dropout(const Tensor& x, const DropoutOptions& opt);
+// ---- scaled_dot_product_attention ----
+// torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask, is_causal=causal,
+// scale=scale) as one op, FlashAttention-2 style (kernels/attention_shape.h):
+// q[B,H,Tq,d], k and v[B,H,Tk,d] -> softmax(q k^T * scale + mask) v [B,H,Tq,d]. The
+// key-padding mask [B,Tk] (undefined: none) has q's dtype, 1 = attend and 0 = padding, as
+// Hugging Face's attention_mask; causal lets query i see keys j <= i (top-left aligned).
+// A query that sees no key gives 0 and passes no gradient (PyTorch gives NaN).
+struct AttentionOptions {
+  bool causal = false;
+  std::optional<double> scale;  // default 1 / sqrt(d)
+};
+Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
+                                    const Tensor& key_padding_mask = Tensor(), const AttentionOptions& opt = {});
 
 }  // namespace dpcore::ops

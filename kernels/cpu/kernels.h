@@ -17,6 +17,7 @@
 #include "kernels/adam_config.h"
 #include "kernels/dropout_config.h"
 #include "kernels/gelu_approximate.h"
+#include "kernels/attention_shape.h"
 #include "kernels/sgd_config.h"
 #include "kernels/shapes.h"
 
@@ -154,6 +155,20 @@ template <class T> void tanh_backward(int64_t n, const T* dy, const T* y, T* dx)
 // pure function of (seed, step, first_sample + sample, element) (kernels/dropout_config.h).
 // The backward is the same call with dy for x: the mask is recomputed, never stored.
 template <class T> void dropout(const DropoutConfig& cfg, int64_t samples, int64_t sample_size, const T* x, T* y);
+// ---- scaled_dot_product_attention (kernels/attention_shape.h), FlashAttention-2 blocked:
+// tiles of queries x tiles of keys with an online softmax, never a Tq x Tk matrix. The
+// forward writes o and one log-sum-exp per query row; the backward recomputes the
+// probabilities from q, k and lse: D = rowsum(dout * o), dS = P * (dP - D), dq = dS k scale,
+// dk = dS^T q scale, dv = P^T dout (dq over query tiles, dk and dv over key tiles: no
+// thread adds into another's output). key_mask [B, Tk] may be null; row_dot is scratch of
+// s.rows() doubles (D, in double like the dP it is subtracted from: with a float D the exact
+// cancellation of dP - D, a single key say, would leave float noise in dq and dk), the
+// caller's so that the op's allocations are all it takes. ----
+template <class T>
+void attention_forward(const AttentionShape& s, const T* q, const T* k, const T* v, const T* key_mask, T* o, T* lse);
+template <class T>
+void attention_backward(const AttentionShape& s, const T* q, const T* k, const T* v, const T* key_mask, const T* o,
+                        const T* lse, const T* dout, double* row_dot, T* dq, T* dk, T* dv);
 
 // Whether float stride-1 convolutions may take the direct path (default true); false
 // keeps every convolution on im2col + GEMM, for benchmarking one against the other.

@@ -15,6 +15,7 @@
 #include "kernels/adam_config.h"
 #include "kernels/dropout_config.h"
 #include "kernels/gelu_approximate.h"
+#include "kernels/attention_shape.h"
 #include "kernels/sgd_config.h"
 #include "kernels/shapes.h"
 
@@ -154,5 +155,16 @@ void tanh_backward(int64_t n, const float* dy, const float* y, float* dx, cudaSt
 // (kernels/dropout_config.h); the backward is the same call with dy for x.
 void dropout(const DropoutConfig& cfg, int64_t samples, int64_t sample_size, const float* x, float* y,
              cudaStream_t stream);
+// ---- scaled_dot_product_attention (kernels/attention_shape.h), FlashAttention-2 style: the
+// forward writes o and one log-sum-exp per query row; the backward recomputes the
+// probabilities tile by tile (dq over query tiles, dk and dv over key tiles: no atomics).
+// row_dot: scratch of s.rows() floats (D = rowsum(dout * o)). key_mask [B, Tk] may be null.
+// The head dimension is bounded at compile time: d > kAttentionMaxHeadDim fails, naming it. ----
+constexpr int kAttentionMaxHeadDim = 64;
+void attention_forward(const AttentionShape& s, const float* q, const float* k, const float* v, const float* key_mask,
+                       float* o, float* lse, cudaStream_t stream);
+void attention_backward(const AttentionShape& s, const float* q, const float* k, const float* v,
+                        const float* key_mask, const float* o, const float* lse, const float* dout, float* row_dot,
+                        float* dq, float* dk, float* dv, cudaStream_t stream);
 
 }  // namespace dpcore::kernels::cuda

@@ -9,6 +9,7 @@
 
 #include "kernels/dropout_config.h"
 #include "kernels/gelu_approximate.h"
+#include "kernels/attention_shape.h"
 #include "kernels/shapes.h"
 
 namespace dpcore::kernels::naive {
@@ -39,5 +40,13 @@ template <class T> void tanh_backward(int64_t n, const T* dy, const T* y, T* dx)
 // x[samples, sample_size]: y = x * (kept ? 1 / (1 - p) : 0), one Philox call per element
 // (kernels/dropout_config.h). Also the backward, with dy for x.
 template <class T> void dropout(const DropoutConfig& cfg, int64_t samples, int64_t sample_size, const T* x, T* y);
+// ---- scaled_dot_product_attention (kernels/attention_shape.h): the explicit formula with the
+// Tq x Tk probabilities of each (batch, head) materialised; key_mask may be null. The
+// backward recomputes everything from q, k, v (dout: the gradient of o). ----
+template <class T>
+void attention_forward(const AttentionShape& s, const T* q, const T* k, const T* v, const T* key_mask, T* o, T* lse);
+template <class T>
+void attention_backward(const AttentionShape& s, const T* q, const T* k, const T* v, const T* key_mask, const T* dout,
+                        T* dq, T* dk, T* dv);
 
 }  // namespace dpcore::kernels::naive

@@ -135,5 +135,28 @@ TEST(OpErrors, DropoutProbabilityAndSampleRange) {
                {"dropout", "[4, 3]", "first_sample 4294967294 with the 4 samples", "2^32"});
 }
 
+TEST(OpErrors, ScaledDotProductAttentionShapes) {
+  const char* op = "scaled_dot_product_attention";
+  Tensor q = Tensor::zeros({2, 4, 5, 8}), k = Tensor::zeros({2, 4, 7, 8}), v = Tensor::zeros({2, 4, 7, 8});
+  expect_error([&] { ops::scaled_dot_product_attention(q, Tensor::zeros({2, 4, 7, 6}), Tensor::zeros({2, 4, 7, 6})); },
+               {op, "[2, 4, 5, 8]", "[2, 4, 7, 6]", "d must agree"});
+  expect_error([&] { ops::scaled_dot_product_attention(q, k, Tensor::zeros({2, 4, 6, 8})); },
+               {op, "[2, 4, 7, 8]", "[2, 4, 6, 8]", "same shape"});
+  expect_error([&] { ops::scaled_dot_product_attention(q, Tensor::zeros({2, 3, 7, 8}), Tensor::zeros({2, 3, 7, 8})); },
+               {op, "[2, 4, 5, 8]", "[2, 3, 7, 8]"});
+  expect_error([&] { ops::scaled_dot_product_attention(Tensor::zeros({2, 5, 8}), k, v); }, {op, "query"});
+  // The key-padding mask is [B, Tk], in the query's dtype.
+  expect_error([&] { ops::scaled_dot_product_attention(q, k, v, Tensor::zeros({2, 5})); },
+               {op, "key_padding_mask", "[2, 5]", "[B, Tk] = [2, 7]"});
+  expect_error([&] { ops::scaled_dot_product_attention(q, k, v, Tensor::zeros({2, 4, 7})); },
+               {op, "key_padding_mask", "[2, 4, 7]"});
+  expect_error([&] { ops::scaled_dot_product_attention(q, k, v, Tensor::zeros({2, 7}, DType::Float64)); },
+               {op, "key_padding_mask", "float64", "dtype"});
+  expect_error([&] { ops::scaled_dot_product_attention(q, k, v, Tensor(), {false, INFINITY}); }, {op, "scale", "inf"});
+  Tensor empty_heads = Tensor::zeros({2, 4, 7, 0});
+  expect_error([&] { ops::scaled_dot_product_attention(Tensor::zeros({2, 4, 5, 0}), empty_heads, empty_heads); },
+               {op, "head dimension d = 0"});
+}
+
 }  // namespace
 }  // namespace dpcore

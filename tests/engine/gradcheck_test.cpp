@@ -2,6 +2,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <optional>
+#include <string>
 
 #include "engine/ops.h"
 #include "support/gradcheck.h"
@@ -206,6 +208,35 @@ TEST(Gradcheck, FusedCrossEntropy) {
     auto r = gradcheck(
         [&](const std::vector<Tensor>& in) { return ops::scale(ops::cross_entropy(in[0], target, red), 2.5); }, {x});
     expect_passes(r, x.numel());
+  }
+}
+
+// q, k and v of scaled_dot_product_attention, with a key-padding mask and without, causal
+// with Tq > Tk and Tq < Tk, the default scale and a given one; batch 1 pads key 0, so that
+// under the causal mask its query 0 sees no key (its gradients are 0 on both sides).
+TEST(Gradcheck, ScaledDotProductAttention) {
+  struct Case {
+    int64_t Tq, Tk;
+    bool causal, padded;
+    std::optional<double> scale;
+  };
+  for (const Case& c : {Case{3, 4, false, false, {}}, Case{4, 3, true, true, {}}, Case{2, 5, true, false, 0.7},
+                        Case{3, 3, false, true, 1.3}}) {
+    SCOPED_TRACE("Tq " + std::to_string(c.Tq) + " Tk " + std::to_string(c.Tk) + (c.causal ? " causal" : "") +
+                 (c.padded ? " padded" : ""));
+    const int64_t B = 2, H = 1, d = 3;  // the heads' indexing is the op test's
+    Tensor q = random_leaf({B, H, c.Tq, d}, 21, -2, 2), k = random_leaf({B, H, c.Tk, d}, 22, -2, 2),
+           v = random_leaf({B, H, c.Tk, d}, 23);
+    std::vector<double> keep(size_t(B * c.Tk), 1.0);
+    keep[1] = 0.0, keep[size_t(c.Tk)] = 0.0;  // batch 0 pads key 1, batch 1 key 0
+    Tensor mask = c.padded ? Tensor::from_vector(keep, {B, c.Tk}) : Tensor();
+    const ops::AttentionOptions opt{c.causal, c.scale};
+    auto r = gradcheck(
+        [&](const std::vector<Tensor>& in) {
+          return weighted_sum(ops::scaled_dot_product_attention(in[0], in[1], in[2], mask, opt), 24);
+        },
+        {q, k, v});
+    expect_passes(r, q.numel() + k.numel() + v.numel());
   }
 }
 

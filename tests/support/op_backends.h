@@ -240,6 +240,16 @@ struct CpuBackend {
   static void dropout(const kernels::DropoutConfig& cfg, int64_t samples, int64_t sample_size, const T* x, T* y) {
     kernels::cpu::dropout<T>(cfg, samples, sample_size, x, y);
   }
+  // scaled_dot_product_attention; the backward's row_dot scratch is the test's, as the backend's is the op's
+  static void attention_forward(const kernels::AttentionShape& s, const T* q, const T* k, const T* v,
+                                const T* key_mask, T* o, T* lse) {
+    kernels::cpu::attention_forward<T>(s, q, k, v, key_mask, o, lse);
+  }
+  static void attention_backward(const kernels::AttentionShape& s, const T* q, const T* k, const T* v,
+                                 const T* key_mask, const T* o, const T* lse, const T* dout, T* dq, T* dk, T* dv) {
+    std::vector<double> row_dot(size_t(s.rows()));
+    kernels::cpu::attention_backward<T>(s, q, k, v, key_mask, o, lse, dout, row_dot.data(), dq, dk, dv);
+  }
 };
 
 #ifdef DPCORE_HAVE_CUDA
@@ -412,6 +422,18 @@ struct CudaBackend {
   static void dropout(const kernels::DropoutConfig& cfg, int64_t samples, int64_t sample_size, const float* x,
                       float* y) {
     kernels::cuda::dropout(cfg, samples, sample_size, x, y, nullptr);
+  }
+  // scaled_dot_product_attention; the backward's row_dot scratch is the test's, as the backend's is the op's
+  static void attention_forward(const kernels::AttentionShape& s, const float* q, const float* k, const float* v,
+                                const float* key_mask, float* o, float* lse) {
+    kernels::cuda::attention_forward(s, q, k, v, key_mask, o, lse, nullptr);
+  }
+  static void attention_backward(const kernels::AttentionShape& s, const float* q, const float* k, const float* v,
+                                 const float* key_mask, const float* o, const float* lse, const float* dout,
+                                 float* dq, float* dk, float* dv) {
+    DeviceArray<float> row_dot(size_t(s.rows()));
+    kernels::cuda::attention_backward(s, q, k, v, key_mask, o, lse, dout, row_dot.get(), dq, dk, dv, nullptr);
+    CUDA_CHECK(cudaDeviceSynchronize());
   }
 };
 

@@ -235,6 +235,18 @@ class RecordingBackend : public Backend {
   void dropout(const kernels::DropoutConfig& cfg, const Tensor& x, Tensor& y) override {
     run([=, y = y]() mutable { cpu_.dropout(cfg, x, y); });
   }
+  // scaled_dot_product_attention
+  void attention_forward(const kernels::AttentionShape& s, const Tensor& q, const Tensor& k, const Tensor& v,
+                         const Tensor& key_mask, Tensor& o, Tensor& lse) override {
+    run([=, o = o, lse = lse]() mutable { cpu_.attention_forward(s, q, k, v, key_mask, o, lse); });
+  }
+  void attention_backward(const kernels::AttentionShape& s, const Tensor& q, const Tensor& k, const Tensor& v,
+                          const Tensor& key_mask, const Tensor& o, const Tensor& lse, const Tensor& dout, Tensor& dq,
+                          Tensor& dk, Tensor& dv) override {
+    run([=, dq = dq, dk = dk, dv = dv]() mutable {
+      cpu_.attention_backward(s, q, k, v, key_mask, o, lse, dout, dq, dk, dv);
+    });
+  }
 
  private:
   static Tensor opt(const Tensor* t) { return t ? *t : Tensor(); }
