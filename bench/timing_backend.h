@@ -216,6 +216,10 @@ class TimingBackend : public Backend {
                  Tensor& exp_avg_sq, const Tensor& decay_mask) override {
     timed(times_, "adam", [&] { inner_.adam_step(cfg, step, param, grad, exp_avg, exp_avg_sq, decay_mask); });
   }
+  // batched_matmul
+  void batched_matmul(const kernels::BatchedMatmulShape& s, const Tensor& a, const Tensor& b, Tensor& c) override {
+    timed(times_, "batched_matmul", [&] { inner_.batched_matmul(s, a, b, c); });
+  }
 
  private:
   Backend& inner_;

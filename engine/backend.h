@@ -175,6 +175,10 @@ class Backend {
   // one bit per element, weight decay where set (kernels/adam_config.h); undefined: everywhere.
   virtual void adam_step(const kernels::AdamConfig& cfg, int64_t step, Tensor& param, const Tensor& grad,
                          Tensor& exp_avg, Tensor& exp_avg_sq, const Tensor& decay_mask) = 0;
+
+  // ---- batched_matmul: c[i] = op(a[i]) * op(b[i]) over s.batch contiguous matrix pairs
+  // (kernels/shapes.h); on CUDA through the GEMM engine (--gemm-engine) ----
+  virtual void batched_matmul(const kernels::BatchedMatmulShape& s, const Tensor& a, const Tensor& b, Tensor& c) = 0;
 };
 
 // The backend for a device. Throws a clear error if that device type is not compiled in or

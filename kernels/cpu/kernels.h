@@ -140,6 +140,12 @@ template <class T>
 void adam_step(int64_t n, const AdamConfig& cfg, int64_t step, T* param, const T* grad, T* exp_avg, T* exp_avg_sq,
                const uint32_t* decay_mask);
 
+// ---- batched_matmul: c[i] = op(a[i]) * op(b[i]) over s.batch matrix pairs (kernels/shapes.h),
+// each output cut into fixed blocks of rows, one BLAS call per block, the blocks shared out
+// over the threads. The cut depends on the shape only, so the result does not depend on
+// the thread count. ----
+template <class T> void batched_matmul(const BatchedMatmulShape& s, const T* a, const T* b, T* c);
+
 // Whether float stride-1 convolutions may take the direct path (default true); false
 // keeps every convolution on im2col + GEMM, for benchmarking one against the other.
 void set_direct_conv2d(bool enabled);

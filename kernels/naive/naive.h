@@ -27,4 +27,7 @@ template <class T> void max_pool2d_backward(const Pool2dShape& s, const T* dy, c
 template <class T> void avg_pool2d_forward(const Pool2dShape& s, bool count_include_pad, const T* x, T* y);
 template <class T> void avg_pool2d_backward(const Pool2dShape& s, bool count_include_pad, const T* dy, T* dx);
 
+// ---- batched_matmul: c[i] = op(a[i]) * op(b[i]) (kernels/shapes.h) ----
+template <class T> void batched_matmul(const BatchedMatmulShape& s, const T* a, const T* b, T* c);
+
 }  // namespace dpcore::kernels::naive

@@ -219,6 +219,10 @@ class RecordingBackend : public Backend {
       cpu_.adam_step(cfg, step, param, grad, exp_avg, exp_avg_sq, decay_mask);
     });
   }
+  // batched_matmul
+  void batched_matmul(const kernels::BatchedMatmulShape& s, const Tensor& a, const Tensor& b, Tensor& c) override {
+    run([=, c = c]() mutable { cpu_.batched_matmul(s, a, b, c); });
+  }
 
  private:
   static Tensor opt(const Tensor* t) { return t ? *t : Tensor(); }
