@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/error.h"
 #include "kernels/naive/naive.h"
 #include "support/op_backends.h"
 
@@ -98,6 +99,23 @@ TYPED_TEST(BatchedMatmulTest, SameBitsForEveryThreadCountAndRun) {
       }
   }
 }
+
+#ifdef DPCORE_HAVE_CUDA
+// The hand kernel puts the matrices in the grid's z, at most 65535 of them: a larger batch
+// fails before anything is launched, naming the batch and the limit.
+TEST(BatchedMatmulLimits, HandKernelNamesTheBatchLimit) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  const BatchedMatmulShape s{70000, 1, 1, 1, false, false};
+  DeviceArray<float> a(size_t(s.a_size())), b(size_t(s.b_size())), c(size_t(s.c_size()));
+  try {
+    CudaBackend::batched_matmul(s, a.get(), b.get(), c.get());
+    ADD_FAILURE() << "no error for a batch of 70000";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("70000"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("65535"), std::string::npos) << e.what();
+  }
+}
+#endif
 
 }  // namespace
 }  // namespace dpcore::testing
