@@ -1,5 +1,5 @@
 // The CPU conv2d and linear kernels on the reference models' layer shapes (batch 64,
-// float32), on 1 and 2 threads. Reports GFLOP/s (2 flops per multiply-add) as a counter.
+// float32), and batched_matmul on attention's shapes, on 1 and 2 threads. Reports GFLOP/s (2 flops per multiply-add) as a counter.
 // The convolutions run on both CPU paths where the direct one applies (argument
 // "direct": 1 = the default choice, kernels/cpu/conv2d_direct.h where it applies; 0 =
 // im2col + GEMM everywhere, set_direct_conv2d(false)), one after the other.
@@ -149,5 +149,29 @@ BENCHMARK(BM_Conv2dBackwardWeight)->Apply(conv_args);
 BENCHMARK(BM_LinearForward)->Apply(layer_and_thread_args<kLinearCount>);
 BENCHMARK(BM_LinearBackwardData)->Apply(layer_and_thread_args<kLinearCount>);
 BENCHMARK(BM_LinearBackwardWeight)->Apply(layer_and_thread_args<kLinearCount>);
+
+// ---- batched_matmul: attention's two products, batch 8 x 8 heads, head dim 64 ----
+struct BatchedMatmulLayer {
+  const char* name;
+  dpcore::kernels::BatchedMatmulShape shape;
+};
+const BatchedMatmulLayer kBatchedMatmulLayers[] = {
+    {"scores Q K^T 64x[128,64]x[128,64]^T", {64, 128, 128, 64, false, true}},
+    {"values P V 64x[128,128]x[128,64]", {64, 128, 64, 128, false, false}},
+    {"scores Q K^T 64x[512,64]x[512,64]^T", {64, 512, 512, 64, false, true}},
+};
+
+void BM_BatchedMatmul(benchmark::State& state) {
+  const BatchedMatmulLayer& layer = kBatchedMatmulLayers[state.range(0)];
+  prepare(state, layer.name);
+  const auto& s = layer.shape;
+  auto a = random_floats(s.a_size()), b = random_floats(s.b_size()), c = random_floats(s.c_size());
+  for (auto _ : state) {
+    cpu::batched_matmul(s, a.data(), b.data(), c.data());
+    benchmark::ClobberMemory();
+  }
+  report_flops(state, s.flops());
+}
+BENCHMARK(BM_BatchedMatmul)->Apply(layer_and_thread_args<std::size(kBatchedMatmulLayers)>);
 
 }  // namespace

@@ -243,6 +243,10 @@ class TimingBackend : public Backend {
     timed(times_, "attention backward",
           [&] { inner_.attention_backward(s, q, k, v, key_mask, o, lse, dout, dq, dk, dv); });
   }
+  // batched_matmul
+  void batched_matmul(const kernels::BatchedMatmulShape& s, const Tensor& a, const Tensor& b, Tensor& c) override {
+    timed(times_, "batched_matmul", [&] { inner_.batched_matmul(s, a, b, c); });
+  }
 
  private:
   Backend& inner_;

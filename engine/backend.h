@@ -199,6 +199,9 @@ class Backend {
   virtual void attention_backward(const kernels::AttentionShape& s, const Tensor& q, const Tensor& k, const Tensor& v,
                                   const Tensor& key_mask, const Tensor& o, const Tensor& lse, const Tensor& dout,
                                   Tensor& dq, Tensor& dk, Tensor& dv) = 0;
+  // ---- batched_matmul: c[i] = op(a[i]) * op(b[i]) over s.batch contiguous matrix pairs
+  // (kernels/shapes.h); on CUDA through the GEMM engine (--gemm-engine) ----
+  virtual void batched_matmul(const kernels::BatchedMatmulShape& s, const Tensor& a, const Tensor& b, Tensor& c) = 0;
 };
 
 // The backend for a device. Throws a clear error if that device type is not compiled in or

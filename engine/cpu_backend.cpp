@@ -421,6 +421,14 @@ class CpuBackend : public Backend {
     });
   }
 
+  // ---- batched_matmul ----
+  void batched_matmul(const kernels::BatchedMatmulShape& s, const Tensor& a, const Tensor& b, Tensor& c) override {
+    dispatch_float("batched_matmul", a, [&](auto t) {
+      using T = decltype(t);
+      k::batched_matmul<T>(s, ptr<T>(a), ptr<T>(b), ptr<T>(c));
+    });
+  }
+
  private:
   CpuAllocator allocator_;
 };

@@ -440,6 +440,12 @@ class CudaBackend : public Backend {
     k::dropout(cfg, samples, sample_size, f32(x), f32(y), stream);
   }
 
+  // ---- batched_matmul: through the GEMM engine selection ----
+  void batched_matmul(const kernels::BatchedMatmulShape& s, const Tensor& a, const Tensor& b, Tensor& c) override {
+    cudaStream_t stream = begin_op("batched_matmul", {&a, &b, &c});
+    cuda_libraries::dispatch_batched_matmul(s, f32(a), f32(b), f32(c), stream);
+  }
+
  private:
   bool graphs_enabled_ = true;  // --cuda-graph
 

@@ -32,7 +32,8 @@ Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2d
 Tensor conv2d_relu(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dOptions& opt);
 Tensor conv2d_relu_max_pool2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dOptions& conv,
                               const Pool2dOptions& pool);
-// x[N,in], w[out,in], bias[out] or undefined -> y[N,out]
+// x[..., in], w[out,in], bias[out] or undefined -> y[..., out]: any leading dimensions
+// (none, for a 1-d x), as torch.nn.functional.linear.
 Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias);
 Tensor max_pool2d(const Tensor& x, const Pool2dOptions& opt);
 // max_pool2d's rules for its options (positive kernel and stride; padding at most half the
@@ -98,6 +99,11 @@ Tensor add(const Tensor& a, const Tensor& b);
 Tensor scale(const Tensor& x, double factor);
 Tensor sum(const Tensor& x);
 Tensor mean(const Tensor& x);
+// ---- batched_matmul: torch.matmul of 3-d or 4-d operands with equal batch dimensions
+// (no broadcasting): a[..., M, K] x b[..., K, N] -> c[..., M, N]. trans_a / trans_b read
+// the operand's last two dims transposed (a[..., K, M], b[..., N, K]) without a copy, so
+// attention's Q K^T is batched_matmul(q, k, false, true).
+Tensor batched_matmul(const Tensor& a, const Tensor& b, bool trans_a = false, bool trans_b = false);
 
 // ---- gelu, tanh, dropout (issue 24) ----
 // torch.nn.functional.gelu(x, approximate): "none", 0.5 x (1 + erf(x / sqrt 2)), or "tanh",

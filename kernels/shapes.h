@@ -67,4 +67,20 @@ struct LinearShape {
   double flops() const { return 2.0 * double(N) * in * out; }
 };
 
+// ---- batched matmul ----
+// c[i] = op(a[i]) * op(b[i]) for each of `batch` row-major matrix pairs stored one after
+// another: op(a) is [M,K], a itself [M,K] or, when trans_a, [K,M] read transposed; op(b)
+// is [K,N], b itself [K,N] or, when trans_b, [N,K]; c[i] is [M,N].
+struct BatchedMatmulShape {
+  int64_t batch = 0, M = 0, N = 0, K = 0;
+  bool trans_a = false, trans_b = false;
+
+  int64_t a_size() const { return batch * M * K; }
+  int64_t b_size() const { return batch * K * N; }
+  int64_t c_size() const { return batch * M * N; }
+  int64_t lda() const { return trans_a ? M : K; }  // row lengths of the stored matrices
+  int64_t ldb() const { return trans_b ? K : N; }
+  double flops() const { return 2.0 * double(batch) * M * N * K; }
+};
+
 }  // namespace dpcore::kernels

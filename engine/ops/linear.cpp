@@ -1,4 +1,6 @@
-// linear: y = x W^T + b, and its backward.
+// linear: y = x W^T + b over any leading dimensions of x (torch.nn.functional.linear), and
+// its backward. x[..., in] is contiguous, so the kernels read it as the matrix
+// [prod(...), in] without a copy, and y[..., out] likewise.
 #include "engine/ops/op_support.h"
 
 namespace dpcore::ops {
@@ -25,18 +27,23 @@ struct LinearBackward : Node {
 
 
 Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias) {
-  check_float_tensor("linear", "input", x, 2);
+  check_float_tensor("linear", "input", x);
   check_float_tensor("linear", "weight", w, 2);
   check_same_device_dtype("linear", x, w);
-  DPCORE_CHECK(x.size(1) == w.size(1), "linear: input ", shape_str(x.shape()), " has ", x.size(1),
+  DPCORE_CHECK(x.dim() >= 1, "linear: input ", shape_str(x.shape()), " must have at least 1 dimension (its features)");
+  DPCORE_CHECK(x.size(-1) == w.size(1), "linear: input ", shape_str(x.shape()), " has ", x.size(-1),
                " features but weight ", shape_str(w.shape()), " expects ", w.size(1));
   if (bias.defined()) {
     check_same_device_dtype("linear", x, bias);
     DPCORE_CHECK(bias.dim() == 1 && bias.size(0) == w.size(0), "linear: bias ", shape_str(bias.shape()),
                  " does not match ", w.size(0), " output features");
   }
-  LinearShape s{x.size(0), x.size(1), w.size(0)};
-  Tensor y = Tensor::empty({s.N, s.out}, x.dtype(), x.device());
+  Shape y_shape = x.shape();
+  y_shape.back() = w.size(0);
+  int64_t rows = 1;
+  for (int64_t d = 0; d + 1 < x.dim(); ++d) rows *= x.size(d);
+  LinearShape s{rows, x.size(-1), w.size(0)};
+  Tensor y = Tensor::empty(y_shape, x.dtype(), x.device());
   backend(x).linear_forward(s, x, w, bias.defined() ? &bias : nullptr, y);
   auto node = std::make_shared<LinearBackward>();
   node->s = s, node->x = x.detach(), node->w = w.detach(), node->has_bias = bias.defined();

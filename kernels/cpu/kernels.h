@@ -169,6 +169,11 @@ void attention_forward(const AttentionShape& s, const T* q, const T* k, const T*
 template <class T>
 void attention_backward(const AttentionShape& s, const T* q, const T* k, const T* v, const T* key_mask, const T* o,
                         const T* lse, const T* dout, double* row_dot, T* dq, T* dk, T* dv);
+// ---- batched_matmul: c[i] = op(a[i]) * op(b[i]) over s.batch matrix pairs (kernels/shapes.h),
+// each output cut into fixed blocks of rows, one BLAS call per block, the blocks shared out
+// over the threads. The cut depends on the shape only, so the result does not depend on
+// the thread count. ----
+template <class T> void batched_matmul(const BatchedMatmulShape& s, const T* a, const T* b, T* c);
 
 // Whether float stride-1 convolutions may take the direct path (default true); false
 // keeps every convolution on im2col + GEMM, for benchmarking one against the other.

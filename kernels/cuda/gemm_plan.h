@@ -21,8 +21,10 @@ struct GemmPlan {
 };
 
 // M x N outputs, `depth` long reductions; allow_split = false when the epilogue must see
-// the full sum (a fused bias/relu, or an output written in place).
-GemmPlan plan_gemm(int64_t M, int64_t N, int64_t depth, bool allow_split, int multiprocessors);
+// the full sum (a fused bias/relu, or an output written in place). A batch of `batch` such
+// products counts all their tiles towards filling the SMs and never splits K (its
+// matrices fill the GPU instead; the grid's z is either the batch or the slices).
+GemmPlan plan_gemm(int64_t M, int64_t N, int64_t depth, bool allow_split, int multiprocessors, int64_t batch = 1);
 
 // C[m, n] = alpha * sum_{z < slices} partial[z][m][n] + beta * C[m, n] (beta == 0 never
 // reads C). With slices == 0 this is C = beta * C, the GEMM of an empty reduction.

@@ -29,6 +29,12 @@ void sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float al
 // Anything with sgemm's signature: the hand kernel above, or cuBLAS (kernels/cuda_libraries/cublas_linear.h).
 using SgemmFn = void (*)(bool, bool, int64_t, int64_t, int64_t, float, const float*, int64_t, const float*, int64_t,
                          float, float*, int64_t, cudaStream_t);
+// sgemm on `batch` matrix triples, matrix i at A + i * stride_a, B + i * stride_b,
+// C + i * stride_c (cublasSgemmStridedBatched's contract, row-major): the same tiled kernel
+// with the matrix index in the grid's z. sgemm is the batch of one.
+void sgemm_strided_batched(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+                           int64_t lda, int64_t stride_a, const float* B, int64_t ldb, int64_t stride_b, float beta,
+                           float* C, int64_t ldc, int64_t stride_c, int64_t batch, cudaStream_t stream);
 
 // ---- linear: y = x W^T + b, built on an SgemmFn ----
 void linear_forward(const LinearShape& s, const float* x, const float* w, const float* bias, float* y,
@@ -166,5 +172,11 @@ void attention_forward(const AttentionShape& s, const float* q, const float* k, 
 void attention_backward(const AttentionShape& s, const float* q, const float* k, const float* v,
                         const float* key_mask, const float* o, const float* lse, const float* dout, float* row_dot,
                         float* dq, float* dk, float* dv, cudaStream_t stream);
+// ---- batched_matmul: c[i] = op(a[i]) * op(b[i]) (kernels/shapes.h), on any
+// BatchedSgemmFn: the hand sgemm_strided_batched or cuBLAS's ----
+using BatchedSgemmFn = void (*)(bool, bool, int64_t, int64_t, int64_t, float, const float*, int64_t, int64_t,
+                                const float*, int64_t, int64_t, float, float*, int64_t, int64_t, int64_t, cudaStream_t);
+void batched_matmul(const BatchedMatmulShape& s, const float* a, const float* b, float* c, cudaStream_t stream,
+                    BatchedSgemmFn gemm = sgemm_strided_batched);
 
 }  // namespace dpcore::kernels::cuda

@@ -25,4 +25,20 @@ void sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float al
                             int(lda), &beta, C, CUDA_R_32F, int(ldc), compute, CUBLAS_GEMM_DEFAULT));
 }
 
+// batched_matmul
+void sgemm_strided_batched(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+                           int64_t lda, int64_t stride_a, const float* B, int64_t ldb, int64_t stride_b, float beta,
+                           float* C, int64_t ldc, int64_t stride_c, int64_t batch, cudaStream_t stream) {
+  for (int64_t v : {M, N, K, lda, ldb, ldc, batch}) kernels::cuda::check_int32("cublas batched sgemm", "a dimension", v);
+  if (M == 0 || N == 0 || batch == 0) return;
+  cublasHandle_t handle = cuda_runtime::cublas_handle(cuda_runtime::current_device(), stream);
+  // Row-major to column-major as in sgemm: A and B swap places, each keeps its flag and stride.
+  const cublasOperation_t op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasComputeType_t compute = engine_config().tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+  CUBLAS_CHECK(cublasGemmStridedBatchedEx(handle, op_b, op_a, int(N), int(M), int(K), &alpha, B, CUDA_R_32F, int(ldb),
+                                          stride_b, A, CUDA_R_32F, int(lda), stride_a, &beta, C, CUDA_R_32F, int(ldc),
+                                          stride_c, int(batch), compute, CUBLAS_GEMM_DEFAULT));
+}
+
 }  // namespace dpcore::kernels::cuda_libraries::cublas

@@ -13,4 +13,11 @@ namespace dpcore::kernels::cuda_libraries::cublas {
 void sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
            const float* B, int64_t ldb, float beta, float* C, int64_t ldc, cudaStream_t stream);
 
+// batched_matmul: sgemm on `batch` matrix triples at fixed strides (kernels::cuda::
+// sgemm_strided_batched's signature), one cublasGemmStridedBatchedEx call, the
+// cublasSgemmStridedBatched product with the same FP32/TF32 choice as sgemm.
+void sgemm_strided_batched(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+                           int64_t lda, int64_t stride_a, const float* B, int64_t ldb, int64_t stride_b, float beta,
+                           float* C, int64_t ldc, int64_t stride_c, int64_t batch, cudaStream_t stream);
+
 }  // namespace dpcore::kernels::cuda_libraries::cublas

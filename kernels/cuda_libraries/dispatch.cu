@@ -22,7 +22,8 @@ namespace hand = kernels::cuda;
 
 enum class Impl { Hand, Library };
 enum class Mode { Hand, Library, Auto };
-enum class Op { ConvForward, ConvBackwardData, ConvBackwardWeight, LinearForward, LinearBackwardData, LinearBackwardWeight };
+enum class Op { ConvForward, ConvBackwardData, ConvBackwardWeight, LinearForward, LinearBackwardData, LinearBackwardWeight,
+                BatchedMatmul };
 
 constexpr int kTimedRuns = 3;
 
@@ -84,6 +85,15 @@ Impl choose(Mode mode, const Key& key, size_t out_floats, cudaStream_t stream,
 }
 
 kernels::cuda::SgemmFn gemm_of(Impl impl) { return impl == Impl::Hand ? hand::sgemm : cublas::sgemm; }
+
+// batched_matmul
+Key batched_matmul_key(const kernels::BatchedMatmulShape& s) {
+  return Key{int64_t(Op::BatchedMatmul), cuda_runtime::current_device(), engine_config().tf32, s.batch, s.M, s.N, s.K,
+             s.trans_a, s.trans_b, 0, 0, 0, 0, 0};
+}
+kernels::cuda::BatchedSgemmFn batched_gemm_of(Impl impl) {
+  return impl == Impl::Hand ? hand::sgemm_strided_batched : cublas::sgemm_strided_batched;
+}
 
 }  // namespace
 
@@ -152,6 +162,13 @@ void dispatch_linear_backward_weight(const kernels::LinearShape& s, const float*
   const Impl impl = choose(mode_of(engine_config().gemm), linear_key(Op::LinearBackwardWeight, s),
                            size_t(s.out * s.in), stream, [&](Impl i, float* out) { run(i, out, nullptr, false); });
   run(impl, dw, dbias, accumulate);
+}
+
+// batched_matmul
+void dispatch_batched_matmul(const kernels::BatchedMatmulShape& s, const float* a, const float* b, float* c,
+                             cudaStream_t stream) {
+  auto run = [&](Impl impl, float* out) { hand::batched_matmul(s, a, b, out, stream, batched_gemm_of(impl)); };
+  run(choose(mode_of(engine_config().gemm), batched_matmul_key(s), size_t(s.c_size()), stream, run), c);
 }
 
 }  // namespace dpcore::kernels::cuda_libraries

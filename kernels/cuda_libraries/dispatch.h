@@ -25,4 +25,8 @@ void dispatch_linear_backward_data(const kernels::LinearShape& s, const float* d
 void dispatch_linear_backward_weight(const kernels::LinearShape& s, const float* x, const float* dy, float* dw, float* dbias,
                             bool accumulate, cudaStream_t stream);
 
+// batched_matmul, on the GEMM engine (--gemm-engine): the hand strided-batched sgemm or cuBLAS.
+void dispatch_batched_matmul(const kernels::BatchedMatmulShape& s, const float* a, const float* b, float* c,
+                             cudaStream_t stream);
+
 }  // namespace dpcore::kernels::cuda_libraries

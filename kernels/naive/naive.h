@@ -48,5 +48,7 @@ void attention_forward(const AttentionShape& s, const T* q, const T* k, const T*
 template <class T>
 void attention_backward(const AttentionShape& s, const T* q, const T* k, const T* v, const T* key_mask, const T* dout,
                         T* dq, T* dk, T* dv);
+// ---- batched_matmul: c[i] = op(a[i]) * op(b[i]) (kernels/shapes.h) ----
+template <class T> void batched_matmul(const BatchedMatmulShape& s, const T* a, const T* b, T* c);
 
 }  // namespace dpcore::kernels::naive

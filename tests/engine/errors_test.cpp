@@ -158,5 +158,32 @@ TEST(OpErrors, ScaledDotProductAttentionShapes) {
                {op, "head dimension d = 0"});
 }
 
+// ---- batched_matmul and linear over leading dimensions ----
+TEST(OpErrors, BatchedMatmulShapes) {
+  Tensor a = Tensor::zeros({2, 3, 4}), b = Tensor::zeros({2, 4, 5});
+  expect_error([&] { ops::batched_matmul(Tensor::zeros({3, 4}), Tensor::zeros({4, 5})); },
+               {"batched_matmul", "[3, 4]", "3 or 4 dimensions"});
+  expect_error([&] { ops::batched_matmul(a, Tensor::zeros({3, 4, 5})); },
+               {"batched_matmul", "[2, 3, 4]", "[3, 4, 5]", "batch dimensions", "broadcasting"});
+  expect_error([&] { ops::batched_matmul(a, Tensor::zeros({1, 2, 4, 5})); },
+               {"batched_matmul", "[2, 3, 4]", "[1, 2, 4, 5]", "batch dimensions"});
+  expect_error([&] { ops::batched_matmul(a, b, false, true); },
+               {"batched_matmul", "a [2, 3, 4]", "b [2, 4, 5] transposed", "4 columns", "5 rows"});
+  expect_error([&] { ops::batched_matmul(a, b, true, false); },
+               {"batched_matmul", "a [2, 3, 4] transposed", "3 columns", "4 rows"});
+  expect_error([&] { ops::batched_matmul(a, Tensor::zeros({2, 4, 5}, DType::Float64)); },
+               {"batched_matmul", "float32", "float64"});
+  EXPECT_EQ(ops::batched_matmul(a, b).shape(), (Shape{2, 3, 5}));
+  EXPECT_EQ(ops::batched_matmul(a, Tensor::zeros({2, 5, 4}), false, true).shape(), (Shape{2, 3, 5}));
+}
+
+TEST(OpErrors, LinearOverLeadingDimensionsNamesTheShapes) {
+  Tensor w = Tensor::zeros({10, 64});
+  expect_error([&] { ops::linear(Tensor::zeros({2, 7, 32}), w, Tensor()); }, {"linear", "[2, 7, 32]", "[10, 64]", "32"});
+  expect_error([&] { ops::linear(Tensor::zeros({}), w, Tensor()); }, {"linear", "at least 1 dimension"});
+  EXPECT_EQ(ops::linear(Tensor::zeros({2, 7, 64}), w, Tensor()).shape(), (Shape{2, 7, 10}));
+  EXPECT_EQ(ops::linear(Tensor::zeros({64}), w, Tensor()).shape(), (Shape{10}));
+}
+
 }  // namespace
 }  // namespace dpcore

@@ -333,5 +333,38 @@ TEST(Gradcheck, Dropout) {
   }
 }
 
+// ---- batched_matmul and linear over leading dimensions ----
+// Both operands, every combination of the transpose flags, 3-d and 4-d: each flag changes
+// which product computes each gradient (engine/ops/batched_matmul.cpp).
+TEST(Gradcheck, BatchedMatmulEveryTransposition) {
+  for (bool trans_a : {false, true})
+    for (bool trans_b : {false, true})
+      for (const Shape& batch : {Shape{3}, Shape{2, 2}}) {
+        SCOPED_TRACE(std::string(trans_a ? "a transposed, " : "") + (trans_b ? "b transposed, " : "") +
+                     std::to_string(batch.size() + 2) + "-d");
+        const int64_t M = 3, N = 4, K = 5;
+        Shape a_shape = batch, b_shape = batch;
+        a_shape.insert(a_shape.end(), {trans_a ? K : M, trans_a ? M : K});
+        b_shape.insert(b_shape.end(), {trans_b ? N : K, trans_b ? K : N});
+        Tensor a = random_leaf(a_shape, 41), b = random_leaf(b_shape, 42);
+        auto r = gradcheck(
+            [&](const std::vector<Tensor>& in) {
+              return weighted_sum(ops::batched_matmul(in[0], in[1], trans_a, trans_b), 43);
+            },
+            {a, b});
+        expect_passes(r, a.numel() + b.numel());
+      }
+}
+
+// x [2, 3, 5] and [5]: the leading dimensions are rows of one product.
+TEST(Gradcheck, LinearOverLeadingDimensions) {
+  for (const Shape& x_shape : {Shape{2, 3, 5}, Shape{5}}) {
+    Tensor x = random_leaf(x_shape, 44), w = random_leaf({4, 5}, 45), b = random_leaf({4}, 46);
+    auto r = gradcheck([](const std::vector<Tensor>& in) { return weighted_sum(ops::linear(in[0], in[1], in[2]), 47); },
+                       {x, w, b});
+    expect_passes(r, x.numel() + w.numel() + b.numel());
+  }
+}
+
 }  // namespace
 }  // namespace dpcore

@@ -4,7 +4,7 @@
 //
 //   CpuBackend<float>, CpuBackend<double>  kernels/cpu (BLAS, OpenMP), on host arrays
 //   CudaBackend                            kernels/cuda, the hand kernels (float32)
-//   CudaLibraryBackend                     cuDNN (conv2d) and cuBLAS (linear, gemm) in FP32,
+//   CudaLibraryBackend                     cuDNN (conv2d) and cuBLAS (linear, gemm, batched_matmul) in FP32,
 //                                          the hand kernels for everything else
 //
 // A test body is written once against `B` (TypeParam): it draws random inputs on the host,
@@ -250,6 +250,10 @@ struct CpuBackend {
     std::vector<double> row_dot(size_t(s.rows()));
     kernels::cpu::attention_backward<T>(s, q, k, v, key_mask, o, lse, dout, row_dot.data(), dq, dk, dv);
   }
+  // batched_matmul
+  static void batched_matmul(const kernels::BatchedMatmulShape& s, const T* a, const T* b, T* c) {
+    kernels::cpu::batched_matmul<T>(s, a, b, c);
+  }
 };
 
 #ifdef DPCORE_HAVE_CUDA
@@ -435,6 +439,10 @@ struct CudaBackend {
     kernels::cuda::attention_backward(s, q, k, v, key_mask, o, lse, dout, row_dot.get(), dq, dk, dv, nullptr);
     CUDA_CHECK(cudaDeviceSynchronize());
   }
+  // batched_matmul: the tiled sgemm with the matrix index in the grid's z
+  static void batched_matmul(const kernels::BatchedMatmulShape& s, const float* a, const float* b, float* c) {
+    kernels::cuda::batched_matmul(s, a, b, c, nullptr);
+  }
 };
 
 #ifdef DPCORE_CUDA_LIBRARIES
@@ -478,6 +486,10 @@ struct CudaLibraryBackend : CudaBackend {
                                      float* dbias, bool accumulate) {
     kernels::cuda::linear_backward_weight(s, x, dy, dw, dbias, accumulate, nullptr,
                                           kernels::cuda_libraries::cublas::sgemm);
+  }
+  // batched_matmul: cublasGemmStridedBatchedEx
+  static void batched_matmul(const kernels::BatchedMatmulShape& s, const float* a, const float* b, float* c) {
+    kernels::cuda::batched_matmul(s, a, b, c, nullptr, kernels::cuda_libraries::cublas::sgemm_strided_batched);
   }
 };
 #endif  // DPCORE_CUDA_LIBRARIES

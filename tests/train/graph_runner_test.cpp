@@ -247,6 +247,10 @@ class RecordingBackend : public Backend {
       cpu_.attention_backward(s, q, k, v, key_mask, o, lse, dout, dq, dk, dv);
     });
   }
+  // batched_matmul
+  void batched_matmul(const kernels::BatchedMatmulShape& s, const Tensor& a, const Tensor& b, Tensor& c) override {
+    run([=, c = c]() mutable { cpu_.batched_matmul(s, a, b, c); });
+  }
 
  private:
   static Tensor opt(const Tensor* t) { return t ? *t : Tensor(); }
