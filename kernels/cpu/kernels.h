@@ -140,6 +140,18 @@ template <class T>
 void adam_step(int64_t n, const AdamConfig& cfg, int64_t step, T* param, const T* grad, T* exp_avg, T* exp_avg_sq,
                const uint32_t* decay_mask);
 
+// ---- embedding (torch.nn.functional.embedding) over n ids into a [vocab, dim] table; the
+// ids are checked by the engine beforehand (Backend::check_indices).
+// Forward: y[p, :] = weight[ids[p], :].
+// Backward: dweight[v, :] = sum of dy[p, :] over the positions p with ids[p] == v, added in
+// increasing p whatever the thread count (a counting sort of the positions by id, then one
+// thread per table row); 0 for rows no position names and for row padding_idx (-1: none).
+// accumulate adds onto dweight instead of overwriting it. ----
+template <class T> void embedding_forward(int64_t n, int64_t dim, const int64_t* ids, const T* weight, T* y);
+template <class T>
+void embedding_backward(int64_t n, int64_t vocab, int64_t dim, const int64_t* ids, const T* dy, int64_t padding_idx,
+                        T* dweight, bool accumulate);
+
 // Whether float stride-1 convolutions may take the direct path (default true); false
 // keeps every convolution on im2col + GEMM, for benchmarking one against the other.
 void set_direct_conv2d(bool enabled);

@@ -141,4 +141,15 @@ void sgd_step(int64_t n, const SgdConfig& cfg, bool first_step, float* param, co
 void adam_step(int64_t n, const AdamConfig& cfg, int64_t step, float* param, const float* grad, float* exp_avg,
                float* exp_avg_sq, const uint32_t* decay_mask, cudaStream_t stream);
 
+// ---- embedding, as kernels/cpu/kernels.h embedding_*: the forward gathers table rows (an
+// id outside [0, vocab) gives NaN here; the backend reports it through
+// kernels/cuda_runtime/target_check.h). The backward is deterministic without atomics: one
+// block sorts the positions by id (count, scan, stable scatter), then a block per table row
+// sums that row's positions in increasing order, so neither the grid nor the run changes a
+// bit. Ids outside [0, vocab) are left out of the sums. ----
+void embedding_forward(int64_t n, int64_t vocab, int64_t dim, const int64_t* ids, const float* weight, float* y,
+                       cudaStream_t stream);
+void embedding_backward(int64_t n, int64_t vocab, int64_t dim, const int64_t* ids, const float* dy,
+                        int64_t padding_idx, float* dweight, bool accumulate, cudaStream_t stream);
+
 }  // namespace dpcore::kernels::cuda

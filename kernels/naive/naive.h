@@ -27,4 +27,10 @@ template <class T> void max_pool2d_backward(const Pool2dShape& s, const T* dy, c
 template <class T> void avg_pool2d_forward(const Pool2dShape& s, bool count_include_pad, const T* x, T* y);
 template <class T> void avg_pool2d_backward(const Pool2dShape& s, bool count_include_pad, const T* dy, T* dx);
 
+// ---- embedding (kernels/cpu/kernels.h has the contract) ----
+template <class T> void embedding_forward(int64_t n, int64_t dim, const int64_t* ids, const T* weight, T* y);
+template <class T>
+void embedding_backward(int64_t n, int64_t vocab, int64_t dim, const int64_t* ids, const T* dy, int64_t padding_idx,
+                        T* dweight, bool accumulate);
+
 }  // namespace dpcore::kernels::naive

@@ -228,6 +228,15 @@ struct CpuBackend {
                         T* exp_avg_sq, const uint32_t* decay_mask) {
     kernels::cpu::adam_step<T>(n, cfg, step, param, grad, exp_avg, exp_avg_sq, decay_mask);
   }
+  // embedding
+  static void embedding_forward(int64_t n, int64_t /*vocab: checked beforehand*/, int64_t dim, const int64_t* ids,
+                                const T* weight, T* y) {
+    kernels::cpu::embedding_forward<T>(n, dim, ids, weight, y);
+  }
+  static void embedding_backward(int64_t n, int64_t vocab, int64_t dim, const int64_t* ids, const T* dy,
+                                 int64_t padding_idx, T* dweight, bool accumulate) {
+    kernels::cpu::embedding_backward<T>(n, vocab, dim, ids, dy, padding_idx, dweight, accumulate);
+  }
 };
 
 #ifdef DPCORE_HAVE_CUDA
@@ -385,6 +394,15 @@ struct CudaBackend {
   static void adam_step(int64_t n, const kernels::AdamConfig& cfg, int64_t step, float* param, const float* grad,
                         float* exp_avg, float* exp_avg_sq, const uint32_t* decay_mask) {
     kernels::cuda::adam_step(n, cfg, step, param, grad, exp_avg, exp_avg_sq, decay_mask, nullptr);
+  }
+  // embedding
+  static void embedding_forward(int64_t n, int64_t vocab, int64_t dim, const int64_t* ids, const float* weight,
+                                float* y) {
+    kernels::cuda::embedding_forward(n, vocab, dim, ids, weight, y, nullptr);
+  }
+  static void embedding_backward(int64_t n, int64_t vocab, int64_t dim, const int64_t* ids, const float* dy,
+                                 int64_t padding_idx, float* dweight, bool accumulate) {
+    kernels::cuda::embedding_backward(n, vocab, dim, ids, dy, padding_idx, dweight, accumulate, nullptr);
   }
 };
 
