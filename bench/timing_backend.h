@@ -187,8 +187,8 @@ class TimingBackend : public Backend {
     timed(times_, "cross_entropy (fused loss)",
           [&] { inner_.cross_entropy_forward_backward(logits, target, grad_scale, loss_sum, dlogits); });
   }
-  void check_targets(const char* op, const Tensor& target, int64_t classes) override {
-    timed(times_, "check targets", [&] { inner_.check_targets(op, target, classes); });
+  void check_indices(const kernels::IndexCheck& check, const Tensor& indices) override {
+    timed(times_, "check targets", [&] { inner_.check_indices(check, indices); });
   }
   void fill(Tensor& y, double value) override {
     timed(times_, "fill (zero grads, seeds)", [&] { inner_.fill(y, value); });
@@ -215,6 +215,14 @@ class TimingBackend : public Backend {
   void adam_step(const kernels::AdamConfig& cfg, int64_t step, Tensor& param, const Tensor& grad, Tensor& exp_avg,
                  Tensor& exp_avg_sq, const Tensor& decay_mask) override {
     timed(times_, "adam", [&] { inner_.adam_step(cfg, step, param, grad, exp_avg, exp_avg_sq, decay_mask); });
+  }
+  // embedding
+  void embedding_forward(const Tensor& ids, const Tensor& weight, Tensor& y) override {
+    timed(times_, "embedding forward", [&] { inner_.embedding_forward(ids, weight, y); });
+  }
+  void embedding_backward(const Tensor& ids, const Tensor& dy, int64_t padding_idx, Tensor& dweight,
+                          bool accumulate) override {
+    timed(times_, "embedding backward", [&] { inner_.embedding_backward(ids, dy, padding_idx, dweight, accumulate); });
   }
 
  private:

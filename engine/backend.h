@@ -17,6 +17,7 @@
 
 #include "engine/tensor.h"
 #include "kernels/adam_config.h"
+#include "kernels/index_check.h"
 #include "kernels/sgd_config.h"
 #include "kernels/shapes.h"
 
@@ -157,8 +158,10 @@ class Backend {
   // Fused log_softmax + NLL: loss_sum as above, dlogits = grad_scale * d(loss_sum)/d(logits).
   virtual void cross_entropy_forward_backward(const Tensor& logits, const Tensor& target, double grad_scale,
                                               Tensor& loss_sum, Tensor& dlogits) = 0;
-  // Fails with a message naming `op` if a target lies outside [0, classes).
-  virtual void check_targets(const char* op, const Tensor& target, int64_t classes) = 0;
+  // Fails with a message naming check.op if an entry of the int64 `indices` lies outside
+  // [0, check.limit) and is not check.ignore (kernels/index_check.h). The CUDA backend
+  // checks without a sync and throws at the next wait for the device.
+  virtual void check_indices(const kernels::IndexCheck& check, const Tensor& indices) = 0;
 
   virtual void fill(Tensor& y, double value) = 0;
   virtual void add(const Tensor& a, const Tensor& b, Tensor& y) = 0;          // y may alias a or b
@@ -175,6 +178,14 @@ class Backend {
   // one bit per element, weight decay where set (kernels/adam_config.h); undefined: everywhere.
   virtual void adam_step(const kernels::AdamConfig& cfg, int64_t step, Tensor& param, const Tensor& grad,
                          Tensor& exp_avg, Tensor& exp_avg_sq, const Tensor& decay_mask) = 0;
+
+  // embedding: y[..., D] = weight[ids[...]] for a [V, D] table (ids checked beforehand by
+  // check_indices). The backward writes (accumulate: adds) dweight[v] = the sum of dy over
+  // the positions whose id is v, in increasing position order on every backend and thread
+  // count; 0 for rows no id names and for row padding_idx (-1: none).
+  virtual void embedding_forward(const Tensor& ids, const Tensor& weight, Tensor& y) = 0;
+  virtual void embedding_backward(const Tensor& ids, const Tensor& dy, int64_t padding_idx, Tensor& dweight,
+                                  bool accumulate) = 0;
 };
 
 // The backend for a device. Throws a clear error if that device type is not compiled in or

@@ -308,10 +308,10 @@ class CpuBackend : public Backend {
                                            T(grad_scale), ptr<T>(loss_sum), ptr<T>(dlogits));
     });
   }
-  void check_targets(const char* op, const Tensor& target, int64_t classes) override {
-    const int64_t* t = target.data<int64_t>();
-    for (int64_t i = 0; i < target.numel(); ++i) {
-      if (t[i] < 0 || t[i] >= classes) fail(op, ": target ", t[i], " at row ", i, " is outside [0, ", classes, ")");
+  void check_indices(const kernels::IndexCheck& check, const Tensor& indices) override {
+    const int64_t* t = indices.data<int64_t>();
+    for (int64_t i = 0; i < indices.numel(); ++i) {
+      if (!kernels::index_passes(check, t[i])) kernels::fail_index(check, i, t[i]);
     }
   }
 
@@ -367,6 +367,22 @@ class CpuBackend : public Backend {
       using T = decltype(t);
       k::adam_step<T>(param.numel(), cfg, step, ptr<T>(param), ptr<T>(grad), ptr<T>(exp_avg), ptr<T>(exp_avg_sq),
                       mask);
+    });
+  }
+
+  // embedding
+  void embedding_forward(const Tensor& ids, const Tensor& weight, Tensor& y) override {
+    dispatch_float("embedding", weight, [&](auto t) {
+      using T = decltype(t);
+      k::embedding_forward<T>(ids.numel(), weight.size(1), ids.data<int64_t>(), ptr<T>(weight), ptr<T>(y));
+    });
+  }
+  void embedding_backward(const Tensor& ids, const Tensor& dy, int64_t padding_idx, Tensor& dweight,
+                          bool accumulate) override {
+    dispatch_float("embedding backward", dweight, [&](auto t) {
+      using T = decltype(t);
+      k::embedding_backward<T>(ids.numel(), dweight.size(0), dweight.size(1), ids.data<int64_t>(), ptr<T>(dy),
+                               padding_idx, ptr<T>(dweight), accumulate);
     });
   }
 

@@ -352,11 +352,11 @@ class CudaBackend : public Backend {
     k::cross_entropy_forward_backward(logits.size(0), logits.size(1), f32(logits), target.data<int64_t>(),
                                       float(grad_scale), f32(loss_sum), f32(dlogits), stream);
   }
-  void check_targets(const char* op, const Tensor& target, int64_t classes) override {
-    const int device = target.device().index;
+  void check_indices(const kernels::IndexCheck& check, const Tensor& indices) override {
+    const int device = indices.device().index;
     cuda_runtime::set_device(device);
-    cuda_runtime::check_targets_async(device, op, target.data<int64_t>(), target.numel(), classes,
-                              cuda_runtime::current_stream(device));
+    cuda_runtime::check_indices_async(device, check, indices.data<int64_t>(), indices.numel(),
+                                      cuda_runtime::current_stream(device));
   }
 
   void fill(Tensor& y, double value) override {
@@ -400,6 +400,19 @@ class CudaBackend : public Backend {
     cudaStream_t stream = begin_op("adam", {&param, &grad, &exp_avg, &exp_avg_sq});  // decay_mask: int32
     const auto* mask = decay_mask.defined() ? reinterpret_cast<const uint32_t*>(decay_mask.data<int32_t>()) : nullptr;
     k::adam_step(param.numel(), cfg, step, f32(param), f32(grad), f32(exp_avg), f32(exp_avg_sq), mask, stream);
+  }
+
+  // embedding
+  void embedding_forward(const Tensor& ids, const Tensor& weight, Tensor& y) override {
+    cudaStream_t stream = begin_op("embedding", {&weight, &y});  // ids: int64
+    k::embedding_forward(ids.numel(), weight.size(0), weight.size(1), ids.data<int64_t>(), f32(weight), f32(y),
+                         stream);
+  }
+  void embedding_backward(const Tensor& ids, const Tensor& dy, int64_t padding_idx, Tensor& dweight,
+                          bool accumulate) override {
+    cudaStream_t stream = begin_op("embedding backward", {&dy, &dweight});  // ids: int64
+    k::embedding_backward(ids.numel(), dweight.size(0), dweight.size(1), ids.data<int64_t>(), f32(dy), padding_idx,
+                          f32(dweight), accumulate, stream);
   }
 
  private:

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 
 #include "engine/tensor.h"
 
@@ -96,5 +97,10 @@ Tensor add(const Tensor& a, const Tensor& b);
 Tensor scale(const Tensor& x, double factor);
 Tensor sum(const Tensor& x);
 Tensor mean(const Tensor& x);
+
+// embedding (torch.nn.functional.embedding): int64 ids of any shape [...] pick rows of
+// weight [V, D], giving [..., D]. Row padding_idx (negative counts from V, as in PyTorch)
+// gets no gradient. An id outside [0, V) fails naming the id, its position and V.
+Tensor embedding(const Tensor& ids, const Tensor& weight, std::optional<int64_t> padding_idx = std::nullopt);
 
 }  // namespace dpcore::ops

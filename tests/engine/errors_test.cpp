@@ -108,5 +108,22 @@ TEST(OpErrors, AveragePoolingInputs) {
   expect_error([&] { ops::global_avg_pool2d(Tensor::zeros({2, 3, 0, 4})); }, {"global_avg_pool2d", "[2, 3, 0, 4]"});
 }
 
+// embedding: an id outside [0, V) names the id, its (flat) position and V; ids must be
+// int64, the table 2-d, padding_idx within [-V, V).
+TEST(OpErrors, EmbeddingBadIdsTableAndPadding) {
+  Tensor w = Tensor::zeros({10, 4});
+  expect_error([&] { ops::embedding(Tensor::from_vector<int64_t>({1, 2, 3, 10}, {2, 2}), w); },
+               {"embedding", "id 10", "position 3", "[0, 10)"});
+  expect_error([&] { ops::embedding(Tensor::from_vector<int64_t>({-1}, {1}), w); },
+               {"embedding", "id -1", "position 0", "[0, 10)"});
+  expect_error([&] { ops::embedding(Tensor::zeros({3}), w); }, {"embedding", "ids", "int64", "float32"});
+  expect_error([&] { ops::embedding(Tensor::from_vector<int64_t>({1}, {1}), Tensor::zeros({10})); },
+               {"embedding", "weight", "[10]"});
+  expect_error([&] { ops::embedding(Tensor::from_vector<int64_t>({1}, {1}), w, 10); },
+               {"embedding", "padding_idx 10", "[-10, 10)", "[10, 4]"});
+  expect_error([&] { ops::embedding(Tensor::from_vector<int64_t>({1}, {1}), w, -11); },
+               {"embedding", "padding_idx -11", "[-10, 10)", "[10, 4]"});
+}
+
 }  // namespace
 }  // namespace dpcore

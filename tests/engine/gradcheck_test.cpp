@@ -271,5 +271,17 @@ TEST(FusedOps, EqualTheComposition) {
   EXPECT_EQ(run(true), run(false));  // bit-identical on the CPU
 }
 
+// embedding: ids of two dimensions with repeats (their gradients add) and table rows no id
+// names (gradient 0, which the central difference also gives). A padding_idx row is left
+// out: its forward reads the row, so the numeric derivative is not the zero that PyTorch's
+// padding_idx (and ours) returns on purpose; tests/ops/embedding_test.cpp and the PyTorch
+// parity test hold that row.
+TEST(Gradcheck, Embedding) {
+  Tensor ids = Tensor::from_vector<int64_t>({3, 0, 3, 5, 1, 3, 0, 2}, {2, 4});
+  Tensor w = random_leaf({7, 3}, 51);
+  auto r = gradcheck([&](const std::vector<Tensor>& in) { return weighted_sum(ops::embedding(ids, in[0]), 52); }, {w});
+  expect_passes(r, w.numel());
+}
+
 }  // namespace
 }  // namespace dpcore

@@ -1,17 +1,17 @@
 // embedding on every backend (tests/support/op_backends.h): the forward gather bit for bit
-// against the loop-nest reference, the backward's scatter-add against the reference within
-// the error bound of its summation order, overwriting and accumulating, padding_idx rows
-// left at zero, and the same bits on every rerun and thread count.
+// against the loop-nest reference; the backward's scatter-add against the reference within
+// the error bound of a fixed summation order (support/scatter_sum_bound.h), overwriting and
+// accumulating, padding_idx rows at zero, and the same bits on every rerun and thread count.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdint>
-#include <limits>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "support/op_backends.h"
+#include "support/scatter_sum_bound.h"
 
 namespace dpcore::testing {
 namespace {
@@ -63,27 +63,6 @@ TYPED_TEST(EmbeddingTest, ForwardGathersTheRows) {
   }
 }
 
-// dweight[v, d] is a sum of count(v) terms. Added in any fixed order in T, its error is at
-// most (count(v) - 1) * u * sum |dy| (recursive summation), plus u * |sum| for the
-// reference's own rounding to T; u is T's unit roundoff. The CPU backends add in double,
-// well inside that bound; the CUDA kernel adds in float.
-template <class T>
-void expect_within_summation_bound(const std::vector<T>& got, const std::vector<T>& want, const EmbeddingCase& c,
-                                   const std::vector<int64_t>& ids, const std::vector<T>& dy) {
-  const double u = std::numeric_limits<T>::epsilon() / 2;
-  std::vector<double> count(c.vocab, 0.0), abs_sum(c.vocab * c.dim, 0.0);
-  for (int64_t p = 0; p < c.n; ++p) {
-    count[ids[p]] += 1;
-    for (int64_t d = 0; d < c.dim; ++d) abs_sum[ids[p] * c.dim + d] += std::abs(double(dy[p * c.dim + d]));
-  }
-  for (int64_t v = 0; v < c.vocab; ++v)
-    for (int64_t d = 0; d < c.dim; ++d) {
-      const int64_t i = v * c.dim + d;
-      const double bound = count[v] * u * abs_sum[i] + 2 * u * std::abs(double(want[i]));
-      ASSERT_LE(std::abs(double(got[i]) - double(want[i])), bound) << "row " << v << ", column " << d;
-    }
-}
-
 TYPED_TEST(EmbeddingTest, BackwardSumsRepeatedIdsOverwritingOrAccumulating) {
   using B = TypeParam;
   using T = typename B::Scalar;
@@ -104,10 +83,10 @@ TYPED_TEST(EmbeddingTest, BackwardSumsRepeatedIdsOverwritingOrAccumulating) {
       B::embedding_backward(c.n, c.vocab, c.dim, dev_ids.get(), dev_dy.get(), c.padding_idx, dw.get(), false);
       B::embedding_backward(c.n, c.vocab, c.dim, dev_ids.get(), dev_dy.get(), c.padding_idx, acc.get(), true);
       const std::vector<T> got = dw.download();
-      expect_within_summation_bound(got, want, c, ids, dy);
+      expect_scatter_sum_within_bound(got, want, c.vocab, c.dim, ids, dy);
       // Accumulating adds the same sum onto the earlier contents: the reference's sum has
       // the earlier value as one more term, which the bound's u * |sum| covers.
-      expect_within_summation_bound(acc.download(), want_acc, c, ids, dy);
+      expect_scatter_sum_within_bound(acc.download(), want_acc, c.vocab, c.dim, ids, dy);
       if (c.padding_idx >= 0)
         for (int64_t d = 0; d < c.dim; ++d) ASSERT_EQ(got[c.padding_idx * c.dim + d], T(0)) << "padding row";
       typename B::template Array<T> again(c.vocab * c.dim);

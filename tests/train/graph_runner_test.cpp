@@ -188,8 +188,8 @@ class RecordingBackend : public Backend {
       cpu_.cross_entropy_forward_backward(logits, target, grad_scale, loss_sum, dlogits);
     });
   }
-  void check_targets(const char* op, const Tensor& target, int64_t classes) override {
-    run([=] { cpu_.check_targets(op, target, classes); });
+  void check_indices(const kernels::IndexCheck& check, const Tensor& indices) override {
+    run([=] { cpu_.check_indices(check, indices); });
   }
   void fill(Tensor& y, double value) override {
     run([=, y = y]() mutable { cpu_.fill(y, value); });
@@ -218,6 +218,14 @@ class RecordingBackend : public Backend {
     run([=, param = param, exp_avg = exp_avg, exp_avg_sq = exp_avg_sq]() mutable {
       cpu_.adam_step(cfg, step, param, grad, exp_avg, exp_avg_sq, decay_mask);
     });
+  }
+  // embedding
+  void embedding_forward(const Tensor& ids, const Tensor& weight, Tensor& y) override {
+    run([=, y = y]() mutable { cpu_.embedding_forward(ids, weight, y); });
+  }
+  void embedding_backward(const Tensor& ids, const Tensor& dy, int64_t padding_idx, Tensor& dweight,
+                          bool accumulate) override {
+    run([=, dweight = dweight]() mutable { cpu_.embedding_backward(ids, dy, padding_idx, dweight, accumulate); });
   }
 
  private:
