@@ -155,9 +155,12 @@ class Backend {
   // dlogp = -grad_per_row * onehot(target); grad_per_row is a one-element tensor on the device
   // (so that a captured CUDA graph reads the current value instead of baking it in).
   virtual void nll_loss_backward(const Tensor& grad_per_row, const Tensor& target, Tensor& dlogp) = 0;
-  // Fused log_softmax + NLL: loss_sum as above, dlogits = grad_scale * d(loss_sum)/d(logits).
-  virtual void cross_entropy_forward_backward(const Tensor& logits, const Tensor& target, double grad_scale,
-                                              Tensor& loss_sum, Tensor& dlogits) = 0;
+  // Fused log_softmax + NLL over the rows of logits [..., C], target [...]: a row whose
+  // target is ignore_index adds no loss and gets a zero gradient; loss = the sum over the
+  // other rows as above, dlogits = d(loss)/d(logits); both divided by divisor (an int64
+  // scalar on the device: count_targets' count, for the mean) when it is given.
+  virtual void cross_entropy_forward_backward(const Tensor& logits, const Tensor& target, int64_t ignore_index,
+                                              const Tensor* divisor, Tensor& loss, Tensor& dlogits) = 0;
   // Fails with a message naming check.op if an entry of the int64 `indices` lies outside
   // [0, check.limit) and is not check.ignore (kernels/index_check.h). The CUDA backend
   // checks without a sync and throws at the next wait for the device.
@@ -186,6 +189,10 @@ class Backend {
   virtual void embedding_forward(const Tensor& ids, const Tensor& weight, Tensor& y) = 0;
   virtual void embedding_backward(const Tensor& ids, const Tensor& dy, int64_t padding_idx, Tensor& dweight,
                                   bool accumulate) = 0;
+
+  // cross_entropy's count of tokens: counted (an int64 scalar) = the number of entries of
+  // target that are not ignore_index, computed on the device without a sync.
+  virtual void count_targets(const Tensor& target, int64_t ignore_index, Tensor& counted) = 0;
 };
 
 // The backend for a device. Throws a clear error if that device type is not compiled in or

@@ -300,12 +300,13 @@ class CpuBackend : public Backend {
                               ptr<T>(dlogp));
     });
   }
-  void cross_entropy_forward_backward(const Tensor& logits, const Tensor& target, double grad_scale,
-                                      Tensor& loss_sum, Tensor& dlogits) override {
+  void cross_entropy_forward_backward(const Tensor& logits, const Tensor& target, int64_t ignore_index,
+                                      const Tensor* divisor, Tensor& loss, Tensor& dlogits) override {
     dispatch_float("cross_entropy", logits, [&](auto t) {
       using T = decltype(t);
-      k::cross_entropy_forward_backward<T>(logits.size(0), logits.size(1), ptr<T>(logits), target.data<int64_t>(),
-                                           T(grad_scale), ptr<T>(loss_sum), ptr<T>(dlogits));
+      k::cross_entropy_forward_backward<T>(target.numel(), logits.size(-1), ptr<T>(logits), target.data<int64_t>(),
+                                           ignore_index, T(1), divisor ? divisor->data<int64_t>() : nullptr,
+                                           ptr<T>(loss), ptr<T>(dlogits));
     });
   }
   void check_indices(const kernels::IndexCheck& check, const Tensor& indices) override {
@@ -384,6 +385,11 @@ class CpuBackend : public Backend {
       k::embedding_backward<T>(ids.numel(), dweight.size(0), dweight.size(1), ids.data<int64_t>(), ptr<T>(dy),
                                padding_idx, ptr<T>(dweight), accumulate);
     });
+  }
+
+  // cross_entropy's count of tokens
+  void count_targets(const Tensor& target, int64_t ignore_index, Tensor& counted) override {
+    k::count_targets(target.numel(), target.data<int64_t>(), ignore_index, counted.data<int64_t>());
   }
 
  private:

@@ -346,11 +346,12 @@ class CudaBackend : public Backend {
     cudaStream_t stream = begin_op("nll_loss backward", {&grad_per_row, &dlogp});
     k::nll_loss_backward(dlogp.size(0), dlogp.size(1), f32(grad_per_row), target.data<int64_t>(), f32(dlogp), stream);
   }
-  void cross_entropy_forward_backward(const Tensor& logits, const Tensor& target, double grad_scale, Tensor& loss_sum,
-                                      Tensor& dlogits) override {
-    cudaStream_t stream = begin_op("cross_entropy", {&logits, &loss_sum, &dlogits});
-    k::cross_entropy_forward_backward(logits.size(0), logits.size(1), f32(logits), target.data<int64_t>(),
-                                      float(grad_scale), f32(loss_sum), f32(dlogits), stream);
+  void cross_entropy_forward_backward(const Tensor& logits, const Tensor& target, int64_t ignore_index,
+                                      const Tensor* divisor, Tensor& loss, Tensor& dlogits) override {
+    cudaStream_t stream = begin_op("cross_entropy", {&logits, &loss, &dlogits});  // target, divisor: int64
+    k::cross_entropy_forward_backward(target.numel(), logits.size(-1), f32(logits), target.data<int64_t>(),
+                                      ignore_index, 1.f, divisor ? divisor->data<int64_t>() : nullptr, f32(loss),
+                                      f32(dlogits), stream);
   }
   void check_indices(const kernels::IndexCheck& check, const Tensor& indices) override {
     const int device = indices.device().index;
@@ -413,6 +414,14 @@ class CudaBackend : public Backend {
     cudaStream_t stream = begin_op("embedding backward", {&dy, &dweight});  // ids: int64
     k::embedding_backward(ids.numel(), dweight.size(0), dweight.size(1), ids.data<int64_t>(), f32(dy), padding_idx,
                           f32(dweight), accumulate, stream);
+  }
+
+  // cross_entropy's count of tokens
+  void count_targets(const Tensor& target, int64_t ignore_index, Tensor& counted) override {
+    const int device = target.device().index;
+    cuda_runtime::set_device(device);
+    k::count_targets(target.numel(), target.data<int64_t>(), ignore_index, counted.data<int64_t>(),
+                     cuda_runtime::current_stream(device));
   }
 
  private:

@@ -14,6 +14,9 @@
 
 namespace dpcore::kernels {
 
+// PyTorch's default ignore_index of cross_entropy and nll_loss: never a class.
+constexpr int64_t kDefaultIgnoreIndex = -100;
+
 struct IndexCheck {
   const char* op;     // the op that reads the indices
   const char* index;  // what an entry is: "target", "id"

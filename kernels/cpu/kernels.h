@@ -111,10 +111,17 @@ template <class T> void nll_loss_forward(int64_t rows, int64_t cols, const T* lo
 template <class T> void nll_loss_backward(int64_t rows, int64_t cols, T grad_per_row, const int64_t* target, T* dlogp);
 
 // ---- fused log_softmax + nll (llm.c's fused classifier): one pass per row computes the
-// loss and writes the gradient of (grad_scale * loss_sum) w.r.t. the logits; the
-// probabilities are never stored. dlogits may alias nothing else. ----
-template <class T> void cross_entropy_forward_backward(int64_t rows, int64_t cols, const T* logits, const int64_t* target,
-                                                       T grad_scale, T* loss_sum, T* dlogits);
+// loss and writes the gradient of (grad_scale * loss) w.r.t. the logits; the
+// probabilities are never stored. dlogits may alias nothing else. A row whose target is
+// ignore_index (PyTorch's) adds no loss and gets a zero gradient. loss[0] is the sum over
+// the other rows, or, given a divisor (one int64: count_targets' count, for the mean),
+// that sum times 1/divisor[0], the gradient too: a divisor of 0 (every row ignored) gives
+// the NaN loss of PyTorch's 0/0 and zero gradients. ----
+template <class T>
+void cross_entropy_forward_backward(int64_t rows, int64_t cols, const T* logits, const int64_t* target,
+                                    int64_t ignore_index, T grad_scale, const int64_t* divisor, T* loss, T* dlogits);
+// counted[0] = the number of rows whose target is not ignore_index.
+void count_targets(int64_t rows, const int64_t* target, int64_t ignore_index, int64_t* counted);
 
 // ---- elementwise and reductions on flat arrays ----
 template <class T> void fill(int64_t n, T value, T* y);

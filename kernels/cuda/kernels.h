@@ -114,10 +114,15 @@ void nll_loss_forward(int64_t rows, int64_t cols, const float* logp, const int64
 // dlogp = -grad_per_row[0] at each target, 0 elsewhere; grad_per_row lives on the device.
 void nll_loss_backward(int64_t rows, int64_t cols, const float* grad_per_row, const int64_t* target, float* dlogp,
                        cudaStream_t stream);
-// One pass per row: loss_sum[0] = sum of row losses, dlogits = grad_scale * (softmax - onehot).
-// The probabilities are never stored.
+// One pass per row: loss[0] = sum of row losses, dlogits = grad_scale * (softmax - onehot).
+// The probabilities are never stored. Rows whose target is ignore_index add nothing and get
+// a zero gradient; divisor (null, or one int64 on the device: count_targets' count) divides
+// the loss and the gradient, as kernels/cpu/kernels.h says.
 void cross_entropy_forward_backward(int64_t rows, int64_t cols, const float* logits, const int64_t* target,
-                                    float grad_scale, float* loss_sum, float* dlogits, cudaStream_t stream);
+                                    int64_t ignore_index, float grad_scale, const int64_t* divisor, float* loss,
+                                    float* dlogits, cudaStream_t stream);
+// counted[0] = the number of rows whose target is not ignore_index (one block, a fixed tree).
+void count_targets(int64_t rows, const int64_t* target, int64_t ignore_index, int64_t* counted, cudaStream_t stream);
 
 // ---- elementwise and reductions on flat arrays ----
 template <class T>

@@ -125,5 +125,20 @@ TEST(OpErrors, EmbeddingBadIdsTableAndPadding) {
                {"embedding", "padding_idx -11", "[-10, 10)", "[10, 4]"});
 }
 
+// cross_entropy over [..., C]: a target outside [0, C) that is not ignore_index names the
+// value, its row and ignore_index; the target's shape must be the logits' without C.
+TEST(OpErrors, CrossEntropyOverTokens) {
+  Tensor logits = Tensor::zeros({2, 3, 10});
+  expect_error([&] { ops::cross_entropy(logits, Tensor::from_vector<int64_t>({1, -100, 2, 10, 0, 0}, {2, 3})); },
+               {"cross_entropy", "target 10", "row 3", "[0, 10)", "ignore_index -100"});
+  const Tensor class_zero_ignored = Tensor::from_vector<int64_t>({1, -100, 2, 3, 0, 0}, {2, 3});
+  expect_error([&] { ops::cross_entropy(logits, class_zero_ignored, ops::Reduction::Mean, 0); },
+               {"cross_entropy", "target -100", "row 1", "ignore_index 0"});
+  expect_error([&] { ops::cross_entropy(logits, Tensor::from_vector<int64_t>({1, 2, 3}, {3})); },
+               {"cross_entropy", "[2, 3, 10]", "[2, 3]", "[3]"});
+  expect_error([&] { ops::cross_entropy(logits, Tensor::zeros({2, 3})); }, {"cross_entropy", "int64"});
+  expect_error([&] { ops::cross_entropy_count(Tensor::zeros({2, 3})); }, {"cross_entropy_count", "int64"});
+}
+
 }  // namespace
 }  // namespace dpcore

@@ -271,6 +271,21 @@ TEST(FusedOps, EqualTheComposition) {
   EXPECT_EQ(run(true), run(false));  // bit-identical on the CPU
 }
 
+// cross_entropy over [N, T, C] with ignored targets (the default -100, and a real class as
+// ignore_index): their logits get no gradient, and the mean divides by the counted ones.
+TEST(Gradcheck, CrossEntropyOverTokensWithIgnoreIndex) {
+  Tensor target = Tensor::from_vector<int64_t>({1, -100, 3, 0, 4, -100}, {2, 3});
+  Tensor classes_ignored = Tensor::from_vector<int64_t>({1, 2, 3, 2, 4, 0}, {2, 3});
+  for (auto red : {ops::Reduction::Mean, ops::Reduction::Sum})
+    for (const auto& [t, ignore] : {std::pair{target, int64_t(-100)}, std::pair{classes_ignored, int64_t(2)}}) {
+      Tensor x = random_leaf({2, 3, 5}, 53, -4, 4);
+      auto r = gradcheck(
+          [&](const std::vector<Tensor>& in) { return ops::scale(ops::cross_entropy(in[0], t, red, ignore), 2.5); },
+          {x});
+      expect_passes(r, x.numel());
+    }
+}
+
 // embedding: ids of two dimensions with repeats (their gradients add) and table rows no id
 // names (gradient 0, which the central difference also gives). A padding_idx row is left
 // out: its forward reads the row, so the numeric derivative is not the zero that PyTorch's
