@@ -21,9 +21,10 @@ class EmbeddingTest : public OpTest<B> {};
 TYPED_TEST_SUITE(EmbeddingTest, KernelBackends, BackendName);
 
 // n ids into a [vocab, dim] table; ids drawn from the first `used` rows (the rest never
-// occur, and must get a zero gradient). Cases: a single id, several tiles of the CUDA
-// sort (256 positions) with many repeats, more table rows than one scan chunk, a
-// vocabulary mostly unused, one id everywhere (a group spanning every tile), no ids.
+// occur, and must get a zero gradient), or with `used` 1 all the last row. Cases: a single
+// id, several tiles of the CUDA sort (256 positions) with many repeats, more table rows
+// than one scan chunk (256), a vocabulary mostly unused, one id everywhere (a group
+// spanning every tile), no ids at all.
 struct EmbeddingCase {
   int64_t n, vocab, used, dim, padding_idx;
 };
