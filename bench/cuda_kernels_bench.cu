@@ -16,6 +16,7 @@
 #include <string>
 
 #include "kernels/cuda_runtime/check.h"
+#include "kernels/index_check.h"
 #include "kernels/cuda_libraries/cublas_linear.h"
 #include "kernels/cuda_libraries/cudnn_conv2d.h"
 #include "kernels/cuda_runtime/devices.h"
@@ -351,7 +352,8 @@ void register_flat() {
       Buffer logits(rows * cols), loss(1), dlogits(rows * cols), target(2 * rows);
       CUDA_CHECK(cudaMemset(target.f(), 0, size_t(rows) * sizeof(int64_t)));
       run_timed(state, {0, 2 * b + 8.0 * rows}, [&] {
-        hand::cross_entropy_forward_backward(rows, cols, logits.f(), target.as<int64_t>(), 1.f / rows, loss.f(),
+        hand::cross_entropy_forward_backward(rows, cols, logits.f(), target.as<int64_t>(),
+                                             dpcore::kernels::kDefaultIgnoreIndex, 1.f / rows, nullptr, loss.f(),
                                              dlogits.f(), nullptr);
       });
     });

@@ -182,13 +182,13 @@ class TimingBackend : public Backend {
   void nll_loss_backward(const Tensor& grad_per_row, const Tensor& target, Tensor& dlogp) override {
     timed(times_, "nll_loss backward", [&] { inner_.nll_loss_backward(grad_per_row, target, dlogp); });
   }
-  void cross_entropy_forward_backward(const Tensor& logits, const Tensor& target, double grad_scale,
-                                      Tensor& loss_sum, Tensor& dlogits) override {
+  void cross_entropy_forward_backward(const Tensor& logits, const Tensor& target, int64_t ignore_index,
+                                      const Tensor* divisor, Tensor& loss, Tensor& dlogits) override {
     timed(times_, "cross_entropy (fused loss)",
-          [&] { inner_.cross_entropy_forward_backward(logits, target, grad_scale, loss_sum, dlogits); });
+          [&] { inner_.cross_entropy_forward_backward(logits, target, ignore_index, divisor, loss, dlogits); });
   }
-  void check_targets(const char* op, const Tensor& target, int64_t classes) override {
-    timed(times_, "check targets", [&] { inner_.check_targets(op, target, classes); });
+  void check_indices(const kernels::IndexCheck& check, const Tensor& indices) override {
+    timed(times_, "check targets", [&] { inner_.check_indices(check, indices); });
   }
   void fill(Tensor& y, double value) override {
     timed(times_, "fill (zero grads, seeds)", [&] { inner_.fill(y, value); });
@@ -246,6 +246,18 @@ class TimingBackend : public Backend {
   // batched_matmul
   void batched_matmul(const kernels::BatchedMatmulShape& s, const Tensor& a, const Tensor& b, Tensor& c) override {
     timed(times_, "batched_matmul", [&] { inner_.batched_matmul(s, a, b, c); });
+  }
+  // embedding
+  void embedding_forward(const Tensor& ids, const Tensor& weight, Tensor& y) override {
+    timed(times_, "embedding forward", [&] { inner_.embedding_forward(ids, weight, y); });
+  }
+  void embedding_backward(const Tensor& ids, const Tensor& dy, int64_t padding_idx, Tensor& dweight,
+                          bool accumulate) override {
+    timed(times_, "embedding backward", [&] { inner_.embedding_backward(ids, dy, padding_idx, dweight, accumulate); });
+  }
+  // cross_entropy's count of tokens
+  void count_targets(const Tensor& target, int64_t ignore_index, Tensor& counted) override {
+    timed(times_, "count targets", [&] { inner_.count_targets(target, ignore_index, counted); });
   }
 
  private:

@@ -20,6 +20,7 @@
 #include "kernels/dropout_config.h"
 #include "kernels/gelu_approximate.h"
 #include "kernels/attention_shape.h"
+#include "kernels/index_check.h"
 #include "kernels/sgd_config.h"
 #include "kernels/shapes.h"
 
@@ -157,11 +158,16 @@ class Backend {
   // dlogp = -grad_per_row * onehot(target); grad_per_row is a one-element tensor on the device
   // (so that a captured CUDA graph reads the current value instead of baking it in).
   virtual void nll_loss_backward(const Tensor& grad_per_row, const Tensor& target, Tensor& dlogp) = 0;
-  // Fused log_softmax + NLL: loss_sum as above, dlogits = grad_scale * d(loss_sum)/d(logits).
-  virtual void cross_entropy_forward_backward(const Tensor& logits, const Tensor& target, double grad_scale,
-                                              Tensor& loss_sum, Tensor& dlogits) = 0;
-  // Fails with a message naming `op` if a target lies outside [0, classes).
-  virtual void check_targets(const char* op, const Tensor& target, int64_t classes) = 0;
+  // Fused log_softmax + NLL over the rows of logits [..., C], target [...]: a row whose
+  // target is ignore_index adds no loss and gets a zero gradient; loss = the sum over the
+  // other rows as above, dlogits = d(loss)/d(logits); both divided by divisor (an int64
+  // scalar on the device: count_targets' count, for the mean) when it is given.
+  virtual void cross_entropy_forward_backward(const Tensor& logits, const Tensor& target, int64_t ignore_index,
+                                              const Tensor* divisor, Tensor& loss, Tensor& dlogits) = 0;
+  // Fails with a message naming check.op if an entry of the int64 `indices` lies outside
+  // [0, check.limit) and is not check.ignore (kernels/index_check.h). The CUDA backend
+  // checks without a sync and throws at the next wait for the device.
+  virtual void check_indices(const kernels::IndexCheck& check, const Tensor& indices) = 0;
 
   virtual void fill(Tensor& y, double value) = 0;
   virtual void add(const Tensor& a, const Tensor& b, Tensor& y) = 0;          // y may alias a or b
@@ -202,6 +208,17 @@ class Backend {
   // ---- batched_matmul: c[i] = op(a[i]) * op(b[i]) over s.batch contiguous matrix pairs
   // (kernels/shapes.h); on CUDA through the GEMM engine (--gemm-engine) ----
   virtual void batched_matmul(const kernels::BatchedMatmulShape& s, const Tensor& a, const Tensor& b, Tensor& c) = 0;
+  // embedding: y[..., D] = weight[ids[...]] for a [V, D] table (ids checked beforehand by
+  // check_indices). The backward writes (accumulate: adds) dweight[v] = the sum of dy over
+  // the positions whose id is v, in increasing position order on every backend and thread
+  // count; 0 for rows no id names and for row padding_idx (-1: none).
+  virtual void embedding_forward(const Tensor& ids, const Tensor& weight, Tensor& y) = 0;
+  virtual void embedding_backward(const Tensor& ids, const Tensor& dy, int64_t padding_idx, Tensor& dweight,
+                                  bool accumulate) = 0;
+
+  // cross_entropy's count of tokens: counted (an int64 scalar) = the number of entries of
+  // target that are not ignore_index, computed on the device without a sync.
+  virtual void count_targets(const Tensor& target, int64_t ignore_index, Tensor& counted) = 0;
 };
 
 // The backend for a device. Throws a clear error if that device type is not compiled in or

@@ -300,18 +300,19 @@ class CpuBackend : public Backend {
                               ptr<T>(dlogp));
     });
   }
-  void cross_entropy_forward_backward(const Tensor& logits, const Tensor& target, double grad_scale,
-                                      Tensor& loss_sum, Tensor& dlogits) override {
+  void cross_entropy_forward_backward(const Tensor& logits, const Tensor& target, int64_t ignore_index,
+                                      const Tensor* divisor, Tensor& loss, Tensor& dlogits) override {
     dispatch_float("cross_entropy", logits, [&](auto t) {
       using T = decltype(t);
-      k::cross_entropy_forward_backward<T>(logits.size(0), logits.size(1), ptr<T>(logits), target.data<int64_t>(),
-                                           T(grad_scale), ptr<T>(loss_sum), ptr<T>(dlogits));
+      k::cross_entropy_forward_backward<T>(target.numel(), logits.size(-1), ptr<T>(logits), target.data<int64_t>(),
+                                           ignore_index, T(1), divisor ? divisor->data<int64_t>() : nullptr,
+                                           ptr<T>(loss), ptr<T>(dlogits));
     });
   }
-  void check_targets(const char* op, const Tensor& target, int64_t classes) override {
-    const int64_t* t = target.data<int64_t>();
-    for (int64_t i = 0; i < target.numel(); ++i) {
-      if (t[i] < 0 || t[i] >= classes) fail(op, ": target ", t[i], " at row ", i, " is outside [0, ", classes, ")");
+  void check_indices(const kernels::IndexCheck& check, const Tensor& indices) override {
+    const int64_t* t = indices.data<int64_t>();
+    for (int64_t i = 0; i < indices.numel(); ++i) {
+      if (!kernels::index_passes(check, t[i])) kernels::fail_index(check, i, t[i]);
     }
   }
 
@@ -427,6 +428,27 @@ class CpuBackend : public Backend {
       using T = decltype(t);
       k::batched_matmul<T>(s, ptr<T>(a), ptr<T>(b), ptr<T>(c));
     });
+  }
+
+  // embedding
+  void embedding_forward(const Tensor& ids, const Tensor& weight, Tensor& y) override {
+    dispatch_float("embedding", weight, [&](auto t) {
+      using T = decltype(t);
+      k::embedding_forward<T>(ids.numel(), weight.size(1), ids.data<int64_t>(), ptr<T>(weight), ptr<T>(y));
+    });
+  }
+  void embedding_backward(const Tensor& ids, const Tensor& dy, int64_t padding_idx, Tensor& dweight,
+                          bool accumulate) override {
+    dispatch_float("embedding backward", dweight, [&](auto t) {
+      using T = decltype(t);
+      k::embedding_backward<T>(ids.numel(), dweight.size(0), dweight.size(1), ids.data<int64_t>(), ptr<T>(dy),
+                               padding_idx, ptr<T>(dweight), accumulate);
+    });
+  }
+
+  // cross_entropy's count of tokens
+  void count_targets(const Tensor& target, int64_t ignore_index, Tensor& counted) override {
+    k::count_targets(target.numel(), target.data<int64_t>(), ignore_index, counted.data<int64_t>());
   }
 
  private:

@@ -346,17 +346,18 @@ class CudaBackend : public Backend {
     cudaStream_t stream = begin_op("nll_loss backward", {&grad_per_row, &dlogp});
     k::nll_loss_backward(dlogp.size(0), dlogp.size(1), f32(grad_per_row), target.data<int64_t>(), f32(dlogp), stream);
   }
-  void cross_entropy_forward_backward(const Tensor& logits, const Tensor& target, double grad_scale, Tensor& loss_sum,
-                                      Tensor& dlogits) override {
-    cudaStream_t stream = begin_op("cross_entropy", {&logits, &loss_sum, &dlogits});
-    k::cross_entropy_forward_backward(logits.size(0), logits.size(1), f32(logits), target.data<int64_t>(),
-                                      float(grad_scale), f32(loss_sum), f32(dlogits), stream);
+  void cross_entropy_forward_backward(const Tensor& logits, const Tensor& target, int64_t ignore_index,
+                                      const Tensor* divisor, Tensor& loss, Tensor& dlogits) override {
+    cudaStream_t stream = begin_op("cross_entropy", {&logits, &loss, &dlogits});  // target, divisor: int64
+    k::cross_entropy_forward_backward(target.numel(), logits.size(-1), f32(logits), target.data<int64_t>(),
+                                      ignore_index, 1.f, divisor ? divisor->data<int64_t>() : nullptr, f32(loss),
+                                      f32(dlogits), stream);
   }
-  void check_targets(const char* op, const Tensor& target, int64_t classes) override {
-    const int device = target.device().index;
+  void check_indices(const kernels::IndexCheck& check, const Tensor& indices) override {
+    const int device = indices.device().index;
     cuda_runtime::set_device(device);
-    cuda_runtime::check_targets_async(device, op, target.data<int64_t>(), target.numel(), classes,
-                              cuda_runtime::current_stream(device));
+    cuda_runtime::check_indices_async(device, check, indices.data<int64_t>(), indices.numel(),
+                                      cuda_runtime::current_stream(device));
   }
 
   void fill(Tensor& y, double value) override {
@@ -444,6 +445,27 @@ class CudaBackend : public Backend {
   void batched_matmul(const kernels::BatchedMatmulShape& s, const Tensor& a, const Tensor& b, Tensor& c) override {
     cudaStream_t stream = begin_op("batched_matmul", {&a, &b, &c});
     cuda_libraries::dispatch_batched_matmul(s, f32(a), f32(b), f32(c), stream);
+  }
+
+  // embedding
+  void embedding_forward(const Tensor& ids, const Tensor& weight, Tensor& y) override {
+    cudaStream_t stream = begin_op("embedding", {&weight, &y});  // ids: int64
+    k::embedding_forward(ids.numel(), weight.size(0), weight.size(1), ids.data<int64_t>(), f32(weight), f32(y),
+                         stream);
+  }
+  void embedding_backward(const Tensor& ids, const Tensor& dy, int64_t padding_idx, Tensor& dweight,
+                          bool accumulate) override {
+    cudaStream_t stream = begin_op("embedding backward", {&dy, &dweight});  // ids: int64
+    k::embedding_backward(ids.numel(), dweight.size(0), dweight.size(1), ids.data<int64_t>(), f32(dy), padding_idx,
+                          f32(dweight), accumulate, stream);
+  }
+
+  // cross_entropy's count of tokens
+  void count_targets(const Tensor& target, int64_t ignore_index, Tensor& counted) override {
+    const int device = target.device().index;
+    cuda_runtime::set_device(device);
+    k::count_targets(target.numel(), target.data<int64_t>(), ignore_index, counted.data<int64_t>(),
+                     cuda_runtime::current_stream(device));
   }
 
  private:

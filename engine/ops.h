@@ -8,6 +8,7 @@
 #include <optional>
 
 #include "engine/tensor.h"
+#include "kernels/index_check.h"
 
 namespace dpcore::ops {
 
@@ -93,8 +94,19 @@ Tensor flatten(const Tensor& x);
 Tensor log_softmax(const Tensor& x);
 // logp[N,C] log-probabilities, target[N] int64 in [0, C).
 Tensor nll_loss(const Tensor& logp, const Tensor& target, Reduction reduction = Reduction::Mean);
-// log_softmax + nll_loss fused in one pass (the probabilities are never stored).
-Tensor cross_entropy(const Tensor& logits, const Tensor& target, Reduction reduction = Reduction::Mean);
+// log_softmax + nll_loss fused in one pass (the probabilities are never stored), PyTorch's
+// F.cross_entropy with classes LAST: logits [..., C] (e.g. [N, T, C]), target [...] int64
+// in [0, C) or ignore_index. Ignored targets add neither loss nor gradient; the mean is the
+// sum over the counted targets divided by their number (NaN when all are ignored, as
+// PyTorch's 0/0).
+Tensor cross_entropy(const Tensor& logits, const Tensor& target, Reduction reduction = Reduction::Mean,
+                     int64_t ignore_index = kernels::kDefaultIgnoreIndex);
+// The number of targets cross_entropy counts (those that are not ignore_index): an int64
+// scalar on target's device, computed there without a sync. It is the mean's divisor; a
+// data-parallel runner that weights micro-batches by tokens (issue 24, item 5) sums these
+// counts over micro-batches and replicas and seeds each Reduction::Sum loss with
+// 1 / total, as it now seeds with 1 / samples.
+Tensor cross_entropy_count(const Tensor& target, int64_t ignore_index = kernels::kDefaultIgnoreIndex);
 Tensor add(const Tensor& a, const Tensor& b);
 Tensor scale(const Tensor& x, double factor);
 Tensor sum(const Tensor& x);
@@ -140,5 +152,10 @@ struct AttentionOptions {
 };
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
                                     const Tensor& key_padding_mask = Tensor(), const AttentionOptions& opt = {});
+
+// embedding (torch.nn.functional.embedding): int64 ids of any shape [...] pick rows of
+// weight [V, D], giving [..., D]. Row padding_idx (negative counts from V, as in PyTorch)
+// gets no gradient. An id outside [0, V) fails naming the id, its position and V.
+Tensor embedding(const Tensor& ids, const Tensor& weight, std::optional<int64_t> padding_idx = std::nullopt);
 
 }  // namespace dpcore::ops

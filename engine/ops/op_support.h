@@ -76,7 +76,7 @@ inline void check_loss_inputs(const char* op, const Tensor& input, const Tensor&
   DPCORE_CHECK(target.device() == input.device(), op, ": input on ", input.device().str(), " but target on ",
                target.device().str());
   DPCORE_CHECK(input.size(0) > 0, op, ": empty batch ", shape_str(input.shape()));
-  backend(input).check_targets(op, target, input.size(1));
+  backend(input).check_indices(kernels::IndexCheck{op, "target", "row", input.size(1)}, target);
 }
 
 }  // namespace dpcore::ops

@@ -114,10 +114,17 @@ template <class T> void nll_loss_forward(int64_t rows, int64_t cols, const T* lo
 template <class T> void nll_loss_backward(int64_t rows, int64_t cols, T grad_per_row, const int64_t* target, T* dlogp);
 
 // ---- fused log_softmax + nll (llm.c's fused classifier): one pass per row computes the
-// loss and writes the gradient of (grad_scale * loss_sum) w.r.t. the logits; the
-// probabilities are never stored. dlogits may alias nothing else. ----
-template <class T> void cross_entropy_forward_backward(int64_t rows, int64_t cols, const T* logits, const int64_t* target,
-                                                       T grad_scale, T* loss_sum, T* dlogits);
+// loss and writes the gradient of (grad_scale * loss) w.r.t. the logits; the
+// probabilities are never stored. dlogits may alias nothing else. A row whose target is
+// ignore_index (PyTorch's) adds no loss and gets a zero gradient. loss[0] is the sum over
+// the other rows, or, given a divisor (one int64: count_targets' count, for the mean),
+// that sum times 1/divisor[0], the gradient too: a divisor of 0 (every row ignored) gives
+// the NaN loss of PyTorch's 0/0 and zero gradients. ----
+template <class T>
+void cross_entropy_forward_backward(int64_t rows, int64_t cols, const T* logits, const int64_t* target,
+                                    int64_t ignore_index, T grad_scale, const int64_t* divisor, T* loss, T* dlogits);
+// counted[0] = the number of rows whose target is not ignore_index.
+void count_targets(int64_t rows, const int64_t* target, int64_t ignore_index, int64_t* counted);
 
 // ---- elementwise and reductions on flat arrays ----
 template <class T> void fill(int64_t n, T value, T* y);
@@ -174,6 +181,17 @@ void attention_backward(const AttentionShape& s, const T* q, const T* k, const T
 // over the threads. The cut depends on the shape only, so the result does not depend on
 // the thread count. ----
 template <class T> void batched_matmul(const BatchedMatmulShape& s, const T* a, const T* b, T* c);
+// ---- embedding (torch.nn.functional.embedding) over n ids into a [vocab, dim] table; the
+// ids are checked by the engine beforehand (Backend::check_indices).
+// Forward: y[p, :] = weight[ids[p], :].
+// Backward: dweight[v, :] = sum of dy[p, :] over the positions p with ids[p] == v, added in
+// increasing p whatever the thread count (a counting sort of the positions by id, then one
+// thread per table row); 0 for rows no position names and for row padding_idx (-1: none).
+// accumulate adds onto dweight instead of overwriting it. ----
+template <class T> void embedding_forward(int64_t n, int64_t dim, const int64_t* ids, const T* weight, T* y);
+template <class T>
+void embedding_backward(int64_t n, int64_t vocab, int64_t dim, const int64_t* ids, const T* dy, int64_t padding_idx,
+                        T* dweight, bool accumulate);
 
 // Whether float stride-1 convolutions may take the direct path (default true); false
 // keeps every convolution on im2col + GEMM, for benchmarking one against the other.

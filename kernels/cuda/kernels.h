@@ -123,10 +123,15 @@ void nll_loss_forward(int64_t rows, int64_t cols, const float* logp, const int64
 // dlogp = -grad_per_row[0] at each target, 0 elsewhere; grad_per_row lives on the device.
 void nll_loss_backward(int64_t rows, int64_t cols, const float* grad_per_row, const int64_t* target, float* dlogp,
                        cudaStream_t stream);
-// One pass per row: loss_sum[0] = sum of row losses, dlogits = grad_scale * (softmax - onehot).
-// The probabilities are never stored.
+// One pass per row: loss[0] = sum of row losses, dlogits = grad_scale * (softmax - onehot).
+// The probabilities are never stored. Rows whose target is ignore_index add nothing and get
+// a zero gradient; divisor (null, or one int64 on the device: count_targets' count) divides
+// the loss and the gradient, as kernels/cpu/kernels.h says.
 void cross_entropy_forward_backward(int64_t rows, int64_t cols, const float* logits, const int64_t* target,
-                                    float grad_scale, float* loss_sum, float* dlogits, cudaStream_t stream);
+                                    int64_t ignore_index, float grad_scale, const int64_t* divisor, float* loss,
+                                    float* dlogits, cudaStream_t stream);
+// counted[0] = the number of rows whose target is not ignore_index (one block, a fixed tree).
+void count_targets(int64_t rows, const int64_t* target, int64_t ignore_index, int64_t* counted, cudaStream_t stream);
 
 // ---- elementwise and reductions on flat arrays ----
 template <class T>
@@ -178,5 +183,15 @@ using BatchedSgemmFn = void (*)(bool, bool, int64_t, int64_t, int64_t, float, co
                                 const float*, int64_t, int64_t, float, float*, int64_t, int64_t, int64_t, cudaStream_t);
 void batched_matmul(const BatchedMatmulShape& s, const float* a, const float* b, float* c, cudaStream_t stream,
                     BatchedSgemmFn gemm = sgemm_strided_batched);
+// ---- embedding, as kernels/cpu/kernels.h embedding_*: the forward gathers table rows (an
+// id outside [0, vocab) gives NaN here; the backend reports it through
+// kernels/cuda_runtime/target_check.h). The backward is deterministic without atomics: one
+// block sorts the positions by id (count, scan, stable scatter), then a block per table row
+// sums that row's positions in increasing order, so neither the grid nor the run changes a
+// bit. Ids outside [0, vocab) are left out of the sums. ----
+void embedding_forward(int64_t n, int64_t vocab, int64_t dim, const int64_t* ids, const float* weight, float* y,
+                       cudaStream_t stream);
+void embedding_backward(int64_t n, int64_t vocab, int64_t dim, const int64_t* ids, const float* dy,
+                        int64_t padding_idx, float* dweight, bool accumulate, cudaStream_t stream);
 
 }  // namespace dpcore::kernels::cuda

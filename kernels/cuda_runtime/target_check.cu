@@ -2,6 +2,7 @@
 
 #include <climits>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -17,8 +18,8 @@ namespace {
 // Written by the device, read by the host after a synchronize.
 struct TargetError {
   int set;  // 0 until a check fails
-  int op;   // index into op_names
-  long long row, target, classes;
+  int check;  // index into Records::checks
+  long long row, target;
 };
 
 // Where a device keeps its record: `claim` in device memory, because atomics on mapped
@@ -34,14 +35,15 @@ constexpr int kThreads = 512;
 
 // One block scans all rows (a batch of targets is small) and keeps the lowest bad row,
 // so that the report is the same on every run. The first failing check wins the record:
-// later ones would only repeat the same mistake.
-__global__ void check_targets_kernel(const int64_t* target, long long rows, long long classes, int op, int* claim,
-                                     TargetError* error) {
+// later ones would only repeat the same mistake. An entry equal to `ignore` passes when
+// `has_ignore` (cross_entropy's ignore_index).
+__global__ void check_targets_kernel(const int64_t* target, long long rows, long long classes, bool has_ignore,
+                                     long long ignore, int check, int* claim, TargetError* error) {
   __shared__ long long first_bad[kThreads];
   long long bad = LLONG_MAX;
   for (long long r = threadIdx.x; r < rows; r += blockDim.x) {
     const long long t = target[r];
-    if ((t < 0 || t >= classes) && r < bad) bad = r;
+    if ((t < 0 || t >= classes) && !(has_ignore && t == ignore) && r < bad) bad = r;
   }
   first_bad[threadIdx.x] = bad;
   __syncthreads();
@@ -50,18 +52,27 @@ __global__ void check_targets_kernel(const int64_t* target, long long rows, long
     __syncthreads();
   }
   if (threadIdx.x == 0 && first_bad[0] != LLONG_MAX && atomicCAS(claim, 0, 1) == 0) {
-    error->op = op;
+    error->check = check;
     error->row = first_bad[0];
     error->target = target[first_bad[0]];
-    error->classes = classes;
     __threadfence_system();  // the fields reach the host before the flag that says they are valid
     error->set = 1;
   }
 }
 
+// An IndexCheck that owns its strings, kept for the error message.
+struct KnownCheck {
+  std::string op, index, at;
+  int64_t limit;
+  std::optional<int64_t> ignore;
+  bool operator==(const KnownCheck& o) const {
+    return op == o.op && index == o.index && at == o.at && limit == o.limit && ignore == o.ignore;
+  }
+};
+
 struct Records {
   std::mutex mutex;
-  std::vector<std::string> op_names;  // interned, so the kernel records a small index
+  std::vector<KnownCheck> checks;  // interned, so the kernel records a small index
   std::vector<DeviceRecord> devices;
 };
 
@@ -70,11 +81,12 @@ Records& records() {
   return *r;
 }
 
-int intern_op(Records& r, const char* op) {
-  for (size_t i = 0; i < r.op_names.size(); ++i)
-    if (r.op_names[i] == op) return int(i);
-  r.op_names.emplace_back(op);
-  return int(r.op_names.size()) - 1;
+int intern_check(Records& r, const IndexCheck& check) {
+  const KnownCheck known{check.op, check.index, check.at, check.limit, check.ignore};
+  for (size_t i = 0; i < r.checks.size(); ++i)
+    if (r.checks[i] == known) return int(i);
+  r.checks.push_back(known);
+  return int(r.checks.size()) - 1;
 }
 
 DeviceRecord& device_record_locked(Records& r, int device) {
@@ -86,7 +98,7 @@ DeviceRecord& device_record_locked(Records& r, int device) {
     CUDA_CHECK(cudaMemset(record.claim, 0, sizeof(int)));
     void* host = nullptr;
     CUDA_CHECK(cudaHostAlloc(&host, sizeof(TargetError), cudaHostAllocMapped | cudaHostAllocPortable));
-    *static_cast<TargetError*>(host) = TargetError{0, 0, 0, 0, 0};
+    *static_cast<TargetError*>(host) = TargetError{0, 0, 0, 0};
     void* dev = nullptr;
     CUDA_CHECK(cudaHostGetDevicePointer(&dev, host, 0));
     record.host = static_cast<TargetError*>(host);
@@ -103,18 +115,20 @@ void prepare_target_checks(int device) {
   device_record_locked(r, device);
 }
 
-void check_targets_async(int device, const char* op, const int64_t* target, int64_t rows, int64_t classes,
+void check_indices_async(int device, const IndexCheck& check, const int64_t* indices, int64_t n,
                          cudaStream_t stream) {
-  if (rows == 0) return;
+  if (n == 0) return;
   Records& r = records();
   DeviceRecord record;
-  int op_index;
+  int check_index;
   {
     std::lock_guard<std::mutex> lock(r.mutex);
     record = device_record_locked(r, device);
-    op_index = intern_op(r, op);
+    check_index = intern_check(r, check);
   }
-  check_targets_kernel<<<1, kThreads, 0, stream>>>(target, rows, classes, op_index, record.claim, record.device_view);
+  check_targets_kernel<<<1, kThreads, 0, stream>>>(indices, n, check.limit, check.ignore.has_value(),
+                                                   check.ignore.value_or(0), check_index, record.claim,
+                                                   record.device_view);
   CUDA_LAUNCH_CHECK();
 }
 
@@ -125,13 +139,15 @@ void raise_pending_target_error(int device) {
   DeviceRecord& record = r.devices[device];
   volatile TargetError* error = record.host;
   if (!error->set) return;
-  const TargetError seen{error->set, error->op, error->row, error->target, error->classes};
+  const TargetError seen{error->set, error->check, error->row, error->target};
   error->set = 0;
   {
     DeviceGuard guard(device);
     CUDA_CHECK(cudaMemset(record.claim, 0, sizeof(int)));  // the device is idle: re-arm the check
   }
-  fail(r.op_names[seen.op], ": target ", seen.target, " at row ", seen.row, " is outside [0, ", seen.classes, ")");
+  const KnownCheck& known = r.checks[seen.check];
+  fail_index(IndexCheck{known.op.c_str(), known.index.c_str(), known.at.c_str(), known.limit, known.ignore}, seen.row,
+             seen.target);
 }
 
 }  // namespace dpcore::kernels::cuda_runtime

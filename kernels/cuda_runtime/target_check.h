@@ -1,4 +1,5 @@
-// Class-target validation without a host synchronization.
+// Index validation (class targets, embedding ids: kernels/index_check.h) without a host
+// synchronization.
 //
 // Checking targets on the host would need the targets back from the GPU every step, a
 // sync that also makes the step uncapturable as a CUDA graph. Instead a tiny kernel looks
@@ -13,13 +14,15 @@
 
 #include <cstdint>
 
+#include "kernels/index_check.h"
+
 namespace dpcore::kernels::cuda_runtime {
 
-// Queues the check of target[0..rows) against [0, classes) on `stream` of `device`.
-void check_targets_async(int device, const char* op, const int64_t* target, int64_t rows, int64_t classes,
+// Queues the check of indices[0..n) against `check` on `stream` of `device`.
+void check_indices_async(int device, const IndexCheck& check, const int64_t* indices, int64_t n,
                          cudaStream_t stream);
 
-// Throws the recorded target error of `device`, if any, and clears it. Call only once the
+// Throws the recorded index error of `device`, if any, and clears it. Call only once the
 // device's queued work is done (after a synchronize or a synchronous copy).
 void raise_pending_target_error(int device);
 

@@ -50,5 +50,10 @@ void attention_backward(const AttentionShape& s, const T* q, const T* k, const T
                         T* dq, T* dk, T* dv);
 // ---- batched_matmul: c[i] = op(a[i]) * op(b[i]) (kernels/shapes.h) ----
 template <class T> void batched_matmul(const BatchedMatmulShape& s, const T* a, const T* b, T* c);
+// ---- embedding (kernels/cpu/kernels.h has the contract) ----
+template <class T> void embedding_forward(int64_t n, int64_t dim, const int64_t* ids, const T* weight, T* y);
+template <class T>
+void embedding_backward(int64_t n, int64_t vocab, int64_t dim, const int64_t* ids, const T* dy, int64_t padding_idx,
+                        T* dweight, bool accumulate);
 
 }  // namespace dpcore::kernels::naive

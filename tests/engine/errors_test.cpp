@@ -185,5 +185,37 @@ TEST(OpErrors, LinearOverLeadingDimensionsNamesTheShapes) {
   EXPECT_EQ(ops::linear(Tensor::zeros({64}), w, Tensor()).shape(), (Shape{10}));
 }
 
+// embedding: an id outside [0, V) names the id, its (flat) position and V; ids must be
+// int64, the table 2-d, padding_idx within [-V, V).
+TEST(OpErrors, EmbeddingBadIdsTableAndPadding) {
+  Tensor w = Tensor::zeros({10, 4});
+  expect_error([&] { ops::embedding(Tensor::from_vector<int64_t>({1, 2, 3, 10}, {2, 2}), w); },
+               {"embedding", "id 10", "position 3", "[0, 10)"});
+  expect_error([&] { ops::embedding(Tensor::from_vector<int64_t>({-1}, {1}), w); },
+               {"embedding", "id -1", "position 0", "[0, 10)"});
+  expect_error([&] { ops::embedding(Tensor::zeros({3}), w); }, {"embedding", "ids", "int64", "float32"});
+  expect_error([&] { ops::embedding(Tensor::from_vector<int64_t>({1}, {1}), Tensor::zeros({10})); },
+               {"embedding", "weight", "[10]"});
+  expect_error([&] { ops::embedding(Tensor::from_vector<int64_t>({1}, {1}), w, 10); },
+               {"embedding", "padding_idx 10", "[-10, 10)", "[10, 4]"});
+  expect_error([&] { ops::embedding(Tensor::from_vector<int64_t>({1}, {1}), w, -11); },
+               {"embedding", "padding_idx -11", "[-10, 10)", "[10, 4]"});
+}
+
+// cross_entropy over [..., C]: a target outside [0, C) that is not ignore_index names the
+// value, its row and ignore_index; the target's shape must be the logits' without C.
+TEST(OpErrors, CrossEntropyOverTokens) {
+  Tensor logits = Tensor::zeros({2, 3, 10});
+  expect_error([&] { ops::cross_entropy(logits, Tensor::from_vector<int64_t>({1, -100, 2, 10, 0, 0}, {2, 3})); },
+               {"cross_entropy", "target 10", "row 3", "[0, 10)", "ignore_index -100"});
+  const Tensor class_zero_ignored = Tensor::from_vector<int64_t>({1, -100, 2, 3, 0, 0}, {2, 3});
+  expect_error([&] { ops::cross_entropy(logits, class_zero_ignored, ops::Reduction::Mean, 0); },
+               {"cross_entropy", "target -100", "row 1", "ignore_index 0"});
+  expect_error([&] { ops::cross_entropy(logits, Tensor::from_vector<int64_t>({1, 2, 3}, {3})); },
+               {"cross_entropy", "[2, 3, 10]", "[2, 3]", "[3]"});
+  expect_error([&] { ops::cross_entropy(logits, Tensor::zeros({2, 3})); }, {"cross_entropy", "int64"});
+  expect_error([&] { ops::cross_entropy_count(Tensor::zeros({2, 3})); }, {"cross_entropy_count", "int64"});
+}
+
 }  // namespace
 }  // namespace dpcore

@@ -366,5 +366,32 @@ TEST(Gradcheck, LinearOverLeadingDimensions) {
   }
 }
 
+// cross_entropy over [N, T, C] with ignored targets (the default -100, and a real class as
+// ignore_index): their logits get no gradient, and the mean divides by the counted ones.
+TEST(Gradcheck, CrossEntropyOverTokensWithIgnoreIndex) {
+  Tensor target = Tensor::from_vector<int64_t>({1, -100, 3, 0, 4, -100}, {2, 3});
+  Tensor classes_ignored = Tensor::from_vector<int64_t>({1, 2, 3, 2, 4, 0}, {2, 3});
+  for (auto red : {ops::Reduction::Mean, ops::Reduction::Sum})
+    for (const auto& [t, ignore] : {std::pair{target, int64_t(-100)}, std::pair{classes_ignored, int64_t(2)}}) {
+      Tensor x = random_leaf({2, 3, 5}, 53, -4, 4);
+      auto r = gradcheck(
+          [&](const std::vector<Tensor>& in) { return ops::scale(ops::cross_entropy(in[0], t, red, ignore), 2.5); },
+          {x});
+      expect_passes(r, x.numel());
+    }
+}
+
+// embedding: ids of two dimensions with repeats (their gradients add) and table rows no id
+// names (gradient 0, which the central difference also gives). A padding_idx row is left
+// out: its forward reads the row, so the numeric derivative is not the zero that PyTorch's
+// padding_idx (and ours) returns on purpose; tests/ops/embedding_test.cpp and the PyTorch
+// parity test hold that row.
+TEST(Gradcheck, Embedding) {
+  Tensor ids = Tensor::from_vector<int64_t>({3, 0, 3, 5, 1, 3, 0, 2}, {2, 4});
+  Tensor w = random_leaf({7, 3}, 51);
+  auto r = gradcheck([&](const std::vector<Tensor>& in) { return weighted_sum(ops::embedding(ids, in[0]), 52); }, {w});
+  expect_passes(r, w.numel());
+}
+
 }  // namespace
 }  // namespace dpcore

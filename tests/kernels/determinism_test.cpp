@@ -8,6 +8,7 @@
 
 #include "support/kernel_checks.h"
 #include "kernels/cpu/kernels.h"
+#include "kernels/index_check.h"
 
 namespace dpcore::testing {
 namespace {
@@ -71,8 +72,8 @@ TEST(DeterminismTest, LossAndSumAreBitIdenticalWithTwoThreads) {
   std::vector<int64_t> target(rows);
   for (int64_t r = 0; r < rows; ++r) target[r] = r % cols;
   expect_repeatable<float>("cross_entropy_forward_backward", rows * cols + 1, [&](std::vector<float>& out) {
-    cpu::cross_entropy_forward_backward(rows, cols, logits.data(), target.data(), 1.0f / rows, out.data() + rows * cols,
-                                        out.data());
+    cpu::cross_entropy_forward_backward(rows, cols, logits.data(), target.data(), kernels::kDefaultIgnoreIndex,
+                                        1.0f / rows, nullptr, out.data() + rows * cols, out.data());
   });
   auto big = random_vector<double>(3000001, 9);
   expect_repeatable<double>("sum", 1, [&](std::vector<double>& out) {

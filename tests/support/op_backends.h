@@ -27,6 +27,7 @@
 
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/kernels.h"
+#include "kernels/index_check.h"
 #include "kernels/naive/naive.h"
 #include "kernels/shapes.h"
 #include "support/kernel_checks.h"
@@ -213,7 +214,8 @@ struct CpuBackend {
   }
   static void cross_entropy_forward_backward(int64_t rows, int64_t cols, const T* logits, const int64_t* target,
                                              T grad_scale, T* loss_sum, T* dlogits) {
-    kernels::cpu::cross_entropy_forward_backward<T>(rows, cols, logits, target, grad_scale, loss_sum, dlogits);
+    kernels::cpu::cross_entropy_forward_backward<T>(rows, cols, logits, target, kernels::kDefaultIgnoreIndex,
+                                                    grad_scale, nullptr, loss_sum, dlogits);
   }
   static void fill(int64_t n, T value, T* y) { kernels::cpu::fill<T>(n, value, y); }
   static void add(int64_t n, const T* a, const T* b, T* y) { kernels::cpu::add<T>(n, a, b, y); }
@@ -253,6 +255,24 @@ struct CpuBackend {
   // batched_matmul
   static void batched_matmul(const kernels::BatchedMatmulShape& s, const T* a, const T* b, T* c) {
     kernels::cpu::batched_matmul<T>(s, a, b, c);
+  }
+  // embedding
+  static void embedding_forward(int64_t n, int64_t /*vocab: checked beforehand*/, int64_t dim, const int64_t* ids,
+                                const T* weight, T* y) {
+    kernels::cpu::embedding_forward<T>(n, dim, ids, weight, y);
+  }
+  static void embedding_backward(int64_t n, int64_t vocab, int64_t dim, const int64_t* ids, const T* dy,
+                                 int64_t padding_idx, T* dweight, bool accumulate) {
+    kernels::cpu::embedding_backward<T>(n, vocab, dim, ids, dy, padding_idx, dweight, accumulate);
+  }
+  // cross_entropy with ignore_index and the mean's divisor
+  static void cross_entropy_forward_backward(int64_t rows, int64_t cols, const T* logits, const int64_t* target,
+                                             int64_t ignore_index, const int64_t* divisor, T* loss, T* dlogits) {
+    kernels::cpu::cross_entropy_forward_backward<T>(rows, cols, logits, target, ignore_index, T(1), divisor, loss,
+                                                    dlogits);
+  }
+  static void count_targets(int64_t rows, const int64_t* target, int64_t ignore_index, int64_t* counted) {
+    kernels::cpu::count_targets(rows, target, ignore_index, counted);
   }
 };
 
@@ -395,7 +415,8 @@ struct CudaBackend {
   }
   static void cross_entropy_forward_backward(int64_t rows, int64_t cols, const float* logits, const int64_t* target,
                                              float grad_scale, float* loss_sum, float* dlogits) {
-    kernels::cuda::cross_entropy_forward_backward(rows, cols, logits, target, grad_scale, loss_sum, dlogits, nullptr);
+    kernels::cuda::cross_entropy_forward_backward(rows, cols, logits, target, kernels::kDefaultIgnoreIndex, grad_scale,
+                                                  nullptr, loss_sum, dlogits, nullptr);
   }
   static void fill(int64_t n, float value, float* y) { kernels::cuda::fill<float>(n, value, y, nullptr); }
   static void add(int64_t n, const float* a, const float* b, float* y) { kernels::cuda::add(n, a, b, y, nullptr); }
@@ -442,6 +463,25 @@ struct CudaBackend {
   // batched_matmul: the tiled sgemm with the matrix index in the grid's z
   static void batched_matmul(const kernels::BatchedMatmulShape& s, const float* a, const float* b, float* c) {
     kernels::cuda::batched_matmul(s, a, b, c, nullptr);
+  }
+  // embedding
+  static void embedding_forward(int64_t n, int64_t vocab, int64_t dim, const int64_t* ids, const float* weight,
+                                float* y) {
+    kernels::cuda::embedding_forward(n, vocab, dim, ids, weight, y, nullptr);
+  }
+  static void embedding_backward(int64_t n, int64_t vocab, int64_t dim, const int64_t* ids, const float* dy,
+                                 int64_t padding_idx, float* dweight, bool accumulate) {
+    kernels::cuda::embedding_backward(n, vocab, dim, ids, dy, padding_idx, dweight, accumulate, nullptr);
+  }
+  // cross_entropy with ignore_index and the mean's divisor
+  static void cross_entropy_forward_backward(int64_t rows, int64_t cols, const float* logits, const int64_t* target,
+                                             int64_t ignore_index, const int64_t* divisor, float* loss,
+                                             float* dlogits) {
+    kernels::cuda::cross_entropy_forward_backward(rows, cols, logits, target, ignore_index, 1.f, divisor, loss, dlogits,
+                                                  nullptr);
+  }
+  static void count_targets(int64_t rows, const int64_t* target, int64_t ignore_index, int64_t* counted) {
+    kernels::cuda::count_targets(rows, target, ignore_index, counted, nullptr);
   }
 };
 

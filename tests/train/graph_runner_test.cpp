@@ -182,14 +182,15 @@ class RecordingBackend : public Backend {
   void nll_loss_backward(const Tensor& grad_per_row, const Tensor& target, Tensor& dlogp) override {
     run([=, dlogp = dlogp]() mutable { cpu_.nll_loss_backward(grad_per_row, target, dlogp); });
   }
-  void cross_entropy_forward_backward(const Tensor& logits, const Tensor& target, double grad_scale, Tensor& loss_sum,
-                                      Tensor& dlogits) override {
-    run([=, loss_sum = loss_sum, dlogits = dlogits]() mutable {
-      cpu_.cross_entropy_forward_backward(logits, target, grad_scale, loss_sum, dlogits);
+  void cross_entropy_forward_backward(const Tensor& logits, const Tensor& target, int64_t ignore_index,
+                                      const Tensor* divisor, Tensor& loss, Tensor& dlogits) override {
+    run([=, divisor = opt(divisor), loss = loss, dlogits = dlogits]() mutable {
+      cpu_.cross_entropy_forward_backward(logits, target, ignore_index, divisor.defined() ? &divisor : nullptr, loss,
+                                          dlogits);
     });
   }
-  void check_targets(const char* op, const Tensor& target, int64_t classes) override {
-    run([=] { cpu_.check_targets(op, target, classes); });
+  void check_indices(const kernels::IndexCheck& check, const Tensor& indices) override {
+    run([=] { cpu_.check_indices(check, indices); });
   }
   void fill(Tensor& y, double value) override {
     run([=, y = y]() mutable { cpu_.fill(y, value); });
@@ -250,6 +251,18 @@ class RecordingBackend : public Backend {
   // batched_matmul
   void batched_matmul(const kernels::BatchedMatmulShape& s, const Tensor& a, const Tensor& b, Tensor& c) override {
     run([=, c = c]() mutable { cpu_.batched_matmul(s, a, b, c); });
+  }
+  // embedding
+  void embedding_forward(const Tensor& ids, const Tensor& weight, Tensor& y) override {
+    run([=, y = y]() mutable { cpu_.embedding_forward(ids, weight, y); });
+  }
+  void embedding_backward(const Tensor& ids, const Tensor& dy, int64_t padding_idx, Tensor& dweight,
+                          bool accumulate) override {
+    run([=, dweight = dweight]() mutable { cpu_.embedding_backward(ids, dy, padding_idx, dweight, accumulate); });
+  }
+  // cross_entropy's count of tokens
+  void count_targets(const Tensor& target, int64_t ignore_index, Tensor& counted) override {
+    run([=, counted = counted]() mutable { cpu_.count_targets(target, ignore_index, counted); });
   }
 
  private:
