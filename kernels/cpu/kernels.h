@@ -140,6 +140,21 @@ template <class T>
 void adam_step(int64_t n, const AdamConfig& cfg, int64_t step, T* param, const T* grad, T* exp_avg, T* exp_avg_sq,
                const uint32_t* decay_mask);
 
+// ---- layer_norm over the last dimension, torch.nn.functional.layer_norm(x, (cols,), w, b,
+// eps) of x [rows, cols]: per row mean m and biased variance v (two passes, in double),
+// rstd = 1 / sqrt(v + eps), y = (x - m) * rstd * weight + bias (weight and bias [cols],
+// both or neither: null). mean and rstd [rows] are saved for the backward. Backward, with
+// xhat = (x - m) * rstd and g = dy * weight: dx = rstd * (g - mean(g) - xhat * mean(g * xhat))
+// per row; dweight = sum over rows of dy * xhat, dbias = sum of dy, each column added in row
+// order (the same bits for every thread count), written or, with accumulate, added onto the
+// contents. Any of dx, dweight, dbias may be null (not wanted). ----
+template <class T>
+void layer_norm_forward(int64_t rows, int64_t cols, const T* x, const T* weight, const T* bias, double eps, T* y,
+                        T* mean, T* rstd);
+template <class T>
+void layer_norm_backward(int64_t rows, int64_t cols, const T* dy, const T* x, const T* weight, const T* mean,
+                         const T* rstd, T* dx, T* dweight, T* dbias, bool accumulate);
+
 // Whether float stride-1 convolutions may take the direct path (default true); false
 // keeps every convolution on im2col + GEMM, for benchmarking one against the other.
 void set_direct_conv2d(bool enabled);

@@ -141,4 +141,13 @@ void sgd_step(int64_t n, const SgdConfig& cfg, bool first_step, float* param, co
 void adam_step(int64_t n, const AdamConfig& cfg, int64_t step, float* param, const float* grad, float* exp_avg,
                float* exp_avg_sq, const uint32_t* decay_mask, cudaStream_t stream);
 
+// ---- layer_norm over the last dimension of x [rows, cols], as kernels/cpu/kernels.h
+// layer_norm_forward / layer_norm_backward, in float with fixed reduction orders (a warp
+// per row; the parameter gradients through a workspace of per-chunk column partials). ----
+void layer_norm_forward(int64_t rows, int64_t cols, const float* x, const float* weight, const float* bias,
+                        float eps, float* y, float* mean, float* rstd, cudaStream_t stream);
+void layer_norm_backward(int64_t rows, int64_t cols, const float* dy, const float* x, const float* weight,
+                         const float* mean, const float* rstd, float* dx, float* dweight, float* dbias,
+                         bool accumulate, cudaStream_t stream);
+
 }  // namespace dpcore::kernels::cuda

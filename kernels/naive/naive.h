@@ -27,4 +27,9 @@ template <class T> void max_pool2d_backward(const Pool2dShape& s, const T* dy, c
 template <class T> void avg_pool2d_forward(const Pool2dShape& s, bool count_include_pad, const T* x, T* y);
 template <class T> void avg_pool2d_backward(const Pool2dShape& s, bool count_include_pad, const T* dy, T* dx);
 
+// ---- layer_norm over the last dimension of x [rows, cols] (kernels/cpu/kernels.h has the
+// contract). ----
+template <class T> void layer_norm_forward(int64_t rows, int64_t cols, const T* x, const T* weight, const T* bias, double eps, T* y, T* mean, T* rstd);
+template <class T> void layer_norm_backward(int64_t rows, int64_t cols, const T* dy, const T* x, const T* weight, const T* mean, const T* rstd, T* dx, T* dweight, T* dbias, bool accumulate);
+
 }  // namespace dpcore::kernels::naive

@@ -228,6 +228,15 @@ struct CpuBackend {
                         T* exp_avg_sq, const uint32_t* decay_mask) {
     kernels::cpu::adam_step<T>(n, cfg, step, param, grad, exp_avg, exp_avg_sq, decay_mask);
   }
+  // layer_norm
+  static void layer_norm_forward(int64_t rows, int64_t cols, const T* x, const T* weight, const T* bias, double eps,
+                                 T* y, T* mean, T* rstd) {
+    kernels::cpu::layer_norm_forward<T>(rows, cols, x, weight, bias, eps, y, mean, rstd);
+  }
+  static void layer_norm_backward(int64_t rows, int64_t cols, const T* dy, const T* x, const T* weight, const T* mean,
+                                  const T* rstd, T* dx, T* dweight, T* dbias, bool accumulate) {
+    kernels::cpu::layer_norm_backward<T>(rows, cols, dy, x, weight, mean, rstd, dx, dweight, dbias, accumulate);
+  }
 };
 
 #ifdef DPCORE_HAVE_CUDA
@@ -385,6 +394,16 @@ struct CudaBackend {
   static void adam_step(int64_t n, const kernels::AdamConfig& cfg, int64_t step, float* param, const float* grad,
                         float* exp_avg, float* exp_avg_sq, const uint32_t* decay_mask) {
     kernels::cuda::adam_step(n, cfg, step, param, grad, exp_avg, exp_avg_sq, decay_mask, nullptr);
+  }
+  // layer_norm
+  static void layer_norm_forward(int64_t rows, int64_t cols, const float* x, const float* weight, const float* bias,
+                                 double eps, float* y, float* mean, float* rstd) {
+    kernels::cuda::layer_norm_forward(rows, cols, x, weight, bias, float(eps), y, mean, rstd, nullptr);
+  }
+  static void layer_norm_backward(int64_t rows, int64_t cols, const float* dy, const float* x, const float* weight,
+                                  const float* mean, const float* rstd, float* dx, float* dweight, float* dbias,
+                                  bool accumulate) {
+    kernels::cuda::layer_norm_backward(rows, cols, dy, x, weight, mean, rstd, dx, dweight, dbias, accumulate, nullptr);
   }
 };
 
