@@ -216,6 +216,16 @@ class TimingBackend : public Backend {
                  Tensor& exp_avg_sq, const Tensor& decay_mask) override {
     timed(times_, "adam", [&] { inner_.adam_step(cfg, step, param, grad, exp_avg, exp_avg_sq, decay_mask); });
   }
+  // layer_norm
+  void layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps, Tensor& y,
+                          Tensor& mean, Tensor& rstd) override {
+    timed(times_, "layer_norm", [&] { inner_.layer_norm_forward(x, weight, bias, eps, y, mean, rstd); });
+  }
+  void layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& mean,
+                           const Tensor& rstd, Tensor& dx, Tensor& dweight, Tensor& dbias, bool accumulate) override {
+    timed(times_, "layer_norm backward",
+          [&] { inner_.layer_norm_backward(dy, x, weight, mean, rstd, dx, dweight, dbias, accumulate); });
+  }
 
  private:
   Backend& inner_;

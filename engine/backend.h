@@ -175,6 +175,14 @@ class Backend {
   // one bit per element, weight decay where set (kernels/adam_config.h); undefined: everywhere.
   virtual void adam_step(const kernels::AdamConfig& cfg, int64_t step, Tensor& param, const Tensor& grad,
                          Tensor& exp_avg, Tensor& exp_avg_sq, const Tensor& decay_mask) = 0;
+  // layer_norm over the last dimension of x (rows = numel / cols), weight and bias [cols]
+  // or both undefined; mean and rstd [rows] are saved for the backward (kernels/cpu/kernels.h
+  // has the formulas). Backward: dx, dweight, dbias undefined when not wanted; accumulate
+  // adds onto dweight and dbias.
+  virtual void layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps, Tensor& y,
+                                  Tensor& mean, Tensor& rstd) = 0;
+  virtual void layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& mean,
+                                   const Tensor& rstd, Tensor& dx, Tensor& dweight, Tensor& dbias, bool accumulate) = 0;
 };
 
 // The backend for a device. Throws a clear error if that device type is not compiled in or

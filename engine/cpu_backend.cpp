@@ -369,6 +369,25 @@ class CpuBackend : public Backend {
                       mask);
     });
   }
+  // layer_norm
+  void layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps, Tensor& y,
+                          Tensor& mean, Tensor& rstd) override {
+    dispatch_float("layer_norm", x, [&](auto t) {
+      using T = decltype(t);
+      const int64_t cols = x.size(x.dim() - 1);
+      k::layer_norm_forward<T>(x.numel() / cols, cols, ptr<T>(x), ptr<T>(weight), ptr<T>(bias), eps, ptr<T>(y),
+                               ptr<T>(mean), ptr<T>(rstd));
+    });
+  }
+  void layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& mean,
+                           const Tensor& rstd, Tensor& dx, Tensor& dweight, Tensor& dbias, bool accumulate) override {
+    dispatch_float("layer_norm backward", x, [&](auto t) {
+      using T = decltype(t);
+      const int64_t cols = x.size(x.dim() - 1);
+      k::layer_norm_backward<T>(x.numel() / cols, cols, ptr<T>(dy), ptr<T>(x), ptr<T>(weight), ptr<T>(mean),
+                                ptr<T>(rstd), ptr<T>(dx), ptr<T>(dweight), ptr<T>(dbias), accumulate);
+    });
+  }
 
  private:
   CpuAllocator allocator_;

@@ -401,6 +401,21 @@ class CudaBackend : public Backend {
     const auto* mask = decay_mask.defined() ? reinterpret_cast<const uint32_t*>(decay_mask.data<int32_t>()) : nullptr;
     k::adam_step(param.numel(), cfg, step, f32(param), f32(grad), f32(exp_avg), f32(exp_avg_sq), mask, stream);
   }
+  // layer_norm
+  void layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps, Tensor& y,
+                          Tensor& mean, Tensor& rstd) override {
+    cudaStream_t stream = begin_op("layer_norm", {&x, &weight, &bias, &y, &mean, &rstd});
+    const int64_t cols = x.size(x.dim() - 1);
+    k::layer_norm_forward(x.numel() / cols, cols, f32(x), f32(&weight), f32(&bias), float(eps), f32(y), f32(mean),
+                          f32(rstd), stream);
+  }
+  void layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& mean,
+                           const Tensor& rstd, Tensor& dx, Tensor& dweight, Tensor& dbias, bool accumulate) override {
+    cudaStream_t stream = begin_op("layer_norm backward", {&dy, &x, &weight, &mean, &rstd, &dx, &dweight, &dbias});
+    const int64_t cols = x.size(x.dim() - 1);
+    k::layer_norm_backward(x.numel() / cols, cols, f32(dy), f32(x), f32(&weight), f32(mean), f32(rstd), f32(&dx),
+                           f32(&dweight), f32(&dbias), accumulate, stream);
+  }
 
  private:
   bool graphs_enabled_ = true;  // --cuda-graph

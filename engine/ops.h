@@ -96,5 +96,11 @@ Tensor add(const Tensor& a, const Tensor& b);
 Tensor scale(const Tensor& x, double factor);
 Tensor sum(const Tensor& x);
 Tensor mean(const Tensor& x);
+// layer_norm
+// torch.nn.functional.layer_norm(x, (D,), weight, bias, eps): each row of the last
+// dimension D of x [..., D] normalised by its mean and biased variance,
+// y = (x - mean) / sqrt(var + eps) * weight + bias; weight and bias [D] are both defined
+// (affine) or both undefined.
+Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps = 1e-5);
 
 }  // namespace dpcore::ops

@@ -271,5 +271,20 @@ TEST(FusedOps, EqualTheComposition) {
   EXPECT_EQ(run(true), run(false));  // bit-identical on the CPU
 }
 
+// layer_norm: x of three dimensions (rows from the leading two), affine and not (fresh
+// leaves for each check: gradcheck reads the gradients one backward leaves).
+TEST(Gradcheck, LayerNorm) {
+  Tensor x = random_leaf({2, 3, 5}, 1), w = random_leaf({5}, 2), b = random_leaf({5}, 3);
+  auto r = gradcheck(
+      [](const std::vector<Tensor>& in) { return weighted_sum(ops::layer_norm(in[0], in[1], in[2], 1e-5), 4); },
+      {x, w, b});
+  expect_passes(r, x.numel() + w.numel() + b.numel());
+  Tensor plain_x = random_leaf({4, 6}, 5);
+  auto plain = gradcheck(
+      [](const std::vector<Tensor>& in) { return weighted_sum(ops::layer_norm(in[0], Tensor(), Tensor(), 1e-5), 6); },
+      {plain_x});
+  expect_passes(plain, plain_x.numel());
+}
+
 }  // namespace
 }  // namespace dpcore

@@ -219,6 +219,17 @@ class RecordingBackend : public Backend {
       cpu_.adam_step(cfg, step, param, grad, exp_avg, exp_avg_sq, decay_mask);
     });
   }
+  // layer_norm
+  void layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps, Tensor& y,
+                          Tensor& mean, Tensor& rstd) override {
+    run([=, y = y, mean = mean, rstd = rstd]() mutable { cpu_.layer_norm_forward(x, weight, bias, eps, y, mean, rstd); });
+  }
+  void layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& mean,
+                           const Tensor& rstd, Tensor& dx, Tensor& dweight, Tensor& dbias, bool accumulate) override {
+    run([=, dx = dx, dw = dweight, db = dbias]() mutable {
+      cpu_.layer_norm_backward(dy, x, weight, mean, rstd, dx, dw, db, accumulate);
+    });
+  }
 
  private:
   static Tensor opt(const Tensor* t) { return t ? *t : Tensor(); }
