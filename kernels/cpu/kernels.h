@@ -17,6 +17,7 @@
 #include "kernels/adam_config.h"
 #include "kernels/sgd_config.h"
 #include "kernels/shapes.h"
+#include "kernels/softmax_mask.h"
 
 namespace dpcore::kernels::cpu {
 
@@ -154,6 +155,15 @@ void layer_norm_forward(int64_t rows, int64_t cols, const T* x, const T* weight,
 template <class T>
 void layer_norm_backward(int64_t rows, int64_t cols, const T* dy, const T* x, const T* weight, const T* mean,
                          const T* rstd, T* dx, T* dweight, T* dbias, bool accumulate);
+
+// ---- softmax(x + mask) over the last dimension, the mask (null: none) broadcast and the
+// causal limit applied as kernels/softmax_mask.h says; max-subtracted, in double. A row
+// masked everywhere is NaN (PyTorch's softmax of all -inf). Backward from the output:
+// dx = y * (dy - sum(dy * y)) per row; the mask takes no gradient. ----
+template <class T>
+void softmax_forward(const SoftmaxShape& s, const T* x, const T* mask, T* y);
+template <class T>
+void softmax_backward(int64_t rows, int64_t cols, const T* dy, const T* y, T* dx);
 
 // Whether float stride-1 convolutions may take the direct path (default true); false
 // keeps every convolution on im2col + GEMM, for benchmarking one against the other.

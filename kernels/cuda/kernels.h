@@ -15,6 +15,7 @@
 #include "kernels/adam_config.h"
 #include "kernels/sgd_config.h"
 #include "kernels/shapes.h"
+#include "kernels/softmax_mask.h"
 
 namespace dpcore::kernels::cuda {
 
@@ -149,5 +150,10 @@ void layer_norm_forward(int64_t rows, int64_t cols, const float* x, const float*
 void layer_norm_backward(int64_t rows, int64_t cols, const float* dy, const float* x, const float* weight,
                          const float* mean, const float* rstd, float* dx, float* dweight, float* dbias,
                          bool accumulate, cudaStream_t stream);
+
+// ---- softmax(x + mask) over the last dimension, as kernels/cpu/kernels.h softmax_forward /
+// softmax_backward, in float: a warp per row, an online max and sum in one pass. ----
+void softmax_forward(const SoftmaxShape& s, const float* x, const float* mask, float* y, cudaStream_t stream);
+void softmax_backward(int64_t rows, int64_t cols, const float* dy, const float* y, float* dx, cudaStream_t stream);
 
 }  // namespace dpcore::kernels::cuda

@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "kernels/shapes.h"
+#include "kernels/softmax_mask.h"
 
 namespace dpcore::kernels::naive {
 
@@ -31,5 +32,9 @@ template <class T> void avg_pool2d_backward(const Pool2dShape& s, bool count_inc
 // contract). ----
 template <class T> void layer_norm_forward(int64_t rows, int64_t cols, const T* x, const T* weight, const T* bias, double eps, T* y, T* mean, T* rstd);
 template <class T> void layer_norm_backward(int64_t rows, int64_t cols, const T* dy, const T* x, const T* weight, const T* mean, const T* rstd, T* dx, T* dweight, T* dbias, bool accumulate);
+
+// ---- softmax(x + mask) over the last dimension (kernels/softmax_mask.h). ----
+template <class T> void softmax_forward(const SoftmaxShape& s, const T* x, const T* mask, T* y);
+template <class T> void softmax_backward(int64_t rows, int64_t cols, const T* dy, const T* y, T* dx);
 
 }  // namespace dpcore::kernels::naive

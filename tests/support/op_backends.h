@@ -237,6 +237,13 @@ struct CpuBackend {
                                   const T* rstd, T* dx, T* dweight, T* dbias, bool accumulate) {
     kernels::cpu::layer_norm_backward<T>(rows, cols, dy, x, weight, mean, rstd, dx, dweight, dbias, accumulate);
   }
+  // softmax
+  static void softmax_forward(const kernels::SoftmaxShape& s, const T* x, const T* mask, T* y) {
+    kernels::cpu::softmax_forward<T>(s, x, mask, y);
+  }
+  static void softmax_backward(int64_t rows, int64_t cols, const T* dy, const T* y, T* dx) {
+    kernels::cpu::softmax_backward<T>(rows, cols, dy, y, dx);
+  }
 };
 
 #ifdef DPCORE_HAVE_CUDA
@@ -404,6 +411,13 @@ struct CudaBackend {
                                   const float* mean, const float* rstd, float* dx, float* dweight, float* dbias,
                                   bool accumulate) {
     kernels::cuda::layer_norm_backward(rows, cols, dy, x, weight, mean, rstd, dx, dweight, dbias, accumulate, nullptr);
+  }
+  // softmax
+  static void softmax_forward(const kernels::SoftmaxShape& s, const float* x, const float* mask, float* y) {
+    kernels::cuda::softmax_forward(s, x, mask, y, nullptr);
+  }
+  static void softmax_backward(int64_t rows, int64_t cols, const float* dy, const float* y, float* dx) {
+    kernels::cuda::softmax_backward(rows, cols, dy, y, dx, nullptr);
   }
 };
 
