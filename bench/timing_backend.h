@@ -226,6 +226,13 @@ class TimingBackend : public Backend {
     timed(times_, "layer_norm backward",
           [&] { inner_.layer_norm_backward(dy, x, weight, mean, rstd, dx, dweight, dbias, accumulate); });
   }
+  // softmax
+  void softmax_forward(const kernels::SoftmaxShape& s, const Tensor& x, const Tensor& mask, Tensor& y) override {
+    timed(times_, "softmax", [&] { inner_.softmax_forward(s, x, mask, y); });
+  }
+  void softmax_backward(const Tensor& dy, const Tensor& y, Tensor& dx) override {
+    timed(times_, "softmax backward", [&] { inner_.softmax_backward(dy, y, dx); });
+  }
 
  private:
   Backend& inner_;

@@ -17,6 +17,7 @@
 
 #include "engine/tensor.h"
 #include "kernels/adam_config.h"
+#include "kernels/softmax_mask.h"
 #include "kernels/sgd_config.h"
 #include "kernels/shapes.h"
 
@@ -183,6 +184,10 @@ class Backend {
                                   Tensor& mean, Tensor& rstd) = 0;
   virtual void layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& mean,
                                    const Tensor& rstd, Tensor& dx, Tensor& dweight, Tensor& dbias, bool accumulate) = 0;
+  // softmax(x + mask) over the last dimension; mask undefined or broadcast as s says, causal
+  // in s (kernels/softmax_mask.h). Backward from the output y.
+  virtual void softmax_forward(const kernels::SoftmaxShape& s, const Tensor& x, const Tensor& mask, Tensor& y) = 0;
+  virtual void softmax_backward(const Tensor& dy, const Tensor& y, Tensor& dx) = 0;
 };
 
 // The backend for a device. Throws a clear error if that device type is not compiled in or

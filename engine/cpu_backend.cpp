@@ -388,6 +388,20 @@ class CpuBackend : public Backend {
                                 ptr<T>(rstd), ptr<T>(dx), ptr<T>(dweight), ptr<T>(dbias), accumulate);
     });
   }
+  // softmax
+  void softmax_forward(const kernels::SoftmaxShape& s, const Tensor& x, const Tensor& mask, Tensor& y) override {
+    dispatch_float("softmax", x, [&](auto t) {
+      using T = decltype(t);
+      k::softmax_forward<T>(s, ptr<T>(x), ptr<T>(mask), ptr<T>(y));
+    });
+  }
+  void softmax_backward(const Tensor& dy, const Tensor& y, Tensor& dx) override {
+    dispatch_float("softmax backward", y, [&](auto t) {
+      using T = decltype(t);
+      const int64_t cols = y.size(y.dim() - 1);
+      k::softmax_backward<T>(y.numel() / cols, cols, ptr<T>(dy), ptr<T>(y), ptr<T>(dx));
+    });
+  }
 
  private:
   CpuAllocator allocator_;

@@ -416,6 +416,16 @@ class CudaBackend : public Backend {
     k::layer_norm_backward(x.numel() / cols, cols, f32(dy), f32(x), f32(&weight), f32(mean), f32(rstd), f32(&dx),
                            f32(&dweight), f32(&dbias), accumulate, stream);
   }
+  // softmax
+  void softmax_forward(const kernels::SoftmaxShape& s, const Tensor& x, const Tensor& mask, Tensor& y) override {
+    cudaStream_t stream = begin_op("softmax", {&x, &mask, &y});
+    k::softmax_forward(s, f32(x), f32(&mask), f32(y), stream);
+  }
+  void softmax_backward(const Tensor& dy, const Tensor& y, Tensor& dx) override {
+    cudaStream_t stream = begin_op("softmax backward", {&dy, &y, &dx});
+    const int64_t cols = y.size(y.dim() - 1);
+    k::softmax_backward(y.numel() / cols, cols, f32(dy), f32(y), f32(dx), stream);
+  }
 
  private:
   bool graphs_enabled_ = true;  // --cuda-graph

@@ -102,5 +102,12 @@ Tensor mean(const Tensor& x);
 // y = (x - mean) / sqrt(var + eps) * weight + bias; weight and bias [D] are both defined
 // (affine) or both undefined.
 Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps = 1e-5);
+// softmax
+// softmax(x + mask) over the last dimension of x [..., Tq, Tk]: torch.softmax(x + mask, -1)
+// with mask undefined or broadcast as PyTorch broadcasts (its last dimension Tk; the accepted
+// shapes are listed in kernels/softmax_mask.h), and causal masking key j of query i when
+// j > i (top-left: scaled_dot_product_attention's is_causal). A row masked everywhere is NaN,
+// as in PyTorch. The mask takes no gradient.
+Tensor softmax(const Tensor& x, const Tensor& mask = Tensor(), bool causal = false);
 
 }  // namespace dpcore::ops

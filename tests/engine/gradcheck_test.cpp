@@ -286,5 +286,19 @@ TEST(Gradcheck, LayerNorm) {
   expect_passes(plain, plain_x.numel());
 }
 
+// softmax over the last dimension with a key mask (some entries -inf) and causal.
+TEST(Gradcheck, Softmax) {
+  Tensor x = random_leaf({2, 2, 3, 4}, 1);
+  std::vector<double> m = testing::random_vector<double>(8, 2);
+  m[2] = m[7] = -INFINITY;
+  const Tensor mask = Tensor::from_vector(m, {2, 1, 1, 4});
+  auto r = gradcheck([&](const std::vector<Tensor>& in) { return weighted_sum(ops::softmax(in[0], mask, true), 3); },
+                     {x});
+  expect_passes(r, x.numel());
+  Tensor plain_x = random_leaf({3, 5}, 4);
+  auto plain = gradcheck([](const std::vector<Tensor>& in) { return weighted_sum(ops::softmax(in[0]), 5); }, {plain_x});
+  expect_passes(plain, plain_x.numel());
+}
+
 }  // namespace
 }  // namespace dpcore

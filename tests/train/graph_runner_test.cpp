@@ -230,6 +230,13 @@ class RecordingBackend : public Backend {
       cpu_.layer_norm_backward(dy, x, weight, mean, rstd, dx, dw, db, accumulate);
     });
   }
+  // softmax
+  void softmax_forward(const kernels::SoftmaxShape& s, const Tensor& x, const Tensor& mask, Tensor& y) override {
+    run([=, y = y]() mutable { cpu_.softmax_forward(s, x, mask, y); });
+  }
+  void softmax_backward(const Tensor& dy, const Tensor& y, Tensor& dx) override {
+    run([=, dx = dx]() mutable { cpu_.softmax_backward(dy, y, dx); });
+  }
 
  private:
   static Tensor opt(const Tensor* t) { return t ? *t : Tensor(); }
