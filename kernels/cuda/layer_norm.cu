@@ -80,7 +80,7 @@ constexpr int64_t kMinChunkRows = 32;
 __global__ void layer_norm_param_partials_kernel(int64_t rows, int64_t cols, int64_t chunk_rows, int64_t chunks,
                                                  const float* dy, const float* x, const float* mean,
                                                  const float* rstd, float* partial_dw, float* partial_db) {
-  const int64_t col = blockIdx.x * int64_t(kColumnThreads) + threadIdx.x;
+  const int64_t col = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
   if (col >= cols) return;
   for (int64_t chunk = blockIdx.y; chunk < chunks; chunk += gridDim.y) {
     const int64_t end = std::min(rows, (chunk + 1) * chunk_rows);
@@ -131,8 +131,10 @@ void layer_norm_backward(int64_t rows, int64_t cols, const float* dy, const floa
   float* partial_dw = partial.floats();
   float* partial_db = partial_dw + chunks * cols;
   if (chunks > 0) {
-    const dim3 grid(unsigned((cols + kColumnThreads - 1) / kColumnThreads), blocks_for(chunks, 1, 65535));
-    launch("layer_norm_param_partials_kernel", layer_norm_param_partials_kernel, grid, kColumnThreads, stream, rows,
+    // Narrow rows (a few columns) take blocks of a warp or so rather than idle threads.
+    const int threads = int(std::min<int64_t>(kColumnThreads, (cols + 31) / 32 * 32));
+    const dim3 grid(unsigned((cols + threads - 1) / threads), blocks_for(chunks, 1, 65535));
+    launch("layer_norm_param_partials_kernel", layer_norm_param_partials_kernel, grid, threads, stream, rows,
            cols, chunk_rows, chunks, dy, x, mean, rstd, partial_dw, partial_db);
   }
   launch("layer_norm_param_sums_kernel", layer_norm_param_sums_kernel, blocks_for(cols, kColumnThreads),
