@@ -259,6 +259,23 @@ class TimingBackend : public Backend {
   void count_targets(const Tensor& target, int64_t ignore_index, Tensor& counted) override {
     timed(times_, "count targets", [&] { inner_.count_targets(target, ignore_index, counted); });
   }
+  // layer_norm
+  void layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps, Tensor& y,
+                          Tensor& mean, Tensor& rstd) override {
+    timed(times_, "layer_norm", [&] { inner_.layer_norm_forward(x, weight, bias, eps, y, mean, rstd); });
+  }
+  void layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& mean,
+                           const Tensor& rstd, Tensor& dx, Tensor& dweight, Tensor& dbias, bool accumulate) override {
+    timed(times_, "layer_norm backward",
+          [&] { inner_.layer_norm_backward(dy, x, weight, mean, rstd, dx, dweight, dbias, accumulate); });
+  }
+  // softmax
+  void softmax_forward(const kernels::SoftmaxShape& s, const Tensor& x, const Tensor& mask, Tensor& y) override {
+    timed(times_, "softmax", [&] { inner_.softmax_forward(s, x, mask, y); });
+  }
+  void softmax_backward(const Tensor& dy, const Tensor& y, Tensor& dx) override {
+    timed(times_, "softmax backward", [&] { inner_.softmax_backward(dy, y, dx); });
+  }
 
  private:
   Backend& inner_;

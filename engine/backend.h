@@ -21,6 +21,7 @@
 #include "kernels/gelu_approximate.h"
 #include "kernels/attention_shape.h"
 #include "kernels/index_check.h"
+#include "kernels/softmax_mask.h"
 #include "kernels/sgd_config.h"
 #include "kernels/shapes.h"
 
@@ -219,6 +220,18 @@ class Backend {
   // cross_entropy's count of tokens: counted (an int64 scalar) = the number of entries of
   // target that are not ignore_index, computed on the device without a sync.
   virtual void count_targets(const Tensor& target, int64_t ignore_index, Tensor& counted) = 0;
+  // layer_norm over the last dimension of x (rows = numel / cols), weight and bias [cols]
+  // or both undefined; mean and rstd [rows] are saved for the backward (kernels/cpu/kernels.h
+  // has the formulas). Backward: dx, dweight, dbias undefined when not wanted; accumulate
+  // adds onto dweight and dbias.
+  virtual void layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps, Tensor& y,
+                                  Tensor& mean, Tensor& rstd) = 0;
+  virtual void layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& mean,
+                                   const Tensor& rstd, Tensor& dx, Tensor& dweight, Tensor& dbias, bool accumulate) = 0;
+  // softmax(x + mask) over the last dimension; mask undefined or broadcast as s says, causal
+  // in s (kernels/softmax_mask.h). Backward from the output y.
+  virtual void softmax_forward(const kernels::SoftmaxShape& s, const Tensor& x, const Tensor& mask, Tensor& y) = 0;
+  virtual void softmax_backward(const Tensor& dy, const Tensor& y, Tensor& dx) = 0;
 };
 
 // The backend for a device. Throws a clear error if that device type is not compiled in or

@@ -450,6 +450,39 @@ class CpuBackend : public Backend {
   void count_targets(const Tensor& target, int64_t ignore_index, Tensor& counted) override {
     k::count_targets(target.numel(), target.data<int64_t>(), ignore_index, counted.data<int64_t>());
   }
+  // layer_norm
+  void layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps, Tensor& y,
+                          Tensor& mean, Tensor& rstd) override {
+    dispatch_float("layer_norm", x, [&](auto t) {
+      using T = decltype(t);
+      const int64_t cols = x.size(x.dim() - 1);
+      k::layer_norm_forward<T>(x.numel() / cols, cols, ptr<T>(x), ptr<T>(weight), ptr<T>(bias), eps, ptr<T>(y),
+                               ptr<T>(mean), ptr<T>(rstd));
+    });
+  }
+  void layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& mean,
+                           const Tensor& rstd, Tensor& dx, Tensor& dweight, Tensor& dbias, bool accumulate) override {
+    dispatch_float("layer_norm backward", x, [&](auto t) {
+      using T = decltype(t);
+      const int64_t cols = x.size(x.dim() - 1);
+      k::layer_norm_backward<T>(x.numel() / cols, cols, ptr<T>(dy), ptr<T>(x), ptr<T>(weight), ptr<T>(mean),
+                                ptr<T>(rstd), ptr<T>(dx), ptr<T>(dweight), ptr<T>(dbias), accumulate);
+    });
+  }
+  // softmax
+  void softmax_forward(const kernels::SoftmaxShape& s, const Tensor& x, const Tensor& mask, Tensor& y) override {
+    dispatch_float("softmax", x, [&](auto t) {
+      using T = decltype(t);
+      k::softmax_forward<T>(s, ptr<T>(x), ptr<T>(mask), ptr<T>(y));
+    });
+  }
+  void softmax_backward(const Tensor& dy, const Tensor& y, Tensor& dx) override {
+    dispatch_float("softmax backward", y, [&](auto t) {
+      using T = decltype(t);
+      const int64_t cols = y.size(y.dim() - 1);
+      k::softmax_backward<T>(y.numel() / cols, cols, ptr<T>(dy), ptr<T>(y), ptr<T>(dx));
+    });
+  }
 
  private:
   CpuAllocator allocator_;

@@ -467,6 +467,31 @@ class CudaBackend : public Backend {
     k::count_targets(target.numel(), target.data<int64_t>(), ignore_index, counted.data<int64_t>(),
                      cuda_runtime::current_stream(device));
   }
+  // layer_norm
+  void layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps, Tensor& y,
+                          Tensor& mean, Tensor& rstd) override {
+    cudaStream_t stream = begin_op("layer_norm", {&x, &weight, &bias, &y, &mean, &rstd});
+    const int64_t cols = x.size(x.dim() - 1);
+    k::layer_norm_forward(x.numel() / cols, cols, f32(x), f32(&weight), f32(&bias), float(eps), f32(y), f32(mean),
+                          f32(rstd), stream);
+  }
+  void layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& mean,
+                           const Tensor& rstd, Tensor& dx, Tensor& dweight, Tensor& dbias, bool accumulate) override {
+    cudaStream_t stream = begin_op("layer_norm backward", {&dy, &x, &weight, &mean, &rstd, &dx, &dweight, &dbias});
+    const int64_t cols = x.size(x.dim() - 1);
+    k::layer_norm_backward(x.numel() / cols, cols, f32(dy), f32(x), f32(&weight), f32(mean), f32(rstd), f32(&dx),
+                           f32(&dweight), f32(&dbias), accumulate, stream);
+  }
+  // softmax
+  void softmax_forward(const kernels::SoftmaxShape& s, const Tensor& x, const Tensor& mask, Tensor& y) override {
+    cudaStream_t stream = begin_op("softmax", {&x, &mask, &y});
+    k::softmax_forward(s, f32(x), f32(&mask), f32(y), stream);
+  }
+  void softmax_backward(const Tensor& dy, const Tensor& y, Tensor& dx) override {
+    cudaStream_t stream = begin_op("softmax backward", {&dy, &y, &dx});
+    const int64_t cols = y.size(y.dim() - 1);
+    k::softmax_backward(y.numel() / cols, cols, f32(dy), f32(y), f32(dx), stream);
+  }
 
  private:
   bool graphs_enabled_ = true;  // --cuda-graph

@@ -157,5 +157,18 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
 // weight [V, D], giving [..., D]. Row padding_idx (negative counts from V, as in PyTorch)
 // gets no gradient. An id outside [0, V) fails naming the id, its position and V.
 Tensor embedding(const Tensor& ids, const Tensor& weight, std::optional<int64_t> padding_idx = std::nullopt);
+// layer_norm
+// torch.nn.functional.layer_norm(x, (D,), weight, bias, eps): each row of the last
+// dimension D of x [..., D] normalised by its mean and biased variance,
+// y = (x - mean) / sqrt(var + eps) * weight + bias; weight and bias [D] are both defined
+// (affine) or both undefined.
+Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps = 1e-5);
+// softmax
+// softmax(x + mask) over the last dimension of x [..., Tq, Tk]: torch.softmax(x + mask, -1)
+// with mask undefined or broadcast as PyTorch broadcasts (its last dimension Tk; the accepted
+// shapes are listed in kernels/softmax_mask.h), and causal masking key j of query i when
+// j > i (top-left: scaled_dot_product_attention's is_causal). A row masked everywhere is NaN,
+// as in PyTorch. The mask takes no gradient.
+Tensor softmax(const Tensor& x, const Tensor& mask = Tensor(), bool causal = false);
 
 }  // namespace dpcore::ops

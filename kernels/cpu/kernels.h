@@ -20,6 +20,7 @@
 #include "kernels/attention_shape.h"
 #include "kernels/sgd_config.h"
 #include "kernels/shapes.h"
+#include "kernels/softmax_mask.h"
 
 namespace dpcore::kernels::cpu {
 
@@ -192,6 +193,29 @@ template <class T> void embedding_forward(int64_t n, int64_t dim, const int64_t*
 template <class T>
 void embedding_backward(int64_t n, int64_t vocab, int64_t dim, const int64_t* ids, const T* dy, int64_t padding_idx,
                         T* dweight, bool accumulate);
+// ---- layer_norm over the last dimension, torch.nn.functional.layer_norm(x, (cols,), w, b,
+// eps) of x [rows, cols]: per row mean m and biased variance v (two passes, in double),
+// rstd = 1 / sqrt(v + eps), y = (x - m) * rstd * weight + bias (weight and bias [cols],
+// both or neither: null). mean and rstd [rows] are saved for the backward. Backward, with
+// xhat = (x - m) * rstd and g = dy * weight: dx = rstd * (g - mean(g) - xhat * mean(g * xhat))
+// per row; dweight = sum over rows of dy * xhat, dbias = sum of dy, each column added in row
+// order (the same bits for every thread count), written or, with accumulate, added onto the
+// contents. Any of dx, dweight, dbias may be null (not wanted). ----
+template <class T>
+void layer_norm_forward(int64_t rows, int64_t cols, const T* x, const T* weight, const T* bias, double eps, T* y,
+                        T* mean, T* rstd);
+template <class T>
+void layer_norm_backward(int64_t rows, int64_t cols, const T* dy, const T* x, const T* weight, const T* mean,
+                         const T* rstd, T* dx, T* dweight, T* dbias, bool accumulate);
+
+// ---- softmax(x + mask) over the last dimension, the mask (null: none) broadcast and the
+// causal limit applied as kernels/softmax_mask.h says; max-subtracted, in double. A row
+// masked everywhere is NaN (PyTorch's softmax of all -inf). Backward from the output:
+// dx = y * (dy - sum(dy * y)) per row; the mask takes no gradient. ----
+template <class T>
+void softmax_forward(const SoftmaxShape& s, const T* x, const T* mask, T* y);
+template <class T>
+void softmax_backward(int64_t rows, int64_t cols, const T* dy, const T* y, T* dx);
 
 // Whether float stride-1 convolutions may take the direct path (default true); false
 // keeps every convolution on im2col + GEMM, for benchmarking one against the other.

@@ -18,6 +18,7 @@
 #include "kernels/attention_shape.h"
 #include "kernels/sgd_config.h"
 #include "kernels/shapes.h"
+#include "kernels/softmax_mask.h"
 
 namespace dpcore::kernels::cuda {
 
@@ -193,5 +194,18 @@ void embedding_forward(int64_t n, int64_t vocab, int64_t dim, const int64_t* ids
                        cudaStream_t stream);
 void embedding_backward(int64_t n, int64_t vocab, int64_t dim, const int64_t* ids, const float* dy,
                         int64_t padding_idx, float* dweight, bool accumulate, cudaStream_t stream);
+// ---- layer_norm over the last dimension of x [rows, cols], as kernels/cpu/kernels.h
+// layer_norm_forward / layer_norm_backward, in float with fixed reduction orders (a warp
+// per row; the parameter gradients through a workspace of per-chunk column partials). ----
+void layer_norm_forward(int64_t rows, int64_t cols, const float* x, const float* weight, const float* bias,
+                        float eps, float* y, float* mean, float* rstd, cudaStream_t stream);
+void layer_norm_backward(int64_t rows, int64_t cols, const float* dy, const float* x, const float* weight,
+                         const float* mean, const float* rstd, float* dx, float* dweight, float* dbias,
+                         bool accumulate, cudaStream_t stream);
+
+// ---- softmax(x + mask) over the last dimension, as kernels/cpu/kernels.h softmax_forward /
+// softmax_backward, in float: a warp per row, an online max and sum in one pass. ----
+void softmax_forward(const SoftmaxShape& s, const float* x, const float* mask, float* y, cudaStream_t stream);
+void softmax_backward(int64_t rows, int64_t cols, const float* dy, const float* y, float* dx, cudaStream_t stream);
 
 }  // namespace dpcore::kernels::cuda

@@ -11,6 +11,7 @@
 #include "kernels/gelu_approximate.h"
 #include "kernels/attention_shape.h"
 #include "kernels/shapes.h"
+#include "kernels/softmax_mask.h"
 
 namespace dpcore::kernels::naive {
 
@@ -55,5 +56,13 @@ template <class T> void embedding_forward(int64_t n, int64_t dim, const int64_t*
 template <class T>
 void embedding_backward(int64_t n, int64_t vocab, int64_t dim, const int64_t* ids, const T* dy, int64_t padding_idx,
                         T* dweight, bool accumulate);
+// ---- layer_norm over the last dimension of x [rows, cols] (kernels/cpu/kernels.h has the
+// contract). ----
+template <class T> void layer_norm_forward(int64_t rows, int64_t cols, const T* x, const T* weight, const T* bias, double eps, T* y, T* mean, T* rstd);
+template <class T> void layer_norm_backward(int64_t rows, int64_t cols, const T* dy, const T* x, const T* weight, const T* mean, const T* rstd, T* dx, T* dweight, T* dbias, bool accumulate);
+
+// ---- softmax(x + mask) over the last dimension (kernels/softmax_mask.h). ----
+template <class T> void softmax_forward(const SoftmaxShape& s, const T* x, const T* mask, T* y);
+template <class T> void softmax_backward(int64_t rows, int64_t cols, const T* dy, const T* y, T* dx);
 
 }  // namespace dpcore::kernels::naive

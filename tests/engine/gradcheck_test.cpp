@@ -393,5 +393,34 @@ TEST(Gradcheck, Embedding) {
   expect_passes(r, w.numel());
 }
 
+// layer_norm: x of three dimensions (rows from the leading two), affine and not (fresh
+// leaves for each check: gradcheck reads the gradients one backward leaves).
+TEST(Gradcheck, LayerNorm) {
+  Tensor x = random_leaf({2, 3, 5}, 1), w = random_leaf({5}, 2), b = random_leaf({5}, 3);
+  auto r = gradcheck(
+      [](const std::vector<Tensor>& in) { return weighted_sum(ops::layer_norm(in[0], in[1], in[2], 1e-5), 4); },
+      {x, w, b});
+  expect_passes(r, x.numel() + w.numel() + b.numel());
+  Tensor plain_x = random_leaf({4, 6}, 5);
+  auto plain = gradcheck(
+      [](const std::vector<Tensor>& in) { return weighted_sum(ops::layer_norm(in[0], Tensor(), Tensor(), 1e-5), 6); },
+      {plain_x});
+  expect_passes(plain, plain_x.numel());
+}
+
+// softmax over the last dimension with a key mask (some entries -inf) and causal.
+TEST(Gradcheck, Softmax) {
+  Tensor x = random_leaf({2, 2, 3, 4}, 1);
+  std::vector<double> m = testing::random_vector<double>(8, 2);
+  m[2] = m[7] = -INFINITY;
+  const Tensor mask = Tensor::from_vector(m, {2, 1, 1, 4});
+  auto r = gradcheck([&](const std::vector<Tensor>& in) { return weighted_sum(ops::softmax(in[0], mask, true), 3); },
+                     {x});
+  expect_passes(r, x.numel());
+  Tensor plain_x = random_leaf({3, 5}, 4);
+  auto plain = gradcheck([](const std::vector<Tensor>& in) { return weighted_sum(ops::softmax(in[0]), 5); }, {plain_x});
+  expect_passes(plain, plain_x.numel());
+}
+
 }  // namespace
 }  // namespace dpcore

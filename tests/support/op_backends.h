@@ -274,6 +274,22 @@ struct CpuBackend {
   static void count_targets(int64_t rows, const int64_t* target, int64_t ignore_index, int64_t* counted) {
     kernels::cpu::count_targets(rows, target, ignore_index, counted);
   }
+  // layer_norm
+  static void layer_norm_forward(int64_t rows, int64_t cols, const T* x, const T* weight, const T* bias, double eps,
+                                 T* y, T* mean, T* rstd) {
+    kernels::cpu::layer_norm_forward<T>(rows, cols, x, weight, bias, eps, y, mean, rstd);
+  }
+  static void layer_norm_backward(int64_t rows, int64_t cols, const T* dy, const T* x, const T* weight, const T* mean,
+                                  const T* rstd, T* dx, T* dweight, T* dbias, bool accumulate) {
+    kernels::cpu::layer_norm_backward<T>(rows, cols, dy, x, weight, mean, rstd, dx, dweight, dbias, accumulate);
+  }
+  // softmax
+  static void softmax_forward(const kernels::SoftmaxShape& s, const T* x, const T* mask, T* y) {
+    kernels::cpu::softmax_forward<T>(s, x, mask, y);
+  }
+  static void softmax_backward(int64_t rows, int64_t cols, const T* dy, const T* y, T* dx) {
+    kernels::cpu::softmax_backward<T>(rows, cols, dy, y, dx);
+  }
 };
 
 #ifdef DPCORE_HAVE_CUDA
@@ -482,6 +498,23 @@ struct CudaBackend {
   }
   static void count_targets(int64_t rows, const int64_t* target, int64_t ignore_index, int64_t* counted) {
     kernels::cuda::count_targets(rows, target, ignore_index, counted, nullptr);
+  }
+  // layer_norm
+  static void layer_norm_forward(int64_t rows, int64_t cols, const float* x, const float* weight, const float* bias,
+                                 double eps, float* y, float* mean, float* rstd) {
+    kernels::cuda::layer_norm_forward(rows, cols, x, weight, bias, float(eps), y, mean, rstd, nullptr);
+  }
+  static void layer_norm_backward(int64_t rows, int64_t cols, const float* dy, const float* x, const float* weight,
+                                  const float* mean, const float* rstd, float* dx, float* dweight, float* dbias,
+                                  bool accumulate) {
+    kernels::cuda::layer_norm_backward(rows, cols, dy, x, weight, mean, rstd, dx, dweight, dbias, accumulate, nullptr);
+  }
+  // softmax
+  static void softmax_forward(const kernels::SoftmaxShape& s, const float* x, const float* mask, float* y) {
+    kernels::cuda::softmax_forward(s, x, mask, y, nullptr);
+  }
+  static void softmax_backward(int64_t rows, int64_t cols, const float* dy, const float* y, float* dx) {
+    kernels::cuda::softmax_backward(rows, cols, dy, y, dx, nullptr);
   }
 };
 

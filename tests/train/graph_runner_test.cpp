@@ -264,6 +264,24 @@ class RecordingBackend : public Backend {
   void count_targets(const Tensor& target, int64_t ignore_index, Tensor& counted) override {
     run([=, counted = counted]() mutable { cpu_.count_targets(target, ignore_index, counted); });
   }
+  // layer_norm
+  void layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps, Tensor& y,
+                          Tensor& mean, Tensor& rstd) override {
+    run([=, y = y, mean = mean, rstd = rstd]() mutable { cpu_.layer_norm_forward(x, weight, bias, eps, y, mean, rstd); });
+  }
+  void layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& mean,
+                           const Tensor& rstd, Tensor& dx, Tensor& dweight, Tensor& dbias, bool accumulate) override {
+    run([=, dx = dx, dw = dweight, db = dbias]() mutable {
+      cpu_.layer_norm_backward(dy, x, weight, mean, rstd, dx, dw, db, accumulate);
+    });
+  }
+  // softmax
+  void softmax_forward(const kernels::SoftmaxShape& s, const Tensor& x, const Tensor& mask, Tensor& y) override {
+    run([=, y = y]() mutable { cpu_.softmax_forward(s, x, mask, y); });
+  }
+  void softmax_backward(const Tensor& dy, const Tensor& y, Tensor& dx) override {
+    run([=, dx = dx]() mutable { cpu_.softmax_backward(dy, y, dx); });
+  }
 
  private:
   static Tensor opt(const Tensor* t) { return t ? *t : Tensor(); }
