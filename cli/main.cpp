@@ -167,6 +167,21 @@ Rule lr_schedule_rule() {
           }};
 }
 
+// --betas B1,B2: two numbers, each in [0, 1), as torch.optim.Adam requires (at 1 the bias
+// correction divides by zero).
+Rule betas_rule() {
+  const Rule beta = number(0, true, 1);
+  std::string needs = "two numbers B1,B2, each in [0, 1)";
+  return {needs, "B1,B2", [=](const std::string& text) -> std::string {
+            const size_t comma = text.find(',');
+            if (comma == std::string::npos) return needs;
+            for (const std::string& b : {text.substr(0, comma), text.substr(comma + 1)}) {
+              if (!beta.check(b).empty() || std::strtod(b.c_str(), nullptr) >= 1) return needs;
+            }
+            return "";
+          }};
+}
+
 // cpu, cuda, cuda:N or auto: what dpcore::Device::parse takes, plus auto.
 Rule device_rule() {
   std::string needs = "cpu, cuda, cuda:N (N a GPU index from 0) or auto";
@@ -318,7 +333,26 @@ void add_train_flags(CLI::App& cmd, TrainOptions& o, BackendFlags& b) {
                                          "as one batch A times larger: each micro-batch normalises with its own "
                                          "statistics, as in PyTorch)"), whole<int64_t>(1))
       ->capture_default_str();
-  with_rule(cmd.add_option("--lr", o.sgd.lr, "SGD learning rate"), rate)->capture_default_str();
+  with_rule(cmd.add_option("--optimizer", o.optimizer,
+                           "sgd (torch.optim.SGD), adam (torch.optim.Adam) or adamw (torch.optim.AdamW, decoupled "
+                           "weight decay); adam and adamw take PyTorch's defaults: --lr 0.001, --betas 0.9,0.999, "
+                           "--eps 1e-8, --weight-decay 0 (adam) or 0.01 (adamw)"),
+            one_of({"sgd", "adam", "adamw"}))
+      ->capture_default_str();
+  with_rule(cmd.add_option("--lr", o.sgd.lr, "learning rate (with --optimizer adam or adamw, 0.001 unless given)"), rate)
+      ->capture_default_str();
+  with_rule(cmd.add_option_function<std::string>(
+                "--betas",
+                [&o](const std::string& text) {
+                  const size_t comma = text.find(',');
+                  o.adam.beta1 = std::strtod(text.substr(0, comma).c_str(), nullptr);
+                  o.adam.beta2 = std::strtod(text.substr(comma + 1).c_str(), nullptr);
+                },
+                "Adam's and AdamW's coefficients of the running averages of the gradient and its square (default "
+                "0.9,0.999)"),
+            betas_rule());
+  with_rule(cmd.add_option("--eps", o.adam.eps, "Adam's and AdamW's term added to the denominator (default 1e-8)"),
+            number(0, false));
   with_rule(cmd.add_option("--momentum", o.sgd.momentum, "SGD momentum"), rate)->capture_default_str();
   with_rule(cmd.add_option("--dampening", o.sgd.dampening, "SGD momentum dampening"), rate)->capture_default_str();
   cmd.add_flag("--nesterov", o.sgd.nesterov,
@@ -326,7 +360,10 @@ void add_train_flags(CLI::App& cmd, TrainOptions& o, BackendFlags& b) {
                "off: --nesterov=false");
   with_rule(cmd.add_option("--lr-schedule", o.lr_schedule, kLrScheduleHelp), lr_schedule_rule())->capture_default_str();
   with_rule(cmd.add_option("--warmup-steps", o.warmup_steps, kWarmupHelp), whole<int64_t>(0))->capture_default_str();
-  with_rule(cmd.add_option("--weight-decay", o.sgd.weight_decay, "L2 penalty added to the gradient (PyTorch's weight_decay)"),
+  with_rule(cmd.add_option("--weight-decay", o.sgd.weight_decay,
+                           "PyTorch's weight_decay: with sgd and adam an L2 penalty added to the gradient, with adamw "
+                           "decoupled (each step scales the parameters by 1 - lr*weight_decay; 0.01 unless given)"
+                           "never on biases and norm weights under adam and adamw"),
             rate)
       ->capture_default_str();
   with_rule(cmd.add_option("--seed", o.seed, "seed for initialisation and shuffling"), whole<uint64_t>(0))
@@ -415,20 +452,40 @@ void add_train_flags(CLI::App& cmd, TrainOptions& o, BackendFlags& b) {
 }  // namespace
 
 // The model's training defaults (train/recipe.h) for every flag the command line left out.
+// A recipe's optimizer settings are SGD's: with --optimizer adam or adamw it gives the rest.
 void apply_recipe(const CLI::App& cmd, TrainOptions& o) {
   const std::optional<dpcore::train::Recipe> recipe = dpcore::train::model_recipe(o.model);
   if (!recipe) return;
   auto unset = [&cmd](const char* flag) { return cmd.count(flag) == 0; };
   if (unset("--epochs")) o.epochs = recipe->epochs;
   if (unset("--batch")) o.batch = recipe->batch;
-  if (unset("--lr")) o.sgd.lr = recipe->sgd.lr;
-  if (unset("--momentum")) o.sgd.momentum = recipe->sgd.momentum;
-  if (unset("--dampening")) o.sgd.dampening = recipe->sgd.dampening;
-  if (unset("--nesterov")) o.sgd.nesterov = recipe->sgd.nesterov;
-  if (unset("--weight-decay")) o.sgd.weight_decay = recipe->sgd.weight_decay;
+  if (o.optimizer == "sgd") {
+    if (unset("--lr")) o.sgd.lr = recipe->sgd.lr;
+    if (unset("--momentum")) o.sgd.momentum = recipe->sgd.momentum;
+    if (unset("--dampening")) o.sgd.dampening = recipe->sgd.dampening;
+    if (unset("--nesterov")) o.sgd.nesterov = recipe->sgd.nesterov;
+    if (unset("--weight-decay")) o.sgd.weight_decay = recipe->sgd.weight_decay;
+  }
   if (unset("--lr-schedule")) o.lr_schedule = recipe->lr_schedule;
   if (unset("--warmup-steps")) o.warmup_fraction = recipe->warmup_fraction;
   if (unset("--augment")) o.augment = recipe->augment;
+}
+
+// --optimizer: torch.optim's defaults for adam and adamw where the flag was left out, and
+// a refusal of the flags the chosen optimizer does not have.
+void apply_optimizer_defaults(const CLI::App& cmd, TrainOptions& o) {
+  auto given = [&cmd](const char* flag) { return cmd.count(flag) > 0; };
+  if (o.optimizer == "sgd") {
+    for (const char* flag : {"--betas", "--eps"}) {
+      DPCORE_CHECK(!given(flag), flag, " is Adam's: give it with --optimizer adam or adamw");
+    }
+    return;
+  }
+  for (const char* flag : {"--momentum", "--dampening", "--nesterov"}) {
+    DPCORE_CHECK(!given(flag), flag, " is SGD's, not --optimizer ", o.optimizer, "'s (its momentum is --betas B1,B2)");
+  }
+  if (!given("--lr")) o.sgd.lr = 1e-3;
+  if (!given("--weight-decay")) o.sgd.weight_decay = o.optimizer == "adamw" ? 1e-2 : 0.0;
 }
 
 // `dpcore launch -n N ... -- train ...` (cli/launch.h): the flags before --; what follows
@@ -533,6 +590,7 @@ int main(int argc, char** argv) {
         train.parallel.faults = dpcore::train::FaultInjector(std::move(faults));
       }
       apply_recipe(*train_cmd, train);
+      apply_optimizer_defaults(*train_cmd, train);
       train_backend.apply();
       dpcore::train::train(train, std::cout);
     } else if (*predict_cmd) {

@@ -15,6 +15,7 @@
 
 #include <sstream>
 
+#include "engine/sgd.h"
 #include "engine/backend.h"
 #include "layers/zoo.h"
 #include "support/test_support.h"
@@ -348,7 +349,7 @@ TEST(GraphRunner, RatesChangingEveryStepRunEagerlyUntilTheyHoldStill) {
   EXPECT_TRUE(runner.replaying());
   EXPECT_EQ(values(runner.model()), values(*ref.model));
   EXPECT_EQ(runner.optimizer().steps_taken(), 12);
-  EXPECT_EQ(runner.optimizer().config().momentum, 0.88);
+  EXPECT_EQ(dynamic_cast<Sgd&>(runner.optimizer()).config().momentum, 0.88);
   EXPECT_EQ(notes.str(),
             "dpcore: note: the learning rate or momentum changes at every step (--lr-schedule, --warmup-steps); such "
             "steps run without a CUDA graph, which would have to be recorded anew for each\n");
@@ -377,8 +378,8 @@ TEST(GraphRunner, RestartingTheStepCountIsRecordedAnew) {
   for (int step = 0; step < 7; ++step) {
     if (step == 4) {
       Tensor zeros = Tensor::zeros({runner.model().parameters().total()});
-      runner.optimizer().restore(zeros, 0);
-      ref.sgd.restore(zeros, 0);
+      runner.optimizer().restore({zeros}, 0);
+      ref.sgd.restore({zeros}, 0);
     }
     HostBatch b(step);
     runner.step(b.view);

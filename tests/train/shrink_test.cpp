@@ -38,7 +38,7 @@ ParallelOptions shrinking(ParallelOptions o, int min_replicas = 1) {
 void copy_state(StepRunner& from, StepRunner& to) {
   to.model().parameters().values().copy_(from.model().parameters().values());
   if (from.model().has_batch_norm()) to.model().buffers().values().copy_(from.model().buffers().values());
-  to.optimizer().restore(from.optimizer().momentum(), from.optimizer().steps_taken());
+  to.optimizer().restore({from.optimizer().state("momentum")}, from.optimizer().steps_taken());
   to.sync_replicas();
 }
 

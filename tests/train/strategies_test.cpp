@@ -8,6 +8,7 @@
 #include <set>
 #include <thread>
 
+#include "engine/sgd.h"
 #include "train/async_sgd.h"
 #include "train/local_sgd.h"
 #include "train/step.h"
@@ -183,7 +184,7 @@ TEST(LocalSgd, AReplicaWithAnEmptyShareDoesNotStep) {
     want_momentum[i] = float(0.6 * first_momentum[i] + 0.4 * second_momentum[i]);
   }
   EXPECT_LE(testing::relative_difference(params_of(runner.model()), want), 1e-6);
-  EXPECT_LE(testing::relative_difference(runner.optimizer().momentum().to_vector<float>(), want_momentum), 1e-6);
+  EXPECT_LE(testing::relative_difference(runner.optimizer().state("momentum").to_vector<float>(), want_momentum), 1e-6);
 }
 
 // --- async ---------------------------------------------------------------------------

@@ -78,7 +78,7 @@ inline StepStats step(StepRunner& r, int64_t step, int64_t batch = kBatch) {
 }
 
 inline std::vector<float> params(StepRunner& r) { return r.model().parameters().values().to_vector<float>(); }
-inline std::vector<float> momentum(StepRunner& r) { return r.optimizer().momentum().to_vector<float>(); }
+inline std::vector<float> momentum(StepRunner& r) { return r.optimizer().state("momentum").to_vector<float>(); }
 
 using dpcore::testing::error_of;
 
