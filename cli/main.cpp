@@ -353,6 +353,10 @@ void add_train_flags(CLI::App& cmd, TrainOptions& o, BackendFlags& b) {
             betas_rule());
   with_rule(cmd.add_option("--eps", o.adam.eps, "Adam's and AdamW's term added to the denominator (default 1e-8)"),
             number(0, false));
+  with_rule(cmd.add_option("--clip-grad-norm", o.clip_grad_norm,
+                           "before every step, scale the (reduced) gradient to this L2 norm when it is larger, as "
+                           "torch.nn.utils.clip_grad_norm_ (the norm in --metrics as grad_norm); default: no clipping"),
+            number(0, true));
   with_rule(cmd.add_option("--momentum", o.sgd.momentum, "SGD momentum"), rate)->capture_default_str();
   with_rule(cmd.add_option("--dampening", o.sgd.dampening, "SGD momentum dampening"), rate)->capture_default_str();
   cmd.add_flag("--nesterov", o.sgd.nesterov,

@@ -1,6 +1,7 @@
 #include "engine/optimizer.h"
 
 #include "engine/adam.h"
+#include "engine/backend.h"
 #include "engine/seconds_since.h"
 #include "engine/sgd.h"
 #include "engine/trace.h"
@@ -13,6 +14,7 @@ void Optimizer::step() {
   trace::Span span("optimizer", [&] {
     return trace::Label{"optimizer step", {{"parameters", values.numel()}, {"lr", lr()}}};
   });
+  if (clip_grad_norm_ >= 0) clip_gradients();
   apply(values);
   ++steps_;
   last_step_seconds_ = seconds_since(started);
@@ -42,14 +44,42 @@ void Optimizer::restore(const std::vector<Tensor>& given, int64_t steps) {
   steps_ = steps;
 }
 
+void Optimizer::set_clip_grad_norm(double max_norm) {
+  DPCORE_CHECK(std::isfinite(max_norm), name(), ": gradient clipping norm ", max_norm, " must be finite");
+  clip_grad_norm_ = max_norm;
+  if (max_norm >= 0 && !sum_of_squares_.defined()) {
+    sum_of_squares_ = Tensor::zeros({1}, params_.dtype(), params_.device());
+  }
+}
+
+void Optimizer::clip_gradients() {
+  Tensor grads = params_.grads();
+  trace::Span span("optimizer", [&] {
+    return trace::Label{"clip gradient norm", {{"max_norm", clip_grad_norm_}}};
+  });
+  Backend& backend = backend_for(grads.device());
+  backend.sum_of_squares(grads, sum_of_squares_);
+  // As clip_grad_norm_: the norm, then max_norm / (norm + 1e-6) clamped to 1, in float.
+  const float norm = std::sqrt(float(sum_of_squares_.item()));
+  const float coefficient = float(clip_grad_norm_) / (norm + 1e-6f);
+  last_grad_norm_ = norm;
+  if (coefficient < 1.0f) backend.scale(double(coefficient), grads, grads);
+}
+
 void Optimizer::set_steps_taken(int64_t steps) {
   DPCORE_CHECK(steps >= 0, name(), ": negative step count ", steps);
   steps_ = steps;
 }
 
 std::unique_ptr<Optimizer> make_optimizer(FlatParameters& params, const OptimizerConfig& config) {
-  if (config.kind == OptimizerConfig::Kind::Adam) return std::make_unique<Adam>(params, config.adam);
-  return std::make_unique<Sgd>(params, config.sgd);
+  std::unique_ptr<Optimizer> optimizer;
+  if (config.kind == OptimizerConfig::Kind::Adam) {
+    optimizer = std::make_unique<Adam>(params, config.adam);
+  } else {
+    optimizer = std::make_unique<Sgd>(params, config.sgd);
+  }
+  if (config.clip_grad_norm >= 0) optimizer->set_clip_grad_norm(config.clip_grad_norm);
+  return optimizer;
 }
 
 }  // namespace dpcore

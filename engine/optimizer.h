@@ -5,6 +5,7 @@
 // and local SGD's averaging handle SGD's momentum and Adam's two moments alike.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -32,8 +33,19 @@ class Optimizer {
   Optimizer(const Optimizer&) = delete;
   Optimizer& operator=(const Optimizer&) = delete;
 
-  // One update of every parameter from the gradient buffer, counted.
+  // One update of every parameter from the gradient buffer, counted; with a clip, after
+  // scaling the gradient buffer as torch.nn.utils.clip_grad_norm_ does (set_clip_grad_norm).
   void step();
+  // Gradient norm clipping (torch.nn.utils.clip_grad_norm_ with norm_type 2, before every
+  // step): the L2 norm of the whole gradient buffer, summed in a fixed order
+  // (Backend::sum_of_squares), and when max_norm / (norm + 1e-6) < 1 the buffer is scaled
+  // by that coefficient, computed in float as PyTorch computes it. Negative: no clipping
+  // (the default). Whatever reduced the gradient into this buffer (every runner steps on
+  // the reduced gradient) makes the norm the same on every replica.
+  void set_clip_grad_norm(double max_norm);
+  double clip_grad_norm() const { return clip_grad_norm_; }
+  // The norm the last step found, before clipping (NaN when it does not clip).
+  double last_grad_norm() const { return last_grad_norm_; }
   // "sgd", "adam" or "adamw" (the --optimizer names).
   virtual std::string name() const = 0;
   // A new learning rate from the next step on (a schedule; PyTorch's param_group["lr"]).
@@ -44,9 +56,10 @@ class Optimizer {
   // The hyper-parameters the next step uses, in a fixed order: a runner that replays a
   // recorded step compares them with the recording's and records anew when they changed.
   virtual std::vector<double> hyper_parameters() const = 0;
-  // Whether a recorded step (a CUDA graph) may be replayed for later steps: not when the
-  // update passes the kernel scalars that change from step to step (Adam's bias correction).
-  bool replayable() const { return update_replayable(); }
+  // Whether a recorded step (a CUDA graph) may be replayed for later steps: not when it
+  // clips (the coefficient is computed on the host from the norm), nor when the update
+  // passes the kernel scalars that change from step to step (Adam's bias correction).
+  bool replayable() const { return clip_grad_norm_ < 0 && update_replayable(); }
   // The state tensors, in a fixed order (none for SGD without momentum).
   virtual std::vector<OptimizerState> state() const = 0;
   // The state tensor `name`; undefined when there is none of that name.
@@ -77,8 +90,13 @@ class Optimizer {
   FlatParameters& params_;
 
  private:
+  void clip_gradients();
+
   int64_t steps_ = 0;
   double last_step_seconds_ = 0;
+  double clip_grad_norm_ = -1;
+  double last_grad_norm_ = std::nan("");
+  Tensor sum_of_squares_;  // one element on the parameters' device, while clipping
 };
 
 // Which optimizer a run builds, with its hyper-parameters. Converts from either config, so
@@ -90,6 +108,7 @@ struct OptimizerConfig {
   Kind kind;
   SgdConfig sgd;
   AdamConfig adam;
+  double clip_grad_norm = -1;  // Optimizer::set_clip_grad_norm; negative: none
 };
 
 std::unique_ptr<Optimizer> make_optimizer(FlatParameters& params, const OptimizerConfig& config);

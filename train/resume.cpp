@@ -33,7 +33,8 @@ std::string schedule_setting(const TrainOptions& o) {
 }
 
 std::vector<Setting> settings_of(const TrainOptions& o) {
-  // SGD's as the first checkpoints wrote them; Adam's and AdamW's after their name.
+  // SGD's as the first checkpoints wrote them; Adam's and AdamW's after their name; the
+  // clipping norm after them, when there is one.
   std::ostringstream optimizer;
   if (o.optimizer == "sgd") {
     optimizer << o.sgd.lr << "," << o.sgd.momentum << "," << o.sgd.dampening << "," << o.sgd.weight_decay << ","
@@ -42,6 +43,7 @@ std::vector<Setting> settings_of(const TrainOptions& o) {
     optimizer << o.optimizer << " " << o.sgd.lr << "," << o.adam.beta1 << "," << o.adam.beta2 << "," << o.adam.eps
               << "," << o.sgd.weight_decay;
   }
+  if (o.clip_grad_norm >= 0) optimizer << ", clip " << o.clip_grad_norm;
   const char* draws = "the batches are drawn with it";
   return {
       {"model", "--model", "the weights and momentum are this model's", o.model},
@@ -56,8 +58,8 @@ std::vector<Setting> settings_of(const TrainOptions& o) {
       {"normalize", "normalisation (--no-normalize)", "the inputs are normalised with it", o.normalize ? "1" : "0", true},
       {"drop_last", "--drop-last", draws, o.drop_last ? "1" : "0", true},
       {"sgd",
-       o.optimizer == "sgd" ? "the SGD settings (--lr,--momentum,--dampening,--weight-decay,--nesterov)"
-                            : "the optimizer settings (--optimizer,--lr,--betas,--eps,--weight-decay)",
+       o.optimizer == "sgd" ? "the SGD settings (--lr,--momentum,--dampening,--weight-decay,--nesterov,--clip-grad-norm)"
+                            : "the optimizer settings (--optimizer,--lr,--betas,--eps,--weight-decay,--clip-grad-norm)",
        "every step's update follows from them", optimizer.str()},
       {"lr_schedule", "the schedule (--lr-schedule, --warmup-steps and, for cosine and onecycle, the run's length)",
        "every step's rate follows from it", schedule_setting(o)},

@@ -25,6 +25,7 @@ struct TrainOptions {
   // beta1.)
   SgdConfig sgd{0.03, 0.9, 0.0, 0.0, false};
   AdamConfig adam;  // --betas and --eps (its lr and weight_decay: sgd's above)
+  double clip_grad_norm = -1;  // --clip-grad-norm MAX (Optimizer::set_clip_grad_norm); negative: none
   std::string lr_schedule = "constant";  // constant | step:EPOCHS:GAMMA | cosine | onecycle (train/lr_schedule.h)
   int64_t warmup_steps = 0;              // linear warm-up steps; with onecycle, pct_start = W/T
   double warmup_fraction = 0;            // when warmup_steps is 0: the warm-up as this fraction of the
@@ -55,12 +56,13 @@ struct TrainOptions {
 
 // The optimizer the options ask for (its --lr and --weight-decay from `sgd`).
 inline OptimizerConfig optimizer_config(const TrainOptions& o) {
-  if (o.optimizer == "sgd") return o.sgd;
   AdamConfig adam = o.adam;
   adam.lr = o.sgd.lr;
   adam.weight_decay = o.sgd.weight_decay;
   adam.decoupled = o.optimizer == "adamw";
-  return adam;
+  OptimizerConfig config = o.optimizer == "sgd" ? OptimizerConfig(o.sgd) : OptimizerConfig(adam);
+  config.clip_grad_norm = o.clip_grad_norm;
+  return config;
 }
 
 }  // namespace dpcore::train

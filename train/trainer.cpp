@@ -114,6 +114,7 @@ class MetricsLog {
                         {"wall_s", m.wall_seconds}, {"replica_samples_per_s", m.replica_samples_per_s},
                         {"shares", m.shares}};
     for (const auto& [name, values] : m.counters) j[name] = values;
+    if (!std::isnan(m.grad_norm)) j["grad_norm"] = m.grad_norm;
     write(j);
   }
   // A record of another kind, e.g. {"kind": "shrink", ...}.
@@ -177,6 +178,8 @@ const TrainOptions& checked(const TrainOptions& o) {
   DPCORE_CHECK(o.warmup_steps >= 0, "--warmup-steps ", o.warmup_steps, " must not be negative");
   DPCORE_CHECK(o.warmup_fraction >= 0 && o.warmup_fraction < 1, "warm-up fraction ", o.warmup_fraction,
                " must be in [0, 1)");
+  DPCORE_CHECK(o.clip_grad_norm < 0 || std::isfinite(o.clip_grad_norm), "--clip-grad-norm ", o.clip_grad_norm,
+               " must be a finite number >= 0");
   DPCORE_CHECK(o.optimizer == "sgd" || o.optimizer == "adam" || o.optimizer == "adamw", "--optimizer ", o.optimizer,
                ": unknown (expected sgd, adam or adamw)");
   DPCORE_CHECK(!o.sgd.nesterov || (o.sgd.momentum > 0 && o.sgd.dampening == 0),
@@ -526,6 +529,7 @@ EpochMetrics TrainingRun::epoch_metrics(int64_t epoch) {
   m.time = breakdown_.parts(), m.wall_seconds = wall;
   m.replica_samples_per_s = breakdown_.replica_samples_per_s(), m.shares = breakdown_.shares();
   m.epoch = epoch + 1, m.step = progress_.step, m.lr = last_lr_;
+  m.grad_norm = runner_->optimizer().last_grad_norm();
   const int64_t counted = totals_.samples - totals_.skipped_samples;  // the steps applied
   m.train_loss = counted ? totals_.loss_sum.item() / double(counted) : 0;
   m.skipped_steps = totals_.skipped_steps;

@@ -46,6 +46,8 @@ TEST(OptimizerFlags, BadValuesAreRefusedNamingTheFlagAndTheValue) {
       {kJob + " --eps 1e-6", "--eps is Adam's: give it with --optimizer adam or adamw"},
       {kAdamW + " --momentum 0.9", "--momentum is SGD's, not --optimizer adamw's (its momentum is --betas B1,B2)"},
       {kJob + " --optimizer adam --nesterov", "--nesterov is SGD's, not --optimizer adam's"},
+      {kJob + " --clip-grad-norm -1", "--clip-grad-norm -1: must be a finite number >= 0"},
+      {kJob + " --clip-grad-norm inf", "--clip-grad-norm inf: must be a finite number >= 0"},
   };
   for (const Case& c : cases) {
     CommandResult r = run(c.args);
@@ -158,6 +160,29 @@ TEST(OptimizerDataParallel, AdamWOverTwoDpReplicasEqualsOneDevice) {
   ASSERT_EQ(other.status, 0) << other.output;
   EXPECT_GT(largest_difference(dir.file("one.safetensors"), dir.file("other.safetensors")), 0.1 * lr * steps)
       << "the bound tells another gradient from the same one";
+}
+
+// --clip-grad-norm clips the reduced gradient, so every replica finds the same norm and
+// stays identical (--check-replicas 1 compares their bits after every step), and ddp over
+// 2 replicas keeps one device's maths (SGD: within expect_same_maths); the metrics hold the
+// last step's norm, which clipping at 0.05 (below this job's norms) leaves above 0.05.
+TEST(ClipGradNormCli, ClipsTheReducedGradientAlikeOnEveryReplicaAndReportsTheNorm) {
+  dpcore::testing::TempDir dir;
+  const std::string clipped = kJob + " --steps 8 --clip-grad-norm 0.05";
+  CommandResult one = run(clipped + " --save " + dir.file("one.safetensors") + " --metrics " + dir.file("one.jsonl"));
+  ASSERT_EQ(one.status, 0) << one.output;
+  CommandResult ddp = run(clipped + " --replicas 2 --mode ddp --check-replicas 1 --save " + dir.file("ddp.safetensors"));
+  ASSERT_EQ(ddp.status, 0) << ddp.output;
+  expect_same_maths(dir.file("one.safetensors"), dir.file("ddp.safetensors"));
+  const std::string metrics = slurp(dir.file("one.jsonl"));
+  const size_t at = metrics.find("\"grad_norm\":");
+  ASSERT_NE(at, std::string::npos) << metrics;
+  EXPECT_GT(std::stod(metrics.substr(at + 12)), 0.05) << metrics;
+  CommandResult plain = run(kJob + " --steps 8 --save " + dir.file("plain.safetensors") + " --metrics " +
+                            dir.file("plain.jsonl"));
+  ASSERT_EQ(plain.status, 0) << plain.output;
+  EXPECT_EQ(slurp(dir.file("plain.jsonl")).find("grad_norm"), std::string::npos) << "no clip, no norm";
+  EXPECT_NE(slurp(dir.file("plain.safetensors")), slurp(dir.file("one.safetensors"))) << "the clip changed the steps";
 }
 
 }  // namespace

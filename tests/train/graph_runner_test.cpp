@@ -210,6 +210,9 @@ class RecordingBackend : public Backend {
   void sum(const Tensor& x, Tensor& out) override {
     run([=, out = out]() mutable { cpu_.sum(x, out); });
   }
+  void sum_of_squares(const Tensor& x, Tensor& out) override {
+    run([=, out = out]() mutable { cpu_.sum_of_squares(x, out); });
+  }
   void sgd_step(const kernels::SgdConfig& cfg, bool first_step, Tensor& param, const Tensor& grad,
                 Tensor& momentum) override {
     run([=, param = param, momentum = momentum]() mutable { cpu_.sgd_step(cfg, first_step, param, grad, momentum); });
