@@ -48,12 +48,14 @@ const char* kLrScheduleHelp =
     "step:EPOCHS:GAMMA = lr * GAMMA^floor(t / (EPOCHS * steps per epoch)) (StepLR(step_size=EPOCHS, gamma=GAMMA) "
     "stepped per epoch); cosine = lr * (1 + cos(pi * t / T)) / 2 (CosineAnnealingLR(T_max=T, eta_min=0)); "
     "onecycle = OneCycleLR(max_lr=lr, total_steps=T, pct_start=0.3 or W/T with --warmup-steps W): lr/25 up to lr, "
-    "then half-cosine down to lr/25/1e4, momentum 0.95 -> 0.85 -> 0.95 when --momentum > 0 (else not cycled). "
+    "then half-cosine down to lr/25/1e4, momentum 0.95 -> 0.85 -> 0.95 when --momentum > 0 (else not cycled); "
+    "linear = transformers' get_linear_schedule_with_warmup(num_warmup_steps=W, num_training_steps=T): "
+    "lr * t/W for t < W, then lr * max(0, (T-t)/(T-W)). "
     "Resumes exactly: the rate is a function of the step count";
 const char* kWarmupHelp =
     "linear warm-up: lr * (t+1)/W for the first W steps, then the schedule counting from step W (cosine over T-W); "
     "PyTorch: SequentialLR([LambdaLR(lambda t: min(1, (t+1)/W)), schedule], milestones=[W]). With onecycle: "
-    "pct_start = W/T. Must be less than the run's steps. The ResNets (--model) default to 15% of the run's steps; "
+    "pct_start = W/T; with linear, its own warm-up from 0 (lr * t/W). Must be less than the run's steps. The ResNets (--model) default to 15% of the run's steps; "
     "with onecycle, 0 gives its own pct_start 0.3 (the rise from lr/25 is the schedule), so no warm-up: "
     "--lr-schedule cosine --warmup-steps 0 (or constant)";
 const char* kDataHelp =
@@ -162,7 +164,7 @@ Rule one_of(const std::vector<std::string>& choices, std::string needs = "") {
 
 // --lr-schedule: the words train/lr_schedule.h uses for what is wrong.
 Rule lr_schedule_rule() {
-  return {"constant, step:EPOCHS:GAMMA, cosine or onecycle", "", [](const std::string& text) {
+  return {"constant, step:EPOCHS:GAMMA, cosine, onecycle or linear", "", [](const std::string& text) {
             return dpcore::train::lr_schedule_needs(text);
           }};
 }

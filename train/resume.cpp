@@ -61,7 +61,7 @@ std::vector<Setting> settings_of(const TrainOptions& o) {
        o.optimizer == "sgd" ? "the SGD settings (--lr,--momentum,--dampening,--weight-decay,--nesterov,--clip-grad-norm)"
                             : "the optimizer settings (--optimizer,--lr,--betas,--eps,--weight-decay,--clip-grad-norm)",
        "every step's update follows from them", optimizer.str()},
-      {"lr_schedule", "the schedule (--lr-schedule, --warmup-steps and, for cosine and onecycle, the run's length)",
+      {"lr_schedule", "the schedule (--lr-schedule, --warmup-steps and, for cosine, onecycle and linear, the run's length)",
        "every step's rate follows from it", schedule_setting(o)},
       {"augment", "--augment", draws, data::describe(data::parse_augment(o.augment))},
   };

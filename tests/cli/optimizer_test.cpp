@@ -185,4 +185,26 @@ TEST(ClipGradNormCli, ClipsTheReducedGradientAlikeOnEveryReplicaAndReportsTheNor
   EXPECT_NE(slurp(dir.file("plain.safetensors")), slurp(dir.file("one.safetensors"))) << "the clip changed the steps";
 }
 
+// BERT fine-tuning's recipe: AdamW, the linear warm-up and decay, clipping at 1. Its rates
+// are a function of the step and its norm of the gradient, so a resumed run is again the
+// run that never stopped, bit for bit.
+TEST(OptimizerCheckpoints, AdamWWithLinearWarmUpAndClippingResumesBitIdentically) {
+  dpcore::testing::TempDir dir;
+  const std::string bert = kAdamW + " --lr 0.01 --lr-schedule linear --warmup-steps 6 --clip-grad-norm 1 --steps 30";
+  const std::string ckpt = " --checkpoint " + dir.file("ckpt");
+  CommandResult straight = run(bert + " --save " + dir.file("straight.safetensors"));
+  ASSERT_EQ(straight.status, 0) << straight.output;
+  EXPECT_NE(straight.output.find("lr linear from 0.01 to 0 over 30 steps (warm-up from 0 over 6 steps)"),
+            std::string::npos)
+      << straight.output;
+  ASSERT_EQ(run(bert + " --checkpoint-every 15 --inject exit:replica=0,step=17" + ckpt).status, 75);
+  CommandResult resumed = run(bert + " --resume --save " + dir.file("resumed.safetensors") + ckpt);
+  ASSERT_EQ(resumed.status, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("at step 15"), std::string::npos) << resumed.output;
+  EXPECT_EQ(slurp(dir.file("straight.safetensors")), slurp(dir.file("resumed.safetensors")));
+  CommandResult other = run(kAdamW + " --lr 0.01 --lr-schedule linear --warmup-steps 6 --steps 30 --resume" + ckpt);
+  EXPECT_NE(other.status, 0) << "another clip is refused";
+  EXPECT_NE(other.output.find("--clip-grad-norm"), std::string::npos) << other.output;
+}
+
 }  // namespace
