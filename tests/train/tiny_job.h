@@ -57,8 +57,8 @@ inline ParallelOptions parallel(int replicas, const std::string& mode, const std
 }
 
 inline std::unique_ptr<StepRunner> runner(const ParallelOptions& o, const std::string& model = kNet,
-                                          int64_t accum = 1) {
-  return make_runner(tiny_model(model), kSgd, accum, o);
+                                          int64_t accum = 1, const OptimizerConfig& optimizer = kSgd) {
+  return make_runner(tiny_model(model), optimizer, accum, o);
 }
 
 // `replicas` replicas in `mode` (one replica: the single-device runner), with these
