@@ -358,7 +358,8 @@ TEST(Cli, ResumeRefusesAnotherSchedule) {
                             " --steps 6 --lr-schedule cosine"}) {  // cosine over another total
     CommandResult r = run(kJob + other + " --resume" + ckpt);
     EXPECT_NE(r.status, 0) << other;
-    EXPECT_NE(r.output.find("--warmup-steps and, for cosine and onecycle, the run's length) 'cosine, warm-up 0, steps 3'"),
+    EXPECT_NE(r.output.find("--warmup-steps and, for cosine, onecycle and linear, the run's length) 'cosine, warm-up 0, "
+                            "steps 3'"),
               std::string::npos)
         << other << "\n" << r.output;
   }

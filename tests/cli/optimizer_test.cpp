@@ -79,6 +79,18 @@ TEST(OptimizerFlags, AdamAndAdamWTakeTorchOptimsDefaults) {
   EXPECT_NE(sgd.output.find("batch 16, lr constant 0.03"), std::string::npos) << sgd.output;
 }
 
+// --explain tells the step that ran: AdamW's buffers and settings instead of SGD's.
+TEST(OptimizerFlags, ExplainTellsTheAdamWStep) {
+  CommandResult r = run(kAdamW + " --steps 1 --explain");
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("4. AdamW step: one fused launch over the flat buffers"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("lr 0.001, betas 0.9,0.999, eps 1e-08, weight decay 0.01 (decoupled); the optimizer has now "
+                          "taken 1 step"),
+            std::string::npos)
+      << r.output;
+  EXPECT_EQ(r.output.find("SGD step"), std::string::npos) << r.output;
+}
+
 // The checkpoint holds exp_avg, exp_avg_sq and the step count: 30 steps straight equal 15 +
 // checkpoint + resume + 15 bit for bit (15: not an epoch's end; 13 steps per epoch), on one
 // device and over two ddp replicas.
