@@ -208,6 +208,9 @@ class TimingBackend : public Backend {
   void sum(const Tensor& x, Tensor& out) override {
     timed(times_, "sum", [&] { inner_.sum(x, out); });
   }
+  void sum_of_squares(const Tensor& x, Tensor& out) override {
+    timed(times_, "sum_of_squares", [&] { inner_.sum_of_squares(x, out); });
+  }
   void sgd_step(const kernels::SgdConfig& cfg, bool first_step, Tensor& param, const Tensor& grad,
                 Tensor& momentum) override {
     timed(times_, "sgd", [&] { inner_.sgd_step(cfg, first_step, param, grad, momentum); });

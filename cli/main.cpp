@@ -48,12 +48,14 @@ const char* kLrScheduleHelp =
     "step:EPOCHS:GAMMA = lr * GAMMA^floor(t / (EPOCHS * steps per epoch)) (StepLR(step_size=EPOCHS, gamma=GAMMA) "
     "stepped per epoch); cosine = lr * (1 + cos(pi * t / T)) / 2 (CosineAnnealingLR(T_max=T, eta_min=0)); "
     "onecycle = OneCycleLR(max_lr=lr, total_steps=T, pct_start=0.3 or W/T with --warmup-steps W): lr/25 up to lr, "
-    "then half-cosine down to lr/25/1e4, momentum 0.95 -> 0.85 -> 0.95 when --momentum > 0 (else not cycled). "
+    "then half-cosine down to lr/25/1e4, momentum 0.95 -> 0.85 -> 0.95 when --momentum > 0 (else not cycled); "
+    "linear = transformers' get_linear_schedule_with_warmup(num_warmup_steps=W, num_training_steps=T): "
+    "lr * t/W for t < W, then lr * max(0, (T-t)/(T-W)). "
     "Resumes exactly: the rate is a function of the step count";
 const char* kWarmupHelp =
     "linear warm-up: lr * (t+1)/W for the first W steps, then the schedule counting from step W (cosine over T-W); "
     "PyTorch: SequentialLR([LambdaLR(lambda t: min(1, (t+1)/W)), schedule], milestones=[W]). With onecycle: "
-    "pct_start = W/T. Must be less than the run's steps. The ResNets (--model) default to 15% of the run's steps; "
+    "pct_start = W/T; with linear, its own warm-up from 0 (lr * t/W). Must be less than the run's steps. The ResNets (--model) default to 15% of the run's steps; "
     "with onecycle, 0 gives its own pct_start 0.3 (the rise from lr/25 is the schedule), so no warm-up: "
     "--lr-schedule cosine --warmup-steps 0 (or constant)";
 const char* kDataHelp =
@@ -162,8 +164,23 @@ Rule one_of(const std::vector<std::string>& choices, std::string needs = "") {
 
 // --lr-schedule: the words train/lr_schedule.h uses for what is wrong.
 Rule lr_schedule_rule() {
-  return {"constant, step:EPOCHS:GAMMA, cosine or onecycle", "", [](const std::string& text) {
+  return {"constant, step:EPOCHS:GAMMA, cosine, onecycle or linear", "", [](const std::string& text) {
             return dpcore::train::lr_schedule_needs(text);
+          }};
+}
+
+// --betas B1,B2: two numbers, each in [0, 1), as torch.optim.Adam requires (at 1 the bias
+// correction divides by zero).
+Rule betas_rule() {
+  const Rule beta = number(0, true, 1);
+  std::string needs = "two numbers B1,B2, each in [0, 1)";
+  return {needs, "B1,B2", [=](const std::string& text) -> std::string {
+            const size_t comma = text.find(',');
+            if (comma == std::string::npos) return needs;
+            for (const std::string& b : {text.substr(0, comma), text.substr(comma + 1)}) {
+              if (!beta.check(b).empty() || std::strtod(b.c_str(), nullptr) >= 1) return needs;
+            }
+            return "";
           }};
 }
 
@@ -318,7 +335,30 @@ void add_train_flags(CLI::App& cmd, TrainOptions& o, BackendFlags& b) {
                                          "as one batch A times larger: each micro-batch normalises with its own "
                                          "statistics, as in PyTorch)"), whole<int64_t>(1))
       ->capture_default_str();
-  with_rule(cmd.add_option("--lr", o.sgd.lr, "SGD learning rate"), rate)->capture_default_str();
+  with_rule(cmd.add_option("--optimizer", o.optimizer,
+                           "sgd (torch.optim.SGD), adam (torch.optim.Adam) or adamw (torch.optim.AdamW, decoupled "
+                           "weight decay); adam and adamw take PyTorch's defaults: --lr 0.001, --betas 0.9,0.999, "
+                           "--eps 1e-8, --weight-decay 0 (adam) or 0.01 (adamw)"),
+            one_of({"sgd", "adam", "adamw"}))
+      ->capture_default_str();
+  with_rule(cmd.add_option("--lr", o.sgd.lr, "learning rate (with --optimizer adam or adamw, 0.001 unless given)"), rate)
+      ->capture_default_str();
+  with_rule(cmd.add_option_function<std::string>(
+                "--betas",
+                [&o](const std::string& text) {
+                  const size_t comma = text.find(',');
+                  o.adam.beta1 = std::strtod(text.substr(0, comma).c_str(), nullptr);
+                  o.adam.beta2 = std::strtod(text.substr(comma + 1).c_str(), nullptr);
+                },
+                "Adam's and AdamW's coefficients of the running averages of the gradient and its square (default "
+                "0.9,0.999)"),
+            betas_rule());
+  with_rule(cmd.add_option("--eps", o.adam.eps, "Adam's and AdamW's term added to the denominator (default 1e-8)"),
+            number(0, false));
+  with_rule(cmd.add_option("--clip-grad-norm", o.clip_grad_norm,
+                           "before every step, scale the (reduced) gradient to this L2 norm when it is larger, as "
+                           "torch.nn.utils.clip_grad_norm_ (the norm in --metrics as grad_norm); default: no clipping"),
+            number(0, true));
   with_rule(cmd.add_option("--momentum", o.sgd.momentum, "SGD momentum"), rate)->capture_default_str();
   with_rule(cmd.add_option("--dampening", o.sgd.dampening, "SGD momentum dampening"), rate)->capture_default_str();
   cmd.add_flag("--nesterov", o.sgd.nesterov,
@@ -326,7 +366,10 @@ void add_train_flags(CLI::App& cmd, TrainOptions& o, BackendFlags& b) {
                "off: --nesterov=false");
   with_rule(cmd.add_option("--lr-schedule", o.lr_schedule, kLrScheduleHelp), lr_schedule_rule())->capture_default_str();
   with_rule(cmd.add_option("--warmup-steps", o.warmup_steps, kWarmupHelp), whole<int64_t>(0))->capture_default_str();
-  with_rule(cmd.add_option("--weight-decay", o.sgd.weight_decay, "L2 penalty added to the gradient (PyTorch's weight_decay)"),
+  with_rule(cmd.add_option("--weight-decay", o.sgd.weight_decay,
+                           "PyTorch's weight_decay: with sgd and adam an L2 penalty added to the gradient, with adamw "
+                           "decoupled (each step scales the parameters by 1 - lr*weight_decay; 0.01 unless given)"
+                           "never on biases and norm weights under adam and adamw"),
             rate)
       ->capture_default_str();
   with_rule(cmd.add_option("--seed", o.seed, "seed for initialisation and shuffling"), whole<uint64_t>(0))
@@ -415,20 +458,40 @@ void add_train_flags(CLI::App& cmd, TrainOptions& o, BackendFlags& b) {
 }  // namespace
 
 // The model's training defaults (train/recipe.h) for every flag the command line left out.
+// A recipe's optimizer settings are SGD's: with --optimizer adam or adamw it gives the rest.
 void apply_recipe(const CLI::App& cmd, TrainOptions& o) {
   const std::optional<dpcore::train::Recipe> recipe = dpcore::train::model_recipe(o.model);
   if (!recipe) return;
   auto unset = [&cmd](const char* flag) { return cmd.count(flag) == 0; };
   if (unset("--epochs")) o.epochs = recipe->epochs;
   if (unset("--batch")) o.batch = recipe->batch;
-  if (unset("--lr")) o.sgd.lr = recipe->sgd.lr;
-  if (unset("--momentum")) o.sgd.momentum = recipe->sgd.momentum;
-  if (unset("--dampening")) o.sgd.dampening = recipe->sgd.dampening;
-  if (unset("--nesterov")) o.sgd.nesterov = recipe->sgd.nesterov;
-  if (unset("--weight-decay")) o.sgd.weight_decay = recipe->sgd.weight_decay;
+  if (o.optimizer == "sgd") {
+    if (unset("--lr")) o.sgd.lr = recipe->sgd.lr;
+    if (unset("--momentum")) o.sgd.momentum = recipe->sgd.momentum;
+    if (unset("--dampening")) o.sgd.dampening = recipe->sgd.dampening;
+    if (unset("--nesterov")) o.sgd.nesterov = recipe->sgd.nesterov;
+    if (unset("--weight-decay")) o.sgd.weight_decay = recipe->sgd.weight_decay;
+  }
   if (unset("--lr-schedule")) o.lr_schedule = recipe->lr_schedule;
   if (unset("--warmup-steps")) o.warmup_fraction = recipe->warmup_fraction;
   if (unset("--augment")) o.augment = recipe->augment;
+}
+
+// --optimizer: torch.optim's defaults for adam and adamw where the flag was left out, and
+// a refusal of the flags the chosen optimizer does not have.
+void apply_optimizer_defaults(const CLI::App& cmd, TrainOptions& o) {
+  auto given = [&cmd](const char* flag) { return cmd.count(flag) > 0; };
+  if (o.optimizer == "sgd") {
+    for (const char* flag : {"--betas", "--eps"}) {
+      DPCORE_CHECK(!given(flag), flag, " is Adam's: give it with --optimizer adam or adamw");
+    }
+    return;
+  }
+  for (const char* flag : {"--momentum", "--dampening", "--nesterov"}) {
+    DPCORE_CHECK(!given(flag), flag, " is SGD's, not --optimizer ", o.optimizer, "'s (its momentum is --betas B1,B2)");
+  }
+  if (!given("--lr")) o.sgd.lr = 1e-3;
+  if (!given("--weight-decay")) o.sgd.weight_decay = o.optimizer == "adamw" ? 1e-2 : 0.0;
 }
 
 // `dpcore launch -n N ... -- train ...` (cli/launch.h): the flags before --; what follows
@@ -533,6 +596,7 @@ int main(int argc, char** argv) {
         train.parallel.faults = dpcore::train::FaultInjector(std::move(faults));
       }
       apply_recipe(*train_cmd, train);
+      apply_optimizer_defaults(*train_cmd, train);
       train_backend.apply();
       dpcore::train::train(train, std::cout);
     } else if (*predict_cmd) {

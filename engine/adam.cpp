@@ -6,8 +6,6 @@
 #include <vector>
 
 #include "engine/backend.h"
-#include "engine/seconds_since.h"
-#include "engine/trace.h"
 
 namespace dpcore {
 
@@ -35,13 +33,9 @@ Tensor decay_mask(const FlatParameters& params, double weight_decay) {
   std::memcpy(words.data(), bits.data(), bits.size() * sizeof(uint32_t));
   return Tensor::from_vector(words, {int64_t(words.size())}, params.device());
 }
-void check_state(const char* what, const Tensor& given, const Tensor& own) {
-  DPCORE_CHECK(given.defined() && given.numel() == own.numel(), "adam: ", what, " buffer ",
-               given.defined() ? given.str() : std::string("(none)"), " does not match the model's ", own.str());
-}
 }  // namespace
 
-Adam::Adam(FlatParameters& params, const AdamConfig& config) : params_(params), config_(config) {
+Adam::Adam(FlatParameters& params, const AdamConfig& config) : Optimizer(params), config_(config) {
   check_rate("learning rate", config.lr);
   check_beta("beta1", config.beta1);
   check_beta("beta2", config.beta2);
@@ -52,16 +46,9 @@ Adam::Adam(FlatParameters& params, const AdamConfig& config) : params_(params), 
   decay_mask_ = decay_mask(params, config.weight_decay);
 }
 
-void Adam::step() {
-  const SteadyClock::time_point started = SteadyClock::now();
-  Tensor values = params_.values();
-  trace::Span span("optimizer", [&] {
-    return trace::Label{"optimizer step", {{"parameters", values.numel()}, {"lr", config_.lr}}};
-  });
-  backend_for(values.device()).adam_step(config_, steps_ + 1, values, params_.grads(), exp_avg_, exp_avg_sq_,
+void Adam::apply(Tensor& values) {
+  backend_for(values.device()).adam_step(config_, steps_taken() + 1, values, params_.grads(), exp_avg_, exp_avg_sq_,
                                              decay_mask_);
-  ++steps_;
-  last_step_seconds_ = seconds_since(started);
 }
 
 void Adam::set_lr(double lr) {
@@ -69,13 +56,15 @@ void Adam::set_lr(double lr) {
   config_.lr = lr;
 }
 
-void Adam::restore(const Tensor& exp_avg, const Tensor& exp_avg_sq, int64_t steps) {
-  DPCORE_CHECK(steps >= 0, "adam: negative step count ", steps);
-  check_state("exp_avg", exp_avg, exp_avg_);
-  check_state("exp_avg_sq", exp_avg_sq, exp_avg_sq_);
-  exp_avg_.copy_(exp_avg.to(exp_avg_.device()).view(exp_avg_.shape()));
-  exp_avg_sq_.copy_(exp_avg_sq.to(exp_avg_sq_.device()).view(exp_avg_sq_.shape()));
-  steps_ = steps;
+void Adam::set_momentum(double momentum) {
+  check_beta("beta1", momentum);
+  config_.beta1 = momentum;
 }
+
+std::vector<double> Adam::hyper_parameters() const {
+  return {config_.lr, config_.beta1, config_.beta2, config_.eps, config_.weight_decay, double(config_.decoupled)};
+}
+
+std::vector<OptimizerState> Adam::state() const { return {{"exp_avg", exp_avg_}, {"exp_avg_sq", exp_avg_sq_}}; }
 
 }  // namespace dpcore

@@ -7,37 +7,40 @@
 #pragma once
 
 #include "engine/flat_parameters.h"
+#include "engine/optimizer.h"
 #include "kernels/adam_config.h"
 
 namespace dpcore {
 
-using AdamConfig = kernels::AdamConfig;
-
-class Adam {
+class Adam : public Optimizer {
  public:
   Adam(FlatParameters& params, const AdamConfig& config);
 
-  void step();
+  // "adam", or "adamw" with decoupled weight decay.
+  std::string name() const override { return config_.decoupled ? "adamw" : "adam"; }
   const AdamConfig& config() const { return config_; }
-  // A new learning rate from the next step on (a schedule; PyTorch's param_group["lr"]).
-  void set_lr(double lr);
-  int64_t steps_taken() const { return steps_; }
-  // Host seconds the last step() took (on a GPU, its launch), as Sgd::last_step_seconds.
-  double last_step_seconds() const { return last_step_seconds_; }
-
-  // State for checkpoints: PyTorch's exp_avg and exp_avg_sq (same layout as the
-  // parameters; zeros before the first step) and the step count (bias correction uses it).
+  void set_lr(double lr) override;
+  // beta1, as PyTorch's OneCycleLR cycles betas[0]; in [0, 1).
+  void set_momentum(double momentum) override;
+  // lr, beta1, beta2, eps, weight decay, decoupled.
+  std::vector<double> hyper_parameters() const override;
+  // PyTorch's "exp_avg" and "exp_avg_sq" (same layout as the parameters; zeros before the
+  // first step). With the step count (bias correction uses it), the whole state.
+  std::vector<OptimizerState> state() const override;
+  using Optimizer::state;
   const Tensor& exp_avg() const { return exp_avg_; }
   const Tensor& exp_avg_sq() const { return exp_avg_sq_; }
-  void restore(const Tensor& exp_avg, const Tensor& exp_avg_sq, int64_t steps);
+
+ protected:
+  void apply(Tensor& values) override;
+  double lr() const override { return config_.lr; }
+  // No: every step passes its own bias corrections to the kernel.
+  bool update_replayable() const override { return false; }
 
  private:
-  FlatParameters& params_;
   AdamConfig config_;
   Tensor exp_avg_, exp_avg_sq_;
   Tensor decay_mask_;  // undefined when every tensor decays (or nothing does)
-  int64_t steps_ = 0;
-  double last_step_seconds_ = 0;
 };
 
 }  // namespace dpcore

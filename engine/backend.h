@@ -177,6 +177,7 @@ class Backend {
   // Multiplies y by a one-element device tensor: y = s[0] * x (may alias).
   virtual void scale_by(const Tensor& s, const Tensor& x, Tensor& y) = 0;
   virtual void sum(const Tensor& x, Tensor& out) = 0;                         // out: one element, fixed order
+  virtual void sum_of_squares(const Tensor& x, Tensor& out) = 0;              // out: one element, sum's order
 
   // One fused update of a whole flat buffer; momentum is undefined when cfg.momentum == 0.
   virtual void sgd_step(const kernels::SgdConfig& cfg, bool first_step, Tensor& param, const Tensor& grad, Tensor& momentum) = 0;

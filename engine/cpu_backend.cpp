@@ -354,6 +354,12 @@ class CpuBackend : public Backend {
       k::sum<T>(x.numel(), ptr<T>(x), ptr<T>(out));
     });
   }
+  void sum_of_squares(const Tensor& x, Tensor& out) override {
+    dispatch_float("sum_of_squares", x, [&](auto t) {
+      using T = decltype(t);
+      k::sum_of_squares<T>(x.numel(), ptr<T>(x), ptr<T>(out));
+    });
+  }
   void sgd_step(const kernels::SgdConfig& cfg, bool first_step, Tensor& param, const Tensor& grad,
                 Tensor& momentum) override {
     dispatch_float("sgd", param, [&](auto t) {

@@ -391,6 +391,10 @@ class CudaBackend : public Backend {
     cudaStream_t stream = begin_op("sum", {&x, &out});
     k::sum(x.numel(), f32(x), f32(out), stream);
   }
+  void sum_of_squares(const Tensor& x, Tensor& out) override {
+    cudaStream_t stream = begin_op("sum_of_squares", {&x, &out});
+    k::sum_of_squares(x.numel(), f32(x), f32(out), stream);
+  }
   void sgd_step(const kernels::SgdConfig& cfg, bool first_step, Tensor& param, const Tensor& grad,
                 Tensor& momentum) override {
     cudaStream_t stream = begin_op("sgd", {&param, &grad, &momentum});

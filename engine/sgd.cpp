@@ -3,8 +3,6 @@
 #include <cmath>
 
 #include "engine/backend.h"
-#include "engine/seconds_since.h"
-#include "engine/trace.h"
 
 namespace dpcore {
 
@@ -14,7 +12,7 @@ void check_rate(const char* what, double value) {
 }
 }  // namespace
 
-Sgd::Sgd(FlatParameters& params, const SgdConfig& config) : params_(params), config_(config) {
+Sgd::Sgd(FlatParameters& params, const SgdConfig& config) : Optimizer(params), config_(config) {
   check_rate("learning rate", config.lr);
   check_rate("momentum", config.momentum);
   check_rate("weight decay", config.weight_decay);
@@ -25,16 +23,9 @@ Sgd::Sgd(FlatParameters& params, const SgdConfig& config) : params_(params), con
   }
 }
 
-void Sgd::step() {
-  const SteadyClock::time_point started = SteadyClock::now();
-  Tensor values = params_.values();
+void Sgd::apply(Tensor& values) {
   Tensor momentum = momentum_;  // undefined without momentum
-  trace::Span span("optimizer", [&] {
-    return trace::Label{"optimizer step", {{"parameters", values.numel()}, {"lr", config_.lr}}};
-  });
-  backend_for(values.device()).sgd_step(config_, steps_ == 0, values, params_.grads(), momentum);
-  ++steps_;
-  last_step_seconds_ = seconds_since(started);
+  backend_for(values.device()).sgd_step(config_, steps_taken() == 0, values, params_.grads(), momentum);
 }
 
 void Sgd::set_lr(double lr) {
@@ -50,19 +41,13 @@ void Sgd::set_momentum(double momentum) {
   config_.momentum = momentum;
 }
 
-void Sgd::restore(const Tensor& momentum, int64_t steps) {
-  DPCORE_CHECK(steps >= 0, "sgd: negative step count ", steps);
-  if (momentum_.defined()) {
-    DPCORE_CHECK(momentum.defined() && momentum.numel() == momentum_.numel(), "sgd: momentum buffer ",
-                 momentum.str(), " does not match the model's ", momentum_.str());
-    momentum_.copy_(momentum.to(momentum_.device()).view(momentum_.shape()));
-  }
-  steps_ = steps;
+std::vector<double> Sgd::hyper_parameters() const {
+  return {config_.lr, config_.momentum, config_.dampening, config_.weight_decay, double(config_.nesterov)};
 }
 
-void Sgd::set_steps_taken(int64_t steps) {
-  DPCORE_CHECK(steps >= 0, "sgd: negative step count ", steps);
-  steps_ = steps;
+std::vector<OptimizerState> Sgd::state() const {
+  if (!momentum_.defined()) return {};
+  return {{"momentum", momentum_}};
 }
 
 }  // namespace dpcore

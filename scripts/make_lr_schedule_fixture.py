@@ -36,7 +36,19 @@ CASES = [
     ("onecycle", 0.1, 0.9, 0, 7, 7),
     ("onecycle", 0.2, 0.9, 7, 37, 5),
     ("onecycle", 0.1, 0.0, 0, 30, 5),  # momentum 0: not cycled (cycle_momentum=False)
+    ("linear", 0.1, 0.9, 5, 30, 10),
+    ("linear", 5e-5, 0.9, 0, 20, 10),
+    ("linear", 2e-5, 0.0, 10, 97, 10),
 ]
+
+
+def linear_with_warmup(warmup, total):
+    """transformers.get_linear_schedule_with_warmup's lr_lambda (transformers/optimization.py)."""
+    def lr_lambda(current_step):
+        if current_step < warmup:
+            return float(current_step) / float(max(1, warmup))
+        return max(0.0, float(total - current_step) / float(max(1, total - warmup)))
+    return lr_lambda
 
 
 def main_scheduler(opt, spec, total, warmup, per_epoch):
@@ -54,7 +66,9 @@ def main_scheduler(opt, spec, total, warmup, per_epoch):
 def run(spec, lr, momentum, warmup, total, per_epoch):
     param = torch.nn.Parameter(torch.zeros(1))
     opt = torch.optim.SGD([param], lr=lr, momentum=momentum)
-    if spec == "onecycle":
+    if spec == "linear":
+        sched = S.LambdaLR(opt, linear_with_warmup(warmup, total))
+    elif spec == "onecycle":
         pct_start = warmup / total if warmup > 0 else 0.3
         sched = S.OneCycleLR(opt, max_lr=lr, total_steps=total, pct_start=pct_start, anneal_strategy="cos",
                              div_factor=25.0, final_div_factor=1e4, three_phase=False,

@@ -29,7 +29,7 @@ struct AsyncRunner::State {
   };
 
   std::unique_ptr<layers::Model> master;
-  std::unique_ptr<Sgd> sgd;
+  std::unique_ptr<Optimizer> optimizer;
   std::vector<std::unique_ptr<layers::Model>> replicas;
   int64_t accum = 1, max_staleness = 0;
   std::chrono::milliseconds timeout{0};
@@ -122,7 +122,7 @@ void take_snapshot(AsyncRunner::State& s, layers::Model& model) {
 // One SGD step of the master with replica r's gradient (mutex held).
 void apply(AsyncRunner::State& s, layers::Model& model) {
   s.master->parameters().grads().copy_(model.parameters().grads());
-  s.sgd->step();
+  s.optimizer->step();
   if (!model.buffers().empty()) s.master->buffers().values().copy_(model.buffers().values());
   runtime::synchronize(s.master->device());
 }
@@ -225,7 +225,7 @@ void replica_loop(std::shared_ptr<AsyncRunner::State> state, int r) {
 
 }  // namespace
 
-AsyncRunner::AsyncRunner(std::unique_ptr<layers::Model> model, const SgdConfig& sgd, int64_t accum,
+AsyncRunner::AsyncRunner(std::unique_ptr<layers::Model> model, const OptimizerConfig& optimizer, int64_t accum,
                          const ParallelOptions& options)
     : state_(std::make_shared<State>()) {
   DPCORE_CHECK(options.backend == "local", "--sync async with --backend ", options.backend,
@@ -247,7 +247,7 @@ AsyncRunner::AsyncRunner(std::unique_ptr<layers::Model> model, const SgdConfig& 
   s.faults.check(options.replicas, "--replicas " + std::to_string(options.replicas));
   for (const Device& d : replica_devices(options, model->device())) s.replicas.push_back(model->replicate(d));
   s.master = std::move(model);
-  s.sgd = std::make_unique<Sgd>(s.master->parameters(), sgd);
+  s.optimizer = make_optimizer(s.master->parameters(), optimizer);
   s.in_flight.assign(s.replicas.size(), -1);
   s.exited.assign(s.replicas.size(), false);
   s.lanes.assign(s.replicas.size(), ReplicaLane{});
@@ -302,12 +302,12 @@ StepStats AsyncRunner::settle() {
 }
 
 Model& AsyncRunner::model() { return *state_->master; }
-Sgd& AsyncRunner::optimizer() { return *state_->sgd; }
+Optimizer& AsyncRunner::optimizer() { return *state_->optimizer; }
 
 void AsyncRunner::set_rates(double lr, double momentum) {
   std::lock_guard<std::mutex> lock(state_->mutex);  // the replicas step the master under it
-  state_->sgd->set_lr(lr);
-  state_->sgd->set_momentum(momentum);
+  state_->optimizer->set_lr(lr);
+  state_->optimizer->set_momentum(momentum);
 }
 
 std::string AsyncRunner::describe() const {

@@ -60,13 +60,13 @@ struct AppliedUpdate {
 
 class AsyncRunner : public StepRunner {
  public:
-  AsyncRunner(std::unique_ptr<layers::Model> model, const SgdConfig& sgd, int64_t accum,
+  AsyncRunner(std::unique_ptr<layers::Model> model, const OptimizerConfig& optimizer, int64_t accum,
               const ParallelOptions& options);
   ~AsyncRunner() override;
   StepStats step(const data::Batch& batch) override;
   StepStats settle() override;
   Model& model() override;
-  Sgd& optimizer() override;
+  Optimizer& optimizer() override;
   void set_rates(double lr, double momentum) override;
   void sync_replicas() override {}  // every piece starts from a fresh snapshot of the master
   std::string describe() const override;

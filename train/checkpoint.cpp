@@ -2,6 +2,8 @@
 
 #include <zlib.h>
 
+#include <algorithm>
+#include <cstring>
 #include <filesystem>
 #include <vector>
 
@@ -13,7 +15,8 @@ namespace dpcore::train {
 namespace {
 
 constexpr const char* kFormat = "dpcore-checkpoint-2";
-constexpr const char* kModelPrefix = "model.";  // + the state_dict name
+constexpr const char* kModelPrefix = "model.";          // + the state_dict name
+constexpr const char* kOptimizerPrefix = "optimizer.";  // + the state tensor's name (Optimizer::state)
 
 uint32_t crc_of(const std::vector<std::pair<const void*, size_t>>& blocks) {
   uLong crc = crc32(0L, Z_NULL, 0);
@@ -38,9 +41,16 @@ int64_t meta_int(const io::SafetensorsFile& f, const std::string& key) {
   }
 }
 
+// "[exp_avg, exp_avg_sq]", "[]".
+std::string listed(const std::vector<std::string>& names) {
+  std::string text;
+  for (const std::string& n : names) text += (text.empty() ? "" : ", ") + n;
+  return "[" + text + "]";
+}
+
 }  // namespace
 
-void write_checkpoint(const std::string& path, const Model& model, const Sgd& sgd, const TrainProgress& progress,
+void write_checkpoint(const std::string& path, const Model& model, const Optimizer& optimizer, const TrainProgress& progress,
                       const std::map<std::string, std::string>& settings) {
   std::error_code ec;
   const std::filesystem::path dir = std::filesystem::path(path).parent_path();
@@ -48,20 +58,22 @@ void write_checkpoint(const std::string& path, const Model& model, const Sgd& sg
   DPCORE_CHECK(!ec, "checkpoint: cannot create directory ", dir.string(), ": ", ec.message());
 
   layers::HostState state(model, kModelPrefix);
-  Tensor momentum = sgd.momentum().defined() ? sgd.momentum().to(Device::cpu()) : Tensor();
+  std::vector<OptimizerState> optimizer_state = optimizer.state();
+  for (OptimizerState& s : optimizer_state) s.tensor = s.tensor.to(Device::cpu());
   std::vector<io::TensorView> views = state.views();
   std::vector<std::pair<const void*, size_t>> blocks;
   for (const io::TensorView& v : views) blocks.emplace_back(v.data, v.bytes);
-  if (momentum.defined()) {
-    views.push_back({"optimizer.momentum", momentum.dtype(), momentum.shape(), momentum.raw_data(), momentum.nbytes()});
-    blocks.emplace_back(momentum.raw_data(), momentum.nbytes());
+  for (const OptimizerState& s : optimizer_state) {
+    const Tensor& t = s.tensor;
+    views.push_back({kOptimizerPrefix + s.name, t.dtype(), t.shape(), t.raw_data(), t.nbytes()});
+    blocks.emplace_back(t.raw_data(), t.nbytes());
   }
   std::map<std::string, std::string> meta = settings;
   meta["format"] = kFormat;
   meta["step"] = std::to_string(progress.step);
   meta["epoch"] = std::to_string(progress.position.epoch);
   meta["batch"] = std::to_string(progress.position.batch);
-  meta["optimizer_steps"] = std::to_string(sgd.steps_taken());
+  meta["optimizer_steps"] = std::to_string(optimizer.steps_taken());
   meta["crc32"] = std::to_string(crc_of(blocks));
   io::save_safetensors(path, views, meta);
 }
@@ -87,14 +99,25 @@ TrainProgress checkpoint_progress(const io::SafetensorsFile& file) {
   return p;
 }
 
-void restore_checkpoint(const io::SafetensorsFile& file, Model& model, Sgd& sgd) {
+void restore_checkpoint(const io::SafetensorsFile& file, Model& model, Optimizer& optimizer) {
   layers::load_weights(model, file, kModelPrefix);
-  const io::TensorRecord* momentum = file.find("optimizer.momentum");
-  DPCORE_CHECK((momentum != nullptr) == sgd.momentum().defined(), file.source(), ": optimizer state ",
-               momentum ? "has" : "lacks", " a momentum buffer but this run's momentum is ", sgd.config().momentum);
-  Tensor m;
-  if (momentum) m = Tensor::from_host(momentum->data.data(), momentum->shape, momentum->dtype);
-  sgd.restore(m, meta_int(file, "optimizer_steps"));
+  std::vector<std::string> held, wanted;  // the optimizer's state tensors in the file, and this run's
+  for (const io::TensorRecord& t : file.tensors()) {
+    if (t.name.rfind(kOptimizerPrefix, 0) == 0) held.push_back(t.name.substr(std::strlen(kOptimizerPrefix)));
+  }
+  for (const OptimizerState& s : optimizer.state()) wanted.push_back(s.name);
+  std::sort(held.begin(), held.end());
+  std::vector<std::string> sorted_wanted = wanted;
+  std::sort(sorted_wanted.begin(), sorted_wanted.end());
+  DPCORE_CHECK(held == sorted_wanted, file.source(), ": the checkpoint holds optimizer state ", listed(held),
+               " but this run's ", optimizer.name(), " optimizer has ", listed(wanted),
+               " (SGD keeps a momentum buffer when --momentum > 0; Adam and AdamW keep exp_avg and exp_avg_sq)");
+  std::vector<Tensor> tensors;
+  for (const std::string& name : wanted) {
+    const io::TensorRecord* r = file.find(kOptimizerPrefix + name);
+    tensors.push_back(Tensor::from_host(r->data.data(), r->shape, r->dtype));
+  }
+  optimizer.restore(tensors, meta_int(file, "optimizer_steps"));
 }
 
 }  // namespace dpcore::train

@@ -1,7 +1,9 @@
 // One checkpoint file: everything needed to continue a run exactly where it stopped.
 //
 // A safetensors file: the model's parameters and buffers under their state_dict names
-// ("model.<name>"), the flat momentum buffer ("optimizer.momentum"), and metadata strings:
+// ("model.<name>"), the optimizer's state tensors in the parameters' flat layout
+// ("optimizer.<name>": SGD's "optimizer.momentum", none without momentum; Adam's and AdamW's
+// "optimizer.exp_avg" and "optimizer.exp_avg_sq"), and metadata strings:
 // the step, the data loader's position (epoch, batch; the sample order is a pure function
 // of seed and epoch, so this is the whole RNG state), the optimizer's step count, the run's
 // settings (train/resume.h compares them on resume), and a CRC-32 of all tensor bytes so
@@ -18,7 +20,7 @@
 
 #include "engine/data/loader.h"
 #include "engine/io/safetensors.h"
-#include "engine/sgd.h"
+#include "engine/optimizer.h"
 #include "layers/model.h"
 
 namespace dpcore::train {
@@ -31,7 +33,7 @@ struct TrainProgress {
 };
 
 // Writes the checkpoint at `path`; `settings` go into the metadata as they are.
-void write_checkpoint(const std::string& path, const Model& model, const Sgd& sgd, const TrainProgress& progress,
+void write_checkpoint(const std::string& path, const Model& model, const Optimizer& optimizer, const TrainProgress& progress,
                       const std::map<std::string, std::string>& settings);
 
 // Reads the whole file and checks that it is a dpcore checkpoint whose tensors match their
@@ -41,8 +43,9 @@ io::SafetensorsFile read_checkpoint(const std::string& path);
 // The step and data position a checkpoint read by read_checkpoint continues from.
 TrainProgress checkpoint_progress(const io::SafetensorsFile& file);
 
-// Loads its weights, buffers and optimizer state into `model` and `sgd`; fails when they do
-// not fit (another model, momentum on one side only), naming both.
-void restore_checkpoint(const io::SafetensorsFile& file, Model& model, Sgd& sgd);
+// Loads its weights, buffers and optimizer state into `model` and `optimizer`; fails when
+// they do not fit (another model, other optimizer state: momentum on one side only, SGD's
+// state for Adam), naming both.
+void restore_checkpoint(const io::SafetensorsFile& file, Model& model, Optimizer& optimizer);
 
 }  // namespace dpcore::train

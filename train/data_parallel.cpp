@@ -13,7 +13,7 @@
 namespace dpcore::train {
 
 std::vector<Replica> replicate(std::unique_ptr<layers::Model> root, const std::vector<Device>& devices,
-                               std::vector<std::unique_ptr<Communicator>> comms, const SgdConfig& sgd) {
+                               std::vector<std::unique_ptr<Communicator>> comms, const OptimizerConfig& optimizer) {
   DPCORE_CHECK(devices.size() == comms.size() && !devices.empty(), "replicate: ", devices.size(), " devices for ",
                comms.size(), " communicators");
   trace::Span span("replicate", [&] {
@@ -24,7 +24,7 @@ std::vector<Replica> replicate(std::unique_ptr<layers::Model> root, const std::v
   for (size_t r = 0; r < devices.size(); ++r) {
     replicas[r].model = r == 0 ? std::move(root) : replicas[0].model->replicate(devices[r]);
     if (r == 0 && replicas[0].model->device() != devices[0]) replicas[0].model = replicas[0].model->replicate(devices[0]);
-    replicas[r].sgd = std::make_unique<Sgd>(replicas[r].model->parameters(), sgd);
+    replicas[r].optimizer = make_optimizer(replicas[r].model->parameters(), optimizer);
     replicas[r].comm = std::move(comms[r]);
     replicas[r].id = replicas[r].comm->rank();
   }
@@ -48,9 +48,8 @@ void broadcast_state(Replica& r, int64_t steps) {
   Tensor values = r.model->parameters().values();
   broadcast_from_rank0(r, values, "parameters");
   broadcast_buffers(r);
-  Tensor momentum = r.sgd->momentum();
-  if (momentum.defined()) broadcast_from_rank0(r, momentum, "momentum");
-  r.sgd->restore(momentum, steps);
+  for (OptimizerState& s : r.optimizer->state()) broadcast_from_rank0(r, s.tensor, s.name.c_str());
+  r.optimizer->set_steps_taken(steps);
 }
 
 void broadcast_buffers(Replica& r) {
@@ -190,8 +189,8 @@ void ReplicatedRunner::check_faults(int world_size, const ParallelOptions& optio
 }
 
 void ReplicatedRunner::start(std::unique_ptr<layers::Model> model, const std::vector<Device>& devices,
-                             std::vector<std::unique_ptr<Communicator>> comms, const SgdConfig& sgd) {
-  replicas_ = replicate(std::move(model), devices, std::move(comms), sgd);
+                             std::vector<std::unique_ptr<Communicator>> comms, const OptimizerConfig& optimizer) {
+  replicas_ = replicate(std::move(model), devices, std::move(comms), optimizer);
   // Processes of one job: each its rank in a trace, as rank 0's file of them all shows them
   // (train/job_trace.h).
   const int rank = replicas_[0].rank();
@@ -224,8 +223,8 @@ void ReplicatedRunner::start_threads() {
 
 void ReplicatedRunner::set_rates(double lr, double momentum) {
   for (Replica& r : replicas_) {
-    r.sgd->set_lr(lr);
-    r.sgd->set_momentum(momentum);
+    r.optimizer->set_lr(lr);
+    r.optimizer->set_momentum(momentum);
   }
 }
 
@@ -238,19 +237,19 @@ bool ReplicatedRunner::across_processes(const std::function<void(Communicator&, 
 }
 
 void ReplicatedRunner::sync_replicas() {
-  int64_t steps = replicas_[0].sgd->steps_taken();
+  int64_t steps = replicas_[0].optimizer->steps_taken();
   threads_->run([this, steps](int r) { broadcast_state(replicas_[size_t(r)], steps); });
 }
 
 // ----------------------------------------------------------------------------- --mode dp
 
-DataParallelRunner::DataParallelRunner(std::unique_ptr<layers::Model> model, const SgdConfig& sgd, int64_t accum,
+DataParallelRunner::DataParallelRunner(std::unique_ptr<layers::Model> model, const OptimizerConfig& optimizer, int64_t accum,
                                        const ParallelOptions& options)
     : ReplicatedRunner(options, accum) {
   DPCORE_CHECK(options.backend != "mpi", "--mode dp runs its replicas in one process; with --backend mpi use --mode ddp");
   devices_ = replica_devices(options, model->device());
   check_faults(options.replicas, options);
-  start(std::move(model), devices_, comm::make_communicators(comm_config(options, devices_)), sgd);
+  start(std::move(model), devices_, comm::make_communicators(comm_config(options, devices_)), optimizer);
 }
 
 StepStats DataParallelRunner::step(const data::Batch& batch) {
@@ -349,11 +348,11 @@ StepStats DataParallelRunner::attempt_step(const data::Batch& batch) {
     lane.blocked = seconds_since(reducing);
     // Every replica decides from the reduced gradients, the same bits on all of them.
     skipped[size_t(r)] = guards_.skip_nonfinite && (!loss_finite || !all_finite(rep.model->parameters().grads()));
-    if (!skipped[size_t(r)]) rep.sgd->step();
-    lane.optimizer = skipped[size_t(r)] ? 0 : rep.sgd->last_step_seconds();
+    if (!skipped[size_t(r)]) rep.optimizer->step();
+    lane.optimizer = skipped[size_t(r)] ? 0 : rep.optimizer->last_step_seconds();
     finish_device_work(rep);
     faults_.after_step(rep.id, step);
-    if (guards_.check_due(step)) diverged[size_t(r)] = check_replicas(*rep.comm, *rep.model, *rep.sgd, step);
+    if (guards_.check_due(step)) diverged[size_t(r)] = check_replicas(*rep.comm, *rep.model, *rep.optimizer, step);
   });
   for (size_t r = 1; r < R; ++r) {
     DPCORE_CHECK(skipped[r] == skipped[0], "--skip-nonfinite: at step ", step, " replica ", r,

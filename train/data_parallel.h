@@ -42,7 +42,7 @@ using comm::Work;
 // group its batch norms combine statistics over.
 struct Replica {
   std::unique_ptr<layers::Model> model;
-  std::unique_ptr<Sgd> sgd;
+  std::unique_ptr<Optimizer> optimizer;
   std::unique_ptr<Communicator> comm;
   std::unique_ptr<ReplicaBatchNormGroup> batch_norm_group;  // null: --batchnorm local
   // Its rank at the start of the run, which --inject, the log and the trace lanes name it
@@ -55,7 +55,7 @@ struct Replica {
 // Builds this process's replicas: replica 0 keeps `root`, the others are copies on their
 // devices. Call broadcast_parameters afterwards, on every replica's thread.
 std::vector<Replica> replicate(std::unique_ptr<layers::Model> root, const std::vector<Device>& devices,
-                               std::vector<std::unique_ptr<Communicator>> comms, const SgdConfig& sgd);
+                               std::vector<std::unique_ptr<Communicator>> comms, const OptimizerConfig& optimizer);
 // Rank 0's parameters, buffers and optimizer state (momentum buffer, step count) to every
 // replica (runs on replica r's thread). `steps` is rank 0's step count, known to every
 // process: the processes of an mpi run resume from the same checkpoint.
@@ -86,7 +86,7 @@ void reduce_gradients(Replica& r);
 class ReplicatedRunner : public StepRunner {
  public:
   layers::Model& model() override { return *replicas_[0].model; }
-  Sgd& optimizer() override { return *replicas_[0].sgd; }
+  Optimizer& optimizer() override { return *replicas_[0].optimizer; }
   // Every replica of this process (the other processes of an mpi run set the same rates).
   void set_rates(double lr, double momentum) override;
   // Rank 0's parameters and optimizer state to every replica.
@@ -112,7 +112,7 @@ class ReplicatedRunner : public StepRunner {
   // Replicates `model` over `devices` with `comms`, starts one thread per replica, each on
   // its own stream, and broadcasts rank 0's state.
   void start(std::unique_ptr<layers::Model> model, const std::vector<Device>& devices,
-             std::vector<std::unique_ptr<Communicator>> comms, const SgdConfig& sgd);
+             std::vector<std::unique_ptr<Communicator>> comms, const OptimizerConfig& optimizer);
   // --inject's faults against the job's replicas (world_size: mpirun's, with mpi), naming
   // the flag that set their number.
   void check_faults(int world_size, const ParallelOptions& options) const;
@@ -151,7 +151,7 @@ class ReplicatedRunner : public StepRunner {
 // --mode dp: one process, R replicas; the loss is computed on the root from gathered outputs.
 class DataParallelRunner : public ReplicatedRunner {
  public:
-  DataParallelRunner(std::unique_ptr<layers::Model> model, const SgdConfig& sgd, int64_t accum,
+  DataParallelRunner(std::unique_ptr<layers::Model> model, const OptimizerConfig& optimizer, int64_t accum,
                      const ParallelOptions& options);
   StepStats step(const data::Batch& batch) override;
   std::string describe() const override;

@@ -141,7 +141,7 @@ void BucketReducer::finish() {
 
 // ----------------------------------------------------------------------------- runner
 
-DistributedRunner::DistributedRunner(std::unique_ptr<layers::Model> model, const SgdConfig& sgd, int64_t accum,
+DistributedRunner::DistributedRunner(std::unique_ptr<layers::Model> model, const OptimizerConfig& optimizer, int64_t accum,
                                      const ParallelOptions& options)
     : ReplicatedRunner(options, accum) {
   std::vector<Device> devices = process_replica_devices(options, model->device());
@@ -149,7 +149,7 @@ DistributedRunner::DistributedRunner(std::unique_ptr<layers::Model> model, const
   world_size_ = comms[0]->size();
   if (world_size_ != options.replicas) splitter_ = Splitter(options.split, world_size_);  // set by mpirun
   check_faults(world_size_, options);
-  start(std::move(model), devices, std::move(comms), sgd);
+  start(std::move(model), devices, std::move(comms), optimizer);
   const size_t mib = size_t(1) << 20;
   // As PyTorch's first bucket (1 MiB by default): small, so that communication starts early.
   first_cap_bytes_ = size_t(options.first_bucket_mb * double(mib));
@@ -246,7 +246,7 @@ StepStats DistributedRunner::attempt_step(const data::Batch& batch) {
     // From the global loss and the reduced gradients: the same data, so the same decision,
     // on every rank.
     skipped[size_t(local)] = guards_.skip_nonfinite && step_is_nonfinite(loss_sum, rep.model->parameters().grads());
-    if (!skipped[size_t(local)]) rep.sgd->step();
+    if (!skipped[size_t(local)]) rep.optimizer->step();
     finish_device_work(rep);
     faults_.after_step(rep.id, step);
     if (local == 0) global_loss = loss_sum;
@@ -261,8 +261,8 @@ StepStats DistributedRunner::attempt_step(const data::Batch& batch) {
         seconds.assign(gathered.begin(), gathered.end());
       }
     }
-    if (guards_.check_due(step)) diverged[size_t(local)] = check_replicas(*rep.comm, *rep.model, *rep.sgd, step);
-    lane.optimizer = skipped[size_t(local)] ? 0 : rep.sgd->last_step_seconds();
+    if (guards_.check_due(step)) diverged[size_t(local)] = check_replicas(*rep.comm, *rep.model, *rep.optimizer, step);
+    lane.optimizer = skipped[size_t(local)] ? 0 : rep.optimizer->last_step_seconds();
     lane.samples = shares[size_t(rank)];
     const double total = seconds_since(started);
     lane.blocked = std::max(0.0, total - lane.compute - lane.optimizer);  // collectives, mostly

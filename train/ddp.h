@@ -94,7 +94,7 @@ class BucketReducer {
 
 class DistributedRunner : public ReplicatedRunner {
  public:
-  DistributedRunner(std::unique_ptr<layers::Model> model, const SgdConfig& sgd, int64_t accum,
+  DistributedRunner(std::unique_ptr<layers::Model> model, const OptimizerConfig& optimizer, int64_t accum,
                     const ParallelOptions& options);
   StepStats step(const data::Batch& batch) override;
   bool is_primary() const override;

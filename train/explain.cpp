@@ -12,7 +12,7 @@ namespace {
 int64_t bytes_of(const Tensor& t) { return t.defined() ? int64_t(t.nbytes()) : 0; }
 
 // What every runner has: the batch, the model's buffers, the loss and the optimizer.
-Explanation common(const Model& model, const Sgd& sgd, const data::Batch& batch, const StepStats& stats) {
+Explanation common(const Model& model, const Optimizer& optimizer, const data::Batch& batch, const StepStats& stats) {
   Explanation e;
   e.batch = batch.size;
   e.image_bytes = batch.c * batch.h * batch.w * int64_t(sizeof(float));
@@ -23,12 +23,16 @@ Explanation common(const Model& model, const Sgd& sgd, const data::Batch& batch,
   e.param_elements = params.total();
   e.param_bytes = bytes_of(params.values());
   e.grad_bytes = bytes_of(params.grads());
-  e.momentum_bytes = bytes_of(sgd.momentum());
   e.buffer_bytes = model.has_batch_norm() ? bytes_of(model.buffers().values()) : 0;
   e.loss = stats.loss_sum.item() / double(stats.samples);
   e.seed = 1.0 / double(batch.size);
-  e.sgd = sgd.config();
-  e.sgd_steps = sgd.steps_taken();
+  e.optimizer = optimizer.name();
+  if (const auto* sgd = dynamic_cast<const Sgd*>(&optimizer)) {
+    e.sgd = sgd->config();
+    e.momentum_bytes = bytes_of(sgd->momentum());
+  }
+  if (const auto* adam = dynamic_cast<const Adam*>(&optimizer)) e.adam = adam->config();
+  e.sgd_steps = optimizer.steps_taken();
   return e;
 }
 

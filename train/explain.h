@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "engine/data/loader.h"
+#include "engine/adam.h"
 #include "engine/sgd.h"
 #include "train/runner.h"
 
@@ -74,8 +75,10 @@ struct Explanation {
   int64_t ring_begin = 0, ring_end = 0;  // its element range
   std::vector<RingStep> ring;
 
-  SgdConfig sgd;
-  int64_t sgd_steps = 0;  // the optimizer's step count after this step
+  std::string optimizer = "sgd";  // Optimizer::name: sgd, adam, adamw
+  SgdConfig sgd;                  // sgd's settings
+  AdamConfig adam;                // adam's and adamw's
+  int64_t sgd_steps = 0;          // the optimizer's step count after this step
 };
 
 // The step `runner` just took on `batch`, which returned `stats` (reads the runner only;

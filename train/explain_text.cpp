@@ -123,7 +123,18 @@ void explain_ring(std::ostream& os, const Explanation& e, const std::string& wha
      << ": 2(R-1)/R of the buffer\n";
 }
 
-void explain_sgd(std::ostream& os, const Explanation& e, int move, const std::string& who) {
+void explain_optimizer(std::ostream& os, const Explanation& e, int move, const std::string& who) {
+  if (e.optimizer != "sgd") {
+    const AdamConfig& a = e.adam;
+    os << move << ". " << (a.decoupled ? "AdamW" : "Adam") << " step" << who
+       << ": one fused launch over the flat buffers (" << count(e.param_elements) << " elements, " << e.param_tensors
+       << " tensors): parameters " << bytes(e.param_bytes) << ", gradients " << bytes(e.grad_bytes) << ", exp_avg "
+       << bytes(e.param_bytes) << ", exp_avg_sq " << bytes(e.param_bytes) << "\n   lr " << number(a.lr) << ", betas "
+       << number(a.beta1) << "," << number(a.beta2) << ", eps " << number(a.eps) << ", weight decay "
+       << number(a.weight_decay) << (a.decoupled ? " (decoupled)" : " (L2)") << "; the optimizer has now taken "
+       << e.sgd_steps << " step" << (e.sgd_steps == 1 ? "" : "s") << "\n";
+    return;
+  }
   const SgdConfig& s = e.sgd;
   os << move << ". SGD step" << who << ": one fused launch over the flat buffers (" << count(e.param_elements)
      << " elements, " << e.param_tensors << " tensors): parameters " << bytes(e.param_bytes) << ", gradients "
@@ -148,7 +159,7 @@ void explain_single(std::ostream& os, const Explanation& e) {
      << " samples, each: forward, cross-entropy summed over its samples, backward seeded with 1/N = 1/" << e.batch
      << " = " << number(e.seed) << "; the gradients add up in the flat buffer to the mean over all N\n";
   explain_loss(os, e);
-  explain_sgd(os, e, 4, "");
+  explain_optimizer(os, e, 4, "");
 }
 
 void explain_header(std::ostream& os, const Explanation& e, const char* mode) {
@@ -213,7 +224,7 @@ void explain_dp(std::ostream& os, const Explanation& e) {
   os << "3. reduce: every replica allreduces (SUM) its whole gradient buffer, " << bytes(e.grad_bytes)
      << ", in one collective after the last backward (nothing overlaps)\n";
   explain_ring(os, e, "the gradient buffer");
-  explain_sgd(os, e, 4, " on every replica, the same");
+  explain_optimizer(os, e, 4, " on every replica, the same");
   explain_loss(os, e);
 }
 
@@ -258,7 +269,7 @@ void explain_ddp(std::ostream& os, const Explanation& e) {
   os << "\n4. allreduce (SUM) of each bucket on the communication thread as soon as it is ready, strictly in bucket "
         "order,\n   while backward goes on with earlier layers; after backward, finish() waits for the rest\n";
   explain_ring(os, e, "bucket 0");
-  explain_sgd(os, e, 5, " on every replica, the same");
+  explain_optimizer(os, e, 5, " on every replica, the same");
   os << "6. allreduce of the loss (" << bytes(int64_t(sizeof(float))) << ")"
      << (e.split == "adaptive" ? " and allgather of the replicas' compute seconds (--split adaptive)" : "") << "\n";
   explain_loss(os, e);

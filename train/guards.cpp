@@ -82,21 +82,21 @@ bool all_finite(const Tensor& t) {
 
 bool step_is_nonfinite(const Tensor& loss_sum, const Tensor& grads) { return !all_finite(loss_sum) || !all_finite(grads); }
 
-std::vector<std::string> checked_tensor_names(const layers::Model& model, const Sgd& sgd) {
+std::vector<std::string> checked_tensor_names(const layers::Model& model, const Optimizer& optimizer) {
   std::vector<std::string> names;
   const auto& entries = model.parameters().entries();
   for (const FlatEntry& e : entries) names.push_back(e.name);
-  if (sgd.momentum().defined()) {
-    for (const FlatEntry& e : entries) names.push_back("momentum of " + e.name);
+  for (const OptimizerState& s : optimizer.state()) {
+    for (const FlatEntry& e : entries) names.push_back(s.name + " of " + e.name);
   }
   return names;
 }
 
-std::vector<uint64_t> replica_checksums(const layers::Model& model, const Sgd& sgd) {
+std::vector<uint64_t> replica_checksums(const layers::Model& model, const Optimizer& optimizer) {
   std::vector<uint64_t> sums;
   const auto& entries = model.parameters().entries();
   add_checksums(model.parameters().values(), entries, sums);
-  if (sgd.momentum().defined()) add_checksums(sgd.momentum(), entries, sums);
+  for (const OptimizerState& s : optimizer.state()) add_checksums(s.tensor, entries, sums);
   return sums;
 }
 
@@ -127,8 +127,8 @@ std::string compare_checksums(const std::vector<std::vector<uint64_t>>& checksum
   return "";
 }
 
-std::string check_replicas(comm::Communicator& comm, const layers::Model& model, const Sgd& sgd, int64_t step) {
-  const std::vector<uint64_t> mine = replica_checksums(model, sgd);
+std::string check_replicas(comm::Communicator& comm, const layers::Model& model, const Optimizer& optimizer, int64_t step) {
+  const std::vector<uint64_t> mine = replica_checksums(model, optimizer);
   // Each checksum as four 16-bit pieces in float32 (integers below 2^24 are exact in any
   // float arithmetic or copy a transport might do), gathered from every rank.
   std::vector<float> packed;
@@ -149,7 +149,7 @@ std::string check_replicas(comm::Communicator& comm, const layers::Model& model,
       }
     }
   }
-  return compare_checksums(checksums, checked_tensor_names(model, sgd), step);
+  return compare_checksums(checksums, checked_tensor_names(model, optimizer), step);
 }
 
 }  // namespace dpcore::train

@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "comm/communicator.h"
-#include "engine/sgd.h"
+#include "engine/optimizer.h"
 #include "layers/model.h"
 
 namespace dpcore::train {
@@ -42,11 +42,11 @@ bool step_is_nonfinite(const Tensor& loss_sum, const Tensor& grads);
 
 // The tensors --check-replicas compares, in order: each parameter (as the model names it,
 // "conv1.weight"), then its momentum ("momentum of conv1.weight") when there is a buffer.
-std::vector<std::string> checked_tensor_names(const layers::Model& model, const Sgd& sgd);
+std::vector<std::string> checked_tensor_names(const layers::Model& model, const Optimizer& optimizer);
 // One 64-bit checksum of the raw bits of each of those tensors. Each 8-byte word goes
 // through h = (h ^ word) * odd constant, a bijection for a fixed h: a difference in any
 // one word, a single flipped bit included, always changes the checksum.
-std::vector<uint64_t> replica_checksums(const layers::Model& model, const Sgd& sgd);
+std::vector<uint64_t> replica_checksums(const layers::Model& model, const Optimizer& optimizer);
 
 // What every replica concludes from everyone's checksums[rank] (one list per rank, the
 // same tensors in each): "" when all agree, else which replicas differ, from whom, and the
@@ -58,6 +58,6 @@ std::string compare_checksums(const std::vector<std::vector<uint64_t>>& checksum
                               const std::vector<std::string>& names, int64_t step);
 // The whole check on one replica: its checksums allgathered over `comm` (all ranks call
 // it at the same step), then compare_checksums. The same answer on every rank.
-std::string check_replicas(comm::Communicator& comm, const layers::Model& model, const Sgd& sgd, int64_t step);
+std::string check_replicas(comm::Communicator& comm, const layers::Model& model, const Optimizer& optimizer, int64_t step);
 
 }  // namespace dpcore::train

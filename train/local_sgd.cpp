@@ -12,7 +12,7 @@ namespace dpcore::train {
 
 using Clock = SteadyClock;
 
-LocalSgdRunner::LocalSgdRunner(std::unique_ptr<layers::Model> model, const SgdConfig& sgd, int64_t accum,
+LocalSgdRunner::LocalSgdRunner(std::unique_ptr<layers::Model> model, const OptimizerConfig& optimizer, int64_t accum,
                                const ParallelOptions& options, int64_t period)
     : ReplicatedRunner(options, accum), period_(period) {
   DPCORE_CHECK(period >= 1, "--sync local:", period, ": K must be at least 1");
@@ -37,7 +37,7 @@ LocalSgdRunner::LocalSgdRunner(std::unique_ptr<layers::Model> model, const SgdCo
   if (world_size_ != options.replicas) splitter_ = Splitter(options.split, world_size_);  // set by mpirun
   check_faults(world_size_, options);
   samples_since_average_.assign(size_t(world_size_), 0);
-  start(std::move(model), devices, std::move(comms), sgd);
+  start(std::move(model), devices, std::move(comms), optimizer);
 }
 
 StepStats LocalSgdRunner::step(const data::Batch& batch) {
@@ -65,9 +65,9 @@ StepStats LocalSgdRunner::step(const data::Batch& batch) {
     ReplicaLane& lane = lanes[size_t(local)];
     lane.compute = seconds_since(started);  // (an injected slowdown included)
     if (size > 0) {
-      rep.sgd->step();
+      rep.optimizer->step();
       finish_device_work(rep);
-      lane.optimizer = rep.sgd->last_step_seconds();
+      lane.optimizer = rep.optimizer->last_step_seconds();
     }
     faults_.after_step(rank, step);
     lane.samples = size;
@@ -107,21 +107,22 @@ void LocalSgdRunner::average(std::vector<ReplicaLane>* lanes) {
     const Clock::time_point started = Clock::now();
     Backend& backend = backend_for(rep.device());
     Tensor values = rep.model->parameters().values();
-    Tensor momentum = rep.sgd->momentum();  // (undefined without momentum)
+    std::vector<OptimizerState> state = rep.optimizer->state();  // (none for SGD without momentum)
     backend.scale(weight, values, values);
-    if (momentum.defined()) backend.scale(weight, momentum, momentum);
+    for (OptimizerState& s : state) backend.scale(weight, s.tensor, s.tensor);
     {
       trace::Span span("wait", [&] {
         return trace::Label{"average parameters (wait)", {{"weight", weight}, {"on", comm_lane(rep)}}};
       });
       trace::CollectiveLabel purpose([] { return trace::Label{"local SGD averaging", {}}; });
       Work params = rep.comm->allreduce(values, ReduceOp::Sum);
-      Work moments = momentum.defined() ? rep.comm->allreduce(momentum, ReduceOp::Sum) : Work();
+      std::vector<Work> moments;
+      for (OptimizerState& s : state) moments.push_back(rep.comm->allreduce(s.tensor, ReduceOp::Sum));
       params.wait();
-      moments.wait();  // (an empty Work when there is no momentum: already done)
+      for (Work& w : moments) w.wait();
     }
     broadcast_buffers(rep);
-    rep.sgd->set_steps_taken(steps_taken_);  // (one that sat out steps has the others' momentum now)
+    rep.optimizer->set_steps_taken(steps_taken_);  // (one that sat out steps has the others' momentum now)
     finish_device_work(rep);
     if (lanes) (*lanes)[size_t(local)].blocked = seconds_since(started);
   });
@@ -134,9 +135,10 @@ StepStats LocalSgdRunner::settle() {
     Replica& rep = replicas_[size_t(local)];
     KeptReplica& kept = kept_[size_t(local)];
     kept.values = rep.model->parameters().values().clone();
-    if (rep.sgd->momentum().defined()) kept.momentum = rep.sgd->momentum().clone();
+    kept.state.clear();
+    for (const OptimizerState& s : rep.optimizer->state()) kept.state.push_back(s.tensor.clone());
     if (!rep.model->buffers().empty()) kept.buffers = rep.model->buffers().values().clone();
-    kept.steps = rep.sgd->steps_taken();
+    kept.steps = rep.optimizer->steps_taken();
     finish_device_work(rep);
   });
   average();
@@ -149,9 +151,8 @@ void LocalSgdRunner::restore_kept() {
     Replica& rep = replicas_[size_t(local)];
     KeptReplica& kept = kept_[size_t(local)];
     rep.model->parameters().values().copy_(kept.values);
-    if (kept.momentum.defined()) rep.sgd->momentum().copy_(kept.momentum);
     if (kept.buffers.defined()) rep.model->buffers().values().copy_(kept.buffers);
-    rep.sgd->set_steps_taken(kept.steps);
+    rep.optimizer->restore(kept.state, kept.steps);
     finish_device_work(rep);
   });
   kept_.clear();
@@ -160,7 +161,7 @@ void LocalSgdRunner::restore_kept() {
 void LocalSgdRunner::sync_replicas() {
   kept_.clear();  // (the root's state was replaced: every replica starts from it)
   ReplicatedRunner::sync_replicas();
-  steps_taken_ = replicas_[0].sgd->steps_taken();
+  steps_taken_ = replicas_[0].optimizer->steps_taken();
   steps_since_average_ = 0;
   std::fill(samples_since_average_.begin(), samples_since_average_.end(), 0);
 }

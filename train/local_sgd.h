@@ -5,16 +5,19 @@
 // optimizer: no communication at all. A replica whose share of a step is empty takes no
 // step (momentum and weight decay would otherwise move it on data it never saw). After
 // steps K, 2K, 3K, ... (as the log numbers them, so a resumed run keeps the schedule), the
-// replicas average their parameters and momentum buffers, replica r weighted by
+// replicas average their parameters and their optimizer's state (SGD's momentum buffer,
+// Adam's two moments), replica r weighted by
 //     w_r = (samples r saw since the last averaging) / (samples all saw),
-// as two allreduces (each replica scales its buffers by w_r, then SUM). Batch norm's running
+// as one allreduce per buffer (each replica scales its buffers by w_r, then SUM). Batch norm's running
 // statistics are rank 0's, broadcast at each averaging (DDP's broadcast_buffers, at the
 // averaging instead of every step). Every replica then takes the run's step count.
 //
 // Why momentum is averaged too: SGD's update is linear in the gradient, so with K = 1 the
 // weighted average of the replicas' steps IS the step on the mean gradient of the whole
 // batch (`--sync full`), up to float rounding; keeping local momentum instead (as some local
-// SGD papers do) would make K = 1 a different algorithm.
+// SGD papers do) would make K = 1 a different algorithm. Adam's moments are averaged the
+// same way; Adam's update is not linear in the gradient (nor is the average of
+// exp_avg_sq the square of an average), so with Adam K = 1 is not --sync full.
 //
 // Between averagings the replicas differ, and model() is replica 0's. When the trainer needs
 // one model between averagings (to evaluate, at an epoch's end, to save: settle()), the
@@ -34,7 +37,7 @@ namespace dpcore::train {
 
 class LocalSgdRunner : public ReplicatedRunner {
  public:
-  LocalSgdRunner(std::unique_ptr<layers::Model> model, const SgdConfig& sgd, int64_t accum,
+  LocalSgdRunner(std::unique_ptr<layers::Model> model, const OptimizerConfig& optimizer, int64_t accum,
                  const ParallelOptions& options, int64_t period);
   // Each replica's own step on its own share. The loss reported is the sum over this
   // process's replicas (all of them with --backend local; with mpi, this rank's share:
@@ -53,11 +56,12 @@ class LocalSgdRunner : public ReplicatedRunner {
  private:
   // A replica as it was before settle() averaged it, put back by the next step.
   struct KeptReplica {
-    Tensor values, momentum, buffers;  // (momentum, buffers: undefined when the run has none)
+    Tensor values, buffers;     // (buffers: undefined when the run has none)
+    std::vector<Tensor> state;  // the optimizer's (Optimizer::state)
     int64_t steps = 0;
   };
 
-  // Every replica's parameters and momentum replaced by the weighted average over the
+  // Every replica's parameters and optimizer state replaced by the weighted average over the
   // replicas, each replica's step count set to the run's; the time each spent in it goes to
   // `lanes`, if any.
   void average(std::vector<ReplicaLane>* lanes = nullptr);

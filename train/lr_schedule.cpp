@@ -1,5 +1,6 @@
 #include "train/lr_schedule.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
@@ -16,8 +17,8 @@ constexpr double kPi = 3.141592653589793;  // Python's math.pi
 constexpr double kDivFactor = 25, kFinalDivFactor = 1e4, kMaxMomentum = 0.95, kBaseMomentum = 0.85;
 
 const char* const kSyntax =
-    "constant, step:EPOCHS:GAMMA (EPOCHS a whole number of at least 1, GAMMA a finite number > 0), cosine or "
-    "onecycle";
+    "constant, step:EPOCHS:GAMMA (EPOCHS a whole number of at least 1, GAMMA a finite number > 0), cosine, "
+    "onecycle or linear";
 
 struct Parsed {
   std::string needs;  // empty: valid
@@ -28,7 +29,7 @@ struct Parsed {
 
 Parsed parse(const std::string& spec) {
   Parsed p;
-  if (spec == "constant" || spec == "cosine" || spec == "onecycle") {
+  if (spec == "constant" || spec == "cosine" || spec == "onecycle" || spec == "linear") {
     p.kind = spec;
     return p;
   }
@@ -71,7 +72,9 @@ std::string number(double v) {
 
 std::string lr_schedule_needs(const std::string& spec) { return parse(spec).needs; }
 
-bool lr_schedule_uses_total(const std::string& spec) { return spec == "cosine" || spec == "onecycle"; }
+bool lr_schedule_uses_total(const std::string& spec) {
+  return spec == "cosine" || spec == "onecycle" || spec == "linear";
+}
 
 LrSchedule::LrSchedule(const std::string& spec, const SgdConfig& sgd, int64_t warmup_steps, int64_t total_steps,
                        int64_t steps_per_epoch)
@@ -81,6 +84,7 @@ LrSchedule::LrSchedule(const std::string& spec, const SgdConfig& sgd, int64_t wa
   kind_ = p.kind == "constant" ? Kind::Constant
           : p.kind == "step"   ? Kind::Step
           : p.kind == "cosine" ? Kind::Cosine
+          : p.kind == "linear" ? Kind::Linear
                                : Kind::OneCycle;
   step_epochs_ = p.epochs, gamma_ = p.gamma;
   DPCORE_CHECK(total_ >= 1, "--lr-schedule ", spec, ": the run has no steps");
@@ -120,6 +124,12 @@ Rates LrSchedule::at(int64_t t) const {
     if (momentum_ == 0) r.momentum = 0;  // plain SGD: nothing to cycle
     return r;
   }
+  if (kind_ == Kind::Linear) {
+    // transformers' get_linear_schedule_with_warmup, its lr_lambda term for term (LambdaLR:
+    // lr * lambda(t)).
+    if (t < warmup_) return {lr_ * (double(t) / double(std::max<int64_t>(1, warmup_))), momentum_};
+    return {lr_ * std::max(0.0, double(total_ - t) / double(std::max<int64_t>(1, total_ - warmup_))), momentum_};
+  }
   if (t < warmup_) return {lr_ * (double(t + 1) / double(warmup_)), momentum_};
   const int64_t s = t - warmup_;  // the main schedule's own step
   switch (kind_) {
@@ -145,6 +155,9 @@ std::string LrSchedule::describe() const {
     case Kind::Cosine:
       text = "cosine from " + number(lr_) + " to 0 over " + std::to_string(total_ - warmup_) + " steps";
       break;
+    case Kind::Linear:
+      return "linear from " + number(lr_) + " to 0 over " + std::to_string(total_) + " steps" +
+             (warmup_ > 0 ? " (warm-up from 0 over " + std::to_string(warmup_) + " steps)" : "");
     case Kind::OneCycle:
       return "onecycle to " + number(lr_) + " (" + number(100 * pct_start_) + "% warm-up" +
              (momentum_ > 0 ? ", momentum 0.95-0.85)" : ", momentum not cycled)");

@@ -23,6 +23,10 @@
 //                     --momentum > 0 the momentum cycles inversely, 0.95 -> 0.85 -> 0.95
 //                     (cycle_momentum=True, max_momentum=0.95, base_momentum=0.85: --momentum
 //                     only switches it on); with --momentum 0 it stays 0, not cycled.
+//   linear            transformers' get_linear_schedule_with_warmup(num_warmup_steps=W,
+//                     num_training_steps=T), BERT fine-tuning's: lr * t/W for t < W (0 at
+//                     step 0: its own warm-up, not the one above), then
+//                     lr * max(0, (T-t)/(T-W)), down to lr/(T-W) at the last step.
 //
 // Checked against Debian's PyTorch 1.13 by tests/train/lr_schedule_test.cpp (fixture from
 // scripts/make_lr_schedule_fixture.py).
@@ -53,7 +57,7 @@ class LrSchedule {
   std::string describe() const;
 
  private:
-  enum class Kind { Constant, Step, Cosine, OneCycle };
+  enum class Kind { Constant, Step, Cosine, OneCycle, Linear };
   Kind kind_ = Kind::Constant;
   int64_t step_epochs_ = 0;  // step:EPOCHS:GAMMA
   double gamma_ = 1;

@@ -9,20 +9,20 @@
 
 namespace dpcore::train {
 
-std::unique_ptr<StepRunner> make_runner(std::unique_ptr<Model> model, const SgdConfig& sgd, int64_t accum,
+std::unique_ptr<StepRunner> make_runner(std::unique_ptr<Model> model, const OptimizerConfig& optimizer, int64_t accum,
                                         const ParallelOptions& options) {
   DPCORE_CHECK(options.replicas >= 1, "--replicas ", options.replicas, " must be at least 1");
   check_failure_policy(options.failure, options.replicas, options.backend, options.sync);
   const SyncStrategy sync = parse_sync(options.sync);
   if (sync.kind == SyncStrategy::Kind::Local) {
-    return std::make_unique<LocalSgdRunner>(std::move(model), sgd, accum, options, sync.period);
+    return std::make_unique<LocalSgdRunner>(std::move(model), optimizer, accum, options, sync.period);
   }
-  if (sync.kind == SyncStrategy::Kind::Async) return std::make_unique<AsyncRunner>(std::move(model), sgd, accum, options);
+  if (sync.kind == SyncStrategy::Kind::Async) return std::make_unique<AsyncRunner>(std::move(model), optimizer, accum, options);
   if (options.replicas == 1 && options.backend == "local" && options.split == "even") {
-    return std::make_unique<SingleDeviceRunner>(std::move(model), sgd, accum, options);
+    return std::make_unique<SingleDeviceRunner>(std::move(model), optimizer, accum, options);
   }
-  if (options.mode == "dp") return std::make_unique<DataParallelRunner>(std::move(model), sgd, accum, options);
-  if (options.mode == "ddp") return std::make_unique<DistributedRunner>(std::move(model), sgd, accum, options);
+  if (options.mode == "dp") return std::make_unique<DataParallelRunner>(std::move(model), optimizer, accum, options);
+  if (options.mode == "ddp") return std::make_unique<DistributedRunner>(std::move(model), optimizer, accum, options);
   fail("--mode ", options.mode, ": unknown (expected dp or ddp)");
 }
 

@@ -33,9 +33,17 @@ std::string schedule_setting(const TrainOptions& o) {
 }
 
 std::vector<Setting> settings_of(const TrainOptions& o) {
-  std::ostringstream sgd;
-  sgd << o.sgd.lr << "," << o.sgd.momentum << "," << o.sgd.dampening << "," << o.sgd.weight_decay << ","
-      << o.sgd.nesterov;
+  // SGD's as the first checkpoints wrote them; Adam's and AdamW's after their name; the
+  // clipping norm after them, when there is one.
+  std::ostringstream optimizer;
+  if (o.optimizer == "sgd") {
+    optimizer << o.sgd.lr << "," << o.sgd.momentum << "," << o.sgd.dampening << "," << o.sgd.weight_decay << ","
+              << o.sgd.nesterov;
+  } else {
+    optimizer << o.optimizer << " " << o.sgd.lr << "," << o.adam.beta1 << "," << o.adam.beta2 << "," << o.adam.eps
+              << "," << o.sgd.weight_decay;
+  }
+  if (o.clip_grad_norm >= 0) optimizer << ", clip " << o.clip_grad_norm;
   const char* draws = "the batches are drawn with it";
   return {
       {"model", "--model", "the weights and momentum are this model's", o.model},
@@ -49,9 +57,11 @@ std::vector<Setting> settings_of(const TrainOptions& o) {
       {"shuffle", "shuffling (--no-shuffle)", draws, o.shuffle ? "1" : "0", true},
       {"normalize", "normalisation (--no-normalize)", "the inputs are normalised with it", o.normalize ? "1" : "0", true},
       {"drop_last", "--drop-last", draws, o.drop_last ? "1" : "0", true},
-      {"sgd", "the SGD settings (--lr,--momentum,--dampening,--weight-decay,--nesterov)",
-       "every step's update follows from them", sgd.str()},
-      {"lr_schedule", "the schedule (--lr-schedule, --warmup-steps and, for cosine and onecycle, the run's length)",
+      {"sgd",
+       o.optimizer == "sgd" ? "the SGD settings (--lr,--momentum,--dampening,--weight-decay,--nesterov,--clip-grad-norm)"
+                            : "the optimizer settings (--optimizer,--lr,--betas,--eps,--weight-decay,--clip-grad-norm)",
+       "every step's update follows from them", optimizer.str()},
+      {"lr_schedule", "the schedule (--lr-schedule, --warmup-steps and, for cosine, onecycle and linear, the run's length)",
        "every step's rate follows from it", schedule_setting(o)},
       {"augment", "--augment", draws, data::describe(data::parse_augment(o.augment))},
   };
@@ -108,7 +118,7 @@ data::LoaderPosition carry_position(data::LoaderPosition position, int64_t from_
   return {position.epoch, samples / to_batch};
 }
 
-Resumed resume_from_checkpoint(const TrainOptions& o, int64_t train_samples, Model& model, Sgd& sgd) {
+Resumed resume_from_checkpoint(const TrainOptions& o, int64_t train_samples, Model& model, Optimizer& optimizer) {
   Resumed r;
   std::vector<std::string> skipped;
   const io::SafetensorsFile file = newest_valid_checkpoint(o.checkpoint_dir, skipped);
@@ -118,7 +128,7 @@ Resumed resume_from_checkpoint(const TrainOptions& o, int64_t train_samples, Mod
   if (!skipped.empty()) r.log.push_back("note: resuming from " + file.source() + ", the newest valid checkpoint");
   std::vector<std::string> changes = compare_settings(o, file);
   r.log.insert(r.log.end(), changes.begin(), changes.end());
-  restore_checkpoint(file, model, sgd);
+  restore_checkpoint(file, model, optimizer);
   r.progress = checkpoint_progress(file);
 
   // The position counts batches of the checkpoint's size (a difference --force-resume accepted).

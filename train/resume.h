@@ -37,7 +37,7 @@ struct Resumed {
 // ones past damaged files) into `model` and `sgd`, after checking its settings against
 // this run's. `train_samples` is the training set's size: with a forced change of --batch
 // the data position is carried over in samples, not in batches.
-Resumed resume_from_checkpoint(const TrainOptions& o, int64_t train_samples, Model& model, Sgd& sgd);
+Resumed resume_from_checkpoint(const TrainOptions& o, int64_t train_samples, Model& model, Optimizer& optimizer);
 
 // The data position `position`, counted in batches of `from_batch` samples, in batches of
 // `to_batch`: the same number of samples into the epoch, rounded down (a sample may be

@@ -7,10 +7,10 @@
 
 namespace dpcore::train {
 
-SingleDeviceRunner::SingleDeviceRunner(std::unique_ptr<Model> model, const SgdConfig& sgd, int64_t accum,
+SingleDeviceRunner::SingleDeviceRunner(std::unique_ptr<Model> model, const OptimizerConfig& optimizer, int64_t accum,
                                        const ParallelOptions& options)
     : model_(std::move(model)),
-      sgd_(std::make_unique<Sgd>(model_->parameters(), sgd)),
+      optimizer_(make_optimizer(model_->parameters(), optimizer)),
       accum_(accum),
       faults_(options.faults),
       guards_(options.guards),
@@ -21,7 +21,7 @@ SingleDeviceRunner::SingleDeviceRunner(std::unique_ptr<Model> model, const SgdCo
     std::cerr << "dpcore: note: --inject and --skip-nonfinite run every step without a CUDA graph (they act "
                  "between backward and the optimizer step, where a recorded step cannot stop)\n";
   }
-  eager_only_ = guarded_;
+  eager_only_ = guarded_ || !optimizer_->replayable();
 }
 
 SingleDeviceRunner::~SingleDeviceRunner() {
@@ -42,7 +42,7 @@ StepStats SingleDeviceRunner::step(const data::Batch& batch) {
     backend.copy_bytes(static_x_.raw_data(), device, batch.images, Device::cpu(), static_x_.nbytes());
     backend.copy_bytes(static_y_.raw_data(), device, batch.labels, Device::cpu(), static_y_.nbytes());
     graph_->replay();
-    sgd_->count_replayed_step();
+    optimizer_->count_replayed_step();
     // The next replay overwrites static_loss_: the caller gets a copy, queued after this
     // replay on the same stream (no host wait).
     return {static_loss_.clone(), batch.size};
@@ -54,7 +54,7 @@ StepStats SingleDeviceRunner::step(const data::Batch& batch) {
     if (++warmup_steps_ == kWarmupSteps) return {warm_up_and_record(x, y, accum), batch.size};
   }
   if (guarded_) return guarded_step(x, y, accum, batch.size);
-  return {accumulate_and_step(*model_, *sgd_, x, y, accum), batch.size};
+  return {accumulate_and_step(*model_, *optimizer_, x, y, accum), batch.size};
 }
 
 StepStats SingleDeviceRunner::guarded_step(const Tensor& x, const Tensor& y, int64_t accum, int64_t samples) {
@@ -62,7 +62,7 @@ StepStats SingleDeviceRunner::guarded_step(const Tensor& x, const Tensor& y, int
   model_->zero_grad();
   faults_.run(0, step_number(), *model_, [&] { loss = accumulate_gradients(*model_, x, y, accum, 1.0 / double(samples)); });
   if (guards_.skip_nonfinite && step_is_nonfinite(loss, model_->parameters().grads())) return {loss, samples, true};
-  sgd_->step();
+  optimizer_->step();
   faults_.after_step(0, step_number());
   return {loss, samples};
 }
@@ -72,17 +72,17 @@ Tensor SingleDeviceRunner::warm_up_and_record(const Tensor& x, const Tensor& y, 
   std::unique_ptr<Backend::Captured> graph = backend_for(device).make_graph(device.index);
   if (!graph) {
     eager_only_ = true;
-    return accumulate_and_step(*model_, *sgd_, x, y, accum);
+    return accumulate_and_step(*model_, *optimizer_, x, y, accum);
   }
   Tensor loss;
-  graph->warm_up([&] { loss = accumulate_and_step(*model_, *sgd_, x, y, accum); });
+  graph->warm_up([&] { loss = accumulate_and_step(*model_, *optimizer_, x, y, accum); });
   static_x_ = x.clone();
   static_y_ = y.clone();
-  recorded_first_step_ = sgd_->steps_taken() == 0;
+  recorded_first_step_ = optimizer_->steps_taken() == 0;
   try {
     graph->record([&] {
-      static_loss_ = accumulate_and_step(*model_, *sgd_, static_x_, static_y_, accum);
-      sgd_->uncount_recorded_step();  // here, so that a capture failing after the body still leaves the count right
+      static_loss_ = accumulate_and_step(*model_, *optimizer_, static_x_, static_y_, accum);
+      optimizer_->uncount_recorded_step();  // here, so that a capture failing after the body still leaves the count right
     });
   } catch (const std::exception& e) {
     std::cerr << "dpcore: warning: " << e.what() << "; training goes on without a CUDA graph\n";
@@ -96,15 +96,12 @@ Tensor SingleDeviceRunner::warm_up_and_record(const Tensor& x, const Tensor& y, 
 }
 
 bool SingleDeviceRunner::graph_outdated() const {
-  return graph_->stale() || (sgd_->steps_taken() == 0) != recorded_first_step_;
+  return graph_->stale() || (optimizer_->steps_taken() == 0) != recorded_first_step_;
 }
 
 bool SingleDeviceRunner::rates_changed() {
-  const SgdConfig& now = sgd_->config();
-  const bool same = now.lr == last_sgd_.lr && now.momentum == last_sgd_.momentum &&
-                    now.dampening == last_sgd_.dampening && now.weight_decay == last_sgd_.weight_decay &&
-                    now.nesterov == last_sgd_.nesterov;
-  const bool changed = stepped_ && !same;
+  const std::vector<double> now = optimizer_->hyper_parameters();
+  const bool changed = stepped_ && now != last_hyper_parameters_;
   if (changed && rates_were_changing_ && !noted_changing_ && !eager_only_) {
     noted_changing_ = true;
     if (backend_for(model_->device()).make_graph(model_->device().index)) {
@@ -115,15 +112,15 @@ bool SingleDeviceRunner::rates_changed() {
       eager_only_ = true;  // the backend cannot record: nothing to note
     }
   }
-  last_sgd_ = now;
+  last_hyper_parameters_ = now;
   stepped_ = true;
   rates_were_changing_ = changed;
   return changed;
 }
 
 void SingleDeviceRunner::set_rates(double lr, double momentum) {
-  sgd_->set_lr(lr);
-  sgd_->set_momentum(momentum);
+  optimizer_->set_lr(lr);
+  optimizer_->set_momentum(momentum);
 }
 
 void SingleDeviceRunner::drop_graph() {

@@ -12,7 +12,7 @@
 
 #include "engine/backend.h"
 #include "engine/data/loader.h"
-#include "engine/sgd.h"
+#include "engine/optimizer.h"
 #include "layers/model.h"
 #include "train/fault_injection.h"
 #include "train/guards.h"
@@ -68,7 +68,7 @@ class StepRunner {
   virtual StepStats step(const data::Batch& batch) = 0;
   // The root replica: the one evaluated, saved and checkpointed.
   virtual Model& model() = 0;
-  virtual Sgd& optimizer() = 0;
+  virtual Optimizer& optimizer() = 0;
   // The learning rate and momentum of the next steps (a schedule, train/lr_schedule.h: the
   // trainer calls it before every step), on the optimizer of every replica of this process.
   virtual void set_rates(double lr, double momentum) = 0;
@@ -104,10 +104,10 @@ class StepRunner {
   int64_t step_number_ = 0;  // 0: not set
 };
 
-// One model, one device: zero, A micro-batches, one fused SGD step.
+// One model, one device: zero, A micro-batches, one fused optimizer step.
 //
 // On a backend that can capture (CUDA, unless --cuda-graph off), the whole step (zeroing,
-// every micro-batch's forward and backward, the SGD update) is recorded once into a graph
+// every micro-batch's forward and backward, the optimizer's update) is recorded once into a graph
 // over fixed input buffers and replayed from then on: each step is then one copy of the
 // batch into those buffers and one launch. Before recording, kWarmupSteps steps at the
 // size of the first batch run eagerly, the last of them on the stream the recording will
@@ -117,8 +117,8 @@ class StepRunner {
 // What the recording bakes in is checked before every replay; when any of it changed, the
 // step runs eagerly on a fresh graph's stream and is recorded anew:
 //   * the backend's settings (engines, TF32, --cuda-graph), through Captured::stale;
-//   * the optimizer's hyper-parameters (set_rates, Sgd::set_lr) and whether its step was
-//     the first (the hyper-parameters are compared with the previous step's: see below);
+//   * the optimizer's hyper-parameters (set_rates, Optimizer::set_lr) and whether its step
+//     was the first (the hyper-parameters are compared with the previous step's: see below);
 //   * the gradient scale 1/N and the micro-batch split need no check: both follow from
 //     the batch size, and only batches of the recorded size replay.
 // Rates that change from one step to the next (an --lr-schedule other than constant, a
@@ -133,18 +133,21 @@ class StepRunner {
 // there, which a recorded graph cannot do (a note on stderr says so, where the backend
 // could have recorded).
 //
+// An optimizer whose step is not replayable (Optimizer::replayable: Adam passes its bias
+// corrections, which change every step, to the kernel) runs every step eagerly too.
+//
 // A recording that fails (a library doing something a capture forbids) costs nothing but
 // a warning on stderr: that step was already taken by the warm-up, the step count is
 // unchanged, and training goes on eagerly.
 class SingleDeviceRunner : public StepRunner {
  public:
   // `options`: only its faults and guards matter here (one replica: replica 0).
-  SingleDeviceRunner(std::unique_ptr<Model> model, const SgdConfig& sgd, int64_t accum,
+  SingleDeviceRunner(std::unique_ptr<Model> model, const OptimizerConfig& optimizer, int64_t accum,
                      const ParallelOptions& options = {});
   ~SingleDeviceRunner() override;
   StepStats step(const data::Batch& batch) override;
   Model& model() override { return *model_; }
-  Sgd& optimizer() override { return *sgd_; }
+  Optimizer& optimizer() override { return *optimizer_; }
   void set_rates(double lr, double momentum) override;
   void sync_replicas() override {}
   std::string describe() const override;
@@ -169,7 +172,7 @@ class SingleDeviceRunner : public StepRunner {
   StepStats guarded_step(const Tensor& x, const Tensor& y, int64_t accum, int64_t samples);
 
   std::unique_ptr<Model> model_;
-  std::unique_ptr<Sgd> sgd_;
+  std::unique_ptr<Optimizer> optimizer_;
   int64_t accum_;
   int64_t graph_batch_ = 0;   // the batch size the graph is (to be) recorded at
   int warmup_steps_ = 0;      // eager steps taken at that size
@@ -178,7 +181,7 @@ class SingleDeviceRunner : public StepRunner {
   // The optimizer as the previous step used it (a graph, when there is one, recorded it
   // so: a change drops the graph), whether its rates had changed, and whether the note
   // that rates changing at every step keep graphs off was printed.
-  SgdConfig last_sgd_;
+  std::vector<double> last_hyper_parameters_;
   bool stepped_ = false, rates_were_changing_ = false, noted_changing_ = false;
   FaultInjector faults_;
   GuardOptions guards_;
@@ -188,7 +191,7 @@ class SingleDeviceRunner : public StepRunner {
 };
 
 // SingleDeviceRunner for one local replica, else the data-parallel runner of options.mode.
-std::unique_ptr<StepRunner> make_runner(std::unique_ptr<Model> model, const SgdConfig& sgd, int64_t accum,
+std::unique_ptr<StepRunner> make_runner(std::unique_ptr<Model> model, const OptimizerConfig& optimizer, int64_t accum,
                                         const ParallelOptions& options);
 
 // Rows [begin, end) of a host batch: a view of the same memory, nothing is copied. How

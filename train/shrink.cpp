@@ -21,7 +21,7 @@ std::string failures_text(const std::vector<FailedReplica>& failed, const std::v
 StepStats ReplicatedRunner::surviving_failures(const std::function<StepStats()>& attempt) {
   if (!options_.failure.shrink()) return attempt();
   // The cost of the promise of no partial update: a copy of the root's state every step.
-  before_step_.take(*replicas_[0].model, *replicas_[0].sgd);
+  before_step_.take(*replicas_[0].model, *replicas_[0].optimizer);
   const int64_t step = step_number();
   std::vector<ReplicaDropped> dropped;
   for (;;) {
@@ -33,7 +33,7 @@ StepStats ReplicatedRunner::surviving_failures(const std::function<StepStats()>&
       const std::vector<FailedReplica> failed = failed_replicas(failure);
       const int left = int(replicas_.size() - failed.size());
       if (left < options_.failure.min_replicas) {
-        before_step_.restore(*replicas_[0].model, *replicas_[0].sgd);  // for the caller's final checkpoint
+        before_step_.restore(*replicas_[0].model, *replicas_[0].optimizer);  // for the caller's final checkpoint
         throw TooFewReplicas(failures_text(failed, replicas_, step) + "; " + std::to_string(left) +
                                  (left == 1 ? " replica" : " replicas") + " would be left, fewer than --min-replicas " +
                                  std::to_string(options_.failure.min_replicas) +
@@ -56,7 +56,7 @@ StepStats ReplicatedRunner::surviving_failures(const std::function<StepStats()>&
       // Whatever each survivor had done of the step (reduced, stepped, updated its batch
       // norm statistics) is undone: the root gets the state from before the step, the
       // others the root's.
-      before_step_.restore(*replicas_[0].model, *replicas_[0].sgd);
+      before_step_.restore(*replicas_[0].model, *replicas_[0].optimizer);
       sync_replicas();
     }
   }

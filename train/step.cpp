@@ -48,14 +48,14 @@ Tensor accumulate_gradients(Model& model, const Tensor& x, const Tensor& y, int6
   return loss_sum;
 }
 
-Tensor accumulate_and_step(Model& model, Sgd& optimizer, const Tensor& x, const Tensor& y, int64_t accum) {
+Tensor accumulate_and_step(Model& model, Optimizer& optimizer, const Tensor& x, const Tensor& y, int64_t accum) {
   model.zero_grad();
   Tensor loss_sum = accumulate_gradients(model, x, y, accum, 1.0 / double(x.dim() >= 1 ? x.size(0) : 1));
   optimizer.step();
   return loss_sum;
 }
 
-double train_step(Model& model, Sgd& optimizer, const Tensor& x, const Tensor& y, int64_t accum) {
+double train_step(Model& model, Optimizer& optimizer, const Tensor& x, const Tensor& y, int64_t accum) {
   return accumulate_and_step(model, optimizer, x, y, accum).item() / double(x.size(0));
 }
 

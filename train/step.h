@@ -12,7 +12,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "engine/sgd.h"
+#include "engine/optimizer.h"
 #include "layers/model.h"
 
 namespace dpcore::train {
@@ -41,9 +41,9 @@ Tensor accumulate_gradients(Model& model, const Tensor& x, const Tensor& y, int6
 // (x, y), step the optimizer. Returns the summed loss of the batch as a one-element tensor
 // on the model's device, without reading it back: the whole step queues device work only,
 // so it can be captured into a CUDA graph.
-Tensor accumulate_and_step(Model& model, Sgd& optimizer, const Tensor& x, const Tensor& y, int64_t accum = 1);
+Tensor accumulate_and_step(Model& model, Optimizer& optimizer, const Tensor& x, const Tensor& y, int64_t accum = 1);
 // The same, returning the mean loss over the batch (reads it back: synchronises).
-double train_step(Model& model, Sgd& optimizer, const Tensor& x, const Tensor& y, int64_t accum = 1);
+double train_step(Model& model, Optimizer& optimizer, const Tensor& x, const Tensor& y, int64_t accum = 1);
 
 struct EvalResult {
   double loss_sum = 0;   // summed NLL over the samples

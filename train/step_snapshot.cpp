@@ -20,21 +20,23 @@ void copy_into(Tensor& into, const Tensor& from) {
 }
 }  // namespace
 
-void StepSnapshot::take(const layers::Model& model, const Sgd& sgd) {
+void StepSnapshot::take(const layers::Model& model, const Optimizer& optimizer) {
   copy_into(values_, model.parameters().values());
-  copy_into(momentum_, sgd.momentum());
+  const std::vector<OptimizerState> state = optimizer.state();
+  state_.resize(state.size());
+  for (size_t i = 0; i < state.size(); ++i) copy_into(state_[i], state[i].tensor);
   copy_into(buffers_, model.has_batch_norm() ? model.buffers().values() : Tensor());
-  steps_ = sgd.steps_taken();
+  steps_ = optimizer.steps_taken();
   taken_ = true;
   // Copied on this thread's stream, while the replicas step on theirs: done before they start.
   runtime::synchronize(model.device());
 }
 
-void StepSnapshot::restore(layers::Model& model, Sgd& sgd) const {
+void StepSnapshot::restore(layers::Model& model, Optimizer& optimizer) const {
   DPCORE_CHECK(taken_, "StepSnapshot::restore: no snapshot was taken");
   model.parameters().values().copy_(values_);
   if (buffers_.defined()) model.buffers().values().copy_(buffers_);
-  sgd.restore(momentum_, steps_);
+  optimizer.restore(state_, steps_);
   runtime::synchronize(model.device());
 }
 

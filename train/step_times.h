@@ -8,7 +8,7 @@
 //                  taken out of the time it spent blocked in collectives;
 //   communication  the rest of that blocked time (ddp: the allreduce the overlap did not
 //                  hide, the loss, the buffers' broadcast; dp: the gradient allreduce);
-//   optimizer      the SGD step.
+//   optimizer      the optimizer step (SGD or Adam, with --clip-grad-norm its clip).
 // What is left of the step's wall time is compute (the trainer subtracts: train/trainer.cpp).
 // Times are host times: on a GPU, device work the host did not wait for shows up where the
 // host next waits for it.
@@ -26,7 +26,7 @@ struct ReplicaLane {
                          // in the phases the main thread drives)
   double blocked = 0;    // in collectives, where a wait for a late replica hides in the
                          // transfer (ddp: its whole step but compute and optimizer)
-  double optimizer = 0;  // its SGD step
+  double optimizer = 0;  // its optimizer step
   int64_t samples = 0;   // rows it computed
 };
 

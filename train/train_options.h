@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <string>
 
-#include "engine/sgd.h"
+#include "engine/optimizer.h"
 #include "train/runner.h"
 
 namespace dpcore::train {
@@ -17,7 +17,15 @@ struct TrainOptions {
   int64_t steps = 0;          // total optimizer steps; 0: run `epochs` epochs
   int64_t batch = 64;         // samples per optimizer step (split over micro-batches and replicas)
   int64_t accum = 1;
+  // --optimizer: sgd (torch.optim.SGD), adam (torch.optim.Adam, L2 weight decay) or adamw
+  // (torch.optim.AdamW, decoupled weight decay).
+  std::string optimizer = "sgd";
+  // --lr and --weight-decay are the optimizer's, whichever it is: they live here, with SGD's
+  // --momentum, --dampening and --nesterov. (A schedule's momentum is SGD's momentum, Adam's
+  // beta1.)
   SgdConfig sgd{0.03, 0.9, 0.0, 0.0, false};
+  AdamConfig adam;  // --betas and --eps (its lr and weight_decay: sgd's above)
+  double clip_grad_norm = -1;  // --clip-grad-norm MAX (Optimizer::set_clip_grad_norm); negative: none
   std::string lr_schedule = "constant";  // constant | step:EPOCHS:GAMMA | cosine | onecycle (train/lr_schedule.h)
   int64_t warmup_steps = 0;              // linear warm-up steps; with onecycle, pct_start = W/T
   double warmup_fraction = 0;            // when warmup_steps is 0: the warm-up as this fraction of the
@@ -45,5 +53,16 @@ struct TrainOptions {
   int progress = -1;            // -1: a progress bar when stdout is a terminal; 0: plain lines; 1: bar
   ParallelOptions parallel;
 };
+
+// The optimizer the options ask for (its --lr and --weight-decay from `sgd`).
+inline OptimizerConfig optimizer_config(const TrainOptions& o) {
+  AdamConfig adam = o.adam;
+  adam.lr = o.sgd.lr;
+  adam.weight_decay = o.sgd.weight_decay;
+  adam.decoupled = o.optimizer == "adamw";
+  OptimizerConfig config = o.optimizer == "sgd" ? OptimizerConfig(o.sgd) : OptimizerConfig(adam);
+  config.clip_grad_norm = o.clip_grad_norm;
+  return config;
+}
 
 }  // namespace dpcore::train

@@ -114,6 +114,7 @@ class MetricsLog {
                         {"wall_s", m.wall_seconds}, {"replica_samples_per_s", m.replica_samples_per_s},
                         {"shares", m.shares}};
     for (const auto& [name, values] : m.counters) j[name] = values;
+    if (!std::isnan(m.grad_norm)) j["grad_norm"] = m.grad_norm;
     write(j);
   }
   // A record of another kind, e.g. {"kind": "shrink", ...}.
@@ -126,6 +127,24 @@ class MetricsLog {
  private:
   std::ofstream file_;
 };
+
+// What the schedule scales and cycles: the base learning rate, and the momentum onecycle
+// cycles (SGD's momentum; Adam's beta1, as PyTorch's OneCycleLR cycles betas[0]).
+SgdConfig schedule_rates(const TrainOptions& o) {
+  SgdConfig rates = o.sgd;
+  if (o.optimizer != "sgd") rates.momentum = o.adam.beta1;
+  return rates;
+}
+
+// For the run header: ", adamw (betas 0.9,0.999, eps 1e-08, weight decay 0.01)"; nothing
+// for SGD, whose settings the schedule's text and the defaults say.
+std::string describe_adam(const TrainOptions& o) {
+  if (o.optimizer == "sgd") return "";
+  std::ostringstream os;
+  os << ", " << o.optimizer << " (betas " << o.adam.beta1 << "," << o.adam.beta2 << ", eps " << o.adam.eps
+     << ", weight decay " << o.sgd.weight_decay << ")";
+  return os.str();
+}
 
 // Checks the options that train() cannot start without; returns them.
 const TrainOptions& checked(const TrainOptions& o) {
@@ -159,6 +178,10 @@ const TrainOptions& checked(const TrainOptions& o) {
   DPCORE_CHECK(o.warmup_steps >= 0, "--warmup-steps ", o.warmup_steps, " must not be negative");
   DPCORE_CHECK(o.warmup_fraction >= 0 && o.warmup_fraction < 1, "warm-up fraction ", o.warmup_fraction,
                " must be in [0, 1)");
+  DPCORE_CHECK(o.clip_grad_norm < 0 || std::isfinite(o.clip_grad_norm), "--clip-grad-norm ", o.clip_grad_norm,
+               " must be a finite number >= 0");
+  DPCORE_CHECK(o.optimizer == "sgd" || o.optimizer == "adam" || o.optimizer == "adamw", "--optimizer ", o.optimizer,
+               ": unknown (expected sgd, adam or adamw)");
   DPCORE_CHECK(!o.sgd.nesterov || (o.sgd.momentum > 0 && o.sgd.dampening == 0),
                "--nesterov: needs --momentum > 0 and --dampening 0 (as in PyTorch), got --momentum ", o.sgd.momentum,
                " and --dampening ", o.sgd.dampening);
@@ -177,7 +200,7 @@ Device set_up_device(const TrainOptions& o) {
 std::unique_ptr<StepRunner> set_up_runner(const TrainOptions& o, const data::Dataset& train_data, Device device) {
   auto model = build_model(o.model, train_data, device, o.seed);
   if (!o.init.empty()) layers::load_weights(*model, o.init);
-  return make_runner(std::move(model), o.sgd, o.accum, o.parallel);
+  return make_runner(std::move(model), optimizer_config(o), o.accum, o.parallel);
 }
 
 // What the epoch in progress has accumulated since its first step (or since the resume).
@@ -281,7 +304,7 @@ TrainingRun::TrainingRun(const TrainOptions& options, std::ostream& primary_out)
     warmup = std::llround(o_.warmup_fraction * double(total_steps_));
     if (warmup == 1) warmup = total_steps_ > 2 ? 2 : 0;
   }
-  schedule_.emplace(o_.lr_schedule, o_.sgd, warmup, total_steps_, per_epoch_);
+  schedule_.emplace(o_.lr_schedule, schedule_rates(o_), warmup, total_steps_, per_epoch_);
   bar_ = o_.progress == 1 || (o_.progress == -1 && isatty(STDOUT_FILENO));
   print_header();
   if (o_.parallel.guards.check_replicas > 0 && dynamic_cast<SingleDeviceRunner*>(runner_.get())) {
@@ -325,7 +348,7 @@ std::unique_ptr<data::DataLoader> TrainingRun::make_loader() const {
 
 void TrainingRun::print_header() const {
   out_ << "dpcore: " << o_.model << " on " << data_.train.name << " (" << data::describe(data_.train) << "), "
-       << runner_->describe() << ", batch " << o_.batch << ", lr " << schedule_->describe() << ", " << per_epoch_
+       << runner_->describe() << ", batch " << o_.batch << describe_adam(o_) << ", lr " << schedule_->describe() << ", " << per_epoch_
        << " steps per epoch";
   const data::Augment augment = data::parse_augment(o_.augment);
   if (!augment.none()) out_ << ", augment " << data::describe(augment);
@@ -506,6 +529,7 @@ EpochMetrics TrainingRun::epoch_metrics(int64_t epoch) {
   m.time = breakdown_.parts(), m.wall_seconds = wall;
   m.replica_samples_per_s = breakdown_.replica_samples_per_s(), m.shares = breakdown_.shares();
   m.epoch = epoch + 1, m.step = progress_.step, m.lr = last_lr_;
+  m.grad_norm = runner_->optimizer().last_grad_norm();
   const int64_t counted = totals_.samples - totals_.skipped_samples;  // the steps applied
   m.train_loss = counted ? totals_.loss_sum.item() / double(counted) : 0;
   m.skipped_steps = totals_.skipped_steps;

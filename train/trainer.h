@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <iosfwd>
+#include <cmath>
 #include <string>
 #include <utility>
 #include <vector>
@@ -18,6 +19,9 @@ struct EpochMetrics {
   int64_t epoch = 0, step = 0;
   double train_loss = 0, test_loss = 0, test_accuracy = 0;
   double lr = 0;  // the learning rate of the epoch's last step
+  // --clip-grad-norm: the gradient norm of the epoch's last step (before clipping; the
+  // root's, the same on every replica of --sync full). NaN without clipping: not written.
+  double grad_norm = std::nan("");
   double samples_per_s = 0, seconds = 0;
   size_t peak_bytes = 0;
   int64_t skipped_steps = 0;  // --skip-nonfinite: the epoch's steps not applied (NaN or Inf)

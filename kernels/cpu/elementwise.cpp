@@ -39,14 +39,15 @@ constexpr int64_t kSumBlock = 4096;
 constexpr int kLanes = 8;
 
 // One block, in double: kLanes interleaved partial sums (which the compiler can keep in
-// vector registers), then combined pairwise.
-template <class T>
+// vector registers), then combined pairwise; of the squares of x when `squares`.
+template <bool squares, class T>
 double block_sum(const T* x, int64_t n) {
+  auto term = [](T v) { return squares ? double(v) * double(v) : double(v); };
   double lanes[kLanes] = {};
   int64_t i = 0;
   for (; i + kLanes <= n; i += kLanes)
-    for (int l = 0; l < kLanes; ++l) lanes[l] += double(x[i + l]);
-  for (int l = 0; i < n; ++i, ++l) lanes[l] += double(x[i]);
+    for (int l = 0; l < kLanes; ++l) lanes[l] += term(x[i + l]);
+  for (int l = 0; i < n; ++i, ++l) lanes[l] += term(x[i]);
   return ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) + ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]));
 }
 
@@ -57,18 +58,29 @@ double pairwise_sum(const double* v, int64_t n) {
   return pairwise_sum(v, half) + pairwise_sum(v + half, n - half);
 }
 
-}  // namespace
-
-template <class T>
-void sum(int64_t n, const T* x, T* out) {
+// The block sums, independent of the thread count, combined pairwise.
+template <bool squares, class T>
+double fixed_order_sum(int64_t n, const T* x) {
   const int64_t blocks = (n + kSumBlock - 1) / kSumBlock;
   std::vector<double> partial(blocks);
 #pragma omp parallel for num_threads(kernel_threads()) if (n >= kMinParallelElements) schedule(static)
   for (int64_t b = 0; b < blocks; ++b) {
     const int64_t begin = b * kSumBlock;
-    partial[b] = block_sum(x + begin, std::min(kSumBlock, n - begin));
+    partial[b] = block_sum<squares>(x + begin, std::min(kSumBlock, n - begin));
   }
-  out[0] = T(pairwise_sum(partial.data(), blocks));
+  return pairwise_sum(partial.data(), blocks);
+}
+
+}  // namespace
+
+template <class T>
+void sum(int64_t n, const T* x, T* out) {
+  out[0] = T(fixed_order_sum<false>(n, x));
+}
+
+template <class T>
+void sum_of_squares(int64_t n, const T* x, T* out) {
+  out[0] = T(fixed_order_sum<true>(n, x));
 }
 
 #define DPCORE_INSTANTIATE(T)                                  \
@@ -76,7 +88,8 @@ void sum(int64_t n, const T* x, T* out) {
   template void add<T>(int64_t, const T*, const T*, T*);       \
   template void axpy<T>(int64_t, T, const T*, T*);             \
   template void scale<T>(int64_t, T, const T*, T*);            \
-  template void sum<T>(int64_t, const T*, T*);
+  template void sum<T>(int64_t, const T*, T*);                 \
+  template void sum_of_squares<T>(int64_t, const T*, T*);
 DPCORE_INSTANTIATE(float)
 DPCORE_INSTANTIATE(double)
 #undef DPCORE_INSTANTIATE

@@ -133,6 +133,7 @@ template <class T> void add(int64_t n, const T* a, const T* b, T* y);       // y
 template <class T> void axpy(int64_t n, T alpha, const T* x, T* y);         // y += alpha * x
 template <class T> void scale(int64_t n, T alpha, const T* x, T* y);        // y = alpha * x (may alias)
 template <class T> void sum(int64_t n, const T* x, T* out);                 // out[0] = sum(x), fixed (pairwise) order
+template <class T> void sum_of_squares(int64_t n, const T* x, T* out);      // out[0] = sum(x * x), sum's order, in double
 
 // ---- SGD over whole flat buffers, torch.optim.SGD semantics:
 //   g = grad + wd * p; if momentum: buf = first_step ? g : mu*buf + (1-dampening)*g;

@@ -144,6 +144,8 @@ void scale(int64_t n, float alpha, const float* x, float* y, cudaStream_t stream
 void scale_by(int64_t n, const float* s, const float* x, float* y, cudaStream_t stream);
 // out[0] = sum(x): fixed partition into block sums, then one block adds those in order.
 void sum(int64_t n, const float* x, float* out, cudaStream_t stream);
+// out[0] = sum(x * x), in sum's order (the squares in the first pass).
+void sum_of_squares(int64_t n, const float* x, float* out, cudaStream_t stream);
 
 // ---- one SGD step over flat buffers in ONE launch, torch.optim.SGD semantics exactly as
 // kernels/cpu/kernels.h sgd_step (same rounding of every operation). momentum may be null

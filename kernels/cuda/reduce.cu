@@ -1,4 +1,4 @@
-// The deterministic sum of a flat array, in two passes: a partition of x into at most
+// The deterministic sum (or sum of squares) of a flat array, in two passes: a partition of x into at most
 // kMaxBlocks block sums that depends on n only (not on the GPU), then one block adds the
 // block sums in a fixed tree. No atomics, so the result has the same bits on every run.
 #include "kernels/cuda/block_reduce.cuh"
@@ -15,26 +15,34 @@ constexpr int kThreads = 256;
 constexpr int64_t kPerBlock = 16 * kThreads;  // elements per block before the cap kicks in
 constexpr int64_t kMaxBlocks = 1024;
 
-// out[blockIdx.x] = sum of x[i] over this block's grid-stride share.
-__global__ void block_sums_kernel(int64_t n, const float* x, float* out) {
+// out[blockIdx.x] = sum of x[i] (of x[i] * x[i] when `squares`) over this block's
+// grid-stride share.
+__global__ void block_sums_kernel(int64_t n, const float* x, float* out, bool squares) {
   float partial = 0.f;
   for (int64_t i = blockIdx.x * int64_t(kThreads) + threadIdx.x; i < n; i += int64_t(gridDim.x) * kThreads)
-    partial += x[i];
+    partial += squares ? x[i] * x[i] : x[i];
   const float total = block_sum(partial);
   if (threadIdx.x == 0) out[blockIdx.x] = total;
 }
 
-}  // namespace
-
-void sum(int64_t n, const float* x, float* out, cudaStream_t stream) {
+// The two passes; the block sums are added as they are (squared already, when `squares`).
+void fixed_order_sum(int64_t n, const float* x, float* out, bool squares, cudaStream_t stream) {
   const unsigned blocks = blocks_for(n, kPerBlock, kMaxBlocks);
   if (blocks == 1) {
-    launch("block_sums_kernel", block_sums_kernel, 1, kThreads, stream, n, x, out);
+    launch("block_sums_kernel", block_sums_kernel, 1, kThreads, stream, n, x, out, squares);
     return;
   }
   dpcore::kernels::cuda_runtime::Workspace partial(blocks * sizeof(float), stream);
-  launch("block_sums_kernel", block_sums_kernel, blocks, kThreads, stream, n, x, partial.floats());
-  launch("block_sums_kernel", block_sums_kernel, 1, kThreads, stream, blocks, partial.floats(), out);
+  launch("block_sums_kernel", block_sums_kernel, blocks, kThreads, stream, n, x, partial.floats(), squares);
+  launch("block_sums_kernel", block_sums_kernel, 1, kThreads, stream, int64_t(blocks), partial.floats(), out, false);
+}
+
+}  // namespace
+
+void sum(int64_t n, const float* x, float* out, cudaStream_t stream) { fixed_order_sum(n, x, out, false, stream); }
+
+void sum_of_squares(int64_t n, const float* x, float* out, cudaStream_t stream) {
+  fixed_order_sum(n, x, out, true, stream);
 }
 
 }  // namespace dpcore::kernels::cuda

@@ -117,9 +117,9 @@ TEST(Cli, RejectedFlagsSayWhatTheyNeed) {
       {kJob + " --bucket-mb 0", "--bucket-mb 0: must be a finite number of MiB > 0 and at most 1048576"},
       {kJob + " --replica-timeout nan", "--replica-timeout nan: must be a finite number of seconds > 0"},
       // learning-rate schedules
-      {kJob + " --lr-schedule linear",
-       "--lr-schedule linear: must be constant, step:EPOCHS:GAMMA (EPOCHS a whole number of at least 1, GAMMA a "
-       "finite number > 0), cosine or onecycle"},
+      {kJob + " --lr-schedule exponential",
+       "--lr-schedule exponential: must be constant, step:EPOCHS:GAMMA (EPOCHS a whole number of at least 1, GAMMA a "
+       "finite number > 0), cosine, onecycle or linear"},
       {kJob + " --lr-schedule step:0:0.5",
        "--lr-schedule step:0:0.5: must be step:EPOCHS:GAMMA with EPOCHS a whole number of at least 1 (got '0')"},
       {kJob + " --lr-schedule step:2:-1",
@@ -358,7 +358,8 @@ TEST(Cli, ResumeRefusesAnotherSchedule) {
                             " --steps 6 --lr-schedule cosine"}) {  // cosine over another total
     CommandResult r = run(kJob + other + " --resume" + ckpt);
     EXPECT_NE(r.status, 0) << other;
-    EXPECT_NE(r.output.find("--warmup-steps and, for cosine and onecycle, the run's length) 'cosine, warm-up 0, steps 3'"),
+    EXPECT_NE(r.output.find("--warmup-steps and, for cosine, onecycle and linear, the run's length) 'cosine, warm-up 0, "
+                            "steps 3'"),
               std::string::npos)
         << other << "\n" << r.output;
   }

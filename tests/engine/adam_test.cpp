@@ -130,7 +130,7 @@ TEST(Adam, RestoredStateContinuesIdentically) {
         const Tensor m = adam->exp_avg().clone(), v = adam->exp_avg_sq().clone();
         const int64_t steps = adam->steps_taken();
         adam = std::make_unique<Adam>(params, cfg);
-        adam->restore(m, v, how == kRestored ? steps : 0);
+        adam->restore({m, v}, how == kRestored ? steps : 0);
       }
       params.grads().copy_(Tensor::from_vector(testing::random_vector<float>(size_t(params.total()), 10 + step),
                                                {params.total()}));
@@ -155,9 +155,9 @@ TEST(Adam, RejectsInvalidConfigurationsAndState) {
   Adam adam(params, AdamConfig{});
   EXPECT_THROW(adam.set_lr(std::nan("")), Error);
   const Tensor wrong = Tensor::zeros({3}, DType::Float32, Device::cpu());
-  EXPECT_THROW(adam.restore(wrong, adam.exp_avg_sq(), 1), Error);
-  EXPECT_THROW(adam.restore(adam.exp_avg(), Tensor(), 1), Error);
-  EXPECT_THROW(adam.restore(adam.exp_avg(), adam.exp_avg_sq(), -1), Error);
+  EXPECT_THROW(adam.restore({wrong, adam.exp_avg_sq()}, 1), Error);
+  EXPECT_THROW(adam.restore({adam.exp_avg(), Tensor()}, 1), Error);
+  EXPECT_THROW(adam.restore({adam.exp_avg(), adam.exp_avg_sq()}, -1), Error);
 }
 
 }  // namespace

@@ -63,7 +63,7 @@ TEST(Sgd, RestoredStateContinuesIdentically) {
         Tensor momentum = sgd->momentum().clone();
         int64_t steps = sgd->steps_taken();
         sgd = std::make_unique<Sgd>(params, cfg);
-        sgd->restore(momentum, steps);
+        sgd->restore({momentum}, steps);
       }
       params.grads().fill_(0.5 + step);
       sgd->step();

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <iostream>
 
+#include "engine/sgd.h"
 #include "engine/autograd.h"
 #include "engine/io/safetensors.h"
 #include "engine/ops.h"

@@ -19,6 +19,7 @@
 #include <memory>
 #include <sstream>
 
+#include "engine/sgd.h"
 #include "engine/autograd.h"
 #include "engine/io/safetensors.h"
 #include "layers/weights.h"

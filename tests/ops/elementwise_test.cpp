@@ -127,6 +127,34 @@ TYPED_TEST(ElementwiseTest, SumIsAccurateForAllLengths) {
   }
 }
 
+// The sum of squares (the gradient norm of --clip-grad-norm) against the exact (long double)
+// one, of values of both signs: the sum's bound, plus, where the squares are rounded to the
+// element type before they are added (CUDA, in float), one rounding of each square, half an
+// epsilon relative (the CPU squares in double, exactly for float).
+TYPED_TEST(ElementwiseTest, SumOfSquaresIsAccurateForAllLengths) {
+  using B = TypeParam;
+  using T = typename B::Scalar;
+  const double square_rounding = std::numeric_limits<T>::epsilon() / 2;
+  for (const FlatCase& c : kCases) {
+    if (!B::runs_elements(c.n + c.offset)) continue;
+    const int64_t n = c.n, at = c.offset;
+    const auto x = random_vector<T>(n + at, 9, -1.0, 1.0);
+    long double exact = 0;
+    for (int64_t i = at; i < n + at; ++i) exact += (long double)x[i] * (long double)x[i];
+    typename B::template Array<T> dev_x(x);
+    for (int threads : B::thread_counts()) {
+      SCOPED_TRACE(describe(c, threads));
+      ScopedKernelThreads scope(threads);
+      typename B::template Array<T> out(1);
+      B::sum_of_squares(n, dev_x.get() + at, out.get());
+      EXPECT_NEAR(double(out.download()[0]), double(exact), (B::sum_tolerance() + square_rounding) * double(exact));
+      typename B::template Array<T> again(1);
+      B::sum_of_squares(n, dev_x.get() + at, again.get());
+      EXPECT_EQ(std::memcmp(&out.download()[0], &again.download()[0], sizeof(T)), 0) << "the same bits every run";
+    }
+  }
+}
+
 // A fixed order of additions: the same bits on every run, and on the CPU for every thread count.
 TYPED_TEST(ElementwiseTest, SumRepeatsBitForBit) {
   using B = TypeParam;

@@ -222,6 +222,7 @@ struct CpuBackend {
   static void axpy(int64_t n, T alpha, const T* x, T* y) { kernels::cpu::axpy<T>(n, alpha, x, y); }
   static void scale(int64_t n, T alpha, const T* x, T* y) { kernels::cpu::scale<T>(n, alpha, x, y); }
   static void sum(int64_t n, const T* x, T* out) { kernels::cpu::sum<T>(n, x, out); }
+  static void sum_of_squares(int64_t n, const T* x, T* out) { kernels::cpu::sum_of_squares<T>(n, x, out); }
   static void sgd_step(int64_t n, const kernels::SgdConfig& cfg, bool first_step, T* param, const T* grad,
                        T* momentum) {
     kernels::cpu::sgd_step<T>(n, cfg, first_step, param, grad, momentum);
@@ -441,6 +442,9 @@ struct CudaBackend {
     kernels::cuda::scale(n, alpha, x, y, nullptr);
   }
   static void sum(int64_t n, const float* x, float* out) { kernels::cuda::sum(n, x, out, nullptr); }
+  static void sum_of_squares(int64_t n, const float* x, float* out) {
+    kernels::cuda::sum_of_squares(n, x, out, nullptr);
+  }
   static void sgd_step(int64_t n, const kernels::SgdConfig& cfg, bool first_step, float* param, const float* grad,
                        float* momentum) {
     kernels::cuda::sgd_step(n, cfg, first_step, param, grad, momentum, nullptr);

@@ -2,6 +2,7 @@
 // batch, whatever A and however uneven the micro-batches.
 #include <gtest/gtest.h>
 
+#include "engine/sgd.h"
 #include "train/step.h"
 #include "layers/zoo.h"
 #include "support/test_support.h"

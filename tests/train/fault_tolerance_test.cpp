@@ -8,6 +8,7 @@
 #include <cmath>
 #include <tuple>
 
+#include "engine/sgd.h"
 #include "tiny_job.h"
 #include "train/guards.h"
 #include "train/data_parallel.h"

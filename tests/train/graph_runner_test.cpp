@@ -15,6 +15,7 @@
 
 #include <sstream>
 
+#include "engine/sgd.h"
 #include "engine/backend.h"
 #include "layers/zoo.h"
 #include "support/test_support.h"
@@ -209,6 +210,9 @@ class RecordingBackend : public Backend {
   }
   void sum(const Tensor& x, Tensor& out) override {
     run([=, out = out]() mutable { cpu_.sum(x, out); });
+  }
+  void sum_of_squares(const Tensor& x, Tensor& out) override {
+    run([=, out = out]() mutable { cpu_.sum_of_squares(x, out); });
   }
   void sgd_step(const kernels::SgdConfig& cfg, bool first_step, Tensor& param, const Tensor& grad,
                 Tensor& momentum) override {
@@ -411,7 +415,7 @@ TEST(GraphRunner, RatesChangingEveryStepRunEagerlyUntilTheyHoldStill) {
   EXPECT_TRUE(runner.replaying());
   EXPECT_EQ(values(runner.model()), values(*ref.model));
   EXPECT_EQ(runner.optimizer().steps_taken(), 12);
-  EXPECT_EQ(runner.optimizer().config().momentum, 0.88);
+  EXPECT_EQ(dynamic_cast<Sgd&>(runner.optimizer()).config().momentum, 0.88);
   EXPECT_EQ(notes.str(),
             "dpcore: note: the learning rate or momentum changes at every step (--lr-schedule, --warmup-steps); such "
             "steps run without a CUDA graph, which would have to be recorded anew for each\n");
@@ -440,8 +444,8 @@ TEST(GraphRunner, RestartingTheStepCountIsRecordedAnew) {
   for (int step = 0; step < 7; ++step) {
     if (step == 4) {
       Tensor zeros = Tensor::zeros({runner.model().parameters().total()});
-      runner.optimizer().restore(zeros, 0);
-      ref.sgd.restore(zeros, 0);
+      runner.optimizer().restore({zeros}, 0);
+      ref.sgd.restore({zeros}, 0);
     }
     HostBatch b(step);
     runner.step(b.view);

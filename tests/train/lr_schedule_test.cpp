@@ -82,6 +82,18 @@ TEST(LrSchedule, TheFormulasAtTheirTurningPoints) {
   // Without momentum there is nothing to cycle.
   LrSchedule plain("onecycle", SgdConfig{0.1, 0, 0, 0, false}, 0, 100, 10);
   for (int64_t t : {0, 29, 50, 99}) EXPECT_EQ(plain.at(t).momentum, 0) << t;
+  // linear (get_linear_schedule_with_warmup): 0 at step 0, lr at the end of the warm-up,
+  // lr/(T-W) at the last step; the momentum untouched.
+  LrSchedule linear("linear", sgd, 10, 110, 10);
+  EXPECT_EQ(linear.at(0).lr, 0.0);
+  EXPECT_DOUBLE_EQ(linear.at(5).lr, 0.05);
+  EXPECT_DOUBLE_EQ(linear.at(10).lr, 0.1);
+  EXPECT_DOUBLE_EQ(linear.at(60).lr, 0.05);
+  EXPECT_DOUBLE_EQ(linear.at(109).lr, 0.1 / 100);
+  EXPECT_EQ(linear.at(109).momentum, 0.9);
+  LrSchedule no_warmup("linear", sgd, 0, 50, 10);
+  EXPECT_DOUBLE_EQ(no_warmup.at(0).lr, 0.1);
+  EXPECT_DOUBLE_EQ(no_warmup.at(49).lr, 0.1 / 50);
 }
 
 TEST(LrSchedule, DescribeSaysWhatItDoes) {
@@ -93,6 +105,8 @@ TEST(LrSchedule, DescribeSaysWhatItDoes) {
   EXPECT_EQ(LrSchedule("onecycle", sgd, 0, 10, 5).describe(), "onecycle to 0.1 (30% warm-up, momentum 0.95-0.85)");
   EXPECT_EQ(LrSchedule("onecycle", SgdConfig{0.1, 0, 0, 0, false}, 5, 20, 5).describe(),
             "onecycle to 0.1 (25% warm-up, momentum not cycled)");
+  EXPECT_EQ(LrSchedule("linear", sgd, 5, 30, 5).describe(), "linear from 0.1 to 0 over 30 steps (warm-up from 0 over 5 steps)");
+  EXPECT_EQ(LrSchedule("linear", sgd, 0, 30, 5).describe(), "linear from 0.1 to 0 over 30 steps");
 }
 
 std::string error_of_schedule(const std::string& spec, int64_t warmup = 0, int64_t total = 100) {
@@ -105,7 +119,7 @@ std::string error_of_schedule(const std::string& spec, int64_t warmup = 0, int64
 }
 
 TEST(LrSchedule, BadTextIsRefusedNamingTheFlagAndTheText) {
-  for (const char* bad : {"linear", "", "Cosine", "step", "step:", "step:2", "step:0:0.5", "step:-1:0.5",
+  for (const char* bad : {"exponential", "", "Cosine", "step", "step:", "step:2", "step:0:0.5", "step:-1:0.5",
                           "step:x:0.5", "step:1.5:0.5", "step:2:0", "step:2:-0.5", "step:2:nan", "step:2:inf",
                           "step:2:", "step:2:0.5x", "step:2: 0.5", "step:2:0.5:1"}) {
     std::string message = error_of_schedule(bad);

@@ -33,12 +33,15 @@ ParallelOptions shrinking(ParallelOptions o, int min_replicas = 1) {
   return o;
 }
 
-// The state of `from` (parameters, batch norm buffers, momentum, step count) on `to`'s
-// root, then on all of `to`'s replicas: what resuming `from`'s checkpoint on `to` does.
+// The state of `from` (parameters, batch norm buffers, the optimizer's state tensors and
+// step count) on `to`'s root, then on all of `to`'s replicas: what resuming `from`'s
+// checkpoint on `to` does.
 void copy_state(StepRunner& from, StepRunner& to) {
   to.model().parameters().values().copy_(from.model().parameters().values());
   if (from.model().has_batch_norm()) to.model().buffers().values().copy_(from.model().buffers().values());
-  to.optimizer().restore(from.optimizer().momentum(), from.optimizer().steps_taken());
+  std::vector<Tensor> state;
+  for (const OptimizerState& s : from.optimizer().state()) state.push_back(s.tensor);
+  to.optimizer().restore(state, from.optimizer().steps_taken());
   to.sync_replicas();
 }
 
@@ -46,12 +49,18 @@ std::vector<float> buffers(StepRunner& r) {
   return r.model().has_batch_norm() ? r.model().buffers().values().to_vector<float>() : std::vector<float>{};
 }
 
-// The root's parameters, momentum and batch norm buffers agree with the reference's to 1e-5
-// relative, each.
+// The root's parameters, optimizer state (SGD's momentum, Adam's moments) and batch norm
+// buffers agree with the reference's to 1e-5 relative, each.
 void expect_same_state(StepRunner& got, StepRunner& want, int64_t step) {
   SCOPED_TRACE("after step " + std::to_string(step));
   EXPECT_LE(testing::relative_difference(params(got), params(want)), 1e-5);
-  EXPECT_LE(testing::relative_difference(momentum(got), momentum(want)), 1e-5);
+  const std::vector<OptimizerState> got_state = got.optimizer().state(), want_state = want.optimizer().state();
+  ASSERT_EQ(got_state.size(), want_state.size());
+  for (size_t i = 0; i < got_state.size(); ++i) {
+    EXPECT_LE(testing::relative_difference(got_state[i].tensor.to_vector<float>(), want_state[i].tensor.to_vector<float>()),
+              1e-5)
+        << got_state[i].name;
+  }
   EXPECT_LE(testing::relative_difference(buffers(got), buffers(want)), 1e-5);
   EXPECT_EQ(got.optimizer().steps_taken(), want.optimizer().steps_taken());
 }
@@ -60,11 +69,12 @@ void expect_same_state(StepRunner& got, StepRunner& want, int64_t step) {
 // At each change, a new runner of the new count gets the old one's state.
 class ChangingReference {
  public:
-  ChangingReference(std::function<ParallelOptions(int)> options, std::string model, int64_t accum = 1)
-      : options_(std::move(options)), model_(std::move(model)), accum_(accum) {}
+  ChangingReference(std::function<ParallelOptions(int)> options, std::string model, int64_t accum = 1,
+                    OptimizerConfig optimizer = kSgd)
+      : options_(std::move(options)), model_(std::move(model)), accum_(accum), optimizer_(optimizer) {}
   StepRunner& at(int replicas) {
     if (!runner_ || replicas != replicas_) {
-      std::unique_ptr<StepRunner> next = runner(options_(replicas), model_, accum_);
+      std::unique_ptr<StepRunner> next = runner(options_(replicas), model_, accum_, optimizer_);
       if (runner_) copy_state(*runner_, *next);
       runner_ = std::move(next), replicas_ = replicas;
     }
@@ -75,6 +85,7 @@ class ChangingReference {
   std::function<ParallelOptions(int)> options_;
   std::string model_;
   int64_t accum_;
+  OptimizerConfig optimizer_;
   std::unique_ptr<StepRunner> runner_;
   int replicas_ = 0;
 };
@@ -101,7 +112,7 @@ std::vector<ReplicaDropped> run_against_reference(StepRunner& faulty, ChangingRe
 // its optimizer step): the run goes on to step 7 on 3 replicas, equal at every step to 4
 // replicas for steps 1-4 and 3 from step 5 on.
 void expect_shrunk_past(const std::string& kind, const std::string& mode, const std::string& model,
-                        const std::string& batchnorm, int64_t accum = 1) {
+                        const std::string& batchnorm, int64_t accum = 1, const OptimizerConfig& optimizer = kSgd) {
   SCOPED_TRACE(kind + ", " + mode + ", " + model + ", --batchnorm " + batchnorm + ", --accum " +
                std::to_string(accum));
   auto options = [&](int replicas) {
@@ -111,8 +122,8 @@ void expect_shrunk_past(const std::string& kind, const std::string& mode, const 
   };
   ParallelOptions o = shrinking(options(4));
   o.faults = FaultInjector(parse_faults(kind + ":replica=2,step=5"));
-  auto faulty = runner(o, model, accum);
-  ChangingReference reference(options, model, accum);
+  auto faulty = runner(o, model, accum, optimizer);
+  ChangingReference reference(options, model, accum, optimizer);
   std::vector<ReplicaDropped> dropped =
       run_against_reference(*faulty, reference, [](int64_t s) { return s < 5 ? 4 : 3; }, 7);
   ASSERT_EQ(dropped.size(), 1u);
@@ -186,6 +197,17 @@ TEST(Shrink, AReplicaFailingAfterTheOthersSteppedLeavesNoneOfTheStep) {
         run_against_reference(*faulty, reference, [](int64_t s) { return s < 2 ? 3 : 2; }, 3);
     ASSERT_EQ(dropped.size(), 1u);
     EXPECT_EQ(dropped[0].survivors, (std::vector<int>{1, 2}));
+  }
+}
+
+// AdamW: the snapshot before the step holds both moments and the step count (the bias
+// correction's), so survivors that had stepped are put back exactly and the step runs
+// again on them with the maths of 3 replicas.
+TEST(Shrink, AdamWsMomentsAndStepCountOfTheFailedStepAreUndone) {
+  const AdamConfig adamw{0.01, 0.9, 0.999, 1e-8, 0.01, true};
+  for (const char* mode : {"dp", "ddp"}) {
+    expect_shrunk_past("throw-after-step", mode, kNet, "local", 1, adamw);
+    expect_shrunk_past("throw", mode, kNet, "local", 1, adamw);
   }
 }
 

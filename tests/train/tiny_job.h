@@ -57,8 +57,8 @@ inline ParallelOptions parallel(int replicas, const std::string& mode, const std
 }
 
 inline std::unique_ptr<StepRunner> runner(const ParallelOptions& o, const std::string& model = kNet,
-                                          int64_t accum = 1) {
-  return make_runner(tiny_model(model), kSgd, accum, o);
+                                          int64_t accum = 1, const OptimizerConfig& optimizer = kSgd) {
+  return make_runner(tiny_model(model), optimizer, accum, o);
 }
 
 // `replicas` replicas in `mode` (one replica: the single-device runner), with these
@@ -78,7 +78,7 @@ inline StepStats step(StepRunner& r, int64_t step, int64_t batch = kBatch) {
 }
 
 inline std::vector<float> params(StepRunner& r) { return r.model().parameters().values().to_vector<float>(); }
-inline std::vector<float> momentum(StepRunner& r) { return r.optimizer().momentum().to_vector<float>(); }
+inline std::vector<float> momentum(StepRunner& r) { return r.optimizer().state("momentum").to_vector<float>(); }
 
 using dpcore::testing::error_of;
 
