@@ -40,6 +40,7 @@
 #include "kernels/error.h"
 #include "engine/random.h"
 #include "engine/runtime.h"
+#include "engine/sgd.h"
 #include "engine/trace.h"
 #include "train/runner.h"
 #include "train/step.h"
