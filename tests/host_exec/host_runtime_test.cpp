@@ -62,6 +62,13 @@ float* device_floats(size_t n) {
   return static_cast<float*>(p);
 }
 
+// The kind of stream the project's code creates: ordered with nothing but its own work.
+cudaStream_t non_blocking_stream() {
+  cudaStream_t s;
+  CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  return s;
+}
+
 bool all_bits_set(const void* p, size_t bytes) {
   const auto* b = static_cast<const unsigned char*>(p);
   for (size_t i = 0; i < bytes; ++i)
@@ -71,8 +78,7 @@ bool all_bits_set(const void* p, size_t bytes) {
 
 TEST(HostRuntime, AStreamRunsItsWorkInTheOrderItWasQueued) {
   float* x = device_floats(32);
-  cudaStream_t s;
-  CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  cudaStream_t s = non_blocking_stream();
   launch("set_to", set_to, 1, 32, s, x, 0.f);
   for (int i = 0; i < 50; ++i) launch("add_one", add_one, 1, 32, s, x);
   CUDA_CHECK(cudaStreamSynchronize(s));
@@ -84,9 +90,7 @@ TEST(HostRuntime, AStreamRunsItsWorkInTheOrderItWasQueued) {
 TEST(HostRuntime, TwoStreamsRunConcurrently) {
   // The first stream waits for the second to open its gate: only concurrent streams finish.
   Gate gate;
-  cudaStream_t a, b;
-  CUDA_CHECK(cudaStreamCreateWithFlags(&a, cudaStreamNonBlocking));
-  CUDA_CHECK(cudaStreamCreateWithFlags(&b, cudaStreamNonBlocking));
+  cudaStream_t a = non_blocking_stream(), b = non_blocking_stream();
   launch("wait_at_gate", wait_at_gate, 1, 1, a, gate.get());
   launch("open_gate", open_gate, 1, 1, b, gate.get());
   CUDA_CHECK(cudaStreamSynchronize(a));
@@ -99,10 +103,8 @@ TEST(HostRuntime, AnEventOrdersWorkOnAnotherStreamAndAnswersQueries) {
   Gate gate;
   float* x = device_floats(32);
   float* y = device_floats(32);
-  cudaStream_t producer, consumer;
+  cudaStream_t producer = non_blocking_stream(), consumer = non_blocking_stream();
   cudaEvent_t written;
-  CUDA_CHECK(cudaStreamCreateWithFlags(&producer, cudaStreamNonBlocking));
-  CUDA_CHECK(cudaStreamCreateWithFlags(&consumer, cudaStreamNonBlocking));
   CUDA_CHECK(cudaEventCreateWithFlags(&written, cudaEventDisableTiming));
   EXPECT_EQ(cudaEventQuery(written), cudaSuccess) << "an event never recorded counts as complete";
   launch("wait_at_gate", wait_at_gate, 1, 1, producer, gate.get());
@@ -129,9 +131,8 @@ TEST(HostRuntime, AnEventOrdersWorkOnAnotherStreamAndAnswersQueries) {
 TEST(HostRuntime, ElapsedTimeIsTheTimeBetweenTwoRecords) {
   // start is recorded after the first gate, end after the second, which opens 30 ms after
   // start has run: the elapsed time is at least 30 ms and at most the host's whole wait.
-  cudaStream_t s;
   cudaEvent_t start, end;
-  CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  cudaStream_t s = non_blocking_stream();
   CUDA_CHECK(cudaEventCreate(&start));
   CUDA_CHECK(cudaEventCreate(&end));
   Gate first, second;
@@ -264,8 +265,7 @@ TEST(HostRuntime, ACopyWhoseDirectionOrLengthContradictsItsAddressesIsInvalid) {
 TEST(HostRuntime, ACopyOutOfPageableMemoryStagesTheSourceBeforeItReturns) {
   Gate gate;
   float* x = device_floats(32);
-  cudaStream_t s;
-  CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  cudaStream_t s = non_blocking_stream();
   launch("wait_at_gate", wait_at_gate, 1, 1, s, gate.get());
   std::vector<float> source(32, 5.f);
   CUDA_CHECK(cudaMemcpyAsync(x, source.data(), 32 * sizeof(float), cudaMemcpyHostToDevice, s));
@@ -285,8 +285,7 @@ TEST(HostRuntime, ACopyBetweenPinnedAndDeviceMemoryIsAsynchronous) {
   void* pinned = nullptr;
   CUDA_CHECK(cudaHostAlloc(&pinned, 32 * sizeof(float), cudaHostAllocDefault));
   std::fill_n(static_cast<float*>(pinned), 32, 6.f);
-  cudaStream_t s;
-  CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  cudaStream_t s = non_blocking_stream();
   launch("wait_at_gate", wait_at_gate, 1, 1, s, gate.get());
   CUDA_CHECK(cudaMemcpyAsync(x, pinned, 32 * sizeof(float), cudaMemcpyHostToDevice, s));
   EXPECT_EQ(cudaStreamQuery(s), cudaErrorNotReady) << "queued behind the gate, not done by the call";
@@ -301,8 +300,7 @@ TEST(HostRuntime, ACopyBetweenPinnedAndDeviceMemoryIsAsynchronous) {
 TEST(HostRuntime, FreeWaitsForTheDeviceToFinish) {
   Gate gate;
   float* x = device_floats(32);
-  cudaStream_t s;
-  CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  cudaStream_t s = non_blocking_stream();
   launch("wait_at_gate", wait_at_gate, 1, 1, s, gate.get());
   launch("set_to", set_to, 1, 32, s, x, 1.f);
   std::thread opener([&] {
@@ -319,8 +317,7 @@ TEST(HostRuntime, FreeWaitsForTheDeviceToFinish) {
 TEST(HostRuntime, ADestroyedStreamStillRunsWhatWasQueuedOnIt) {
   Gate gate;
   float* x = device_floats(32);
-  cudaStream_t s;
-  CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  cudaStream_t s = non_blocking_stream();
   launch("wait_at_gate", wait_at_gate, 1, 1, s, gate.get());
   launch("set_to", set_to, 1, 32, s, x, 8.f);
   cudaEvent_t done;
@@ -339,8 +336,7 @@ TEST(HostRuntime, ADestroyedStreamStillRunsWhatWasQueuedOnIt) {
 
 TEST(HostRuntime, ALaunchOnAnotherDevicesStreamFails) {
   CUDA_CHECK(cudaSetDevice(1));
-  cudaStream_t s;
-  CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  cudaStream_t s = non_blocking_stream();
   CUDA_CHECK(cudaSetDevice(0));
   float* x = device_floats(32);
   try {
@@ -362,10 +358,8 @@ std::vector<float> read_a_copy(bool wait_for_the_copy) {
   void* pinned = nullptr;
   CUDA_CHECK(cudaHostAlloc(&pinned, 32 * sizeof(float), cudaHostAllocDefault));
   std::fill_n(static_cast<float*>(pinned), 32, 1.f);  // the batch, as a loader writes it
-  cudaStream_t copies, compute;
+  cudaStream_t copies = non_blocking_stream(), compute = non_blocking_stream();
   cudaEvent_t uploaded;
-  CUDA_CHECK(cudaStreamCreateWithFlags(&copies, cudaStreamNonBlocking));
-  CUDA_CHECK(cudaStreamCreateWithFlags(&compute, cudaStreamNonBlocking));
   CUDA_CHECK(cudaEventCreateWithFlags(&uploaded, cudaEventDisableTiming));
   CUDA_CHECK(cudaMemcpyAsync(x, pinned, 32 * sizeof(float), cudaMemcpyHostToDevice, copies));
   if (wait_for_the_copy) {

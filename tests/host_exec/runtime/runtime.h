@@ -60,8 +60,8 @@ class Stream : public std::enable_shared_from_this<Stream> {
   // after the device's earlier legacy work (Blocking) or all its earlier blocking streams'
   // work (Legacy). Returns the point just after it.
   Point enqueue(const char* what, std::function<void()> work, std::vector<Point> after = {});
-  Point last() ;       // the point after everything queued so far
-  void close();        // no more tasks; the worker ends once the queue is empty
+  Point last();  // the point after everything queued so far
+  void close();  // no more tasks; the worker ends once the queue is empty
 
  private:
   friend struct Point;
