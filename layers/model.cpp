@@ -8,8 +8,8 @@
 namespace dpcore::layers {
 
 Model::Model(std::unique_ptr<Sequential> net, Shape input_shape, Device device, DType dtype, uint64_t seed)
-    : net_(std::move(net)), input_shape_(std::move(input_shape)) {
-  DPCORE_CHECK(input_shape_.size() == 3, "model: the input shape must be {C, H, W}, got ", shape_str(input_shape_));
+    : net_(std::move(net)), input_shape_(std::move(input_shape)), seed_(seed) {
+  DPCORE_CHECK(!input_shape_.empty(), "model: the input shape of a sample is empty (give {C, H, W}, {T}, ...)");
   for (int64_t d : input_shape_) {
     DPCORE_CHECK(d > 0, "model: the input shape ", shape_str(input_shape_), " is empty");
   }
@@ -21,9 +21,10 @@ Model::Model(std::unique_ptr<Sequential> net, Shape input_shape, Device device, 
   } catch (const Error& e) {
     fail("model: ", e.what());
   }
-  DPCORE_CHECK(out.size() == 2, "model: the network must end in [N, classes], but ", shape_str(batch_shape),
-               " comes out as ", shape_str(out));
-  num_classes_ = out[1];
+  DPCORE_CHECK(out.size() >= 2, "model: the network must end in [N, classes] or [N, ..., classes], but ",
+               shape_str(batch_shape), " comes out as ", shape_str(out));
+  output_shape_.assign(out.begin() + 1, out.end());
+  num_classes_ = out.back();
   logits_end_ = net_->size();
   if (logits_end_ > 0 && dynamic_cast<LogSoftmax*>(&net_->child(logits_end_ - 1))) --logits_end_;
 
@@ -72,9 +73,14 @@ void Model::init_parameters(uint64_t seed) {
   }
 }
 
+void Model::set_batch_position(uint64_t step, int64_t first_sample) {
+  uint64_t index = 0;
+  net_->apply([&](Module& m) { m.set_batch_position({derive_seed(seed_, index++), step, first_sample}); });
+}
+
 std::unique_ptr<Model> Model::replicate(Device device) const {
   auto net = std::unique_ptr<Sequential>(static_cast<Sequential*>(net_->clone().release()));
-  auto copy = std::make_unique<Model>(std::move(net), input_shape_, device, dtype());
+  auto copy = std::make_unique<Model>(std::move(net), input_shape_, device, dtype(), seed_);
   copy->parameters().values().copy_(params_->values());
   if (!buffers_->empty()) copy->buffers().values().copy_(buffers_->values());
   copy->train(is_training());

@@ -19,11 +19,14 @@ namespace dpcore::layers {
 
 class Model {
  public:
-  // input_shape is per sample: {C, H, W}.
+  // input_shape is per sample: {C, H, W} for images, {T} for token ids, any non-empty
+  // shape the first layer takes. The network's output is [N, classes] or, per token,
+  // [N, T, classes]. `seed` initialises the parameters and keys the model's random streams
+  // (dropout: set_batch_position).
   Model(std::unique_ptr<Sequential> net, Shape input_shape, Device device = Device::cpu(),
         DType dtype = DType::Float32, uint64_t seed = 0);
 
-  // Log-probabilities [N, classes] (the network's full output).
+  // Log-probabilities [N, classes] or [N, ..., classes] (the network's full output).
   Tensor forward(const Tensor& x) { return net_->forward(x); }
   // The network without its final LogSoftmax, for the fused cross-entropy loss.
   // Equals forward() when the network does not end in LogSoftmax.
@@ -52,12 +55,23 @@ class Model {
   // parameter in declaration order; the buffers back to their initial values.
   void init_parameters(uint64_t seed);
 
+  // Before each micro-batch's forward: the training step and the global index of the
+  // micro-batch's first sample, handed to every module with its own stream key (a mix of
+  // the model's seed and the module's place in the network), so dropout draws the same
+  // masks however the batch is split and on resume (layers/module.h, BatchPosition).
+  void set_batch_position(uint64_t step, int64_t first_sample);
+  // Whether the model takes int64 token ids (its first layer is an embedding).
+  bool takes_token_ids() const { return net_->takes_token_ids(); }
+
   // Same network on `device`, parameters and buffers copied (one flat copy each), in the
   // same mode.
   std::unique_ptr<Model> replicate(Device device) const;
 
   const Shape& input_shape() const { return input_shape_; }
+  // The output of one sample: {classes}, or {T, classes} for a per-token output.
+  const Shape& output_shape() const { return output_shape_; }
   int64_t num_classes() const { return num_classes_; }
+  uint64_t seed() const { return seed_; }
   Device device() const { return params_->device(); }
   DType dtype() const { return params_->dtype(); }
   Sequential& net() { return *net_; }
@@ -67,7 +81,9 @@ class Model {
  private:
   std::unique_ptr<Sequential> net_;
   Shape input_shape_;
+  Shape output_shape_;
   int64_t num_classes_ = 0;
+  uint64_t seed_ = 0;
   size_t logits_end_ = 0;
   std::vector<ParamSlot> slots_;
   std::unique_ptr<FlatParameters> params_;

@@ -184,8 +184,16 @@ Shape View::output_shape(const Shape& in) const { return ops::resolve_reshape(in
 
 std::string View::describe() const { return "view" + shape_str(shape_); }
 
+Tensor LogSoftmax::forward(const Tensor& x) {
+  if (x.dim() == 2) return ops::log_softmax(x);
+  // The rows of [N, ..., classes] are independent: one [rows, classes] pass.
+  const int64_t classes = x.size(x.dim() - 1);
+  const Shape rows{classes ? x.numel() / classes : 0, classes};
+  return ops::reshape(ops::log_softmax(ops::reshape(x, rows)), x.shape());
+}
+
 Shape LogSoftmax::output_shape(const Shape& in) const {
-  check_rank("log_softmax", in, 2, "[N, classes]");
+  DPCORE_CHECK(in.size() >= 2, "log_softmax: input ", shape_str(in), " must be [N, classes] or [N, ..., classes]");
   return in;
 }
 
@@ -281,6 +289,8 @@ void Sequential::collect_parameters(const std::string& prefix, std::vector<Param
 void Sequential::collect_buffers(const std::string& prefix, std::vector<BufferSlot>& out) {
   for (auto& c : children_) c.second->collect_buffers(qualified_name(prefix, c.first), out);
 }
+
+bool Sequential::takes_token_ids() const { return !children_.empty() && children_.front().second->takes_token_ids(); }
 
 void Sequential::apply(const std::function<void(Module&)>& f) {
   f(*this);

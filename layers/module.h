@@ -52,6 +52,17 @@ struct BufferSlot {
   Tensor* tensor = nullptr;
 };
 
+// Where a forward pass stands in training, for counter-based randomness (dropout,
+// kernels/dropout_config.h): the key of this module's stream, the training step, and the
+// global index of the micro-batch's first sample. Runners set it (Model::set_batch_position)
+// before each micro-batch, so the bits drawn depend on none of: the thread count, how the
+// batch is split over micro-batches and replicas, or whether the run was resumed.
+struct BatchPosition {
+  uint64_t seed = 0;
+  uint64_t step = 0;
+  int64_t first_sample = 0;
+};
+
 class Module {
  public:
   virtual ~Module() = default;
@@ -71,6 +82,12 @@ class Module {
   virtual void collect_buffers(const std::string& /*prefix*/, std::vector<BufferSlot>& /*out*/) {}
   // f on this module, then on every module inside it (torch.nn.Module.apply).
   virtual void apply(const std::function<void(Module&)>& f) { f(*this); }
+  // Whether the input is int64 token ids ([N, T], an embedding first) rather than float
+  // values ([N, C, H, W], [N, features], ...).
+  virtual bool takes_token_ids() const { return false; }
+  // Only modules that draw random numbers (dropout) use it; Model::set_batch_position
+  // gives each module its own stream key.
+  virtual void set_batch_position(const BatchPosition& /*position*/) {}
 
   // Training or evaluation mode, for this module and every module inside it
   // (torch.nn.Module.train / eval). Only batch norm behaves differently. Modules start in
@@ -220,10 +237,10 @@ class View : public Module {
   Shape shape_;
 };
 
-// Over dim 1 of [N, classes].
+// Over the last dim of [N, classes] or [N, ..., classes] (torch.nn.LogSoftmax(dim=-1)).
 class LogSoftmax : public Module {
  public:
-  Tensor forward(const Tensor& x) override { return ops::log_softmax(x); }
+  Tensor forward(const Tensor& x) override;
   Shape output_shape(const Shape& input) const override;
   std::string describe() const override { return "log_softmax"; }
   std::unique_ptr<Module> clone() const override { return std::make_unique<LogSoftmax>(); }
@@ -247,6 +264,8 @@ class Sequential : public Module {
   void collect_parameters(const std::string& prefix, std::vector<ParamSlot>& out) override;
   void collect_buffers(const std::string& prefix, std::vector<BufferSlot>& out) override;
   void apply(const std::function<void(Module&)>& f) override;
+  // The first child's.
+  bool takes_token_ids() const override;
 
   // "layer 3 'c2' (conv(32->64, k3, s1, p1))": how shape errors name child i.
   std::string layer_label(size_t i) const;

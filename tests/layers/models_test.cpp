@@ -183,6 +183,67 @@ TEST(ModelShapes, LayersThatDoNotFitAreRefusedWhenTheModelIsBuilt) {
   }
 }
 
+TEST(ModelShapes, AnyInputRankAndPerTokenOutputs) {
+  // [N, 12] values viewed as 3 tokens of 4 classes: the model's output is per token.
+  auto net = std::make_unique<Sequential>();
+  net->add(std::make_unique<View>(Shape{-1, 3, 4})).add(std::make_unique<LogSoftmax>());
+  Model m(std::move(net), {12});
+  EXPECT_EQ(m.output_shape(), (Shape{3, 4}));
+  EXPECT_EQ(m.num_classes(), 4);
+  EXPECT_FALSE(m.takes_token_ids());
+  const auto x = testing::random_vector<float>(2 * 12, 9);
+  Tensor input = Tensor::from_vector(x, {2, 12});
+  ASSERT_EQ(m.forward_logits(input).shape(), (Shape{2, 3, 4}));
+  auto logp = m.forward(input).to_vector<float>();
+  ASSERT_EQ(logp.size(), x.size());
+  for (size_t row = 0; row < 6; ++row) {  // log_softmax over the LAST dim: each token's 4 classes
+    double max = x[row * 4], total = 0;
+    for (size_t c = 1; c < 4; ++c) max = std::max(max, double(x[row * 4 + c]));
+    for (size_t c = 0; c < 4; ++c) total += std::exp(double(x[row * 4 + c]) - max);
+    for (size_t c = 0; c < 4; ++c) {
+      EXPECT_NEAR(logp[row * 4 + c], double(x[row * 4 + c]) - max - std::log(total), 1e-6) << row << " " << c;
+    }
+  }
+}
+
+// Records the positions it is given (what dropout keys its masks with).
+class PositionProbe : public Module {
+ public:
+  explicit PositionProbe(std::vector<BatchPosition>* seen) : seen_(seen) {}
+  Tensor forward(const Tensor& x) override { return x; }
+  Shape output_shape(const Shape& input) const override { return input; }
+  std::string describe() const override { return "probe"; }
+  std::unique_ptr<Module> clone() const override { return std::make_unique<PositionProbe>(seen_); }
+  void set_batch_position(const BatchPosition& position) override { seen_->push_back(position); }
+
+ private:
+  std::vector<BatchPosition>* seen_;
+};
+
+TEST(ModelRandomStreams, EveryModuleHasItsOwnKeyAndAReplicaTheSameKeys) {
+  std::vector<BatchPosition> seen;
+  auto make = [&](uint64_t seed) {
+    auto net = std::make_unique<Sequential>();
+    net->add(std::make_unique<PositionProbe>(&seen)).add(std::make_unique<Linear>(4, 3));
+    net->add(std::make_unique<PositionProbe>(&seen));
+    return std::make_unique<Model>(std::move(net), Shape{4}, Device::cpu(), DType::Float32, seed);
+  };
+  auto model = make(5);
+  model->set_batch_position(7, 96);
+  ASSERT_EQ(seen.size(), 2u);
+  EXPECT_NE(seen[0].seed, seen[1].seed);  // two dropouts never share a mask
+  for (const BatchPosition& p : seen) {
+    EXPECT_EQ(p.step, 7u);
+    EXPECT_EQ(p.first_sample, 96);
+  }
+  model->replicate(Device::cpu())->set_batch_position(7, 96);
+  make(6)->set_batch_position(7, 96);
+  ASSERT_EQ(seen.size(), 6u);
+  EXPECT_EQ(seen[2].seed, seen[0].seed);  // a replica draws what the root would
+  EXPECT_EQ(seen[3].seed, seen[1].seed);
+  EXPECT_NE(seen[4].seed, seen[0].seed);  // another --seed, other masks
+}
+
 TEST(Weights, SaveLoadRoundTripAndStrictness) {
   testing::TempDir dir;
   Model a = build("simplenet", 1), b = build("simplenet", 2);
