@@ -1,5 +1,6 @@
 #include "layers/model.h"
 
+#include <algorithm>
 #include <cmath>
 #include <sstream>
 
@@ -30,7 +31,7 @@ Model::Model(std::unique_ptr<Sequential> net, Shape input_shape, Device device, 
 
   net_->collect_parameters("", slots_);
   std::vector<ParamSpec> specs;
-  for (const ParamSlot& s : slots_) specs.push_back({s.name, s.shape});
+  for (const ParamSlot& s : slots_) specs.push_back({s.name, s.shape, s.weight_decay});
   params_ = std::make_unique<FlatParameters>(specs, dtype, device);
   for (size_t i = 0; i < slots_.size(); ++i) *slots_[i].tensor = params_->param(i);
 
@@ -62,6 +63,10 @@ void Model::init_parameters(uint64_t seed) {
         case ParamInit::Kind::Normal: v = init.value * gen.normal(); break;
         case ParamInit::Kind::Constant: v = init.value; break;
       }
+    }
+    if (init.zero_row >= 0) {
+      const int64_t row = e.numel / e.shape[0];
+      std::fill_n(host.begin() + (e.offset + init.zero_row * row), row, 0.0);
     }
   }
   buffers_->reset();

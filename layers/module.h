@@ -23,6 +23,9 @@ struct ParamInit {
   enum class Kind { Uniform, Normal, Constant };
   Kind kind = Kind::Uniform;
   double value = 0;  // Uniform: U(-value, value); Normal: N(0, value^2); Constant: value
+  // A row (index along dim 0) set to 0 after the whole tensor is drawn: an embedding's
+  // padding_idx, as torch.nn.Embedding initialises it. -1: none.
+  int64_t zero_row = -1;
 
   // PyTorch's default for convolutions and linear layers (weights and biases alike):
   // U(-1/sqrt(fan_in), 1/sqrt(fan_in)).
@@ -31,6 +34,7 @@ struct ParamInit {
   // N(0, 2 / fan_out).
   static ParamInit kaiming_normal_fan_out(int64_t fan_out);
   static ParamInit constant(double value) { return {Kind::Constant, value}; }
+  static ParamInit normal(double std) { return {Kind::Normal, std}; }
 };
 
 struct ParamSlot {
@@ -38,6 +42,8 @@ struct ParamSlot {
   Shape shape;
   ParamInit init;
   Tensor* tensor = nullptr;
+  // Whether the optimizer's weight decay applies (engine/flat_parameters.h, ParamSpec).
+  bool weight_decay = true;
 };
 
 // "layer1.0" + "conv1" -> "layer1.0.conv1"; "" + "conv1" -> "conv1" (state_dict names).
