@@ -92,9 +92,11 @@ void Clique::collective(int rank, uint64_t seq, const Op& op) {
     meeting = slot;
     for (int q = 0; q < n; ++q) {
       if (!meeting->present[q] || same_call(meeting->calls[q], op)) continue;
+      const auto on = [](const Op& call, int r) { return describe(call) + " on rank " + std::to_string(r); };
+      const std::string lower = q < rank ? on(meeting->calls[q], q) : on(op, rank);
+      const std::string higher = q < rank ? on(op, rank) : on(meeting->calls[q], q);
       fail_locked(-1, ncclInvalidUsage, ncclInvalidUsage,
-                  "mismatched collectives: call #" + std::to_string(seq) + " is " + describe(meeting->calls[q]) +
-                      " on rank " + std::to_string(q) + " but " + describe(op) + " on rank " + std::to_string(rank));
+                  "mismatched collectives: call #" + std::to_string(seq) + " is " + lower + " but " + higher);
       if (meeting->left == meeting->arrived) meetings_.erase(seq);
       return;
     }
