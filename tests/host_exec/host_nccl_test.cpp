@@ -372,6 +372,27 @@ TEST(HostNccl, InitRankReturnsOnceEveryRankHasJoined) {
   EXPECT_NCCL(ncclCommDestroy(second));
 }
 
+TEST(HostNccl, OneThreadInitsSeveralRanksInAGroup) {
+  // NCCL's way for one thread to join a clique as several ranks: the waits happen at the
+  // group's end, once every rank has joined.
+  ncclUniqueId id;
+  EXPECT_NCCL(ncclGetUniqueId(&id));
+  ncclComm_t comms[2] = {};
+  EXPECT_NCCL(ncclGroupStart());
+  for (int r = 0; r < 2; ++r) {
+    CUDA_CHECK(cudaSetDevice(r));
+    EXPECT_NCCL(ncclCommInitRank(&comms[r], 2, id, r));
+  }
+  EXPECT_NCCL(ncclGroupEnd());
+  CUDA_CHECK(cudaSetDevice(0));
+  for (int r = 0; r < 2; ++r) {
+    int rank = -1;
+    EXPECT_NCCL(ncclCommUserRank(comms[r], &rank));
+    EXPECT_EQ(rank, r);
+    EXPECT_NCCL(ncclCommDestroy(comms[r]));
+  }
+}
+
 TEST(HostNccl, InitRankRefusesTwoRanksOnOneDevice) {
   ncclUniqueId id;
   EXPECT_NCCL(ncclGetUniqueId(&id));
