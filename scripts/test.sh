@@ -51,7 +51,8 @@ sanitized_build build-asan address,undefined
 # Every kernel once: the tiled GEMMs planned for one SM (host_sm1.*: the large tiles wherever
 # the output allows, the small ones elsewhere, so both thread layouts are raced), the
 # other kernels, which do not depend on the SM count, from host.* (docs/testing.md); the
-# host CUDA runtime's own tests, among them the race between two streams no event orders. And the
+# host CUDA runtime's own tests, among them the race between two streams no event orders, and
+# its NCCL's (a collective that does not wait for the stream that wrote its input). And the
 # threaded CPU paths (label `threads`: runners, communicators, loader, traces, faults,
 # shrink, local SGD, async), without the collectives of a million elements (their races are
 # the smaller sizes', in 7 times the time) and the two tests that read the whole of

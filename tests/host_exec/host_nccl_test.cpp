@@ -186,7 +186,8 @@ void check_all_reduce(Clique& clique, ncclRedOp_t op, bool in_place) {
   });
   for (size_t i = 0; i < count; ++i) {
     const Expected e = reference(op, column(in, i));
-    for (int r = 0; r < n; ++r) EXPECT_NEAR(double(out[r][i]), e.value, e.tolerance) << "rank " << r << " element " << i;
+    for (int r = 0; r < n; ++r)
+      EXPECT_NEAR(double(out[r][i]), e.value, e.tolerance) << "rank " << r << " element " << i;
   }
 }
 
@@ -472,7 +473,7 @@ TEST(HostNccl, ARankThatNeverArrivesHoldsItsPeersStreamUntilAWatchdogAborts) {
   std::thread watchdog([&] { watch_and_abort(clique.comms[0], finished, std::chrono::milliseconds(50)); });
   watchdog.join();
   clique.comms[0] = nullptr;  // freed by the abort
-  ASSERT_TRUE(idle_within(clique.streams[0], std::chrono::milliseconds(500))) << "the stream still waits after the abort";
+  ASSERT_TRUE(idle_within(clique.streams[0], std::chrono::seconds(1))) << "the stream still waits after the abort";
   EXPECT_EQ(cudaEventQuery(finished), cudaSuccess);
   EXPECT_EQ(download(x, 2, clique.streams[0]), (std::vector<float>{3.f, 4.f})) << "the aborted collective ran";
   // The peer that never came finds the communicator gone.
@@ -500,7 +501,7 @@ TEST(HostNccl, AnAbortReleasesAPeerThatWaitsInACollective) {
   EXPECT_EQ(cudaStreamQuery(clique.streams[1]), cudaErrorNotReady);
   std::thread([&] { EXPECT_NCCL(ncclCommAbort(clique.comms[0])); }).join();
   clique.comms[0] = nullptr;
-  if (!idle_within(clique.streams[1], std::chrono::milliseconds(500))) {
+  if (!idle_within(clique.streams[1], std::chrono::seconds(1))) {
     clique.comms[1] = nullptr;  // left behind: ncclCommDestroy would wait for the call too
     FAIL() << "the peer still waits after the abort";
   }

@@ -97,8 +97,7 @@ void Clique::collective(int rank, uint64_t seq, const Op& op) {
       const std::string higher = q < rank ? on(op, rank) : on(meeting->calls[q], q);
       fail_locked(-1, ncclInvalidUsage, ncclInvalidUsage,
                   "mismatched collectives: call #" + std::to_string(seq) + " is " + lower + " but " + higher);
-      if (meeting->left == meeting->arrived) meetings_.erase(seq);
-      return;
+      return;  // the ranks waiting here leave and erase the meeting
     }
     release_edge(&meeting->arrival_tokens[rank]);  // what this rank's stream did before, its peers see
     meeting->calls[rank] = op;

@@ -69,7 +69,8 @@ ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count, n
                            ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
   host_runtime::Bookkeeping hide;
   return host_runtime::nccl::check_and_submit(
-      host_runtime::nccl::make(Op::Kind::AllReduce, sendbuff, recvbuff, count, datatype, op, 0), true, true, comm, stream);
+      host_runtime::nccl::make(Op::Kind::AllReduce, sendbuff, recvbuff, count, datatype, op, 0), true, true, comm,
+      stream);
 }
 
 ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount, ncclDataType_t datatype,
