@@ -548,6 +548,39 @@ TEST(HostNccl, DifferentCountsAreMismatchedCollectives) {
   EXPECT_EQ(async, ncclInvalidUsage);
 }
 
+TEST(HostNccl, ACollectiveThatNeedsARankThatDestroyedItsCommunicatorFails) {
+  Clique clique(2);
+  EXPECT_NCCL(ncclCommDestroy(clique.comms[0]));
+  clique.comms[0] = nullptr;
+  CUDA_CHECK(cudaSetDevice(1));
+  float* x = upload(std::vector<float>{1.f}, clique.streams[1]);
+  EXPECT_NCCL(ncclAllReduce(x, x, 1, ncclFloat32, ncclSum, clique.comms[1], clique.streams[1]));
+  EXPECT_EQ(download(x, 1, clique.streams[1])[0], 1.f);
+  ncclResult_t async = ncclSuccess;
+  EXPECT_NCCL(ncclCommGetAsyncError(clique.comms[1], &async));
+  EXPECT_EQ(async, ncclRemoteError);
+  EXPECT_CONTAINS(ncclGetLastError(nullptr), "rank 0 destroyed its communicator before collective #0");
+  CUDA_CHECK(cudaFree(x));
+  CUDA_CHECK(cudaSetDevice(0));
+}
+
+TEST(HostNccl, ASendAndAReceiveOfDifferentLengthsAreAnInvalidUsage) {
+  Clique clique(2);
+  on_ranks(2, [&](int r) {
+    cudaStream_t s = clique.streams[r];
+    float* x = upload(std::vector<float>(8, 1.f), s);
+    if (r == 0) EXPECT_NCCL(ncclSend(x, 8, ncclFloat32, 1, clique.comms[r], s));
+    else EXPECT_NCCL(ncclRecv(x, 4, ncclFloat32, 0, clique.comms[r], s));
+    CUDA_CHECK(cudaStreamSynchronize(s));
+    CUDA_CHECK(cudaFree(x));
+  });
+  ncclResult_t async = ncclSuccess;
+  EXPECT_NCCL(ncclCommGetAsyncError(clique.comms[0], &async));
+  EXPECT_EQ(async, ncclInvalidUsage);
+  EXPECT_CONTAINS(ncclGetLastError(nullptr), "message #0 from rank 0 to rank 1 is ncclSend of 8 float32 to rank 1 but "
+                                             "ncclRecv of 4 float32 from rank 0");
+}
+
 TEST(HostNccl, ABufferOnAnotherDeviceFaultsTheRanksDevice) {
   // Rank 0's communicator is on device 0, its buffer on device 2, without peer access: the
   // NCCL kernel faults as any kernel would, and the peer is told.
