@@ -51,13 +51,14 @@ sanitized_build build-asan address,undefined
 # Every kernel once: the tiled GEMMs planned for one SM (host_sm1.*: the large tiles wherever
 # the output allows, the small ones elsewhere, so both thread layouts are raced), the
 # other kernels, which do not depend on the SM count, from host.* (docs/testing.md); the
-# host CUDA runtime's own tests, among them the race between two streams no event orders. And the
+# host CUDA runtime's own tests, among them the race between two streams no event orders, and
+# its NCCL's (a collective that does not wait for the stream that wrote its input). And the
 # threaded CPU paths (label `threads`: runners, communicators, loader, traces, faults,
 # shrink, local SGD, async), without the collectives of a million elements (their races are
 # the smaller sizes', in 7 times the time) and the two tests that read the whole of
 # Fashion-MNIST on one thread. One OpenMP thread per kernel: libgomp is not instrumented, so
 # ThreadSanitizer cannot see its barriers and would report every parallel loop.
 echo "== ThreadSanitizer: host-run CUDA kernels and the threaded CPU paths (build-tsan)"
-sanitized_build build-tsan thread host_exec_test host_runtime_test host_ops_test host_tiled_ops_test threaded_tests
+sanitized_build build-tsan thread host_exec_test host_runtime_test host_nccl_test host_ops_test host_tiled_ops_test threaded_tests
 (cd build-tsan && OMP_NUM_THREADS=1 ctest --output-on-failure -j"$jobs" --timeout 900 -L 'host|threads' \
   -E '^host[.](Conv2d|Gemm|Linear)|_n1000000_|RealDatasetFromDebianPackage|RealFashionMnistStatistics' "$@")
