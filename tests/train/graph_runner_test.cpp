@@ -286,6 +286,9 @@ class RecordingBackend : public Backend {
   void softmax_backward(const Tensor& dy, const Tensor& y, Tensor& dx) override {
     run([=, dx = dx]() mutable { cpu_.softmax_backward(dy, y, dx); });
   }
+  void transpose(const kernels::TransposeShape& s, const Tensor& x, Tensor& y) override {
+    run([=, y = y]() mutable { cpu_.transpose(s, x, y); });
+  }
 
  private:
   static Tensor opt(const Tensor* t) { return t ? *t : Tensor(); }
