@@ -62,7 +62,7 @@ double attention_forward_flops(const AttentionShape& s) { return 4.0 * s.B * s.H
 struct ExplicitAttention {
   const AttentionShape s;
   const BatchedMatmulShape scores, values, grad_v, grad_p, grad_q, grad_k;
-  std::vector<float> qs, p, dp, ds;
+  std::vector<float> qs, logits, p, dp, ds;
   explicit ExplicitAttention(const AttentionShape& a)
       : s(a),
         scores{a.B * a.H, a.Tq, a.Tk, a.d, false, true},   // S = qs k^T
@@ -71,12 +71,12 @@ struct ExplicitAttention {
         grad_p{a.B * a.H, a.Tq, a.Tk, a.d, false, true},   // dP = do v^T
         grad_q{a.B * a.H, a.Tq, a.d, a.Tk, false, false},  // dq = dS k
         grad_k{a.B * a.H, a.Tk, a.d, a.Tq, true, false},   // dk = dS^T qs
-        qs(a.q_size()), p(scores.c_size()), dp(scores.c_size()), ds(scores.c_size()) {}
+        qs(a.q_size()), logits(scores.c_size()), p(scores.c_size()), dp(scores.c_size()), ds(scores.c_size()) {}
 
   void forward(const float* q, const float* k, const float* v, float* o) {
     cpu::scale(s.q_size(), float(s.scale), q, qs.data());
-    cpu::batched_matmul(scores, qs.data(), k, p.data());
-    cpu::softmax_forward(dpcore::kernels::softmax_shape({s.B * s.H, s.Tq, s.Tk}, nullptr, false), p.data(),
+    cpu::batched_matmul(scores, qs.data(), k, logits.data());
+    cpu::softmax_forward(dpcore::kernels::softmax_shape({s.B * s.H, s.Tq, s.Tk}, nullptr, false), logits.data(),
                          static_cast<const float*>(nullptr), p.data());
     cpu::batched_matmul(values, p.data(), v, o);
   }
@@ -140,7 +140,7 @@ void BM_AttentionBackward(benchmark::State& state) {
 }
 
 // bert-tiny (2 heads) and bert-mini (4 heads) at sequence length 128, batch 32, and
-// bert-mini's heads at T = 512 (batch 8, so that the explicit path's P, dP and dS are
+// bert-mini's heads at T = 512 (batch 8, so that the explicit path's S, P, dP and dS are
 // 32 MiB each).
 // Each shape and thread count runs fused, then explicit, back to back.
 void attention_args(benchmark::internal::Benchmark* b) {
