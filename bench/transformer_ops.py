@@ -49,9 +49,13 @@ class Case:
         return " ".join(f"{k}={GELU_FORMS[v] if k == 'form' else v}" for k, v in self.shape)
 
 
+# The parts Google Benchmark appends to a name (Iterations(), UseRealTime(), UseManualTime()).
+BENCHMARK_SUFFIXES = ("iterations:", "repeats:", "min_time:", "real_time", "manual_time")
+
+
 def parse(name):
     """The Case of a cpu_kernels_bench or cuda_kernels_bench name, or None for other benchmarks."""
-    parts = name.split("/")
+    parts = [p for p in name.split("/") if not p.startswith(BENCHMARK_SUFFIXES)]
     if parts[0] in CPU_OPS:
         values = dict((k, int(v)) for k, v in (p.split(":", 1) for p in parts[1:] if ":" in p))
         threads = values.pop("threads")
