@@ -298,7 +298,8 @@ def run_kernel_rows(torch, args, doc, left):
     props = torch.cuda.get_device_properties(0)
     flush = torch.empty(2 * getattr(props, "L2_cache_size", 64 << 20), dtype=torch.uint8, device="cuda")
     pytorch, longest_row_s = {}, 0.0
-    for name, case, entry in results:
+    for benchmark_name, case, entry in results:
+        name = "/".join(p for p in benchmark_name.split("/") if not p.startswith(BENCHMARK_SUFFIXES))
         if left() < longest_row_s:
             doc["left_out"].append(f"kernel {name}")
             continue
@@ -310,7 +311,7 @@ def run_kernel_rows(torch, args, doc, left):
             pytorch[case.torch_key()] = measure(f"pytorch {case.op} {case.shape_text()}", measure_torch)
             torch.cuda.empty_cache()
         theirs = pytorch[case.torch_key()]
-        row = {"name": "/".join(p for p in name.split("/") if not p.startswith(BENCHMARK_SUFFIXES)), "op": case.op, "variant": case.variant, "shape": case.shape_text(),
+        row = {"name": name, "op": case.op, "variant": case.variant, "shape": case.shape_text(),
                "dpcore_us": dpcore_kernel_us(entry), "pytorch": theirs,
                "counters": {k: entry[k] for k in ("TFLOP/s", "GB/s", "frac_copy_bw", "copy_GB/s") if k in entry}}
         if "median_us" in theirs:
