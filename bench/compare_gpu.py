@@ -512,9 +512,10 @@ def print_plan(args):
     else:
         print("  torch.compile left out (--compile adds it)")
     if args.kernels_json:
-        print(f"  first, kernel rows: each transformer kernel of --kernels-json {args.kernels_json} (cuda_kernels_bench's "
-              f"JSON, read when the run starts) against PyTorch's on its shape, FP32, mean of {KERNEL_REPEATS} calls "
-              "after an L2 flush: attention (F.scaled_dot_product_attention), layer_norm, gelu, softmax, AdamW (fused)")
+        print(f"  first, kernel rows: each transformer kernel of --kernels-json {args.kernels_json} "
+              f"(cuda_kernels_bench's JSON, read when the run starts) against PyTorch's on its shape, FP32, mean of "
+              f"{KERNEL_REPEATS} calls after an L2 flush: attention (F.scaled_dot_product_attention), layer_norm, gelu, "
+              "softmax, AdamW (fused)")
     else:
         print("  no kernel rows (--kernels-json adds them)")
     print(f"  budget: no row starts once less of --budget-s ({args.budget_s:g} s) is left than the longest row "

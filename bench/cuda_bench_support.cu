@@ -70,7 +70,9 @@ void run_timed(benchmark::State& state, const Work& work, const std::function<vo
     CUDA_CHECK(cudaMalloc(&copy_src, std::max<size_t>(copy_bytes, 1)));
     CUDA_CHECK(cudaMalloc(&copy_dst, std::max<size_t>(copy_bytes, 1)));
   }
-  const auto copy = [&] { CUDA_CHECK(cudaMemcpyAsync(copy_dst, copy_src, copy_bytes, cudaMemcpyDeviceToDevice, nullptr)); };
+  const auto copy = [&] {
+    CUDA_CHECK(cudaMemcpyAsync(copy_dst, copy_src, copy_bytes, cudaMemcpyDeviceToDevice, nullptr));
+  };
   launch();
   if (measure_copy) copy();
   CUDA_CHECK(cudaDeviceSynchronize());

@@ -134,9 +134,9 @@ void register_layer_norm(int64_t rows, int64_t cols) {
   const double n = double(rows) * cols;
   add("layer_norm_fwd" + shape, [=](benchmark::State& state) {
     Buffer x(rows * cols), w(cols), b(cols), y(rows * cols), mean(rows), rstd(rows);
-    run_timed(state, {0, 4.0 * (2 * n + 2 * cols + 2 * rows)},
-              [&] { hand::layer_norm_forward(rows, cols, x.f(), w.f(), b.f(), 1e-12f, y.f(), mean.f(), rstd.f(), nullptr); },
-              false, true);
+    run_timed(state, {0, 4.0 * (2 * n + 2 * cols + 2 * rows)}, [&] {
+      hand::layer_norm_forward(rows, cols, x.f(), w.f(), b.f(), 1e-12f, y.f(), mean.f(), rstd.f(), nullptr);
+    }, false, true);
   });
   add("layer_norm_bwd" + shape, [=](benchmark::State& state) {
     Buffer x(rows * cols), w(cols), b(cols), y(rows * cols), mean(rows), rstd(rows), dy(rows * cols),

@@ -204,7 +204,8 @@ def main():
               patches.Patch(color=KEY, alpha=0.85, label="the block's keys / staged key tile"),
               patches.Patch(facecolor=KEY, hatch="//", label="one step's scores, in registers"),
               patches.Patch(color=STATE, alpha=0.8, label="running sums, written at the end"),
-              patches.Patch(color=SAVED, alpha=0.8, label="saved by the forward (O, lse) or the backward's first pass (D)")]
+              patches.Patch(color=SAVED, alpha=0.8,
+                            label="saved by the forward (O, lse) or the backward's first pass (D)")]
     fig.legend(handles=legend, loc="lower center", ncol=5, fontsize=9, frameon=False)
     fig.tight_layout(rect=(0, 0.05, 1, 0.95))
     fig.savefig(sys.argv[1], dpi=110)
