@@ -43,9 +43,23 @@ Per case and math mode it measures
 
 The ratio is (fastest PyTorch mode) / dpcore in the same math mode: above 1, dpcore is faster.
 
+With --kernels-json (cuda_kernels_bench's --benchmark_out, as scripts/gpu-check's kernel
+stage writes it), the run starts with kernel rows: each of issue 24's kernels that
+cuda_kernels_bench timed (bench/cuda_transformer_bench.cu: attention fused and explicit,
+layer_norm, gelu, softmax, AdamW) beside PyTorch's on the same shape, read from the
+benchmark's name (bench/transformer_ops.py), in FP32 (no TF32) and timed as
+cuda_kernels_bench times: one warm-up call, then KERNEL_REPEATS calls, each after
+overwriting twice the L2 and between two CUDA events, their mean. The anchor for attention
+is F.scaled_dot_product_attention (PyTorch picks its backend; the backward is
+torch.autograd.grad on a graph made once), then F.layer_norm, F.gelu, torch.softmax and
+torch.optim.AdamW(fused=True). The ratio is PyTorch's time over dpcore's.
+
     python3 bench/compare_gpu.py --bench build/bench/dpcore_step_bench --json gpu.json
     python3 bench/compare_gpu.py --dry-run      # the plan; touches no GPU, imports no torch
     python3 bench/compare_gpu.py --models resnet8 resnet20 --json resnet.json   # the ResNets
+    build/bench/cuda_kernels_bench --benchmark_filter='attention|layer_norm|gelu|softmax_|adamw' \
+        --benchmark_out=kernels.json --benchmark_out_format=json
+    python3 bench/compare_gpu.py --kernels-json kernels.json --models simplenet --json gpu.json
 """
 import argparse
 import json
@@ -56,6 +70,7 @@ import sys
 import time
 
 from torch_models import build_torch_model, make_step, random_batch, sgd, summarize, write_json
+from transformer_ops import BENCHMARK_SUFFIXES, make_op, parse
 
 # (model, batch, accum): simplenet's batch sweep and accumulation, the two conv models, the
 # CIFAR ResNets (1x28x28, batch 128 as He et al. train them; batch norm). --models picks the
@@ -84,6 +99,9 @@ DEFAULT_BUDGET_S = 65
 TARGETS = {("simplenet", 64, 1): 4.0, ("simplenet", 4096, 1): 2.0, ("simplenet", 256, 4): 4.0,
            ("fashioncnn", 512, 1): 2.0, ("vggs", 256, 1): 1.0}
 MEMORY_CASE, MEMORY_TARGET = ("simplenet", 4096, 1), 0.5  # dpcore peak / PyTorch peak <= 0.5
+
+
+KERNEL_REPEATS = 20  # as cuda_kernels_bench's kRepeats (bench/cuda_bench_support.h)
 
 
 def case_name(case):
@@ -216,6 +234,120 @@ def run_dpcore(args, case, mode, timeout_s):
 
 
 # ---------------------------------------------------------------------------------------
+# Kernel rows: cuda_kernels_bench's transformer kernels against PyTorch's
+# ---------------------------------------------------------------------------------------
+def read_kernel_results(path):
+    """The transformer entries of cuda_kernels_bench's JSON output, [(name, Case, entry)], and
+    a note. A file cut short (the kernel stage killed at its limit) keeps the entries
+    written before the cut."""
+    try:
+        with open(path) as f:
+            text = f.read()
+    except OSError as e:
+        return [], f"--kernels-json {path}: {e.strerror}"
+    note = ""
+    try:
+        entries = json.loads(text)["benchmarks"]
+    except (ValueError, KeyError):
+        entries, decoder = [], json.JSONDecoder()
+        at = text.find("[", text.find('"benchmarks"')) + 1
+        while at > 0:
+            at = text.find("{", at)
+            if at < 0:
+                break
+            try:
+                entry, at = decoder.raw_decode(text, at)
+            except ValueError:
+                break
+            entries.append(entry)
+        note = f"--kernels-json {path}: cut short, {len(entries)} entries read"
+    found = [(e["name"], parse(e["name"]), e) for e in entries if "real_time" in e]
+    return [(name, case, e) for name, case, e in found if case], note
+
+
+def time_kernel(torch, run, flush):
+    """cuda_kernels_bench's timing of one call (bench/cuda_bench_support.cu): a warm-up
+    call, then KERNEL_REPEATS calls each after an L2 flush, between two CUDA events; the
+    mean in microseconds."""
+    run()
+    torch.cuda.synchronize()
+    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    total_ms = 0.0
+    for _ in range(KERNEL_REPEATS):
+        flush.zero_()
+        start.record()
+        run()
+        stop.record()
+        stop.synchronize()
+        total_ms += start.elapsed_time(stop)
+    return total_ms / KERNEL_REPEATS * 1e3
+
+
+def dpcore_kernel_us(entry):
+    return entry["real_time"] * {"ns": 1e-3, "us": 1.0, "ms": 1e3, "s": 1e6}[entry["time_unit"]]
+
+
+def run_kernel_rows(torch, args, doc, left):
+    """One row per dpcore kernel of --kernels-json; PyTorch's side timed once per shape
+    (attention's fused and explicit rows share it). Stops starting rows as run_all does."""
+    results, note = read_kernel_results(args.kernels_json)
+    if note:
+        doc["kernel_note"] = note
+        print(note, flush=True)
+    set_math_mode(torch, "fp32")
+    props = torch.cuda.get_device_properties(0)
+    flush = torch.empty(2 * getattr(props, "L2_cache_size", 64 << 20), dtype=torch.uint8, device="cuda")
+    pytorch, longest_row_s = {}, 0.0
+    for benchmark_name, case, entry in results:
+        name = "/".join(p for p in benchmark_name.split("/") if not p.startswith(BENCHMARK_SUFFIXES))
+        if left() < longest_row_s:
+            doc["left_out"].append(f"kernel {name}")
+            continue
+        row_start = time.perf_counter()
+        if case.torch_key() not in pytorch:
+            def measure_torch():
+                run, what = make_op(torch, case, "cuda")
+                return {"median_us": time_kernel(torch, run, flush), "what": what}
+            pytorch[case.torch_key()] = measure(f"pytorch {case.op} {case.shape_text()}", measure_torch)
+            torch.cuda.empty_cache()
+        theirs = pytorch[case.torch_key()]
+        row = {"name": name, "op": case.op, "variant": case.variant, "shape": case.shape_text(),
+               "dpcore_us": dpcore_kernel_us(entry), "pytorch": theirs,
+               "counters": {k: entry[k] for k in ("TFLOP/s", "GB/s", "frac_copy_bw", "copy_GB/s") if k in entry}}
+        if "median_us" in theirs:
+            row["ratio"] = theirs["median_us"] / row["dpcore_us"]
+        longest_row_s = max(longest_row_s, time.perf_counter() - row_start)
+        doc["kernel_rows"].append(row)
+        print("kernel " + kernel_table_row(row), flush=True)
+        if args.json:
+            write_json(args.json, doc)
+
+
+KERNEL_TABLE_HEADER = f"{'kernel':<52} {'dpcore us':>10} {'rate':>14} {'pytorch us':>10} {'ratio':>7}"
+
+
+def kernel_table_row(r):
+    c = r["counters"]
+    rate = f"{c['TFLOP/s']:.2f} TFLOP/s" if "TFLOP/s" in c else f"{c.get('GB/s', 0):.0f} GB/s"
+    theirs = f"{r['pytorch']['median_us']:.1f}" if "median_us" in r["pytorch"] else "err"
+    ratio = f"{r['ratio']:.2f}x" if "ratio" in r else "-"
+    return f"{r['name']:<52} {r['dpcore_us']:>10.1f} {rate:>14} {theirs:>10} {ratio:>7}"
+
+
+def print_kernel_table(doc):
+    if not doc["kernel_rows"]:
+        return
+    print(f"kernels, FP32: dpcore (cuda_kernels_bench) against PyTorch, mean of {KERNEL_REPEATS} calls after an L2 "
+          "flush; ratio = PyTorch / dpcore")
+    print(KERNEL_TABLE_HEADER)
+    for r in doc["kernel_rows"]:
+        print(kernel_table_row(r))
+    whats = {r["op"]: r["pytorch"].get("what") or r["pytorch"].get("error") for r in doc["kernel_rows"]}
+    for op, what in whats.items():
+        print(f"  PyTorch {op}: {what}")
+
+
+# ---------------------------------------------------------------------------------------
 # The run
 # ---------------------------------------------------------------------------------------
 def measure(label, fn):
@@ -257,6 +389,8 @@ def run_all(args, doc, left):
     torch.backends.cudnn.benchmark = TUNING[args.tuning][0]
     doc.update(gpu=torch.cuda.get_device_name(), torch=torch.__version__, cuda=torch.version.cuda)
     print(f"{doc['gpu']}, PyTorch {doc['torch']} (CUDA {doc['cuda']}); {tuning_line(args)}", flush=True)
+    if args.kernels_json:
+        run_kernel_rows(torch, args, doc, left)
     longest_row_s = 0.0
     for case in selected_cases(args):
         for math in MATH_MODES:
@@ -332,6 +466,7 @@ def print_row(r):
 
 
 def print_table(doc, args):
+    print_kernel_table(doc)
     print(f"{doc.get('gpu', '?')}, PyTorch {doc.get('torch', '?')} (CUDA {doc.get('cuda', '?')}); median step in us "
           f"({doc['warmup']} warm-up + {doc['steps']} timed steps, CUDA events per block of {doc['block']})")
     print(tuning_line(args))
@@ -376,6 +511,13 @@ def print_plan(args):
               f"({args.budget_s:g} s) left")
     else:
         print("  torch.compile left out (--compile adds it)")
+    if args.kernels_json:
+        print(f"  first, kernel rows: each transformer kernel of --kernels-json {args.kernels_json} "
+              f"(cuda_kernels_bench's JSON, read when the run starts) against PyTorch's on its shape, FP32, mean of "
+              f"{KERNEL_REPEATS} calls after an L2 flush: attention (F.scaled_dot_product_attention), layer_norm, gelu, "
+              "softmax, AdamW (fused)")
+    else:
+        print("  no kernel rows (--kernels-json adds them)")
     print(f"  budget: no row starts once less of --budget-s ({args.budget_s:g} s) is left than the longest row "
           "so far took; the rows left out are listed, and the exit status is 0")
     print("  SIGTERM prints the rows measured so far")
@@ -397,6 +539,8 @@ def main():
                    help="wall-clock seconds for the whole run (default %(default)s, what scripts/gpu-check's stage "
                         "leaves): no row starts once less is left than the longest row so far took, and with "
                         f"--compile no torch.compile starts with less than {COMPILE_RESERVE_S} s left")
+    p.add_argument("--kernels-json", help="cuda_kernels_bench's JSON output (--benchmark_out): first measure its "
+                   "transformer kernels against PyTorch's on the same shapes")
     p.add_argument("--json", help="also write the results here (rewritten after every row)")
     p.add_argument("--dry-run", action="store_true", help="print the plan only; touches no GPU")
     args = p.parse_args()
@@ -410,7 +554,8 @@ def main():
         sys.exit(f"--bench {args.bench}: not an executable (build the dpcore_step_bench target with CUDA)")
     t0 = time.perf_counter()
     doc = {"warmup": args.warmup, "steps": args.steps, "block": args.block, "tuning": args.tuning,
-           "cudnn_benchmark": TUNING[args.tuning][0], "budget_s": args.budget_s, "rows": [], "left_out": []}
+           "cudnn_benchmark": TUNING[args.tuning][0], "budget_s": args.budget_s, "rows": [], "kernel_rows": [],
+           "left_out": []}
     signal.signal(signal.SIGTERM, on_sigterm)
     try:
         run_all(args, doc, lambda: args.budget_s - (time.perf_counter() - t0))

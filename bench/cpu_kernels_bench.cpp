@@ -7,9 +7,9 @@
 #include <benchmark/benchmark.h>
 
 #include <iterator>
-#include <random>
 #include <vector>
 
+#include "bench/cpu_bench_support.h"
 #include "kernels/cpu/kernels.h"
 
 namespace {
@@ -53,24 +53,11 @@ Conv2dShape conv_shape(const ConvLayer& l) {
   return s;
 }
 
-std::vector<float> random_floats(int64_t n) {
-  std::mt19937 rng(42);
-  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  std::vector<float> v(n);
-  for (float& x : v) x = dist(rng);
-  return v;
-}
+using dpcore::bench::random_floats;
+using dpcore::bench::report_flops;
 
 // Sets the thread count from the benchmark's second argument and labels the run.
-void prepare(benchmark::State& state, const char* name) {
-  cpu::set_num_threads(int(state.range(1)));
-  state.SetLabel(name);
-}
-
-void report_flops(benchmark::State& state, double flops_per_iteration) {
-  state.counters["GFLOP/s"] =
-      benchmark::Counter(flops_per_iteration / 1e9, benchmark::Counter::kIsIterationInvariantRate);
-}
+void prepare(benchmark::State& state, const char* name) { dpcore::bench::prepare(state, int(state.range(1)), name); }
 
 enum class ConvPass { Forward, BackwardData, BackwardWeight };
 

@@ -5,7 +5,8 @@
 // (library handles, cuDNN algorithm choice, allocator cache).
 // Counters: TFLOP/s and GB/s (bytes each kernel must move at least: inputs read once,
 // outputs written once) and their fractions of the H200 ceilings measured with PyTorch:
-// device copy 4.25 TB/s, cuBLAS FP32 SGEMM 51 TFLOP/s.
+// device copy 4.25 TB/s, cuBLAS FP32 SGEMM 51 TFLOP/s (bench/cuda_bench_support.h). Issue 24's
+// transformer kernels are in cuda_transformer_bench.cu.
 //   cuda_kernels_bench --benchmark_filter='conv.*vggs'
 // Without a GPU it prints "no CUDA device" and exits with 0.
 #include <benchmark/benchmark.h>
@@ -15,6 +16,7 @@
 #include <functional>
 #include <string>
 
+#include "bench/cuda_bench_support.h"
 #include "kernels/cuda_runtime/check.h"
 #include "kernels/index_check.h"
 #include "kernels/cuda_libraries/cublas_linear.h"
@@ -32,104 +34,10 @@ using dpcore::kernels::Conv2dShape;
 using dpcore::kernels::LinearShape;
 using dpcore::kernels::Pool2dShape;
 
-constexpr double kCopyCeilingBytesPerSecond = 4.25e12;
-constexpr double kFp32CeilingFlopsPerSecond = 51e12;
-
-// Each benchmark runs this many timed launches (their mean is reported): enough for a
-// stable mean, few enough that the whole suite fits in a short session on the GPU.
-constexpr int kRepeats = 20;
-
-// Values in [-1, 1) from a hash of the index: filling on the device keeps the setup of
-// the 64M-element buffers fast.
-__global__ void fill_pseudo_random(float* p, size_t n) {
-  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
-    uint32_t h = uint32_t(i) * 2654435761u;
-    h ^= h >> 16;
-    h *= 2246822519u;
-    h ^= h >> 13;
-    p[i] = float(h >> 8) / float(1 << 23) - 1.f;
-  }
-}
-
-// Device memory for a benchmark, pseudo-random in [-1, 1), freed at the end of its scope.
-class Buffer {
- public:
-  explicit Buffer(size_t floats) {
-    CUDA_CHECK(cudaMalloc(&ptr_, std::max<size_t>(floats, 1) * sizeof(float)));
-    fill_pseudo_random<<<1024, 256>>>(f(), floats);
-    CUDA_LAUNCH_CHECK();
-  }
-  ~Buffer() { cudaFree(ptr_); }
-  Buffer(const Buffer&) = delete;
-  Buffer& operator=(const Buffer&) = delete;
-  float* f() const { return static_cast<float*>(ptr_); }
-  template <class T>
-  T* as() const { return static_cast<T*>(ptr_); }
-
- private:
-  void* ptr_ = nullptr;
-};
-
-// Overwriting twice the L2 evicts every input of the previous run.
-void flush_l2() {
-  static void* junk = nullptr;
-  static size_t bytes = 0;
-  if (!junk) {
-    int l2 = 0;
-    CUDA_CHECK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, 0));
-    bytes = size_t(2) * size_t(l2);
-    CUDA_CHECK(cudaMalloc(&junk, bytes));
-  }
-  CUDA_CHECK(cudaMemsetAsync(junk, 0, bytes, nullptr));
-}
-
-struct Work {
-  double flops;  // 2 per multiply-add; 0 for data movement kernels
-  double bytes;  // minimal traffic
-};
-
-// Times `launch` once per benchmark iteration (manual time) and sets the counters.
-void run_timed(benchmark::State& state, const Work& work, const std::function<void()>& launch,
-               bool tf32 = false) {
-  cuda_libraries::EngineConfig config;
-  config.tf32 = tf32;
-  cuda_libraries::set_engine_config(config);
-  launch();
-  CUDA_CHECK(cudaDeviceSynchronize());
-  cudaEvent_t start, stop;
-  CUDA_CHECK(cudaEventCreate(&start));
-  CUDA_CHECK(cudaEventCreate(&stop));
-  double seconds = 0.0;
-  for (auto _ : state) {
-    flush_l2();
-    CUDA_CHECK(cudaEventRecord(start, nullptr));
-    launch();
-    CUDA_CHECK(cudaEventRecord(stop, nullptr));
-    CUDA_CHECK(cudaEventSynchronize(stop));
-    float ms = 0.f;
-    CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-    state.SetIterationTime(ms * 1e-3);
-    seconds += ms * 1e-3;
-  }
-  CUDA_CHECK(cudaEventDestroy(start));
-  CUDA_CHECK(cudaEventDestroy(stop));
-  cuda_libraries::set_engine_config(cuda_libraries::EngineConfig{});
-  const double runs = double(state.iterations());
-  const double mean = seconds / std::max(runs, 1.0);
-  if (work.flops > 0) {
-    state.counters["TFLOP/s"] = work.flops / mean / 1e12;
-    state.counters["frac_fp32_ceiling"] = work.flops / mean / kFp32CeilingFlopsPerSecond;
-  }
-  state.counters["GB/s"] = work.bytes / mean / 1e9;
-  state.counters["frac_copy_bw"] = work.bytes / mean / kCopyCeilingBytesPerSecond;
-}
-
-void add(const std::string& name, std::function<void(benchmark::State&)> body) {
-  benchmark::RegisterBenchmark(name.c_str(), std::move(body))
-      ->UseManualTime()
-      ->Iterations(kRepeats)
-      ->Unit(benchmark::kMicrosecond);
-}
+using dpcore::bench::add;
+using dpcore::bench::Buffer;
+using dpcore::bench::run_timed;
+using dpcore::bench::Work;
 
 // ---- the reference models' layers ----
 
@@ -374,6 +282,7 @@ int main(int argc, char** argv) {
   register_sgemm();
   for (const PoolLayer& l : kPoolLayers) register_pool(l);
   register_flat();
+  dpcore::bench::register_transformer_kernels();
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   benchmark::RunSpecifiedBenchmarks();
