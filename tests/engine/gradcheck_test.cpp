@@ -185,6 +185,19 @@ TEST(Gradcheck, ReshapeAndFlatten) {
   expect_passes(r, x.numel());
 }
 
+// Three row blocks of one tensor, as MultiheadAttention takes its projections from
+// in_proj_weight, each used with its own weight: the gradient of every block lands in its
+// rows and nowhere else.
+TEST(Gradcheck, NarrowedRowBlocks) {
+  auto r = gradcheck(
+      [](const std::vector<Tensor>& in) {
+        Tensor q = ops::narrow0(in[0], 0, 2), k = ops::narrow0(in[0], 2, 4), v = ops::narrow0(in[0], 4, 6);
+        return ops::add(ops::add(weighted_sum(q, 21), weighted_sum(k, 22)), weighted_sum(ops::narrow0(v, 1, 2), 23));
+      },
+      {random_leaf({6, 3}, 20)});
+  expect_passes(r, 18);
+}
+
 TEST(Gradcheck, LogSoftmax) {
   Tensor x = random_leaf({3, 7}, 11, -3, 3);
   auto r = gradcheck([](const std::vector<Tensor>& in) { return weighted_sum(ops::log_softmax(in[0]), 12); }, {x});
