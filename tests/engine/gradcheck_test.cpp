@@ -14,16 +14,7 @@ namespace {
 
 using testing::gradcheck;
 using testing::random_leaf;
-
-// A weighted sum turns any output into a scalar whose gradient reaches every element
-// with a different weight (a plain sum would hide transposed or permuted gradients).
-Tensor weighted_sum(const Tensor& y, uint64_t seed) {
-  auto w = testing::random_vector<double>(size_t(y.numel()), seed);
-  Tensor weights = Tensor::from_vector(w, y.shape());
-  // sum(y * w) through ops we trust: linear of the flattened output with w as a 1-row weight.
-  Tensor flat = ops::reshape(y, {1, y.numel()});
-  return ops::sum(ops::linear(flat, weights.view({1, y.numel()}), Tensor()));
-}
+using testing::weighted_sum;
 
 void expect_passes(const testing::GradcheckResult& r, int64_t min_checked) {
   EXPECT_TRUE(r.failures.empty()) << r.failures.size() << " mismatches; worst " << r.worst_where;
