@@ -4,7 +4,7 @@
 // and float32, post-norm and pre-norm, relu and gelu, with key padding and causal masks;
 // the state_dict names and shapes; torch's initialisation; a float64 finite-difference
 // gradcheck of the encoder layer with dropout; dropout's masks keyed by the batch
-// position; and the errors.
+// position; the layer-spec words encoder and meanpool; and the errors.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -17,7 +17,9 @@
 
 #include "layers/model.h"
 #include "layers/transformer/encoder_layer.h"
+#include "layers/transformer/mean_pool.h"
 #include "layers/transformer/multihead_attention.h"
+#include "layers/zoo.h"
 #include "support/error_of.h"
 #include "support/gradcheck.h"
 #include "support/kernel_checks.h"
@@ -244,6 +246,52 @@ TEST(TransformerLayers, DropoutMasksFollowTheBatchPosition) {
   first_half.insert(first_half.end(), second_half.begin(), second_half.end());
   ASSERT_EQ(first_half.size(), 2 * half);
   for (size_t i = 0; i < whole.size(); ++i) ASSERT_NEAR(first_half[i], whole[i], 1e-5) << "element " << i;
+}
+
+// "encoder(...)" and "meanpool" in the layer-spec language: a pooled classifier over [N, T, E].
+TEST(TransformerLayers, LayerSpecBuildsEncoderLayersAndMeanPool) {
+  auto net = parse_layer_spec("encoder(heads=4,ff=32,dropout=0,gelu,norm_first) encoder(heads=2, causal) meanpool linear(3)",
+                              {5, 16});
+  ASSERT_EQ(net->size(), 5u);  // and the appended logsoftmax
+  EXPECT_EQ(net->child(0).describe(), "encoder_layer(16, heads 4, ff 32, gelu, norm_first)");
+  EXPECT_EQ(net->child(1).describe(), "encoder_layer(16, heads 2, ff 2048, dropout 0.1, causal)");
+  EXPECT_EQ(net->child(2).describe(), "meanpool");
+  Model model(std::move(net), {5, 16}, Device::cpu(), DType::Float32, 3);
+  EXPECT_EQ(model.output_shape(), (Shape{3}));
+  EXPECT_EQ(model.parameters().entry("0.self_attn.in_proj_weight").shape, (Shape{48, 16}));
+  EXPECT_EQ(model.parameters().entry("1.linear1.weight").shape, (Shape{2048, 16}));
+  model.eval();
+  Tensor x = Tensor::from_vector(testing::random_vector<float>(2 * 5 * 16, 4), {2, 5, 16});
+  EXPECT_EQ(model.forward(x).shape(), (Shape{2, 3}));
+
+  const std::pair<const char*, const char*> bad[] = {
+      {"encoder(ff=64)", "heads=H is missing"},
+      {"encoder(heads=3)", "embed_dim 16 is not divisible by num_heads 3"},
+      {"encoder(heads=4,window=2)", "unknown argument 'window=2'"},
+      {"encoder(heads=4,dropout=x)", "bad number 'x'"},
+      {"flatten encoder(heads=4)", "encoder needs [N, T, E] input, got [1, 80]"},
+      {"flatten meanpool", "meanpool: input [1, 80] is not [N, T, E]"},
+  };
+  for (const auto& [spec, message] : bad)
+    EXPECT_NE(testing::error_of([&] { parse_layer_spec(spec, {5, 16}); }).find(message), std::string::npos) << spec;
+}
+
+// meanpool is x.mean(dim=1): each feature's mean over the tokens, and its gradient 1/T to each.
+TEST(TransformerLayers, MeanPoolIsTheMeanOverTokens) {
+  const int64_t N = 2, T = 3, E = 4;
+  Tensor x = testing::random_leaf({N, T, E}, 12);
+  MeanPool pool;
+  Tensor y = pool.forward(x);
+  ASSERT_EQ(y.shape(), (Shape{N, E}));
+  const auto xs = x.to_vector<double>(), ys = y.to_vector<double>();
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t e = 0; e < E; ++e) {
+      double sum = 0;
+      for (int64_t t = 0; t < T; ++t) sum += xs[size_t((n * T + t) * E + e)];
+      EXPECT_NEAR(ys[size_t(n * E + e)], sum / T, 1e-15);
+    }
+  ops::sum(y).backward();
+  for (double g : x.grad().to_vector<double>()) EXPECT_NEAR(g, 1.0 / T, 1e-16);
 }
 
 TEST(TransformerLayers, BadArgumentsAndInputsNameTheValues) {
