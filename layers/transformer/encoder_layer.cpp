@@ -83,4 +83,40 @@ void TransformerEncoderLayer::apply(const std::function<void(Module&)>& f) {
     child->apply(f);
 }
 
+// ---------------------------------------------------------------- TransformerEncoder
+TransformerEncoder::TransformerEncoder(const TransformerEncoderLayer& layer, int64_t num_layers, bool final_norm) {
+  DPCORE_CHECK(num_layers > 0, "transformer_encoder: num_layers ", num_layers, " must be positive");
+  for (int64_t i = 0; i < num_layers; ++i)
+    layers_.emplace_back(static_cast<TransformerEncoderLayer*>(layer.clone().release()));
+  if (final_norm) norm_ = std::make_unique<LayerNorm>(layer.d_model(), layer.options().layer_norm_eps);
+}
+
+Tensor TransformerEncoder::forward(const Tensor& x, const Tensor& key_padding_mask) {
+  Tensor h = x;
+  for (auto& layer : layers_) h = layer->forward(h, key_padding_mask);
+  return norm_ ? norm_->forward(h) : h;
+}
+
+Shape TransformerEncoder::output_shape(const Shape& input) const { return layers_.front()->output_shape(input); }
+
+std::string TransformerEncoder::describe() const {
+  return "encoder(" + std::to_string(layers_.size()) + " x " + layers_.front()->describe() + (norm_ ? ", norm)" : ")");
+}
+
+std::unique_ptr<Module> TransformerEncoder::clone() const {
+  return std::make_unique<TransformerEncoder>(*layers_.front(), int64_t(layers_.size()), norm_ != nullptr);
+}
+
+void TransformerEncoder::collect_parameters(const std::string& prefix, std::vector<ParamSlot>& out) {
+  for (size_t i = 0; i < layers_.size(); ++i)
+    layers_[i]->collect_parameters(qualified_name(prefix, "layers." + std::to_string(i)), out);
+  if (norm_) norm_->collect_parameters(qualified_name(prefix, "norm"), out);
+}
+
+void TransformerEncoder::apply(const std::function<void(Module&)>& f) {
+  f(*this);
+  for (auto& layer : layers_) layer->apply(f);
+  if (norm_) norm_->apply(f);
+}
+
 }  // namespace dpcore::layers

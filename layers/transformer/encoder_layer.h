@@ -1,10 +1,11 @@
 // torch.nn.TransformerEncoderLayer (batch_first=True) with torch's names, initialisation and
-// post-norm / pre-norm formulas.
+// post-norm / pre-norm formulas, and torch.nn.TransformerEncoder, a stack of them.
 #pragma once
 
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "layers/transformer/modules.h"
 #include "layers/transformer/multihead_attention.h"
@@ -60,6 +61,30 @@ class TransformerEncoderLayer : public Module {
   LayerNorm norm1_, norm2_;
   Dropout dropout_, dropout1_, dropout2_;
   Tensor linear1_weight_, linear1_bias_, linear2_weight_, linear2_bias_;
+};
+
+// torch.nn.TransformerEncoder(encoder_layer, num_layers, norm): num_layers copies of the
+// layer's structure run in turn with the same key padding mask, then, with final_norm, a
+// LayerNorm of the layer's d_model and eps (a pre-norm stack's closing norm). Names:
+// layers.0.self_attn.in_proj_weight, ..., layers.<num_layers - 1>.*, norm.weight,
+// norm.bias. torch deep-copies the one layer, so its layers start with the same weights;
+// here each is drawn on its own, in the same law. In eval mode with a padding mask, torch
+// 1.13 may run its nested-tensor fast path, which gives 0 at padded positions; here they
+// keep the values the arithmetic gives them.
+class TransformerEncoder : public Module {
+ public:
+  TransformerEncoder(const TransformerEncoderLayer& layer, int64_t num_layers, bool final_norm = false);
+  Tensor forward(const Tensor& x) override { return forward(x, Tensor()); }
+  Tensor forward(const Tensor& x, const Tensor& key_padding_mask);
+  Shape output_shape(const Shape& input) const override;
+  std::string describe() const override;  // "encoder(2 x encoder_layer(...), norm)"
+  std::unique_ptr<Module> clone() const override;
+  void collect_parameters(const std::string& prefix, std::vector<ParamSlot>& out) override;
+  void apply(const std::function<void(Module&)>& f) override;
+
+ private:
+  std::vector<std::unique_ptr<TransformerEncoderLayer>> layers_;
+  std::unique_ptr<LayerNorm> norm_;  // null without a final norm
 };
 
 }  // namespace dpcore::layers

@@ -3,8 +3,9 @@ tests/layers/transformer_layers_test.cpp.
 
     torch_transformer_layers.py OUT.json NAME:KIND:N:T:E:HEADS:FF:ACTIVATION:NORM_FIRST:PADDED:CAUSAL:DTYPE...
 
-KIND is mha (self_attn(x, x, x, need_weights=False)) or encoder (TransformerEncoderLayer
-with dim_feedforward FF, activation relu or gelu, norm_first 0 or 1); both batch_first,
+KIND is mha (self_attn(x, x, x, need_weights=False)), encoder (TransformerEncoderLayer
+with dim_feedforward FF, activation relu or gelu, norm_first 0 or 1) or stack (a
+TransformerEncoder of two such layers and a final LayerNorm); all batch_first,
 dropout 0, in training mode (torch's slow path, the one with autograd). PADDED 1 passes a
 key padding mask (about one key in four padded, key 0 always kept so that no query is left
 without keys, where torch gives NaN); CAUSAL 1 the attention mask of True above the
@@ -26,7 +27,8 @@ def random_parameters(module, gen):
     with torch.no_grad():
         for name, p in module.named_parameters():
             u = torch.rand(p.shape, generator=gen, dtype=torch.float64) * 2 - 1
-            if name.startswith("norm") and name.endswith("weight"):
+            parts = name.split(".")
+            if len(parts) >= 2 and parts[-2].startswith("norm") and parts[-1] == "weight":
                 p.copy_(1 + 0.2 * u)
             elif p.dim() == 2:
                 p.copy_(u / p.shape[1] ** 0.5)
@@ -41,6 +43,8 @@ def run_case(seed, kind, N, T, E, heads, ff, activation, norm_first, padded, cau
     else:
         module = torch.nn.TransformerEncoderLayer(E, heads, dim_feedforward=ff, dropout=0.0, activation=activation,
                                                   batch_first=True, norm_first=norm_first, dtype=torch.float64)
+        if kind == "stack":
+            module = torch.nn.TransformerEncoder(module, 2, norm=torch.nn.LayerNorm(E, dtype=torch.float64))
     random_parameters(module, gen)
     x = torch.rand(N, T, E, generator=gen, dtype=torch.float64) * 2 - 1
     dout = torch.rand(N, T, E, generator=gen, dtype=torch.float64) * 2 - 1
@@ -54,8 +58,10 @@ def run_case(seed, kind, N, T, E, heads, ff, activation, norm_first, padded, cau
     attn_mask = torch.ones(T, T, dtype=torch.bool).triu(1) if causal else None
     if kind == "mha":
         y = module(x, x, x, key_padding_mask=key_padding_mask, attn_mask=attn_mask, need_weights=False)[0]
-    else:
+    elif kind == "encoder":
         y = module(x, src_mask=attn_mask, src_key_padding_mask=key_padding_mask)
+    else:
+        y = module(x, mask=attn_mask, src_key_padding_mask=key_padding_mask)
     y.backward(dout)
     flat = lambda t: t.detach().flatten().tolist()
     return {

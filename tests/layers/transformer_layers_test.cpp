@@ -1,6 +1,6 @@
-// MultiheadAttention and TransformerEncoderLayer (layers/transformer/) against torch.nn's,
-// run by Debian's PyTorch 1.13 (tests/layers/torch_transformer_layers.py, one process for
-// every case): the output and the gradient of every parameter and of the input, float64
+// MultiheadAttention, TransformerEncoderLayer and TransformerEncoder (layers/transformer/)
+// against torch.nn's, run by Debian's PyTorch 1.13 (tests/layers/torch_transformer_layers.py,
+// one process for every case): the output and the gradient of every parameter and of the input, float64
 // and float32, post-norm and pre-norm, relu and gelu, with key padding and causal masks;
 // the state_dict names and shapes; torch's initialisation; a float64 finite-difference
 // gradcheck of the encoder layer with dropout; dropout's masks keyed by the batch
@@ -28,9 +28,11 @@
 namespace dpcore::layers {
 namespace {
 
+enum class Kind { Attention, Layer, Stack };  // MultiheadAttention, TransformerEncoderLayer, TransformerEncoder
+
 struct TorchCase {
   std::string name;
-  bool encoder;  // TransformerEncoderLayer, else MultiheadAttention
+  Kind kind;
   int64_t N, T, E, heads, ff;
   std::string activation;
   bool norm_first, padded, causal;
@@ -38,14 +40,17 @@ struct TorchCase {
 
   std::string spec() const {
     auto n = [](int64_t v) { return std::to_string(v); };
-    return name + ":" + (encoder ? "encoder" : "mha") + ":" + n(N) + ":" + n(T) + ":" + n(E) + ":" + n(heads) + ":" +
+    const char* kinds[] = {"mha", "encoder", "stack"};
+    return name + ":" + kinds[int(kind)] + ":" + n(N) + ":" + n(T) + ":" + n(E) + ":" + n(heads) + ":" +
            n(ff) + ":" + activation + ":" + (norm_first ? "1" : "0") + ":" + (padded ? "1" : "0") + ":" +
            (causal ? "1" : "0") + ":" + (dtype == DType::Float64 ? "float64" : "float32");
   }
-  std::unique_ptr<Module> module(double dropout = 0.0) const {
-    if (!encoder) return std::make_unique<MultiheadAttention>(E, heads, dropout, causal);
-    return std::make_unique<TransformerEncoderLayer>(E, heads,
-                                                     EncoderLayerOptions{ff, dropout, activation, 1e-5, norm_first, causal});
+  // The stack is torch's TransformerEncoder of two layers and a final norm.
+  std::unique_ptr<Module> module() const {
+    if (kind == Kind::Attention) return std::make_unique<MultiheadAttention>(E, heads, 0.0, causal);
+    TransformerEncoderLayer layer(E, heads, EncoderLayerOptions{ff, 0.0, activation, 1e-5, norm_first, causal});
+    if (kind == Kind::Layer) return layer.clone();
+    return std::make_unique<TransformerEncoder>(layer, 2, true);
   }
 };
 
@@ -62,6 +67,7 @@ Model model_of(std::unique_ptr<Module> module, const Shape& input, DType dtype, 
 Tensor masked_forward(Model& model, const Tensor& x, const Tensor& key_padding_mask) {
   Module& m = model.net().child(0);
   if (auto* layer = dynamic_cast<TransformerEncoderLayer*>(&m)) return layer->forward(x, key_padding_mask);
+  if (auto* stack = dynamic_cast<TransformerEncoder*>(&m)) return stack->forward(x, key_padding_mask);
   return dynamic_cast<MultiheadAttention&>(m).forward(x, key_padding_mask);
 }
 
@@ -75,13 +81,14 @@ Tensor tensor_of(const nlohmann::json& values, const Shape& shape) {
 // stages' (layer norm rescales both the value and its error, and its inputs have mean about
 // 0, so it amplifies neither). The longest forward chain of sums: the projections (E terms),
 // the scores (d), the weighted sum of values (T) and the output projection (E); an encoder
-// layer adds its two layer norms (E each) and its feed-forward linears (E, then ff). The
-// backward runs the same chains in reverse and the weight gradients add a sum over the
+// layer adds its two layer norms (E each) and its feed-forward linears (E, then ff), a
+// stack of two layers twice that and its final norm. The backward runs the same chains in reverse and the weight gradients add a sum over the
 // N * T tokens. Each side is that far from the exact result, so they differ by twice that.
 double float32_bound(const TorchCase& c) {
   const int64_t d = c.E / c.heads;
   int64_t forward_terms = c.E + d + c.T + c.E;
-  if (c.encoder) forward_terms += 2 * c.E + c.E + c.ff;
+  if (c.kind != Kind::Attention) forward_terms += 2 * c.E + c.E + c.ff;
+  if (c.kind == Kind::Stack) forward_terms = 2 * forward_terms + c.E;
   return 2.0 * double(2 * forward_terms + c.N * c.T) * std::ldexp(1.0, -24);
 }
 
@@ -131,15 +138,17 @@ TEST(TransformerLayers, MatchTorchForwardAndBackward) {
     GTEST_SKIP() << testing::kTorchPython << " cannot import torch (scripts/install-deps.sh installs python3-torch)";
   const DType f64 = DType::Float64, f32 = DType::Float32;
   const std::vector<TorchCase> cases = {
-      {"mha_padded", false, 2, 6, 8, 2, 0, "relu", false, true, false, f64},
-      {"mha_causal_padded", false, 3, 5, 12, 3, 0, "relu", false, true, true, f64},
-      {"post_norm_relu_padded", true, 2, 6, 8, 2, 16, "relu", false, true, false, f64},
-      {"post_norm_gelu_causal", true, 2, 5, 8, 4, 12, "gelu", false, false, true, f64},
-      {"pre_norm_relu_causal_padded", true, 2, 6, 8, 2, 16, "relu", true, true, true, f64},
-      {"pre_norm_gelu_padded", true, 3, 4, 12, 3, 20, "gelu", true, true, false, f64},
-      {"mha_padded_f32", false, 2, 16, 32, 4, 0, "relu", false, true, false, f32},
-      {"post_norm_gelu_padded_f32", true, 2, 16, 32, 4, 64, "gelu", false, true, false, f32},
-      {"pre_norm_relu_causal_f32", true, 2, 16, 32, 4, 64, "relu", true, false, true, f32},
+      {"mha_padded", Kind::Attention, 2, 6, 8, 2, 0, "relu", false, true, false, f64},
+      {"mha_causal_padded", Kind::Attention, 3, 5, 12, 3, 0, "relu", false, true, true, f64},
+      {"post_norm_relu_padded", Kind::Layer, 2, 6, 8, 2, 16, "relu", false, true, false, f64},
+      {"post_norm_gelu_causal", Kind::Layer, 2, 5, 8, 4, 12, "gelu", false, false, true, f64},
+      {"pre_norm_relu_causal_padded", Kind::Layer, 2, 6, 8, 2, 16, "relu", true, true, true, f64},
+      {"pre_norm_gelu_padded", Kind::Layer, 3, 4, 12, 3, 20, "gelu", true, true, false, f64},
+      {"stack_pre_norm_gelu_padded", Kind::Stack, 2, 5, 8, 2, 12, "gelu", true, true, false, f64},
+      {"mha_padded_f32", Kind::Attention, 2, 16, 32, 4, 0, "relu", false, true, false, f32},
+      {"post_norm_gelu_padded_f32", Kind::Layer, 2, 16, 32, 4, 64, "gelu", false, true, false, f32},
+      {"pre_norm_relu_causal_f32", Kind::Layer, 2, 16, 32, 4, 64, "relu", true, false, true, f32},
+      {"stack_post_norm_relu_padded_f32", Kind::Stack, 2, 16, 32, 4, 64, "relu", false, true, false, f32},
   };
   testing::TempDir dir;
   const std::string out = dir.file("torch_transformer_layers.json");
@@ -302,6 +311,8 @@ TEST(TransformerLayers, BadArgumentsAndInputsNameTheValues) {
   EXPECT_NE(error_of([] { TransformerEncoderLayer(8, 2, {16, 0.1, "tanh"}); }).find("activation 'tanh'"),
             std::string::npos);
   EXPECT_NE(error_of([] { TransformerEncoderLayer(8, 2, {0}); }).find("dim_feedforward 0"), std::string::npos);
+  EXPECT_NE(error_of([] { TransformerEncoder(TransformerEncoderLayer(8, 2), 0); }).find("num_layers 0 must be positive"),
+            std::string::npos);
   Model model = model_of(std::make_unique<TransformerEncoderLayer>(8, 2, EncoderLayerOptions{16, 0.0}), {3, 8},
                          DType::Float32);
   Tensor x = Tensor::zeros({2, 3, 8});
