@@ -1,6 +1,8 @@
 #include "layers/transformer/encoder_layer.h"
 
+#include <initializer_list>
 #include <sstream>
+#include <utility>
 
 namespace dpcore::layers {
 

@@ -273,6 +273,10 @@ TEST(TransformerLayers, LayerSpecBuildsEncoderLayersAndMeanPool) {
   Tensor x = Tensor::from_vector(testing::random_vector<float>(2 * 5 * 16, 4), {2, 5, 16});
   EXPECT_EQ(model.forward(x).shape(), (Shape{2, 3}));
 
+  // Images as rows of tokens (the --model help's example): [N, 1, 8, 8] viewed as [N, 8, 8].
+  Model rows(parse_layer_spec("view(-1,8,8) encoder(heads=2,ff=16) meanpool linear(4)", {1, 8, 8}), {1, 8, 8});
+  EXPECT_EQ(rows.output_shape(), (Shape{4}));
+
   const std::pair<const char*, const char*> bad[] = {
       {"encoder(ff=64)", "heads=H is missing"},
       {"encoder(heads=3)", "embed_dim 16 is not divisible by num_heads 3"},
