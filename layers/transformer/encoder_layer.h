@@ -33,7 +33,7 @@ struct EncoderLayerOptions {
 // U(-1/sqrt(fan_in), 1/sqrt(fan_in)), the norms at 1 and 0. The four dropouts (the
 // attention probabilities', dropout, dropout1, dropout2) each draw from their own stream.
 // In eval mode this is the same arithmetic; torch 1.13 switches there, without gradients,
-// to its fused fast path (torch._transformer_encoder_layer_fwd), equal to rounding.
+// to its fused fast path (torch._transformer_encoder_layer_fwd), equal to rounding (tested).
 class TransformerEncoderLayer : public Module {
  public:
   TransformerEncoderLayer(int64_t d_model, int64_t nhead, EncoderLayerOptions options = {});

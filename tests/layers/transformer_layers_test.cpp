@@ -1,7 +1,8 @@
 // MultiheadAttention, TransformerEncoderLayer and TransformerEncoder (layers/transformer/)
 // against torch.nn's, run by Debian's PyTorch 1.13 (tests/layers/torch_transformer_layers.py,
 // one process for every case): the output and the gradient of every parameter and of the input, float64
-// and float32, post-norm and pre-norm, relu and gelu, with key padding and causal masks;
+// and float32, post-norm and pre-norm, relu and gelu, with key padding and causal masks,
+// and the eval-mode forward against torch's fused fast path;
 // the state_dict names and shapes; torch's initialisation; a float64 finite-difference
 // gradcheck of the encoder layer with dropout; dropout's masks keyed by the batch
 // position; the layer-spec words encoder and meanpool; and the errors.
@@ -37,13 +38,15 @@ struct TorchCase {
   std::string activation;
   bool norm_first, padded, causal;
   DType dtype;
+  bool training = true;  // false: the forward alone in eval mode (torch's fast path for a layer)
 
   std::string spec() const {
     auto n = [](int64_t v) { return std::to_string(v); };
     const char* kinds[] = {"mha", "encoder", "stack"};
     return name + ":" + kinds[int(kind)] + ":" + n(N) + ":" + n(T) + ":" + n(E) + ":" + n(heads) + ":" +
            n(ff) + ":" + activation + ":" + (norm_first ? "1" : "0") + ":" + (padded ? "1" : "0") + ":" +
-           (causal ? "1" : "0") + ":" + (dtype == DType::Float64 ? "float64" : "float32");
+           (causal ? "1" : "0") + ":" + (dtype == DType::Float64 ? "float64" : "float32") + ":" +
+           (training ? "train" : "eval");
   }
   // The stack is torch's TransformerEncoder of two layers and a final norm.
   std::unique_ptr<Module> module() const {
@@ -117,10 +120,10 @@ void expect_matches_torch(const TorchCase& c, const nlohmann::json& want, double
 
   const Shape x_shape{c.N, c.T, c.E};
   Tensor x = tensor_of<T>(want.at("x"), x_shape);
-  x.set_requires_grad(true);
+  x.set_requires_grad(c.training);
+  model.train(c.training);
   Tensor mask = c.padded ? tensor_of<T>(want.at("mask"), {c.N, c.T}) : Tensor();
   Tensor y = masked_forward(model, x, mask);
-  y.backward(tensor_of<T>(want.at("dout"), x_shape));
 
   auto check = [&](const std::string& what, const Tensor& got, const nlohmann::json& expected) {
     const double err = testing::scaled_error(got.to_vector<T>(), expected.get<std::vector<T>>());
@@ -128,6 +131,8 @@ void expect_matches_torch(const TorchCase& c, const nlohmann::json& want, double
     EXPECT_LE(err, tolerance) << what;
   };
   check("y", y, want.at("y"));
+  if (!c.training) return;
+  y.backward(tensor_of<T>(want.at("dout"), x_shape));
   check("x.grad", x.grad(), want.at("dx"));
   for (size_t i = 0; i < entries.size(); ++i)
     check(names[i] + ".grad", model.parameters().param(i).grad(), want.at("grads").at(names[i]));
@@ -149,6 +154,9 @@ TEST(TransformerLayers, MatchTorchForwardAndBackward) {
       {"post_norm_gelu_padded_f32", Kind::Layer, 2, 16, 32, 4, 64, "gelu", false, true, false, f32},
       {"pre_norm_relu_causal_f32", Kind::Layer, 2, 16, 32, 4, 64, "relu", true, false, true, f32},
       {"stack_post_norm_relu_padded_f32", Kind::Stack, 2, 16, 32, 4, 64, "relu", false, true, false, f32},
+      // Eval mode: torch's fused fast path, against our one path.
+      {"eval_post_norm_gelu_padded", Kind::Layer, 2, 6, 8, 2, 16, "gelu", false, true, false, f64, false},
+      {"eval_pre_norm_relu_padded_f32", Kind::Layer, 2, 16, 32, 4, 64, "relu", true, true, false, f32, false},
   };
   testing::TempDir dir;
   const std::string out = dir.file("torch_transformer_layers.json");
