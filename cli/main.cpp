@@ -37,7 +37,9 @@ const char* kModelHelp =
     "--weight-decay 5e-4 --lr-schedule onecycle with a 15% warm-up, --augment none; Nesterov off: --nesterov=false, "
     "no warm-up: --lr-schedule cosine --warmup-steps 0), or a layer spec such as "
     "\"conv(16,3,p1) relu pool(2) flatten linear(10)\" (layers: conv(OUT,K[,sS][,pP][,nobias]) pool(K[,sS][,pP]) "
-    "avgpool(K[,sS][,pP]) gap bn res(OUT[,sS]) linear(OUT) relu flatten view(D1,...) logsoftmax)";
+    "avgpool(K[,sS][,pP]) gap bn res(OUT[,sS]) linear(OUT) relu flatten view(D1,...) logsoftmax; on [N, T, E]: "
+    "encoder(heads=H[,ff=F][,dropout=P][,gelu][,norm_first][,causal]) meanpool, e.g. images as rows of tokens: "
+    "\"view(-1,28,28) encoder(heads=4,ff=64) meanpool linear(10)\")";
 const char* kAugmentHelp =
     "training-time augmentation, done by the loader thread (never at evaluation): none, or crop:PAD and/or flip "
     "joined by a comma, e.g. crop:4,flip. crop:PAD = torchvision RandomCrop(size=image, padding=PAD) on the raw "

@@ -88,6 +88,10 @@ Tensor global_avg_pool2d(const Tensor& x);
 Tensor reshape(const Tensor& x, const Shape& shape);
 // The shape reshape would produce, with the same checks (used to validate models early).
 Shape resolve_reshape(const Shape& input, const Shape& shape);
+// Rows [begin, end) of x along its first dimension, sharing x's data (torch.narrow(x, 0,
+// begin, end - begin)); backward adds the gradient into those rows of x's (in place when x
+// is a parameter with a gradient buffer). Fails naming the rows and the shape.
+Tensor narrow0(const Tensor& x, int64_t begin, int64_t end);
 // Keeps dim 0 and flattens the rest: [N, ...] -> [N, prod(...)]
 Tensor flatten(const Tensor& x);
 // Over the last dimension of a 2-d tensor.

@@ -4,6 +4,8 @@
 #include <sstream>
 
 #include "layers/resnet.h"
+#include "layers/transformer/encoder_layer.h"
+#include "layers/transformer/mean_pool.h"
 
 namespace dpcore::layers {
 
@@ -99,6 +101,40 @@ int64_t parse_int(const LayerToken& t, const std::string& text) {
   return v;
 }
 
+double parse_double(const LayerToken& t, const std::string& text) {
+  size_t used = 0;
+  double v = 0;
+  try {
+    v = std::stod(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  DPCORE_CHECK(used == text.size() && !text.empty(), t.name, "(...) has a bad number '", text, "'");
+  return v;
+}
+
+// encoder(heads=H[,ff=F][,dropout=P][,gelu][,norm_first][,causal]) after [N, T, E]: a
+// TransformerEncoderLayer of d_model E with torch's defaults for what is not given.
+std::unique_ptr<Module> encoder_layer(const LayerToken& t, const Shape& shape) {
+  const char* usage = "encoder takes encoder(heads=H[,ff=F][,dropout=P][,gelu][,norm_first][,causal])";
+  DPCORE_CHECK(shape.size() == 3, "encoder needs [N, T, E] input, got ", shape_str(shape));
+  EncoderLayerOptions options;
+  int64_t heads = 0;
+  for (const std::string& a : t.args) {
+    const size_t eq = a.find('=');
+    const std::string key = a.substr(0, eq), value = eq == std::string::npos ? "" : a.substr(eq + 1);
+    if (eq == std::string::npos && key == "gelu") options.activation = "gelu";
+    else if (eq == std::string::npos && key == "norm_first") options.norm_first = true;
+    else if (eq == std::string::npos && key == "causal") options.causal = true;
+    else if (key == "heads") heads = parse_int(t, value);
+    else if (key == "ff") options.dim_feedforward = parse_int(t, value);
+    else if (key == "dropout") options.dropout = parse_double(t, value);
+    else fail("encoder: unknown argument '", a, "' (", usage, ")");
+  }
+  DPCORE_CHECK(heads > 0, "encoder: heads=H is missing (", usage, ")");
+  return std::make_unique<TransformerEncoderLayer>(shape[2], heads, options);
+}
+
 // conv/pool/res arguments: positional numbers, then optional sN (stride) and pN (padding),
 // and for conv the word nobias.
 struct WindowArgs {
@@ -173,12 +209,17 @@ std::unique_ptr<Module> make_layer(const LayerToken& t, const Shape& shape) {
     for (const std::string& a : t.args) dims.push_back(parse_int(t, a));
     return std::make_unique<View>(dims);
   }
+  if (t.name == "encoder") return encoder_layer(t, shape);
+  if (t.name == "meanpool") {
+    expect_args(0, 0, "meanpool takes no arguments");
+    return std::make_unique<MeanPool>();
+  }
   if (t.name == "logsoftmax") {
     expect_args(0, 0, "logsoftmax takes no arguments");
     return std::make_unique<LogSoftmax>();
   }
   fail("unknown layer '", t.name,
-       "' (known: conv, pool, avgpool, gap, bn, res, linear, relu, flatten, view, logsoftmax)");
+       "' (known: conv, pool, avgpool, gap, bn, res, linear, relu, flatten, view, encoder, meanpool, logsoftmax)");
 }
 
 }  // namespace

@@ -31,6 +31,13 @@ std::vector<std::string> reference_model_names();
 // shortcut is a 1x1 convolution + batch norm when the shape changes. For example resnet8
 // on Fashion-MNIST is
 //   "conv(16,3,p1,nobias) bn relu res(16) res(32,s2) res(64,s2) gap flatten linear(10)"
+// On sequences [N, T, E] (input_shape {T, E}):
+//   encoder(heads=H[,ff=F][,dropout=P][,gelu][,norm_first][,causal])  meanpool
+// encoder is a torch.nn.TransformerEncoderLayer of d_model E (layers/transformer/
+// encoder_layer.h) with torch's defaults (ff 2048, dropout 0.1, relu, post-norm) for what
+// is not given, unmasked (every token attended; causal: each token sees those before it);
+// meanpool the mean over the tokens, [N, T, E] -> [N, E]. A pooled classifier on 16
+// features per token is "encoder(heads=4,ff=64) encoder(heads=4,ff=64) meanpool linear(10)".
 // Input channels and features are inferred from the preceding layer. A final logsoftmax
 // is appended when the spec does not end in one (models end in log-probabilities).
 // Children are named by index ("0.weight", "3.conv1.weight"), as in torch.nn.Sequential.

@@ -8,6 +8,7 @@
 #include "engine/flat_parameters.h"
 #include "engine/ops.h"
 #include "engine/runtime.h"
+#include "support/error_of.h"
 #include "support/gradcheck.h"
 #include "support/test_support.h"
 
@@ -92,6 +93,31 @@ TEST(Autograd, FlatBufferGradientsEqualFreshLeafGradients) {
   // The gradient views really are slices of the one flat buffer.
   EXPECT_EQ(net.params.param(2).grad().raw_data(),
             static_cast<char*>(net.params.grads().raw_data()) + net.params.entries()[2].offset * sizeof(double));
+}
+
+// Row blocks of a parameter (MultiheadAttention's in_proj_weight) add their gradients
+// straight into its rows of the flat buffer, and its hook fires once, after all of them.
+TEST(Autograd, NarrowedBlocksOfAParameterAccumulateInPlaceAndFireItsHookOnce) {
+  FlatParameters params({{"w", {6, 3}}}, DType::Float64, Device::cpu());
+  params.values().copy_(Tensor::from_vector(testing::random_vector<double>(size_t(params.total()), 11), {params.total()}));
+  params.zero_grad();
+  int fired = 0;
+  Tensor w = params.param(0);
+  w.add_post_accumulate_hook([&fired](const Tensor&) { ++fired; });
+  Tensor x = testing::random_leaf({5, 3}, 12);
+  auto loss = [&x](const Tensor& weight) {
+    Tensor total = ops::sum(ops::relu(ops::linear(x, ops::narrow0(weight, 0, 2), Tensor())));
+    for (int64_t block = 1; block < 3; ++block)
+      total = ops::add(total, ops::scale(ops::sum(ops::linear(x, ops::narrow0(weight, 2 * block, 2 * block + 2), Tensor())), double(block + 1)));
+    return total;
+  };
+  loss(w).backward();
+  EXPECT_EQ(fired, 1);
+  Tensor fresh = w.clone().set_requires_grad(true);  // no gradient buffer: the fresh-tensor path
+  loss(fresh).backward();
+  EXPECT_EQ(w.grad().to_vector<double>(), fresh.grad().to_vector<double>());
+  EXPECT_NE(testing::error_of([&] { ops::narrow0(w, 4, 7); }).find("rows [4, 7) are not within the 6 rows of [6, 3]"),
+            std::string::npos);
 }
 
 TEST(FlatParameters, LayoutIsAlignedAndPaddingStaysZero) {

@@ -14,16 +14,7 @@ namespace {
 
 using testing::gradcheck;
 using testing::random_leaf;
-
-// A weighted sum turns any output into a scalar whose gradient reaches every element
-// with a different weight (a plain sum would hide transposed or permuted gradients).
-Tensor weighted_sum(const Tensor& y, uint64_t seed) {
-  auto w = testing::random_vector<double>(size_t(y.numel()), seed);
-  Tensor weights = Tensor::from_vector(w, y.shape());
-  // sum(y * w) through ops we trust: linear of the flattened output with w as a 1-row weight.
-  Tensor flat = ops::reshape(y, {1, y.numel()});
-  return ops::sum(ops::linear(flat, weights.view({1, y.numel()}), Tensor()));
-}
+using testing::weighted_sum;
 
 void expect_passes(const testing::GradcheckResult& r, int64_t min_checked) {
   EXPECT_TRUE(r.failures.empty()) << r.failures.size() << " mismatches; worst " << r.worst_where;
@@ -183,6 +174,19 @@ TEST(Gradcheck, ReshapeAndFlatten) {
       },
       {x});
   expect_passes(r, x.numel());
+}
+
+// Three row blocks of one tensor, as MultiheadAttention takes its projections from
+// in_proj_weight, each used with its own weight: the gradient of every block lands in its
+// rows and nowhere else.
+TEST(Gradcheck, NarrowedRowBlocks) {
+  auto r = gradcheck(
+      [](const std::vector<Tensor>& in) {
+        Tensor q = ops::narrow0(in[0], 0, 2), k = ops::narrow0(in[0], 2, 4), v = ops::narrow0(in[0], 4, 6);
+        return ops::add(ops::add(weighted_sum(q, 21), weighted_sum(k, 22)), weighted_sum(ops::narrow0(v, 1, 2), 23));
+      },
+      {random_leaf({6, 3}, 20)});
+  expect_passes(r, 18);
 }
 
 TEST(Gradcheck, LogSoftmax) {

@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "engine/autograd.h"
+#include "engine/ops.h"
 #include "engine/random.h"
 #include "support/test_support.h"
 
@@ -15,6 +16,14 @@ Tensor random_leaf(const Shape& shape, uint64_t seed, double lo, double hi) {
   Tensor t = Tensor::from_vector(values, shape);
   t.set_requires_grad(true);
   return t;
+}
+
+Tensor weighted_sum(const Tensor& y, uint64_t seed) {
+  auto w = random_vector<double>(size_t(y.numel()), seed);
+  Tensor weights = Tensor::from_vector(w, {1, y.numel()});
+  // sum(y * w) through ops we trust: linear of the flattened output with w as a 1-row weight.
+  Tensor flat = ops::reshape(y, {1, y.numel()});
+  return ops::sum(ops::linear(flat, weights, Tensor()));
 }
 
 GradcheckResult gradcheck(const std::function<Tensor(const std::vector<Tensor>&)>& f, std::vector<Tensor> inputs,

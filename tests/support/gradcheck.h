@@ -36,6 +36,11 @@ struct GradcheckResult {
 GradcheckResult gradcheck(const std::function<Tensor(const std::vector<Tensor>&)>& f, std::vector<Tensor> inputs,
                           const GradcheckOptions& options = {});
 
+// A weighted sum turns any float64 output into a scalar whose gradient reaches every
+// element with a different weight (uniform in [-1, 1) from `seed`; a plain sum would hide
+// transposed or permuted gradients).
+Tensor weighted_sum(const Tensor& y, uint64_t seed);
+
 // Float64 CPU leaf with values uniform in [lo, hi).
 Tensor random_leaf(const Shape& shape, uint64_t seed, double lo = -1.0, double hi = 1.0);
 
