@@ -279,6 +279,10 @@ class TimingBackend : public Backend {
   void softmax_backward(const Tensor& dy, const Tensor& y, Tensor& dx) override {
     timed(times_, "softmax backward", [&] { inner_.softmax_backward(dy, y, dx); });
   }
+  // transpose
+  void transpose(const kernels::TransposeShape& s, const Tensor& x, Tensor& y) override {
+    timed(times_, "transpose", [&] { inner_.transpose(s, x, y); });
+  }
 
  private:
   Backend& inner_;

@@ -22,6 +22,7 @@
 #include "kernels/attention_shape.h"
 #include "kernels/index_check.h"
 #include "kernels/softmax_mask.h"
+#include "kernels/transpose_shape.h"
 #include "kernels/sgd_config.h"
 #include "kernels/shapes.h"
 
@@ -233,6 +234,8 @@ class Backend {
   // in s (kernels/softmax_mask.h). Backward from the output y.
   virtual void softmax_forward(const kernels::SoftmaxShape& s, const Tensor& x, const Tensor& mask, Tensor& y) = 0;
   virtual void softmax_backward(const Tensor& dy, const Tensor& y, Tensor& dx) = 0;
+  // ---- transpose: y [outer, B, mid, A, inner] from x [outer, A, mid, B, inner] ----
+  virtual void transpose(const kernels::TransposeShape& s, const Tensor& x, Tensor& y) = 0;
 };
 
 // The backend for a device. Throws a clear error if that device type is not compiled in or

@@ -489,6 +489,13 @@ class CpuBackend : public Backend {
       k::softmax_backward<T>(y.numel() / cols, cols, ptr<T>(dy), ptr<T>(y), ptr<T>(dx));
     });
   }
+  // ---- transpose ----
+  void transpose(const kernels::TransposeShape& s, const Tensor& x, Tensor& y) override {
+    dispatch_float("transpose", x, [&](auto t) {
+      using T = decltype(t);
+      k::transpose<T>(s, ptr<T>(x), ptr<T>(y));
+    });
+  }
 
  private:
   CpuAllocator allocator_;

@@ -496,6 +496,11 @@ class CudaBackend : public Backend {
     const int64_t cols = y.size(y.dim() - 1);
     k::softmax_backward(y.numel() / cols, cols, f32(dy), f32(y), f32(dx), stream);
   }
+  // ---- transpose ----
+  void transpose(const kernels::TransposeShape& s, const Tensor& x, Tensor& y) override {
+    cudaStream_t stream = begin_op("transpose", {&x, &y});
+    k::transpose(s, f32(x), f32(y), stream);
+  }
 
  private:
   bool graphs_enabled_ = true;  // --cuda-graph

@@ -170,5 +170,10 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, dou
 // j > i (top-left: scaled_dot_product_attention's is_causal). A row masked everywhere is NaN,
 // as in PyTorch. The mask takes no gradient.
 Tensor softmax(const Tensor& x, const Tensor& mask = Tensor(), bool causal = false);
+// transpose
+// torch.transpose(x, dim0, dim1).contiguous(): a new contiguous tensor with the two
+// dimensions swapped (negative dims count from the end; equal dims give x itself);
+// backward swaps the gradient back. How attention splits and merges its heads.
+Tensor transpose(const Tensor& x, int64_t dim0, int64_t dim1);
 
 }  // namespace dpcore::ops

@@ -21,6 +21,7 @@
 #include "kernels/sgd_config.h"
 #include "kernels/shapes.h"
 #include "kernels/softmax_mask.h"
+#include "kernels/transpose_shape.h"
 
 namespace dpcore::kernels::cpu {
 
@@ -225,5 +226,8 @@ void set_direct_conv2d(bool enabled);
 // Threads used by the CPU kernels (OpenMP loops and OpenBLAS). 0 = library default.
 void set_num_threads(int threads);
 int num_threads();
+
+// ---- transpose: x [outer, A, mid, B, inner] -> y [outer, B, mid, A, inner] (kernels/transpose_shape.h) ----
+template <class T> void transpose(const TransposeShape& s, const T* x, T* y);
 
 }  // namespace dpcore::kernels::cpu

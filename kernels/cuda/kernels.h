@@ -19,6 +19,7 @@
 #include "kernels/sgd_config.h"
 #include "kernels/shapes.h"
 #include "kernels/softmax_mask.h"
+#include "kernels/transpose_shape.h"
 
 namespace dpcore::kernels::cuda {
 
@@ -209,5 +210,8 @@ void layer_norm_backward(int64_t rows, int64_t cols, const float* dy, const floa
 // softmax_backward, in float: a warp per row, an online max and sum in one pass. ----
 void softmax_forward(const SoftmaxShape& s, const float* x, const float* mask, float* y, cudaStream_t stream);
 void softmax_backward(int64_t rows, int64_t cols, const float* dy, const float* y, float* dx, cudaStream_t stream);
+
+// ---- transpose, as on the CPU ----
+void transpose(const TransposeShape& s, const float* x, float* y, cudaStream_t stream);
 
 }  // namespace dpcore::kernels::cuda

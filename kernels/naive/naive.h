@@ -12,6 +12,7 @@
 #include "kernels/attention_shape.h"
 #include "kernels/shapes.h"
 #include "kernels/softmax_mask.h"
+#include "kernels/transpose_shape.h"
 
 namespace dpcore::kernels::naive {
 
@@ -64,5 +65,8 @@ template <class T> void layer_norm_backward(int64_t rows, int64_t cols, const T*
 // ---- softmax(x + mask) over the last dimension (kernels/softmax_mask.h). ----
 template <class T> void softmax_forward(const SoftmaxShape& s, const T* x, const T* mask, T* y);
 template <class T> void softmax_backward(int64_t rows, int64_t cols, const T* dy, const T* y, T* dx);
+
+// ---- transpose: x [outer, A, mid, B, inner] -> y [outer, B, mid, A, inner] (kernels/transpose_shape.h) ----
+template <class T> void transpose(const TransposeShape& s, const T* x, T* y);
 
 }  // namespace dpcore::kernels::naive

@@ -217,5 +217,10 @@ TEST(OpErrors, CrossEntropyOverTokens) {
   expect_error([&] { ops::cross_entropy_count(Tensor::zeros({2, 3})); }, {"cross_entropy_count", "int64"});
 }
 
+TEST(OpErrors, TransposeDimOutOfRange) {
+  expect_error([&] { ops::transpose(Tensor::zeros({2, 3, 4}), 0, 3); }, {"transpose", "dim 3", "[-3, 3)", "[2, 3, 4]"});
+  expect_error([&] { ops::transpose(Tensor::zeros({2, 3}), -3, 0); }, {"transpose", "dim -3"});
+}
+
 }  // namespace
 }  // namespace dpcore

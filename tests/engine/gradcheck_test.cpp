@@ -422,5 +422,15 @@ TEST(Gradcheck, Softmax) {
   expect_passes(plain, plain_x.numel());
 }
 
+// transpose of two dimensions (the backward is the same swap), and dims that count from the end.
+TEST(Gradcheck, Transpose) {
+  Tensor x = random_leaf({2, 3, 4, 5}, 7);
+  auto r = gradcheck([](const std::vector<Tensor>& in) { return weighted_sum(ops::transpose(in[0], 1, -2), 8); }, {x});
+  expect_passes(r, x.numel());
+  Tensor m = random_leaf({3, 4}, 9);
+  auto matrix = gradcheck([](const std::vector<Tensor>& in) { return weighted_sum(ops::transpose(in[0], 1, 0), 10); }, {m});
+  expect_passes(matrix, m.numel());
+}
+
 }  // namespace
 }  // namespace dpcore

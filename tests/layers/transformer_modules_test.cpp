@@ -5,6 +5,7 @@
 
 #include <cmath>
 
+#include "layers/transformer/attention.h"
 #include "layers/transformer/modules.h"
 #include "layers/model.h"
 #include "support/error_of.h"
@@ -96,6 +97,71 @@ TEST(DropoutModule, MasksFollowTheBatchPositionNotTheSplit) {
   m.eval();
   EXPECT_EQ(m.forward_logits(batch).to_vector<float>(), x);
   EXPECT_NE(testing::error_of([] { Dropout(1.5); }).find("p = 1.5 is outside [0, 1]"), std::string::npos);
+}
+
+TEST(AttentionHeads, SplitPutsEachHeadsSliceOfTheHiddenSizeInItsOwnPlane) {
+  const int64_t n = 2, t = 3, heads = 2, d = 4;
+  const auto x = testing::random_vector<double>(size_t(n * t * heads * d), 5);
+  Tensor split = split_heads(Tensor::from_vector(x, {n, t, heads * d}), heads);
+  ASSERT_EQ(split.shape(), (Shape{n, heads, t, d}));
+  const auto y = split.to_vector<double>();
+  for (int64_t b = 0; b < n; ++b)
+    for (int64_t h = 0; h < heads; ++h)
+      for (int64_t i = 0; i < t; ++i)
+        for (int64_t j = 0; j < d; ++j) {
+          EXPECT_EQ(y[size_t(((b * heads + h) * t + i) * d + j)], x[size_t((b * t + i) * heads * d + h * d + j)]);
+        }
+  EXPECT_EQ(merge_heads(split).to_vector<double>(), x);
+  EXPECT_NE(testing::error_of([&] { split_heads(Tensor::from_vector(x, {n, t, heads * d}), 3); })
+                .find("3 heads do not divide the hidden size 8"),
+            std::string::npos);
+}
+
+// The explicit path (dropout in training) against a float64 computation by hand with the very
+// mask ops::dropout draws, and against the fused op when its dropout keeps everything.
+TEST(AttentionDropoutPath, EqualsTheDefinitionWithTheDrawnMask) {
+  const int64_t n = 2, heads = 2, t = 5, d = 3;
+  auto leaf = [](uint64_t seed) {
+    return Tensor::from_vector(testing::random_vector<double>(size_t(n * heads * t * d), seed), {n, heads, t, d});
+  };
+  const Tensor q = leaf(1), k = leaf(2), v = leaf(3);
+  const Tensor mask = Tensor::from_vector(std::vector<double>{1, 1, 1, 0, 0, 1, 1, 1, 1, 1}, {n, t});
+  const AttentionDropout drop{0.3, true, {11, 4, 6}};
+  const auto got = attention(q, k, v, mask, drop).to_vector<double>();
+  // The mask: ops::dropout of ones with the same key, step and first sample.
+  const auto keep = ops::dropout(Tensor::full({n, heads, t, t}, 1.0, DType::Float64), {0.3, true, 11, 4, 6})
+                        .to_vector<double>();
+  const auto qv = q.to_vector<double>(), kv = k.to_vector<double>(), vv = v.to_vector<double>();
+  const auto mv = mask.to_vector<double>();
+  for (int64_t b = 0; b < n; ++b)
+    for (int64_t h = 0; h < heads; ++h)
+      for (int64_t i = 0; i < t; ++i) {
+        const size_t plane = size_t((b * heads + h) * t);
+        std::vector<double> p(static_cast<size_t>(t));
+        double max = -INFINITY, total = 0;
+        for (int64_t j = 0; j < t; ++j) {
+          if (mv[size_t(b * t + j)] == 0) continue;
+          double dot = 0;
+          for (int64_t c = 0; c < d; ++c) dot += qv[(plane + size_t(i)) * d + c] * kv[(plane + size_t(j)) * d + c];
+          p[size_t(j)] = dot / std::sqrt(double(d));
+          max = std::max(max, p[size_t(j)]);
+        }
+        for (int64_t j = 0; j < t; ++j) total += mv[size_t(b * t + j)] ? std::exp(p[size_t(j)] - max) : 0;
+        for (int64_t c = 0; c < d; ++c) {
+          double want = 0;
+          for (int64_t j = 0; j < t; ++j) {
+            if (!mv[size_t(b * t + j)]) continue;
+            want += std::exp(p[size_t(j)] - max) / total * keep[(plane + size_t(i)) * t + j] * vv[(plane + size_t(j)) * d + c];
+          }
+          EXPECT_NEAR(got[(plane + size_t(i)) * d + c], want, 1e-12) << b << " " << h << " " << i << " " << c;
+        }
+      }
+  // A dropout that keeps every element (p = 1e-300: threshold 2^32, scale exactly 1) runs the
+  // explicit path and must agree with the fused one.
+  const auto explicit_path = attention(q, k, v, mask, {1e-300, true, {}}).to_vector<double>();
+  const auto fused = attention(q, k, v, mask, {0.3, false, {}}).to_vector<double>();
+  ASSERT_EQ(explicit_path.size(), fused.size());
+  for (size_t i = 0; i < fused.size(); ++i) EXPECT_NEAR(explicit_path[i], fused[i], 1e-13) << i;
 }
 
 }  // namespace

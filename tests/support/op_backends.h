@@ -290,7 +290,8 @@ struct CpuBackend {
   }
   static void softmax_backward(int64_t rows, int64_t cols, const T* dy, const T* y, T* dx) {
     kernels::cpu::softmax_backward<T>(rows, cols, dy, y, dx);
-  }
+  }  // transpose
+  static void transpose(const kernels::TransposeShape& s, const T* x, T* y) { kernels::cpu::transpose<T>(s, x, y); }
 };
 
 #ifdef DPCORE_HAVE_CUDA
@@ -519,6 +520,9 @@ struct CudaBackend {
   }
   static void softmax_backward(int64_t rows, int64_t cols, const float* dy, const float* y, float* dx) {
     kernels::cuda::softmax_backward(rows, cols, dy, y, dx, nullptr);
+  }  // transpose
+  static void transpose(const kernels::TransposeShape& s, const float* x, float* y) {
+    kernels::cuda::transpose(s, x, y, nullptr);
   }
 };
 
