@@ -153,6 +153,32 @@ TEST(Bert, IdsFormEqualsTheRowsFormAndPaddingIsIgnored) {
   EXPECT_NE(b.forward_logits(Tensor::from_vector(typed, {2, 3, 5})).to_vector<double>(), from_rows);
 }
 
+// With dropout on (embeddings, attention probabilities, residual branches, classifier) in
+// training mode, every mask is keyed by the global sample: a batch split in two halves, each
+// told where it starts, computes what the whole batch does; another step draws other masks.
+TEST(Bert, DropoutInTrainingDependsOnTheSampleNotOnTheSplit) {
+  BertConfig c = small_config();
+  c.hidden_dropout_prob = c.attention_probs_dropout_prob = 0.3;
+  Model m = build(bert_for_sequence_classification(c), {5});
+  const std::vector<int64_t> ids = {5, 9, 3, 0, 0, 7, 2, 8, 4, 1, 6, 6, 2, 9, 0, 1, 3, 5, 7, 11};
+  auto logits = [&](int64_t first, int64_t count, uint64_t step) {
+    m.set_batch_position(step, first);
+    const std::vector<int64_t> part(ids.begin() + first * 5, ids.begin() + (first + count) * 5);
+    return m.forward_logits(Tensor::from_vector(part, {count, 5})).to_vector<double>();
+  };
+  const auto whole = logits(0, 4, 3);
+  auto halves = logits(0, 2, 3);
+  const auto second = logits(2, 2, 3);
+  halves.insert(halves.end(), second.begin(), second.end());
+  ASSERT_EQ(whole.size(), halves.size());
+  for (size_t i = 0; i < whole.size(); ++i) EXPECT_NEAR(halves[i], whole[i], 1e-14) << i;
+  EXPECT_NE(logits(0, 4, 4), whole);
+  m.eval();
+  const auto eval_a = logits(0, 4, 3), eval_b = logits(0, 4, 4);
+  EXPECT_EQ(eval_a, eval_b);  // eval: no dropout
+  EXPECT_NE(eval_a, whole);
+}
+
 TEST(Bert, TheSpecAndTheZooNames) {
   const BertSpec s = parse_bert_spec("bert(layers=3, hidden=64,heads=4,intermediate=96,vocab=100,max_len=32,labels=5,head=mlm)");
   EXPECT_EQ(s.config.num_hidden_layers, 3);
