@@ -8,7 +8,9 @@
 #include <array>
 #include <cmath>
 
+#include "engine/io/safetensors.h"
 #include "layers/transformer/bert.h"
+#include "layers/weights.h"
 #include "layers/zoo.h"
 #include "support/error_of.h"
 #include "support/test_support.h"
@@ -88,6 +90,25 @@ TEST(Bert, MaskedLMTiesItsDecoderToTheWordEmbeddings) {
             16);
   EXPECT_EQ(m.output_shape(), (Shape{32, 30522}));
   EXPECT_FALSE(m.parameters().entry("cls.predictions.bias").weight_decay);
+}
+
+// A weights file holds the tied matrix once, under the embedding's name (as save_pretrained
+// does), and loads back strictly into a fresh model, whose decoder then uses it.
+TEST(Bert, MaskedLMWeightsRoundTripWithTheTiedMatrixOnce) {
+  const BertConfig c = small_config();
+  Model a = build(bert_for_masked_lm(c), {5}, DType::Float32);
+  testing::TempDir dir;
+  const std::string path = dir.file("mlm.safetensors");
+  save_weights(a, path);
+  const std::vector<std::string> saved = io::load_safetensors(path).names();
+  EXPECT_EQ(std::count(saved.begin(), saved.end(), "bert.embeddings.word_embeddings.weight"), 1);
+  EXPECT_EQ(std::count(saved.begin(), saved.end(), "cls.predictions.decoder.weight"), 0);
+  EXPECT_EQ(saved.size(), a.parameters().entries().size());
+  Model b = build(bert_for_masked_lm(c), {5}, DType::Float32);
+  b.init_parameters(99);
+  load_weights(b, path);
+  const Tensor ids = Tensor::from_vector(std::vector<int64_t>{5, 9, 3, 0, 0}, {1, 5});
+  EXPECT_EQ(a.forward_logits(ids).to_vector<float>(), b.forward_logits(ids).to_vector<float>());
 }
 
 TEST(Bert, StartsAsHuggingFacesInitWeights) {
