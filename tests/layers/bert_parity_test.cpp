@@ -155,72 +155,34 @@ io::TensorView int64_view(const char* name, const Tensor& t) {
   return {name, DType::Int64, t.shape(), t.raw_data(), t.nbytes()};
 }
 
-class BertParity : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    if (!testing::python_has_torch()) return;
-    dir_ = new TempDir();
-    cases_ = new std::vector<Case>();
-    const BertConfig small = small_config();
-    for (DType dtype : {DType::Float64, DType::Float32}) {
-      const std::string suffix = dtype == DType::Float64 ? "_f64" : "_f32";
-      cases_->push_back(make_case("classification_ids" + suffix, small, false, false, dtype, false, 3, 8));
-      cases_->push_back(make_case("classification_rows" + suffix, small, false, true, dtype, false, 3, 8));
-      cases_->push_back(make_case("mlm_rows" + suffix, small, true, true, dtype, false, 3, 8));
-      cases_->push_back(make_case("bert_tiny_adamw" + suffix, BertConfig::preset("bert-tiny"), false, false, dtype,
-                                  true, 4, 16));
+// Writes each case's weights and inputs and one manifest, and runs the twin once for all of
+// them; returns the script's result (each case's outputs are in its `out` file).
+testing::ScriptResult run_twin(std::vector<Case>& cases, const TempDir& dir) {
+  nlohmann::json manifest = nlohmann::json::array();
+  for (Case& c : cases) {
+    const std::string weights = dir.file(c.name + ".weights.safetensors"), inputs = dir.file(c.name + ".inputs.safetensors");
+    c.out = dir.file(c.name + ".torch.safetensors");
+    save_weights(*c.model, weights);
+    io::save_safetensors(inputs, {int64_view("x", c.x), int64_view("labels", c.labels)});
+    nlohmann::json entry = {{"name", c.name},
+                            {"config", config_json(c.config)},
+                            {"head", c.masked_lm ? "mlm" : "classification"},
+                            {"dtype", c.dtype == DType::Float64 ? "float64" : "float32"},
+                            {"weights", weights},
+                            {"inputs", inputs},
+                            {"out", c.out},
+                            {"mode", c.adamw ? "adamw" : "grad"}};
+    if (c.adamw) {
+      entry["adamw"] = {{"steps", kAdamWSteps}, {"warmup", kAdamWWarmup}, {"lr", kAdamWLr},
+                        {"beta1", 0.9},         {"beta2", 0.999},         {"eps", 1e-8},
+                        {"weight_decay", kAdamWWeightDecay},              {"clip", kAdamWClip}};
     }
-    nlohmann::json manifest = nlohmann::json::array();
-    for (Case& c : *cases_) {
-      const std::string weights = dir_->file(c.name + ".weights.safetensors"),
-                        inputs = dir_->file(c.name + ".inputs.safetensors");
-      c.out = dir_->file(c.name + ".torch.safetensors");
-      save_weights(*c.model, weights);
-      io::save_safetensors(inputs, {int64_view("x", c.x), int64_view("labels", c.labels)});
-      nlohmann::json entry = {{"name", c.name},
-                              {"config", config_json(c.config)},
-                              {"head", c.masked_lm ? "mlm" : "classification"},
-                              {"dtype", c.dtype == DType::Float64 ? "float64" : "float32"},
-                              {"weights", weights},
-                              {"inputs", inputs},
-                              {"out", c.out},
-                              {"mode", c.adamw ? "adamw" : "grad"}};
-      if (c.adamw) {
-        entry["adamw"] = {{"steps", kAdamWSteps}, {"warmup", kAdamWWarmup}, {"lr", kAdamWLr},
-                          {"beta1", 0.9},         {"beta2", 0.999},         {"eps", 1e-8},
-                          {"weight_decay", kAdamWWeightDecay},              {"clip", kAdamWClip}};
-      }
-      manifest.push_back(entry);
-    }
-    const std::string manifest_path = dir_->file("manifest.json");
-    std::ofstream(manifest_path) << manifest.dump();
-    script_ = new testing::ScriptResult(testing::run_python_script("tests/layers/torch_bert.py", "'" + manifest_path + "'"));
+    manifest.push_back(entry);
   }
-  static void TearDownTestSuite() {
-    delete cases_;
-    delete script_;
-    delete dir_;
-    cases_ = nullptr, script_ = nullptr, dir_ = nullptr;
-  }
-  void SetUp() override {
-    if (!testing::python_has_torch())
-      GTEST_SKIP() << testing::kTorchPython << " cannot import torch (scripts/install-deps.sh installs python3-torch)";
-    ASSERT_EQ(script_->status, 0) << script_->output;
-  }
-  static Case& find(const std::string& name) {
-    for (Case& c : *cases_) {
-      if (c.name == name) return c;
-    }
-    throw std::runtime_error("no case " + name);
-  }
-
-  static TempDir* dir_;
-  static std::vector<Case>* cases_;
-  static testing::ScriptResult* script_;
-};
-TempDir* BertParity::dir_ = nullptr;
-std::vector<Case>* BertParity::cases_ = nullptr;
-testing::ScriptResult* BertParity::script_ = nullptr;
+  const std::string manifest_path = dir.file("manifest.json");
+  std::ofstream(manifest_path) << manifest.dump();
+  return testing::run_python_script("tests/layers/torch_bert.py", "'" + manifest_path + "'");
+}
 
 std::vector<double> as_doubles(const Tensor& t) {
   if (t.dtype() == DType::Float64) return t.to_vector<double>();
@@ -297,14 +259,22 @@ void check_gradients(Case& c, double tolerance) {
   }
 }
 
-TEST_F(BertParity, GradientsMatchTheTwinInFloat64) {
-  for (const char* name : {"classification_ids_f64", "classification_rows_f64", "mlm_rows_f64"})
-    check_gradients(find(name), kFloat64Tolerance);
-}
-
-TEST_F(BertParity, GradientsMatchTheTwinInFloat32) {
-  for (const char* name : {"classification_ids_f32", "classification_rows_f32", "mlm_rows_f32"})
-    check_gradients(find(name), kFloat32Tolerance);
+// One process of the twin for the six cases: both models, both input forms, both dtypes.
+TEST(BertParity, LogitsAndGradientsMatchTheTwin) {
+  if (!testing::python_has_torch())
+    GTEST_SKIP() << testing::kTorchPython << " cannot import torch (scripts/install-deps.sh installs python3-torch)";
+  TempDir dir;
+  std::vector<Case> cases;
+  const BertConfig small = small_config();
+  for (DType dtype : {DType::Float64, DType::Float32}) {
+    const std::string suffix = dtype == DType::Float64 ? "_f64" : "_f32";
+    cases.push_back(make_case("classification_ids" + suffix, small, false, false, dtype, false, 3, 8));
+    cases.push_back(make_case("classification_rows" + suffix, small, false, true, dtype, false, 3, 8));
+    cases.push_back(make_case("mlm_rows" + suffix, small, true, true, dtype, false, 3, 8));
+  }
+  const testing::ScriptResult script = run_twin(cases, dir);
+  ASSERT_EQ(script.status, 0) << script.output;
+  for (Case& c : cases) check_gradients(c, c.dtype == DType::Float64 ? kFloat64Tolerance : kFloat32Tolerance);
 }
 
 // 20 AdamW steps, driven as the runners drive them: the linear schedule's rate before each
@@ -332,12 +302,19 @@ void check_adamw(Case& c, double tolerance) {
   std::cout << c.name << ": worst scaled difference " << worst << " (tolerance " << tolerance << ")\n";
 }
 
-TEST_F(BertParity, BertTinyAfter20AdamWStepsMatchesTorchInFloat32) {
-  check_adamw(find("bert_tiny_adamw_f32"), kAdamWFloat32Tolerance);
-}
-
-TEST_F(BertParity, BertTinyAfter20AdamWStepsMatchesTorchInFloat64) {
-  check_adamw(find("bert_tiny_adamw_f64"), kAdamWFloat64Tolerance);
+// One process of the twin for bert-tiny in both dtypes.
+TEST(BertParity, BertTinyAfter20AdamWStepsMatchesTorch) {
+  if (!testing::python_has_torch())
+    GTEST_SKIP() << testing::kTorchPython << " cannot import torch (scripts/install-deps.sh installs python3-torch)";
+  TempDir dir;
+  std::vector<Case> cases;
+  for (DType dtype : {DType::Float32, DType::Float64}) {
+    cases.push_back(make_case(dtype == DType::Float64 ? "bert_tiny_adamw_f64" : "bert_tiny_adamw_f32",
+                              BertConfig::preset("bert-tiny"), false, false, dtype, true, 4, 16));
+  }
+  const testing::ScriptResult script = run_twin(cases, dir);
+  ASSERT_EQ(script.status, 0) << script.output;
+  for (Case& c : cases) check_adamw(c, c.dtype == DType::Float64 ? kAdamWFloat64Tolerance : kAdamWFloat32Tolerance);
 }
 
 }  // namespace
