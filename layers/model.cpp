@@ -29,11 +29,14 @@ Model::Model(std::unique_ptr<Sequential> net, Shape input_shape, Device device, 
   logits_end_ = net_->size();
   if (logits_end_ > 0 && dynamic_cast<LogSoftmax*>(&net_->child(logits_end_ - 1))) --logits_end_;
 
-  net_->collect_parameters("", slots_);
+  std::vector<ParamSlot> all_slots, tied_slots;
+  net_->collect_parameters("", all_slots);
+  for (ParamSlot& s : all_slots) (s.tied_to.empty() ? slots_ : tied_slots).push_back(std::move(s));
   std::vector<ParamSpec> specs;
   for (const ParamSlot& s : slots_) specs.push_back({s.name, s.shape, s.weight_decay});
   params_ = std::make_unique<FlatParameters>(specs, dtype, device);
   for (size_t i = 0; i < slots_.size(); ++i) *slots_[i].tensor = params_->param(i);
+  bind_tied_slots(tied_slots);
 
   std::vector<BufferSlot> buffer_slots;
   net_->collect_buffers("", buffer_slots);
@@ -42,6 +45,19 @@ Model::Model(std::unique_ptr<Sequential> net, Shape input_shape, Device device, 
   buffers_ = std::make_unique<FlatBuffers>(buffer_specs, dtype, device);
   for (size_t i = 0; i < buffer_slots.size(); ++i) *buffer_slots[i].tensor = buffers_->buffer(i);
   init_parameters(seed);
+}
+
+void Model::bind_tied_slots(const std::vector<ParamSlot>& tied_slots) {
+  for (const ParamSlot& tied : tied_slots) {
+    size_t owner = 0;
+    while (owner < slots_.size() && slots_[owner].name != tied.tied_to) ++owner;
+    DPCORE_CHECK(owner < slots_.size(), "model: parameter '", tied.name, "' is tied to '", tied.tied_to,
+                 "', which the model does not have");
+    DPCORE_CHECK(slots_[owner].shape == tied.shape, "model: parameter '", tied.name, "' ",
+                 shape_str(tied.shape), " is tied to '", tied.tied_to, "' of another shape ",
+                 shape_str(slots_[owner].shape));
+    *tied.tensor = params_->param(owner);  // the same leaf: both uses accumulate into one gradient
+  }
 }
 
 void Model::set_batch_norm_group(ops::BatchNormGroup* group) {

@@ -85,7 +85,10 @@ class Model {
   int64_t num_classes_ = 0;
   uint64_t seed_ = 0;
   size_t logits_end_ = 0;
-  std::vector<ParamSlot> slots_;
+  // Binds each slot tied to another (ParamSlot::tied_to) to that one's parameter.
+  void bind_tied_slots(const std::vector<ParamSlot>& tied_slots);
+
+  std::vector<ParamSlot> slots_;  // one per parameter of the flat layout (tied slots are not)
   std::unique_ptr<FlatParameters> params_;
   std::unique_ptr<FlatBuffers> buffers_;
 };

@@ -87,8 +87,11 @@ void Conv2d::collect_parameters(const std::string& prefix, std::vector<ParamSlot
 }
 
 // ---------------------------------------------------------------- Linear
-Linear::Linear(int64_t in_features, int64_t out_features) : in_(in_features), out_(out_features) {
+Linear::Linear(int64_t in_features, int64_t out_features, Init init, double init_std)
+    : in_(in_features), out_(out_features), init_(init), init_std_(init_std) {
   DPCORE_CHECK(in_ > 0 && out_ > 0, "linear: invalid configuration ", describe());
+  DPCORE_CHECK(init_ == Init::PyTorchDefault || init_std_ > 0, "linear: init_std ", init_std_,
+               " must be positive");
 }
 
 Tensor Linear::forward(const Tensor& x) { return ops::linear(x, weight_, bias_); }
@@ -102,9 +105,16 @@ Shape Linear::output_shape(const Shape& in) const {
 
 std::string Linear::describe() const { return "linear(" + std::to_string(in_) + "->" + std::to_string(out_) + ")"; }
 
-std::unique_ptr<Module> Linear::clone() const { return std::make_unique<Linear>(in_, out_); }
+std::unique_ptr<Module> Linear::clone() const { return std::make_unique<Linear>(in_, out_, init_, init_std_); }
 
 void Linear::collect_parameters(const std::string& prefix, std::vector<ParamSlot>& out) {
+  if (init_ == Init::BertNormal) {
+    out.push_back({qualified_name(prefix, "weight"), {out_, in_}, ParamInit::normal(init_std_), &weight_});
+    ParamSlot bias{qualified_name(prefix, "bias"), {out_}, ParamInit::constant(0.0), &bias_};
+    bias.weight_decay = false;
+    out.push_back(bias);
+    return;
+  }
   out.push_back({qualified_name(prefix, "weight"), {out_, in_}, ParamInit::pytorch_default(in_), &weight_});
   out.push_back({qualified_name(prefix, "bias"), {out_}, ParamInit::pytorch_default(in_), &bias_});
 }

@@ -44,6 +44,11 @@ struct ParamSlot {
   Tensor* tensor = nullptr;
   // Whether the optimizer's weight decay applies (engine/flat_parameters.h, ParamSpec).
   bool weight_decay = true;
+  // Non-empty: this slot is the parameter of that full state_dict name, used a second time
+  // (BERT's masked-LM decoder is the word embedding matrix): the Model lays the parameter
+  // out once and binds both slots to the same leaf, so its gradient is the sum of both
+  // uses. A tied slot's own init and weight_decay are not used (the owner's are).
+  std::string tied_to = {};
 };
 
 // "layer1.0" + "conv1" -> "layer1.0.conv1"; "" + "conv1" -> "conv1" (state_dict names).
@@ -131,7 +136,11 @@ class Conv2d : public Module {
 
 class Linear : public Module {
  public:
-  Linear(int64_t in_features, int64_t out_features);
+  // How the weight and the bias start: PyTorch's default (both U(-1/sqrt(in), 1/sqrt(in))),
+  // or Hugging Face BERT's _init_weights (weight N(0, init_std^2), bias 0), whose bias is
+  // also left out of weight decay (BERT's convention).
+  enum class Init { PyTorchDefault, BertNormal };
+  Linear(int64_t in_features, int64_t out_features, Init init = Init::PyTorchDefault, double init_std = 0.02);
   Tensor forward(const Tensor& x) override;
   Shape output_shape(const Shape& input) const override;
   std::string describe() const override;
@@ -140,6 +149,8 @@ class Linear : public Module {
 
  private:
   int64_t in_, out_;
+  Init init_;
+  double init_std_;
   Tensor weight_, bias_;
 };
 

@@ -6,6 +6,7 @@
 #include "layers/resnet.h"
 #include "layers/transformer/encoder_layer.h"
 #include "layers/transformer/mean_pool.h"
+#include "layers/transformer/bert.h"
 
 namespace dpcore::layers {
 
@@ -18,13 +19,33 @@ std::unique_ptr<Module> relu() { return std::make_unique<ReLU>(); }
 
 }  // namespace
 
-std::vector<std::string> reference_model_names() { return {"simplenet", "fashioncnn", "vggs", "resnet8", "resnet20"}; }
+std::vector<std::string> reference_model_names() {
+  return {"simplenet", "fashioncnn", "vggs", "resnet8", "resnet20", "bert-tiny", "bert-mini", "bert-tiny-mlm", "bert-mini-mlm"};
+}
+
+namespace {
+
+// A BERT for token-id samples of `input_shape` {T} or {3, T} (default {128}).
+ModelDef bert_model(const BertConfig& config, bool masked_lm, const Shape& input_shape) {
+  Shape shape = input_shape.empty() ? Shape{128} : input_shape;
+  Shape batch{1};
+  batch.insert(batch.end(), shape.begin(), shape.end());
+  bert_sequence_length(batch, config);
+  return {masked_lm ? bert_for_masked_lm(config) : bert_for_sequence_classification(config), shape};
+}
+
+}  // namespace
 
 ModelDef reference_model(const std::string& name, const Shape& input_shape) {
   if (name == "resnet8" || name == "resnet20") {
     Shape shape = input_shape.empty() ? Shape{1, 28, 28} : input_shape;
     DPCORE_CHECK(shape.size() == 3, "model ", name, " takes images {C, H, W}, got ", shape_str(shape));
     return {cifar_resnet(name == "resnet8" ? 1 : 3, shape[0]), shape};
+  }
+  for (const char* size : {"bert-tiny", "bert-mini"}) {
+    if (name == size || name == std::string(size) + "-mlm") {
+      return bert_model(BertConfig::preset(size), name != size, input_shape);
+    }
   }
   auto net = std::make_unique<Sequential>();
   if (name == "simplenet") {
@@ -46,8 +67,9 @@ ModelDef reference_model(const std::string& name, const Shape& input_shape) {
     net->add("fc", std::make_unique<Linear>(256 * 4 * 4, 10)).add(std::make_unique<LogSoftmax>());
     return {std::move(net), {3, 32, 32}};
   }
-  fail("unknown model '", name, "' (expected simplenet, fashioncnn, vggs, resnet8, resnet20, or a layer spec such as ",
-       "\"conv(16,3,p1) relu pool(2) flatten linear(10)\")");
+  fail("unknown model '", name, "' (expected simplenet, fashioncnn, vggs, resnet8, resnet20, bert-tiny, bert-mini, ",
+       "bert-tiny-mlm, bert-mini-mlm, a layer spec such as \"conv(16,3,p1) relu pool(2) flatten linear(10)\" or ",
+       "bert(layers=2,hidden=128,heads=2,intermediate=512))");
 }
 
 namespace {
@@ -264,6 +286,10 @@ ModelDef model_from_flag(const std::string& model, const Shape& input_shape) {
     DPCORE_CHECK(input_shape.empty() || def.input_shape == input_shape, "model ", model, " takes inputs ",
                  shape_str(def.input_shape), " but the data has samples of shape ", shape_str(input_shape));
     return def;
+  }
+  if (model.rfind("bert(", 0) == 0) {
+    const BertSpec spec = parse_bert_spec(model);
+    return bert_model(spec.config, spec.masked_lm, input_shape);
   }
   return {parse_layer_spec(model, input_shape), input_shape};
 }

@@ -18,6 +18,9 @@ struct ModelDef {
 // "resnet8" and "resnet20" (layers/resnet.h), built for `input_shape` {C, H, W}: the
 // data's (default {1, 28, 28}, Fashion-MNIST). Parameter names are PyTorch's state_dict
 // names (torchvision's for the ResNets).
+// "bert-tiny", "bert-mini" (BertForSequenceClassification, 2 labels) and "bert-tiny-mlm",
+// "bert-mini-mlm" (BertForMaskedLM) take token-id samples {T} or {3, T} (default {128};
+// layers/transformer/bert.h).
 ModelDef reference_model(const std::string& name, const Shape& input_shape = {});
 std::vector<std::string> reference_model_names();
 
@@ -47,7 +50,9 @@ std::vector<std::string> reference_model_names();
 // as written) and the input and output shapes, as PyTorch refuses such a network.
 std::unique_ptr<Sequential> parse_layer_spec(const std::string& spec, const Shape& input_shape);
 
-// A reference model's name, or a layer spec (anything containing '('): the --model flag.
+// A reference model's name, a BERT spec "bert(layers=...,hidden=...,heads=...,intermediate=...)"
+// (parse_bert_spec, layers/transformer/bert.h), or a layer spec (anything else containing
+// '('): the --model flag.
 ModelDef model_from_flag(const std::string& model, const Shape& input_shape);
 
 }  // namespace dpcore::layers
