@@ -53,7 +53,7 @@ double measure_busy_slowdown(const std::function<std::unique_ptr<layers::Model>(
   }
   auto batch_of = [&](const std::vector<float>& x, const std::vector<int64_t>& y) {
     data::Batch b;
-    b.size = int64_t(y.size()), b.c = sample[0], b.h = sample[1], b.w = sample[2];
+    b.size = int64_t(y.size()), b.sample = sample;
     b.images = x.data(), b.labels = y.data();
     return b;
   };

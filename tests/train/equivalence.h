@@ -25,7 +25,7 @@ inline HostBatch make_batch(int64_t n, uint64_t seed) {
   HostBatch h;
   h.images = random_vector<float>(size_t(n * 3 * 32 * 32), seed);
   for (int64_t i = 0; i < n; ++i) h.labels.push_back((i * 7 + int64_t(seed)) % 10);
-  h.batch.size = n, h.batch.c = 3, h.batch.h = 32, h.batch.w = 32;
+  h.batch.size = n, h.batch.sample = {3, 32, 32};
   h.batch.images = h.images.data(), h.batch.labels = h.labels.data();
   return h;
 }

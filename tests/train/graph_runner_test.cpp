@@ -316,7 +316,7 @@ struct HostBatch {
   explicit HostBatch(int step, int64_t size = kBatch) {
     images = testing::random_vector<float>(size_t(size * 36), uint64_t(100 + step));
     for (int64_t i = 0; i < size; ++i) labels.push_back((i * 3 + step) % 5);
-    view.size = size, view.c = 1, view.h = 6, view.w = 6;
+    view.size = size, view.sample = {1, 6, 6};
     view.images = images.data(), view.labels = labels.data();
   }
 };
@@ -328,7 +328,7 @@ struct Reference {
   explicit Reference(const SgdConfig& config) : sgd(model->parameters(), config) {}
   double step(const HostBatch& b) {
     auto [x, y] = batch_tensors(b.view, Device::cpu());
-    return accumulate_and_step(*model, sgd, x, y, 2).item();
+    return accumulate_and_step(*model, sgd, x, y, 2, b.view.size).item();
   }
 };
 
