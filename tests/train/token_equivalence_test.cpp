@@ -198,5 +198,154 @@ TEST(TokenWeighting, EvaluationSumsOverTheCountedTokens) {
   EXPECT_EQ(r.correct, correct);
 }
 
+// ---- token ids: a first layer that takes int64 ids ------------------------------------
+
+// A test-only lookup of rows of its own weight [vocab, features] through ops::embedding
+// (N(0, 1) as torch.nn.Embedding starts), so that the model takes token ids [N, T].
+class Lookup : public layers::Module {
+ public:
+  Lookup(int64_t vocab, int64_t features) : vocab_(vocab), features_(features) {}
+  Tensor forward(const Tensor& ids) override { return ops::embedding(ids, weight_); }
+  Shape output_shape(const Shape& input) const override {
+    Shape out = input;
+    out.push_back(features_);
+    return out;
+  }
+  std::string describe() const override { return "lookup"; }
+  std::unique_ptr<Module> clone() const override { return std::make_unique<Lookup>(vocab_, features_); }
+  void collect_parameters(const std::string& prefix, std::vector<layers::ParamSlot>& out) override {
+    out.push_back({layers::qualified_name(prefix, "weight"), {vocab_, features_},
+                   {layers::ParamInit::Kind::Normal, 1.0}, &weight_});
+  }
+  bool takes_token_ids() const override { return true; }
+
+ private:
+  int64_t vocab_, features_;
+  Tensor weight_;
+};
+
+constexpr int64_t kVocab = 11;
+
+std::unique_ptr<layers::Model> id_net() {
+  auto net = std::make_unique<layers::Sequential>();
+  net->add("lookup", std::make_unique<Lookup>(kVocab, testing::kTokenFeatures));
+  net->add("fc", std::make_unique<layers::Linear>(testing::kTokenFeatures, testing::kTokenClasses));
+  net->add(std::make_unique<layers::LogSoftmax>());
+  return std::make_unique<layers::Model>(std::move(net), Shape{kTokens}, Device::cpu(), DType::Float32, 5);
+}
+
+// make_token_batch's labels over token ids [n, kTokens] instead of float values.
+struct IdBatch {
+  std::vector<int64_t> ids, labels;
+  data::Batch batch;
+};
+
+IdBatch make_id_batch(int64_t n, uint64_t seed) {
+  const TokenBatch tokens = testing::make_token_batch(n, seed);
+  IdBatch b;
+  b.labels = tokens.labels;
+  for (int64_t i = 0; i < n * kTokens; ++i) b.ids.push_back((i * 5 + int64_t(seed)) % kVocab);
+  b.batch = tokens.batch;
+  b.batch.sample = {kTokens};
+  b.batch.images = nullptr, b.batch.ids = b.ids.data(), b.batch.labels = b.labels.data();
+  return b;
+}
+
+std::vector<float> train_ids_with(StepRunner& runner, int64_t n, int steps) {
+  return testing::train_on(runner, steps, [n](int s) { return make_id_batch(n, uint64_t(100 + s)); });
+}
+
+TEST(TokenIds, AModelThatTakesIdsTrainsAlikeUnderEveryRunner) {
+  ASSERT_TRUE(id_net()->takes_token_ids());
+  const int64_t n = 13;
+  SingleDeviceRunner single(id_net(), kSgd, 1);
+  const auto want = train_ids_with(single, n, 3);
+  for (const TokenCase& c : {TokenCase{"ddp", "full", 1, 3, "even"}, TokenCase{"dp", "full", 2, 2, "weights:5,1"},
+                             TokenCase{"ddp", "full", 3, 2, "weights:5,1,2"}, TokenCase{"ddp", "local:1", 3, 1, "even"},
+                             TokenCase{"ddp", "async", 1, 2, "even"}}) {
+    auto runner = runner_for(c, id_net());
+    train_ids_with(*runner, n, 3);
+    runner->settle();
+    const auto got = runner->model().parameters().values().to_vector<float>();
+    EXPECT_LE(testing::relative_difference(got, want), 1e-5) << runner->describe();
+  }
+}
+
+// ---- batch positions ------------------------------------------------------------------
+
+// What one forward saw: the position the runner gave the model before it, and its rows.
+struct SeenRows {
+  uint64_t step = 0;
+  int64_t first_sample = 0, rows = 0;
+};
+
+// Shared by a probe and its clones on the replicas' threads.
+struct RowsSeen {
+  std::mutex mutex;
+  std::vector<SeenRows> all;
+};
+
+// Passes its input on and records (position, rows) at every forward.
+class RowsProbe : public layers::Module {
+ public:
+  explicit RowsProbe(std::shared_ptr<RowsSeen> seen) : seen_(std::move(seen)) {}
+  Tensor forward(const Tensor& x) override {
+    std::lock_guard<std::mutex> lock(seen_->mutex);
+    seen_->all.push_back({position_.step, position_.first_sample, x.size(0)});
+    return x;
+  }
+  Shape output_shape(const Shape& input) const override { return input; }
+  std::string describe() const override { return "probe"; }
+  std::unique_ptr<Module> clone() const override { return std::make_unique<RowsProbe>(seen_); }
+  void set_batch_position(const layers::BatchPosition& position) override { position_ = position; }
+
+ private:
+  std::shared_ptr<RowsSeen> seen_;
+  layers::BatchPosition position_;
+};
+
+std::unique_ptr<layers::Model> probed_token_net(std::shared_ptr<RowsSeen> seen) {
+  auto net = std::make_unique<layers::Sequential>();
+  net->add(std::make_unique<RowsProbe>(std::move(seen)));
+  net->add(std::make_unique<layers::Linear>(testing::kTokenFeatures, testing::kTokenClasses));
+  net->add(std::make_unique<layers::LogSoftmax>());
+  const Shape input{kTokens, testing::kTokenFeatures};
+  return std::make_unique<layers::Model>(std::move(net), input, Device::cpu(), DType::Float32, 5);
+}
+
+// The micro-batches and replicas' forwards of every step cover the global batch exactly
+// once, each told the step and the global index of its first sample: dropout masks then
+// depend on neither the split nor the runner.
+TEST(BatchPositions, EveryRunnerTellsEachForwardTheStepAndItsFirstGlobalSample) {
+  const int64_t n = 13;
+  std::vector<TokenCase> cases = token_cases();
+  cases.push_back({"ddp", "local:3", 3, 2, "weights:5,1,2"});
+  cases.push_back({"ddp", "async", 3, 2, "even"});
+  for (const TokenCase& c : cases) {
+    auto seen = std::make_shared<RowsSeen>();
+    auto runner = runner_for(c, probed_token_net(seen));
+    testing::train_tokens_with(*runner, n, 2);
+    runner->settle();
+    std::vector<SeenRows> all = seen->all;
+    std::sort(all.begin(), all.end(), [](const SeenRows& a, const SeenRows& b) {
+      return std::make_pair(a.step, a.first_sample) < std::make_pair(b.step, b.first_sample);
+    });
+    std::string got;
+    for (const SeenRows& r : all) {
+      got += " " + std::to_string(r.step) + ":" + std::to_string(r.first_sample) + "+" + std::to_string(r.rows);
+    }
+    size_t i = 0;
+    for (uint64_t step = 1; step <= 2; ++step) {
+      int64_t next = 0;  // the first sample not covered yet
+      for (; i < all.size() && all[i].step == step; ++i) {
+        EXPECT_EQ(all[i].first_sample, next) << runner->describe() << ":" << got;
+        next = all[i].first_sample + all[i].rows;
+      }
+      EXPECT_EQ(next, n) << runner->describe() << ", step " << step << ":" << got;
+    }
+    EXPECT_EQ(i, all.size()) << runner->describe() << ":" << got;
+  }
+}
+
 }  // namespace
 }  // namespace dpcore::train
