@@ -162,6 +162,8 @@ std::pair<Tensor, Tensor> batch_tensors(const data::Batch& batch, Device device)
   DPCORE_CHECK((batch.images == nullptr) != (batch.ids == nullptr), "batch of ", batch.size,
                " samples: exactly one of float inputs and token ids must be set, got ",
                batch.images ? "both" : "neither");
+  DPCORE_CHECK(batch.labels_per_sample >= 1, "batch of ", batch.size, " samples: ", batch.labels_per_sample,
+               " labels per sample; expected at least 1");
   Shape shape{batch.size};
   shape.insert(shape.end(), batch.sample.begin(), batch.sample.end());
   Tensor x = batch.ids ? Tensor::from_host(batch.ids, shape, DType::Int64, device)

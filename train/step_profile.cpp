@@ -91,7 +91,7 @@ scaling::StepProfile measure_step_profile(layers::Model& model, const Tensor& x,
   Sgd optimizer(params, config);
   std::vector<double> forward, backward, step;
   std::vector<std::vector<double>> ready_after(count);
-  const double grad_scale = 1.0 / double(x.size(0));
+  const double grad_scale = gradient_scale(counted_targets(y));  // as a training step seeds it
   int64_t output_bytes = 0;
   for (int i = 0; i < warmup + steps; ++i) {
     model.zero_grad();
