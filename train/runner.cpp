@@ -3,7 +3,6 @@
 #include <iostream>
 
 #include "engine/runtime.h"
-#include "kernels/index_check.h"
 #include "train/step.h"
 
 namespace dpcore::train {
@@ -177,10 +176,7 @@ Tensor batch_labels(const data::Batch& batch, Device device) {
 }
 
 int64_t counted_targets(const data::Batch& batch) {
-  const int64_t n = batch.size * batch.labels_per_sample;
-  int64_t counted = 0;
-  for (int64_t i = 0; i < n; ++i) counted += batch.labels[i] != kernels::kDefaultIgnoreIndex;
-  return counted;
+  return counted_targets(batch.labels, batch.size * batch.labels_per_sample);
 }
 
 std::string describe_runner(const RunnerDescription& d) {

@@ -17,10 +17,15 @@ std::vector<int64_t> even_split(int64_t n, int64_t parts) {
 
 double gradient_scale(int64_t counted) { return counted > 0 ? 1.0 / double(counted) : 0.0; }
 
-int64_t counted_targets(const Tensor& y) {
+int64_t counted_targets(const int64_t* labels, int64_t n) {
   int64_t counted = 0;
-  for (int64_t t : y.to_vector<int64_t>()) counted += t != kernels::kDefaultIgnoreIndex;
+  for (int64_t i = 0; i < n; ++i) counted += labels[i] != kernels::kDefaultIgnoreIndex;
   return counted;
+}
+
+int64_t counted_targets(const Tensor& y) {
+  const std::vector<int64_t> labels = y.to_vector<int64_t>();
+  return counted_targets(labels.data(), int64_t(labels.size()));
 }
 
 Tensor forward_backward(Model& model, const Tensor& x, const Tensor& y, double grad_scale) {

@@ -35,7 +35,9 @@ std::vector<int64_t> even_split(int64_t n, int64_t parts);
 // The seed of every micro-batch's backward for a global batch of `counted` targets: 1/counted,
 // or 0 when none counts (see the top of this file).
 double gradient_scale(int64_t counted);
-// The targets of y that count (not ignore_index), counted on the host (reads y back).
+// The targets that count (not ignore_index) among n labels in host memory, and among y's
+// (read back to the host).
+int64_t counted_targets(const int64_t* labels, int64_t n);
 int64_t counted_targets(const Tensor& y);
 
 // Where a batch stands in training, for counter-based randomness (dropout): the step as

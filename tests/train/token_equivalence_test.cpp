@@ -41,6 +41,7 @@ std::string token_case_name(const TokenCase& c) {
   for (char& ch : sync) ch = std::isalnum(static_cast<unsigned char>(ch)) ? ch : '_';
   return sync + "_" + testing::case_name({c.mode, c.replicas, c.accum, c.split});
 }
+void PrintTo(const TokenCase& c, std::ostream* os) { *os << token_case_name(c); }
 
 // Every runner the CNN equivalence tests cover, where equivalence with the one-device full
 // step applies: one device with accumulation, dp and ddp (even and uneven shares), local SGD
