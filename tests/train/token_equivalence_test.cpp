@@ -12,6 +12,7 @@
 #include "engine/autograd.h"
 #include "engine/ops.h"
 #include "train/async_sgd.h"
+#include "train/data_parallel.h"
 #include "train/step.h"
 #include "equivalence.h"
 
@@ -173,6 +174,22 @@ TEST(TokenWeighting, ABatchWithoutCountedTargetsHasANaNLossAndAZeroGradient) {
   EXPECT_EQ(r.targets, 0);
   EXPECT_EQ(r.loss_sum, 0);
   EXPECT_EQ(r.correct, 0);
+}
+
+// Local SGD: a replica whose share holds no counted token takes no step (weight decay and
+// momentum would move it on data it never saw), while the other steps; at the averaging it
+// weighs nothing.
+TEST(TokenWeighting, ALocalSgdShareWithoutCountedTokensTakesNoStep) {
+  TokenBatch b = testing::make_token_batch(8, 1);
+  std::fill(b.labels.begin() + 4 * kTokens, b.labels.end(), kernels::kDefaultIgnoreIndex);  // replica 1's share
+  auto runner = make_runner(testing::token_net(), kSgd, 1, options_for("ddp", "local:3", 2, "even"));
+  const auto& replicas = dynamic_cast<const ReplicatedRunner&>(*runner);
+  const auto before = replicas.replica_model(1).parameters().values().to_vector<float>();
+  runner->set_step_number(1);
+  const StepStats stats = runner->step(b.batch);
+  EXPECT_EQ(stats.targets, counted_targets(batch_rows(b.batch, 0, 4)));
+  EXPECT_EQ(replicas.replica_model(1).parameters().values().to_vector<float>(), before);
+  EXPECT_NE(replicas.replica_model(0).parameters().values().to_vector<float>(), before);
 }
 
 // Evaluation counts tokens too: the summed loss and the hits over the counted tokens only.
