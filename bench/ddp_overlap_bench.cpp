@@ -99,7 +99,7 @@ int main(int argc, char** argv) {
     std::vector<int64_t> labels(static_cast<size_t>(batch));
     for (auto& l : labels) l = int64_t(gen.below(10));
     data::Batch b;
-    b.size = batch, b.c = in[0], b.h = in[1], b.w = in[2], b.images = images.data(), b.labels = labels.data();
+    b.size = batch, b.sample = in, b.images = images.data(), b.labels = labels.data();
     SgdConfig sgd{0.01, 0.9, 0.0, 0.0, false};
 
     train::SingleDeviceRunner one(build(model, device), sgd, 1);

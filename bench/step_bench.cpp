@@ -122,9 +122,7 @@ HostBatch random_batch(const Shape& sample, int64_t n, int64_t classes, uint64_t
   b.labels.resize(size_t(n));
   for (int64_t& v : b.labels) v = int64_t(gen.below(uint64_t(classes)));
   b.view.size = n;
-  b.view.c = sample[0];
-  b.view.h = sample[1];
-  b.view.w = sample[2];
+  b.view.sample = sample;
   b.view.images = b.images.data();
   b.view.labels = b.labels.data();
   return b;
@@ -240,10 +238,12 @@ nlohmann::json run(const BenchOptions& o, const CudaFlags& cuda) {
     runner = train::make_runner(std::move(model), sgd, o.accum, o.parallel);
   }
   // The summed loss of the batch, one element on the device.
+  const int64_t counted = train::counted_targets(host.view);
   auto eager_step = [&]() -> Tensor {
-    return runner ? runner->step(host.view).loss_sum : train::accumulate_and_step(*model, *optimizer, x, y, o.accum);
+    return runner ? runner->step(host.view).loss_sum
+                  : train::accumulate_and_step(*model, *optimizer, x, y, o.accum, counted);
   };
-  auto mean_loss = [&](const Tensor& loss_sum) { return loss_sum.item() / double(o.batch); };
+  auto mean_loss = [&](const Tensor& loss_sum) { return loss_sum.item() / double(counted); };
 
   // One model's step is recorded after the warm-up where the backend can (CUDA, unless
   // --cuda-graph off) and replayed over the same x and y: PyTorch's torch.cuda.CUDAGraph
@@ -275,7 +275,7 @@ nlohmann::json run(const BenchOptions& o, const CudaFlags& cuda) {
   Tensor graph_loss_sum;
   if (graph) {
     try {
-      graph->record([&] { graph_loss_sum = train::accumulate_and_step(*model, *optimizer, x, y, o.accum); });
+      graph->record([&] { graph_loss_sum = train::accumulate_and_step(*model, *optimizer, x, y, o.accum, counted); });
     } catch (const std::exception& e) {
       std::cerr << "dpcore_step_bench: warning: " << e.what() << "; the timed steps run eagerly\n";
       graph.reset();

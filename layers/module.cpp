@@ -96,11 +96,15 @@ Linear::Linear(int64_t in_features, int64_t out_features, Init init, double init
 
 Tensor Linear::forward(const Tensor& x) { return ops::linear(x, weight_, bias_); }
 
+// Over the last dimension, any leading ones ([N, features], [N, T, features], ...), as
+// torch.nn.Linear.
 Shape Linear::output_shape(const Shape& in) const {
-  check_rank("linear", in, 2, "[N, features] (flatten first)");
-  DPCORE_CHECK(in[1] == in_, "input ", shape_str(in), " has ", in[1], " features but the layer takes ", in_,
-               " (in_features), so it cannot give output ", shape_str(Shape{in[0], out_}));
-  return {in[0], out_};
+  DPCORE_CHECK(in.size() >= 2, "linear expects [N, ..., features], got input ", shape_str(in));
+  Shape out = in;
+  out.back() = out_;
+  DPCORE_CHECK(in.back() == in_, "input ", shape_str(in), " has ", in.back(), " features but the layer takes ", in_,
+               " (in_features), so it cannot give output ", shape_str(out));
+  return out;
 }
 
 std::string Linear::describe() const { return "linear(" + std::to_string(in_) + "->" + std::to_string(out_) + ")"; }

@@ -213,9 +213,11 @@ std::unique_ptr<Module> make_layer(const LayerToken& t, const Shape& shape) {
   }
   if (t.name == "linear") {
     expect_args(1, 1, "linear takes linear(OUT)");
-    DPCORE_CHECK(shape.size() == 2, "linear needs [N, features] input, got ", shape_str(shape),
-                 " (add flatten before it)");
-    return std::make_unique<Linear>(shape[1], parse_int(t, t.args[0]));
+    // [N, features] or per token [N, T, features]; an image-shaped input means a forgotten
+    // flatten (torch.nn.Linear would silently act on the width).
+    DPCORE_CHECK(shape.size() == 2 || shape.size() == 3, "linear needs [N, features] or [N, T, features] input, got ",
+                 shape_str(shape), " (add flatten before it)");
+    return std::make_unique<Linear>(shape.back(), parse_int(t, t.args[0]));
   }
   if (t.name == "relu") {
     expect_args(0, 0, "relu takes no arguments");

@@ -26,6 +26,7 @@ struct AsyncRunner::State {
   struct Piece {
     Tensor x, y;  // host copies: the loader reuses its batch memory
     int64_t step = 0, first_row = 0;
+    int64_t counted = 0;  // its counted targets: its gradient is the mean over them
   };
 
   std::unique_ptr<layers::Model> master;
@@ -44,7 +45,7 @@ struct AsyncRunner::State {
   std::vector<AppliedUpdate> updates;
   std::vector<int64_t> histogram;  // staleness 0..S of this epoch's updates
   double loss = 0;                 // of the pieces applied and not yet reported
-  int64_t samples = 0;
+  int64_t samples = 0, targets = 0;
   // Per replica, since the last report: compute (an injected slowdown included), idle (held
   // back by the staleness bound), optimizer (applying to the master), rows.
   std::vector<ReplicaLane> lanes;
@@ -71,9 +72,9 @@ struct AsyncRunner::State {
   }
   // The stats of the pieces applied since the last call, and where the replicas' time went.
   StepStats report() {
-    StepStats stats{Tensor::full({}, loss, master->dtype(), master->device()), samples};
+    StepStats stats{Tensor::full({}, loss, master->dtype(), master->device()), samples, targets};
     stats.times = combine_lanes(lanes);
-    loss = 0, samples = 0;
+    loss = 0, samples = 0, targets = 0;
     std::fill(lanes.begin(), lanes.end(), ReplicaLane{});
     return stats;
   }
@@ -154,7 +155,9 @@ bool compute_and_apply(AsyncRunner::State& s, int r, layers::Model& model, std::
     });
     model.zero_grad();
     Tensor x = piece.x.to(model.device()), y = piece.y.to(model.device());
-    loss = accumulate_gradients(model, x, y, std::min(s.accum, rows), 1.0 / double(rows)).item();
+    loss = accumulate_gradients(model, x, y, std::min(s.accum, rows), gradient_scale(piece.counted),
+                                {uint64_t(piece.step), piece.first_row})
+               .item();
   });
 
   lock.lock();
@@ -178,7 +181,7 @@ bool compute_and_apply(AsyncRunner::State& s, int r, layers::Model& model, std::
   // (Sized for 0..S; grown rather than overrun should the bound ever fail: the log shows it.)
   if (size_t(u.staleness()) >= s.histogram.size()) s.histogram.resize(size_t(u.staleness()) + 1, 0);
   s.histogram[size_t(u.staleness())]++;
-  s.loss += loss, s.samples += rows;
+  s.loss += loss, s.samples += rows, s.targets += piece.counted;
   s.in_flight[size_t(r)] = -1;
   s.last_progress = Clock::now();
   s.changed.notify_all();
@@ -283,8 +286,9 @@ StepStats AsyncRunner::step(const data::Batch& batch) {
   const int64_t step = step_number();
   for (int64_t rows : chunk_sizes(batch.size, int(replicas))) {
     if (rows == 0) continue;
-    auto [x, y] = batch_tensors(batch_rows(batch, row, row + rows), Device::cpu());
-    pieces.push_back({x, y, step, row});
+    const data::Batch rows_of_piece = batch_rows(batch, row, row + rows);
+    auto [x, y] = batch_tensors(rows_of_piece, Device::cpu());
+    pieces.push_back({x, y, step, row, counted_targets(rows_of_piece)});
     row += rows;
   }
   std::unique_lock<std::mutex> lock(s.mutex);

@@ -5,7 +5,8 @@
 // replica, on its own thread, repeatedly
 //   1. takes the next piece and a SNAPSHOT of the master's parameters (and batch norm
 //      buffers), noting the master's version v (the updates applied so far);
-//   2. computes the mean gradient of its piece from the snapshot;
+//   2. computes the mean gradient of its piece from the snapshot (over the piece's counted
+//      targets: train/step.h);
 //   3. hands it to the master, which applies it at once as one SGD step (and keeps the
 //      replica's batch norm running statistics: the last writer's), version v' -> v' + 1.
 // There is no barrier between replicas: a fast replica takes the next piece while a slow

@@ -74,7 +74,8 @@ void prepare_batch_norm(Replica& r, const std::vector<int64_t>& pieces) {
 std::vector<Shard> scatter(const data::Batch& batch, int64_t begin, const std::vector<int64_t>& shares,
                            const std::vector<Device>& devices) {
   trace::Span span("scatter", [&] {
-    const int64_t row_bytes = batch.c * batch.h * batch.w * int64_t(sizeof(float)) + int64_t(sizeof(int64_t));
+    const int64_t row_bytes = batch.sample_numel() * int64_t(batch.ids ? sizeof(int64_t) : sizeof(float)) +
+                              batch.labels_per_sample * int64_t(sizeof(int64_t));
     std::vector<int64_t> bytes;
     for (int64_t share : shares) bytes.push_back(share * row_bytes);
     return trace::Label{"scatter", {{"first_row", begin}, {"rows", shares}, {"bytes", bytes}}};
@@ -99,14 +100,19 @@ Tensor gather(const std::vector<Tensor>& parts, Device device) {
     }
     return trace::Label{"gather", {{"rows", rows}, {"bytes", bytes}, {"to", device.str()}}};
   });
-  int64_t rows = 0, cols = -1;
+  int64_t rows = 0;
+  Shape row_shape;  // of one row: [C], or [T, C] per token
+  bool first = true;
   DType dtype = DType::Float32;
   for (const Tensor& p : parts) {
     if (!p.defined()) continue;
-    DPCORE_CHECK(p.dim() == 2 && (cols < 0 || p.size(1) == cols), "gather: part ", p.str(), " does not match");
-    rows += p.size(0), cols = p.size(1), dtype = p.dtype();
+    const Shape shape(p.shape().begin() + 1, p.shape().end());
+    DPCORE_CHECK(p.dim() >= 2 && (first || shape == row_shape), "gather: part ", p.str(), " does not match");
+    rows += p.size(0), row_shape = shape, dtype = p.dtype(), first = false;
   }
-  Tensor out = Tensor::empty({rows, cols}, dtype, device);
+  Shape out_shape{rows};
+  out_shape.insert(out_shape.end(), row_shape.begin(), row_shape.end());
+  Tensor out = Tensor::empty(out_shape, dtype, device);
   int64_t row = 0;
   for (const Tensor& p : parts) {
     if (!p.defined()) continue;
@@ -262,6 +268,8 @@ void DataParallelRunner::replicas_dropped(const std::vector<int>& ranks) {
 
 StepStats DataParallelRunner::attempt_step(const data::Batch& batch) {
   const int64_t n = batch.size;
+  const int64_t counted = counted_targets(batch);
+  const int64_t step = step_number();
   const size_t R = replicas_.size();
   const Device root = replicas_[0].device();
   std::vector<double> seconds(R, 0.0);
@@ -292,9 +300,11 @@ StepStats DataParallelRunner::attempt_step(const data::Batch& batch) {
     SteadyClock::time_point applied = SteadyClock::now();
     threads_->run([&](int r) {
       auto t0 = std::chrono::steady_clock::now();
-      if (shards[size_t(r)].size > 0) {
-        trace::Span span("forward", [&] { return trace::Label{"forward", {{"rows", shards[size_t(r)].size}}}; });
-        outputs[size_t(r)] = replicas_[size_t(r)].model->forward_logits(shards[size_t(r)].x);
+      const Shard& s = shards[size_t(r)];
+      if (s.size > 0) {
+        trace::Span span("forward", [&] { return trace::Label{"forward", {{"rows", s.size}}}; });
+        replicas_[size_t(r)].model->set_batch_position(uint64_t(step), s.begin);
+        outputs[size_t(r)] = replicas_[size_t(r)].model->forward_logits(s.x);
       }
       finish_device_work(replicas_[size_t(r)]);  // gather reads the outputs from another thread
       seconds[size_t(r)] += seconds_since(t0);
@@ -304,7 +314,7 @@ StepStats DataParallelRunner::attempt_step(const data::Batch& batch) {
     Tensor logits = gather(outputs, root).set_requires_grad(true);
     Tensor y = batch_labels(batch_rows(batch, begin, begin + micro), root);
     Tensor loss = loss_of(logits, y, /*logits=*/true);
-    loss.backward(Tensor::full({}, 1.0 / double(n), loss.dtype(), root));
+    loss.backward(Tensor::full({}, gradient_scale(counted), loss.dtype(), root));
     backend_for(root).add(loss_sum, loss.detach(), loss_sum);
     // scatter the loss gradient back; parallel_apply: backward
     Tensor dlogits = logits.grad();
@@ -331,7 +341,6 @@ StepStats DataParallelRunner::attempt_step(const data::Batch& batch) {
   // the replica's thread after its last backward and before the reduction: dp's forward
   // and backward are phases the main thread drives, and this is the first point where a
   // replica meets the others in a collective, whose timeout notices a hang.
-  const int64_t step = step_number();
   const bool loss_finite = !guards_.skip_nonfinite || all_finite(loss_sum);  // the root's: one for all
   std::vector<char> skipped(R, 0);
   std::vector<std::string> diverged(R);
@@ -365,7 +374,7 @@ StepStats DataParallelRunner::attempt_step(const data::Batch& batch) {
     lanes[r].samples = computed[r];
   }
   splitter_.observe(seconds, computed);
-  return {loss_sum, n, skipped[0] != 0, combine_lanes(lanes)};
+  return {loss_sum, n, counted, skipped[0] != 0, combine_lanes(lanes)};
 }
 
 std::string DataParallelRunner::describe() const {

@@ -10,7 +10,8 @@
 //   gather          concatenate the replicas' outputs on the root device, where the loss
 //                   is computed; its gradient is scattered back the same way;
 //   reduce          allreduce the replicas' flat gradient buffers (SUM: each replica's
-//                   gradients were already scaled by 1/N of the global batch), then every
+//                   gradients were already scaled by 1/M, M the counted targets of the
+//                   global batch: N for one class per sample), then every
 //                   replica takes the same SGD step.
 //
 // DataParallelRunner strings these together for --mode dp. --mode ddp (train/ddp.h)
@@ -76,7 +77,8 @@ struct Shard {
 // The shares of rows [begin, begin + count) for replicas with `shares` and `devices`.
 std::vector<Shard> scatter(const data::Batch& batch, int64_t begin, const std::vector<int64_t>& shares,
                            const std::vector<Device>& devices);
-// Concatenates [n_r, C] tensors along dim 0 into one tensor on `device` (empty parts skipped).
+// Concatenates [n_r, ...] tensors ([n_r, C], or [n_r, T, C] per token) along dim 0 into one
+// tensor on `device` (empty parts skipped).
 Tensor gather(const std::vector<Tensor>& parts, Device device);
 // Sums the flat gradient buffers of all replicas into every replica (runs on replica r's thread).
 void reduce_gradients(Replica& r);

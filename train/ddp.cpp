@@ -173,6 +173,9 @@ void DistributedRunner::replicas_dropped(const std::vector<int>& ranks) {
 
 StepStats DistributedRunner::attempt_step(const data::Batch& batch) {
   const int64_t n = batch.size;
+  // Every rank holds the whole global batch (each process of an mpi run loads it), so each
+  // counts its targets alike: no collective.
+  const int64_t counted = counted_targets(batch);
   // The batch is cut into micro-batches first, and each micro-batch shared among the
   // replicas (the same on every rank): micro-batch m of R replicas is then exactly
   // micro-batch m of one replica, which is what makes --batchnorm sync equal one replica.
@@ -222,7 +225,8 @@ StepStats DistributedRunner::attempt_step(const data::Batch& batch) {
       });
       if (m == last) reducer.arm();
       auto [x, y] = batch_tensors(batch_rows(batch, row, row + size), rep.device());
-      Tensor l = forward_backward(*rep.model, x, y, 1.0 / double(n));
+      rep.model->set_batch_position(uint64_t(step), row);
+      Tensor l = forward_backward(*rep.model, x, y, gradient_scale(counted));
       backend_for(rep.device()).add(loss_sum, l, loss_sum);
     }
     seconds[size_t(rank)] = seconds_since(t0);
@@ -279,7 +283,7 @@ StepStats DistributedRunner::attempt_step(const data::Batch& batch) {
   // only once that copy has run (the allocator reuses blocks per stream).
   Tensor loss = global_loss.clone();
   runtime::synchronize(loss.device());
-  return {loss, n, skipped[0] != 0, combine_lanes(lanes)};
+  return {loss, n, counted, skipped[0] != 0, combine_lanes(lanes)};
 }
 
 bool DistributedRunner::is_primary() const { return replicas_[0].rank() == 0; }

@@ -12,9 +12,11 @@
 // strictly in bucket order, while backward goes on with earlier layers. With --accum A,
 // micro-batches 1..A-1 arm no hooks and communicate nothing; the last one does.
 //
-// Averaging: each replica seeds its backward with 1/N, N the GLOBAL batch, so the SUM
-// allreduce yields the exact mean over all samples even when shares differ (DDP divides by
-// the world size W instead, which is right only for equal shares).
+// Averaging: each replica seeds its backward with 1/N, N the GLOBAL batch (1/M, M its
+// counted targets, for per-token labels: train/step.h), so the SUM allreduce yields the
+// exact mean over all samples (tokens) even when shares differ (DDP divides by the world
+// size W instead, which is right only for equal shares). Every process of an mpi run holds
+// the whole global batch, so M needs no collective.
 #pragma once
 
 #include <atomic>

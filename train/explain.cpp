@@ -15,8 +15,8 @@ int64_t bytes_of(const Tensor& t) { return t.defined() ? int64_t(t.nbytes()) : 0
 Explanation common(const Model& model, const Optimizer& optimizer, const data::Batch& batch, const StepStats& stats) {
   Explanation e;
   e.batch = batch.size;
-  e.image_bytes = batch.c * batch.h * batch.w * int64_t(sizeof(float));
-  e.label_bytes = int64_t(sizeof(int64_t));
+  e.image_bytes = batch.sample_numel() * int64_t(batch.token_ids() ? sizeof(int64_t) : sizeof(float));
+  e.label_bytes = batch.labels_per_sample * int64_t(sizeof(int64_t));
   e.classes = model.num_classes();
   const FlatParameters& params = model.parameters();
   e.param_tensors = int64_t(params.entries().size());
@@ -24,8 +24,8 @@ Explanation common(const Model& model, const Optimizer& optimizer, const data::B
   e.param_bytes = bytes_of(params.values());
   e.grad_bytes = bytes_of(params.grads());
   e.buffer_bytes = model.has_batch_norm() ? bytes_of(model.buffers().values()) : 0;
-  e.loss = stats.loss_sum.item() / double(stats.samples);
-  e.seed = 1.0 / double(batch.size);
+  e.loss = stats.loss_sum.item() / double(stats.targets);
+  e.seed = gradient_scale(stats.targets);
   e.optimizer = optimizer.name();
   if (const auto* sgd = dynamic_cast<const Sgd*>(&optimizer)) {
     e.sgd = sgd->config();

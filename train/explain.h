@@ -62,7 +62,8 @@ struct Explanation {
   int64_t buffer_bytes = 0;    // batch norm's running statistics; 0: none
   bool sync_batch_norm = false;
 
-  // The loss of the step (mean over the N samples) and its backward seed 1/N.
+  // The loss of the step (mean over the counted targets: the N samples, for one class per
+  // sample) and its backward seed 1/N.
   double loss = 0;
   double seed = 0;
 

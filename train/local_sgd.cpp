@@ -36,13 +36,19 @@ LocalSgdRunner::LocalSgdRunner(std::unique_ptr<layers::Model> model, const Optim
   world_size_ = comms[0]->size();
   if (world_size_ != options.replicas) splitter_ = Splitter(options.split, world_size_);  // set by mpirun
   check_faults(world_size_, options);
-  samples_since_average_.assign(size_t(world_size_), 0);
+  targets_since_average_.assign(size_t(world_size_), 0);
   start(std::move(model), devices, std::move(comms), optimizer);
 }
 
 StepStats LocalSgdRunner::step(const data::Batch& batch) {
   restore_kept();
   const std::vector<int64_t> shares = splitter_.shares(batch.size);  // the same on every rank
+  // Each share's counted targets (its samples, for one class per sample), known to every
+  // rank: each holds the whole batch.
+  std::vector<int64_t> counted(shares.size());
+  for (size_t g = 0, row = 0; g < shares.size(); row += size_t(shares[g]), ++g) {
+    counted[g] = counted_targets(batch_rows(batch, int64_t(row), int64_t(row) + shares[g]));
+  }
   const int64_t step = step_number();
   std::vector<double> losses(replicas_.size(), 0.0);
   std::vector<ReplicaLane> lanes(replicas_.size());
@@ -54,17 +60,21 @@ StepStats LocalSgdRunner::step(const data::Batch& batch) {
     const int64_t size = shares[size_t(rank)];
     const Clock::time_point started = Clock::now();
     rep.model->zero_grad();
+    // A share without counted targets (empty, or every token ignored) takes no step: a zero
+    // gradient, and weight 0 at the averaging.
+    const bool steps = counted[size_t(rank)] > 0;
     faults_.run(rank, step, *rep.model, [&] {
-      if (size == 0) return;  // (an empty share: a zero gradient, and weight 0 at the averaging)
+      if (!steps) return;
       trace::Span span("step", [&] { return trace::Label{"local step", {{"rows", size}, {"first_row", row}}}; });
       auto [x, y] = batch_tensors(batch_rows(batch, row, row + size), rep.device());
       // The mean over this replica's own share: its step is a whole SGD step of its own.
-      Tensor loss = accumulate_gradients(*rep.model, x, y, std::min(accum_, size), 1.0 / double(size));
+      Tensor loss = accumulate_gradients(*rep.model, x, y, std::min(accum_, size),
+                                         gradient_scale(counted[size_t(rank)]), {uint64_t(step), row});
       losses[size_t(local)] = loss.item();
     });
     ReplicaLane& lane = lanes[size_t(local)];
     lane.compute = seconds_since(started);  // (an injected slowdown included)
-    if (size > 0) {
+    if (steps) {
       rep.optimizer->step();
       finish_device_work(rep);
       lane.optimizer = rep.optimizer->last_step_seconds();
@@ -72,7 +82,7 @@ StepStats LocalSgdRunner::step(const data::Batch& batch) {
     faults_.after_step(rank, step);
     lane.samples = size;
   });
-  for (int g = 0; g < world_size_; ++g) samples_since_average_[size_t(g)] += shares[size_t(g)];
+  for (int g = 0; g < world_size_; ++g) targets_since_average_[size_t(g)] += counted[size_t(g)];
   ++steps_since_average_, ++steps_taken_;
   // The replicas meet only at the end of the step (and at an averaging): whoever finished
   // first waited for the slowest there.
@@ -82,27 +92,28 @@ StepStats LocalSgdRunner::step(const data::Batch& batch) {
   if (step % period_ == 0) {  // on the steps the log numbers K, 2K, ... (resumes included)
     average(&lanes);
     steps_since_average_ = 0;
-    std::fill(samples_since_average_.begin(), samples_since_average_.end(), 0);
+    std::fill(targets_since_average_.begin(), targets_since_average_.end(), 0);
     ++averagings_, ++epoch_averagings_;
   }
 
   double loss = 0;
-  int64_t samples = 0;
+  int64_t samples = 0, targets = 0;
   for (size_t local = 0; local < replicas_.size(); ++local) {
     loss += losses[local];
     samples += shares[size_t(replicas_[local].rank())];
+    targets += counted[size_t(replicas_[local].rank())];
   }
-  StepStats stats{Tensor::full({}, loss, replicas_[0].model->dtype(), replicas_[0].device()), samples};
+  StepStats stats{Tensor::full({}, loss, replicas_[0].model->dtype(), replicas_[0].device()), samples, targets};
   stats.times = combine_lanes(lanes);
   return stats;
 }
 
 void LocalSgdRunner::average(std::vector<ReplicaLane>* lanes) {
   int64_t total = 0;
-  for (int64_t s : samples_since_average_) total += s;
+  for (int64_t s : targets_since_average_) total += s;
   threads_->run([&](int local) {
     Replica& rep = replicas_[size_t(local)];
-    const int64_t mine = samples_since_average_[size_t(rep.rank())];
+    const int64_t mine = targets_since_average_[size_t(rep.rank())];
     const double weight = total > 0 ? double(mine) / double(total) : 1.0 / double(world_size_);
     const Clock::time_point started = Clock::now();
     Backend& backend = backend_for(rep.device());
@@ -163,7 +174,7 @@ void LocalSgdRunner::sync_replicas() {
   ReplicatedRunner::sync_replicas();
   steps_taken_ = replicas_[0].optimizer->steps_taken();
   steps_since_average_ = 0;
-  std::fill(samples_since_average_.begin(), samples_since_average_.end(), 0);
+  std::fill(targets_since_average_.begin(), targets_since_average_.end(), 0);
 }
 
 bool LocalSgdRunner::is_primary() const { return replicas_[0].rank() == 0; }

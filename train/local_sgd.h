@@ -1,13 +1,16 @@
 // --sync local:K: local SGD, also called periodic model averaging.
 //
 // Every step, each replica (a thread with --backend local, a process with mpi or nccl)
-// computes the mean gradient of ITS OWN share of the global batch and steps its own
-// optimizer: no communication at all. A replica whose share of a step is empty takes no
-// step (momentum and weight decay would otherwise move it on data it never saw). After
-// steps K, 2K, 3K, ... (as the log numbers them, so a resumed run keeps the schedule), the
-// replicas average their parameters and their optimizer's state (SGD's momentum buffer,
-// Adam's two moments), replica r weighted by
-//     w_r = (samples r saw since the last averaging) / (samples all saw),
+// computes the mean gradient of ITS OWN share of the global batch (the mean over the share's
+// counted targets: train/step.h) and steps its own optimizer: no communication at all. A
+// replica whose share of a step is empty, or holds no counted target, takes no step
+// (momentum and weight decay would otherwise move it on data it never saw). After steps K,
+// 2K, 3K, ... (as the log numbers them, so a resumed run keeps the schedule), the replicas
+// average their parameters and their optimizer's state (SGD's momentum buffer, Adam's two
+// moments), replica r weighted by
+//     w_r = (targets r counted since the last averaging) / (targets all counted),
+// the targets being the samples for one class per sample, the tokens not ignored per token
+// (so that K = 1 is the step on the mean over the global batch's counted targets),
 // as one allreduce per buffer (each replica scales its buffers by w_r, then SUM). Batch norm's running
 // statistics are rank 0's, broadcast at each averaging (DDP's broadcast_buffers, at the
 // averaging instead of every step). Every replica then takes the run's step count.
@@ -72,7 +75,7 @@ class LocalSgdRunner : public ReplicatedRunner {
   int world_size_ = 1;
   int64_t steps_taken_ = 0;  // the run's steps, resumed ones included
   int64_t steps_since_average_ = 0;
-  std::vector<int64_t> samples_since_average_;  // per global replica
+  std::vector<int64_t> targets_since_average_;  // counted targets, per global replica
   std::vector<KeptReplica> kept_;               // per local replica, while model() is settle()'s average
   int64_t averagings_ = 0, epoch_averagings_ = 0;
 };

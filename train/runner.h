@@ -17,6 +17,7 @@
 #include "train/fault_injection.h"
 #include "train/guards.h"
 #include "train/replica_failure.h"
+#include "train/step.h"
 #include "train/step_times.h"
 
 namespace dpcore::comm {
@@ -51,9 +52,11 @@ struct ParallelOptions {
 };
 
 struct StepStats {
-  Tensor loss_sum;       // summed loss over the global batch, one element, on the root device,
-                         // the step's own (later steps never write it)
-  int64_t samples = 0;   // (read it only when needed: reading synchronises with the device)
+  Tensor loss_sum;       // summed loss over the counted targets of the global batch, one element,
+                         // on the root device, the step's own (later steps never write it)
+                         // (read it only when needed: reading synchronises with the device)
+  int64_t samples = 0;
+  int64_t targets = 0;   // the counted targets loss_sum sums over (the mean loss is loss_sum / targets)
   bool skipped = false;  // --skip-nonfinite: the step held a NaN or Inf and was not applied
   StepTimes times = {};  // where the step's time went (train/step_times.h); dp and ddp fill it
   // --on-replica-failure shrink: the replicas that failed in this step and were dropped
@@ -119,8 +122,14 @@ class StepRunner {
 //   * the backend's settings (engines, TF32, --cuda-graph), through Captured::stale;
 //   * the optimizer's hyper-parameters (set_rates, Optimizer::set_lr) and whether its step
 //     was the first (the hyper-parameters are compared with the previous step's: see below);
-//   * the gradient scale 1/N and the micro-batch split need no check: both follow from
-//     the batch size, and only batches of the recorded size replay.
+//   * the micro-batch split needs no check: it follows from the batch size, and only
+//     batches of the recorded size replay; the gradient scale 1/(counted targets) is
+//     compared: a batch of that size with another count (tokens, ignore_index) runs
+//     eagerly (one class per sample: the count is the size, and every such batch replays);
+//   * NOT checked: the batch position (Model::set_batch_position) is handed to the modules
+//     on the host as the step is recorded, so a replay keeps the recorded step's; no module
+//     of this branch draws random numbers, but a dropout must keep graphs off (or read its
+//     step from device memory) before it trains under a graph.
 // Rates that change from one step to the next (an --lr-schedule other than constant, a
 // warm-up) would record anew at every step, which costs more than running eagerly: so a
 // step whose rates differ from the previous step's runs eagerly, drops the graph, and
@@ -160,7 +169,7 @@ class SingleDeviceRunner : public StepRunner {
 
  private:
   // This step on the graph's capture stream, then the recording of the next ones.
-  Tensor warm_up_and_record(const Tensor& x, const Tensor& y, int64_t accum);
+  Tensor warm_up_and_record(const Tensor& x, const Tensor& y, int64_t accum, int64_t counted, BatchStart start);
   // Whether something the graph baked in, other than the optimizer's rates, has changed
   // since it was recorded.
   bool graph_outdated() const;
@@ -169,12 +178,14 @@ class SingleDeviceRunner : public StepRunner {
   bool rates_changed();
   void drop_graph();
   // The step through the fault injector and the --skip-nonfinite guard, eagerly.
-  StepStats guarded_step(const Tensor& x, const Tensor& y, int64_t accum, int64_t samples);
+  StepStats guarded_step(const Tensor& x, const Tensor& y, int64_t accum, int64_t samples, int64_t counted,
+                         BatchStart start);
 
   std::unique_ptr<Model> model_;
   std::unique_ptr<Optimizer> optimizer_;
   int64_t accum_;
   int64_t graph_batch_ = 0;   // the batch size the graph is (to be) recorded at
+  int64_t graph_counted_ = 0; // the counted targets it was recorded with (its gradient scale)
   int warmup_steps_ = 0;      // eager steps taken at that size
   bool eager_only_ = false;   // the backend cannot capture, or a recording failed
   bool recorded_first_step_ = false;
@@ -198,11 +209,18 @@ std::unique_ptr<StepRunner> make_runner(std::unique_ptr<Model> model, const Opti
 // every runner cuts a batch into micro-batches and replicas' shares (and the trainer a
 // dataset into evaluation batches), so the row arithmetic lives in one place.
 data::Batch batch_rows(const data::Batch& batch, int64_t begin, int64_t end);
-// The batch's images and labels as tensors on `device` ([n, C, H, W] float32 and [n] int64).
+// The batch's inputs and labels as tensors on `device`: [n, sample...] float32 values or
+// int64 token ids, and [n] int64 labels ([n, L] with L labels per sample).
 std::pair<Tensor, Tensor> batch_tensors(const data::Batch& batch, Device device);
-// Only the labels ([n] int64): for the device that computes a loss from gathered outputs
-// and needs no images (the root of --mode dp).
+// Only the labels: for the device that computes a loss from gathered outputs and needs no
+// inputs (the root of --mode dp).
 Tensor batch_labels(const data::Batch& batch, Device device);
+// The labels that count in the loss: those that are not ignore_index (n for one class per
+// sample). A step's gradient is the sum of the losses of the counted targets of the GLOBAL
+// batch divided by this number of the global batch (train/step.h), however the batch is
+// split; every runner has the global batch on the host (each process of an mpi run loads
+// it whole), so the count costs no communication.
+int64_t counted_targets(const data::Batch& batch);
 
 // What StepRunner::describe says, built by describe_runner in one format for every runner:
 //   "1 replica on cpu, 2 micro-batches"                       (one device: `parallelism` empty)

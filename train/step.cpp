@@ -4,6 +4,7 @@
 #include "engine/backend.h"
 #include "engine/ops.h"
 #include "engine/trace.h"
+#include "kernels/index_check.h"
 
 namespace dpcore::train {
 
@@ -12,6 +13,19 @@ std::vector<int64_t> even_split(int64_t n, int64_t parts) {
   std::vector<int64_t> sizes(size_t(parts), n / parts);
   for (int64_t i = 0; i < n % parts; ++i) sizes[size_t(i)]++;
   return sizes;
+}
+
+double gradient_scale(int64_t counted) { return counted > 0 ? 1.0 / double(counted) : 0.0; }
+
+int64_t counted_targets(const int64_t* labels, int64_t n) {
+  int64_t counted = 0;
+  for (int64_t i = 0; i < n; ++i) counted += labels[i] != kernels::kDefaultIgnoreIndex;
+  return counted;
+}
+
+int64_t counted_targets(const Tensor& y) {
+  const std::vector<int64_t> labels = y.to_vector<int64_t>();
+  return counted_targets(labels.data(), int64_t(labels.size()));
 }
 
 Tensor forward_backward(Model& model, const Tensor& x, const Tensor& y, double grad_scale) {
@@ -32,8 +46,9 @@ Tensor loss_of(const Tensor& output, const Tensor& y, bool logits) {
   return logits ? ops::cross_entropy(output, y, ops::Reduction::Sum) : ops::nll_loss(output, y, ops::Reduction::Sum);
 }
 
-Tensor accumulate_gradients(Model& model, const Tensor& x, const Tensor& y, int64_t accum, double grad_scale) {
-  DPCORE_CHECK(x.dim() >= 1 && y.dim() == 1 && x.size(0) == y.size(0), "train step: inputs ", x.str(),
+Tensor accumulate_gradients(Model& model, const Tensor& x, const Tensor& y, int64_t accum, double grad_scale,
+                            BatchStart start) {
+  DPCORE_CHECK(x.dim() >= 1 && y.dim() >= 1 && x.size(0) == y.size(0), "train step: inputs ", x.str(),
                " and targets ", y.str(), " disagree on the batch size");
   int64_t n = x.size(0);
   DPCORE_CHECK(accum >= 1 && accum <= n, "train step: cannot split a batch of ", n, " into ", accum,
@@ -41,6 +56,7 @@ Tensor accumulate_gradients(Model& model, const Tensor& x, const Tensor& y, int6
   Tensor loss_sum = Tensor::zeros({}, model.dtype(), model.device());
   int64_t begin = 0;
   for (int64_t size : even_split(n, accum)) {
+    model.set_batch_position(start.step, start.first_sample + begin);
     Tensor part = forward_backward(model, x.narrow0(begin, begin + size), y.narrow0(begin, begin + size), grad_scale);
     backend_for(loss_sum.device()).add(loss_sum, part, loss_sum);
     begin += size;
@@ -48,15 +64,18 @@ Tensor accumulate_gradients(Model& model, const Tensor& x, const Tensor& y, int6
   return loss_sum;
 }
 
-Tensor accumulate_and_step(Model& model, Optimizer& optimizer, const Tensor& x, const Tensor& y, int64_t accum) {
+Tensor accumulate_and_step(Model& model, Optimizer& optimizer, const Tensor& x, const Tensor& y, int64_t accum,
+                           int64_t counted, BatchStart start) {
   model.zero_grad();
-  Tensor loss_sum = accumulate_gradients(model, x, y, accum, 1.0 / double(x.dim() >= 1 ? x.size(0) : 1));
+  Tensor loss_sum = accumulate_gradients(model, x, y, accum, gradient_scale(counted), start);
   optimizer.step();
   return loss_sum;
 }
 
-double train_step(Model& model, Optimizer& optimizer, const Tensor& x, const Tensor& y, int64_t accum) {
-  return accumulate_and_step(model, optimizer, x, y, accum).item() / double(x.size(0));
+double train_step(Model& model, Optimizer& optimizer, const Tensor& x, const Tensor& y, int64_t accum,
+                  BatchStart start) {
+  const int64_t counted = counted_targets(y);
+  return accumulate_and_step(model, optimizer, x, y, accum, counted, start).item() / double(counted);
 }
 
 namespace {
@@ -76,23 +95,32 @@ EvalResult evaluate_batch(Model& model, const Tensor& x, const Tensor& y) {
   autograd::NoGradGuard no_grad;
   EvalMode eval_mode(model);
   Tensor logp = model.forward(x);
+  DPCORE_CHECK(logp.numel() == y.numel() * model.num_classes(), "evaluation: output ", logp.str(), " for targets ",
+               y.str(), " of ", model.num_classes(), " classes");
   EvalResult r;
-  r.loss_sum = ops::nll_loss(logp, y, ops::Reduction::Sum).item();
   r.samples = x.size(0);
   Tensor host = logp.to(Device::cpu());
   auto targets = y.to_vector<int64_t>();
-  int64_t classes = logp.size(1);
-  auto count_hits = [&](auto* p) {
-    for (int64_t i = 0; i < r.samples; ++i) {
+  const int64_t classes = model.num_classes();
+  // Row i of the output's [targets, classes] view is target i's log-probabilities.
+  auto add_up = [&](auto* p) {
+    for (size_t i = 0; i < targets.size(); ++i) {
+      const int64_t target = targets[i];
+      if (target == kernels::kDefaultIgnoreIndex) continue;
+      DPCORE_CHECK(target >= 0 && target < classes, "evaluation: target ", target, " at position ", i,
+                   " is outside [0, ", classes, ") and is not ignore_index ", kernels::kDefaultIgnoreIndex);
+      const auto* row = p + int64_t(i) * classes;
       int64_t best = 0;
       for (int64_t c = 1; c < classes; ++c) {
-        if (p[i * classes + c] > p[i * classes + best]) best = c;
+        if (row[c] > row[best]) best = c;
       }
-      r.correct += best == targets[size_t(i)];
+      r.correct += best == target;
+      r.loss_sum -= double(row[target]);
+      ++r.targets;
     }
   };
-  if (host.dtype() == DType::Float32) count_hits(host.data<float>());
-  else count_hits(host.data<double>());
+  if (host.dtype() == DType::Float32) add_up(host.data<float>());
+  else add_up(host.data<double>());
   return r;
 }
 

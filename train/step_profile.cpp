@@ -53,7 +53,7 @@ double measure_busy_slowdown(const std::function<std::unique_ptr<layers::Model>(
   }
   auto batch_of = [&](const std::vector<float>& x, const std::vector<int64_t>& y) {
     data::Batch b;
-    b.size = int64_t(y.size()), b.c = sample[0], b.h = sample[1], b.w = sample[2];
+    b.size = int64_t(y.size()), b.sample = sample;
     b.images = x.data(), b.labels = y.data();
     return b;
   };
@@ -91,7 +91,7 @@ scaling::StepProfile measure_step_profile(layers::Model& model, const Tensor& x,
   Sgd optimizer(params, config);
   std::vector<double> forward, backward, step;
   std::vector<std::vector<double>> ready_after(count);
-  const double grad_scale = 1.0 / double(x.size(0));
+  const double grad_scale = gradient_scale(counted_targets(y));  // as a training step seeds it
   int64_t output_bytes = 0;
   for (int i = 0; i < warmup + steps; ++i) {
     model.zero_grad();

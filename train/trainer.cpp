@@ -69,17 +69,18 @@ std::unique_ptr<Model> build_model(const std::string& flag, const data::Dataset&
 // Test loss and accuracy over a whole dataset, in evaluation mode.
 EpochMetrics evaluate_dataset(Model& model, const data::Dataset& test, int64_t batch) {
   data::Batch all;  // the whole dataset as one host batch, cut into `batch` rows at a time
-  all.size = test.n, all.c = test.c, all.h = test.h, all.w = test.w;
+  all.size = test.n, all.sample = {test.c, test.h, test.w};
   all.images = test.images.data(), all.labels = test.labels.data();
   EvalResult total;
   for (int64_t begin = 0; begin < test.n; begin += batch) {
     auto [x, y] = batch_tensors(batch_rows(all, begin, std::min(begin + batch, test.n)), model.device());
     EvalResult r = evaluate_batch(model, x, y);
     total.loss_sum += r.loss_sum, total.correct += r.correct, total.samples += r.samples;
+    total.targets += r.targets;
   }
-  EpochMetrics m;
-  m.test_loss = total.samples ? total.loss_sum / double(total.samples) : 0;
-  m.test_accuracy = total.samples ? double(total.correct) / double(total.samples) : 0;
+  EpochMetrics m;  // over the counted targets: the samples, for one class per sample
+  m.test_loss = total.targets ? total.loss_sum / double(total.targets) : 0;
+  m.test_accuracy = total.targets ? double(total.correct) / double(total.targets) : 0;
   return m;
 }
 
@@ -207,10 +208,12 @@ std::unique_ptr<StepRunner> set_up_runner(const TrainOptions& o, const data::Dat
 struct EpochTotals {
   Tensor loss_sum;           // summed training loss; stays on the device, read only when reported
   int64_t samples = 0;
+  int64_t targets = 0;       // the counted targets loss_sum sums over
   double train_seconds = 0;  // in the runner's steps only: not evaluation, reporting or checkpoints
-  // --skip-nonfinite: steps not applied, and their samples (counted in `samples`, for the
+  // --skip-nonfinite: steps not applied, and their samples and targets (counted in
+  // `samples` and `targets`, for the
   // speed, but not in the training loss, which would be NaN)
-  int64_t skipped_steps = 0, skipped_samples = 0;
+  int64_t skipped_steps = 0, skipped_samples = 0, skipped_targets = 0;
 };
 
 // One `dpcore train` job. The constructor sets everything up (options, data, model,
@@ -233,7 +236,7 @@ class TrainingRun {
   void take_step(const data::Batch& batch, int64_t epoch);
   // --skip-nonfinite: step `step` was not applied. Logs it; stops the run after
   // --max-skipped such steps in a row.
-  void note_skipped_step(int64_t step, int64_t samples);
+  void note_skipped_step(int64_t step, const StepStats& s);
   // --on-replica-failure shrink: logs and records each replica the step dropped.
   void note_dropped_replicas(const std::vector<ReplicaDropped>& dropped);
   // Too few replicas left to go on: a final checkpoint of the last completed step, then the
@@ -416,12 +419,12 @@ void TrainingRun::take_step(const data::Batch& batch, int64_t epoch) {
     out_ << render(explain_step(*runner_, batch, s)) << std::flush;
   }
   if (s.skipped) {
-    note_skipped_step(progress_.step + 1, s.samples);
+    note_skipped_step(progress_.step + 1, s);
   } else {
     skipped_in_row_ = 0;
     backend_for(totals_.loss_sum.device()).add(totals_.loss_sum, s.loss_sum, totals_.loss_sum);
   }
-  totals_.samples += s.samples;
+  totals_.samples += s.samples, totals_.targets += s.targets;
   ++progress_.step;
   progress_.position = loader_->position();
   if (o_.checkpoint_every > 0 && progress_.step % o_.checkpoint_every == 0) checkpoint();
@@ -432,10 +435,10 @@ void TrainingRun::take_step(const data::Batch& batch, int64_t epoch) {
   if (report_due()) report_step(s, epoch);
 }
 
-void TrainingRun::note_skipped_step(int64_t step, int64_t samples) {
+void TrainingRun::note_skipped_step(int64_t step, const StepStats& s) {
   const int64_t max = o_.parallel.guards.max_skipped;
   ++totals_.skipped_steps;
-  totals_.skipped_samples += samples;
+  totals_.skipped_samples += s.samples, totals_.skipped_targets += s.targets;
   if (skipped_in_row_++ == 0) first_skipped_ = step;
   out_ << (bar_ ? "\n" : "") << "step " << step << " skipped: NaN or Inf in the loss or the gradients "
        << "(--skip-nonfinite: parameters and optimizer state unchanged; " << skipped_in_row_
@@ -477,7 +480,7 @@ void TrainingRun::report_step(const StepStats& last, int64_t epoch) const {
   std::ostringstream line;
   line << std::fixed << "step " << progress_.step << "/" << total_steps_ << "  epoch " << epoch + 1 << "  loss ";
   // (--sync async reports the pieces applied since the last step: possibly none yet.)
-  if (last.samples > 0) line << std::setprecision(4) << last.loss_sum.item() / double(last.samples);
+  if (last.samples > 0) line << std::setprecision(4) << last.loss_sum.item() / double(last.targets);
   else line << "-";
   line << "  " << std::setprecision(0)
        << (totals_.train_seconds > 0 ? double(totals_.samples) / totals_.train_seconds : 0) << " samples/s  ETA "
@@ -498,7 +501,7 @@ void TrainingRun::settle_runner() {
   totals_.train_seconds += seconds;
   breakdown_.add_step(seconds, s.times, 0.0, s.samples);
   backend_for(totals_.loss_sum.device()).add(totals_.loss_sum, s.loss_sum, totals_.loss_sum);
-  totals_.samples += s.samples;
+  totals_.samples += s.samples, totals_.targets += s.targets;
 }
 
 void TrainingRun::evaluate_mid_epoch(int64_t epoch) {
@@ -518,8 +521,8 @@ void TrainingRun::end_epoch(int64_t epoch) {
   metrics_->write(m);
   result_.epochs.push_back(m);
   totals_.loss_sum.zero_();
-  totals_.samples = 0, totals_.train_seconds = 0;
-  totals_.skipped_steps = totals_.skipped_samples = 0;
+  totals_.samples = totals_.targets = 0, totals_.train_seconds = 0;
+  totals_.skipped_steps = totals_.skipped_samples = totals_.skipped_targets = 0;
   breakdown_.reset();
 }
 
@@ -530,7 +533,7 @@ EpochMetrics TrainingRun::epoch_metrics(int64_t epoch) {
   m.replica_samples_per_s = breakdown_.replica_samples_per_s(), m.shares = breakdown_.shares();
   m.epoch = epoch + 1, m.step = progress_.step, m.lr = last_lr_;
   m.grad_norm = runner_->optimizer().last_grad_norm();
-  const int64_t counted = totals_.samples - totals_.skipped_samples;  // the steps applied
+  const int64_t counted = totals_.targets - totals_.skipped_targets;  // of the steps applied
   m.train_loss = counted ? totals_.loss_sum.item() / double(counted) : 0;
   m.skipped_steps = totals_.skipped_steps;
   m.seconds = totals_.train_seconds;

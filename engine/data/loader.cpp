@@ -22,6 +22,12 @@ HostAllocator aligned_host_allocator() {
           nullptr};  // copies out of plain memory are done when the call that made them returns
 }
 
+int64_t Batch::sample_numel() const {
+  int64_t n = 1;
+  for (int64_t d : sample) n *= d;
+  return n;
+}
+
 // Rewrites `order` (already n long) in place, so that steady state allocates nothing.
 static void fill_sample_order(std::vector<int64_t>& order, bool shuffle, uint64_t seed, int64_t epoch) {
   std::iota(order.begin(), order.end(), int64_t(0));
@@ -204,9 +210,7 @@ Batch DataLoader::gather(int slot, LoaderPosition pos) {
   }
   Batch b;
   b.size = size;
-  b.c = data_.c;
-  b.h = data_.h;
-  b.w = data_.w;
+  b.sample = {data_.c, data_.h, data_.w};
   b.images = images;
   b.labels = labels;
   b.epoch = pos.epoch;

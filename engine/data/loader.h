@@ -63,13 +63,24 @@ struct LoaderPosition {
   bool operator==(const LoaderPosition& o) const { return epoch == o.epoch && batch == o.batch; }
 };
 
-// Points into one of the loader's buffers, valid until the next call to next() or seek().
+// A batch in host memory: the loader's points into one of its buffers, valid until the next
+// call to next() or seek(). The inputs are float values (images [size, C, H, W], per-token
+// features [size, T, F], ...) or, for a model that takes them (Model::takes_token_ids),
+// int64 token ids [size, T]: exactly one of `images` and `ids` is set. The labels are one
+// class per sample (labels_per_sample 1: classification) or one per token (T: a per-token
+// output such as masked-LM), where an entry may be ignore_index (kernels/index_check.h)
+// and then counts for nothing.
 struct Batch {
-  int64_t size = 0;  // samples; the last batch of an epoch may be smaller unless drop_last
-  int64_t c = 0, h = 0, w = 0;
-  const float* images = nullptr;    // size x c x h x w
-  const int64_t* labels = nullptr;  // size
+  int64_t size = 0;                 // samples; the last batch of an epoch may be smaller unless drop_last
+  std::vector<int64_t> sample;      // one sample's input shape: {C, H, W}, {T, F}, {T}, ...
+  const float* images = nullptr;    // float inputs, size x sample
+  const int64_t* ids = nullptr;     // or int64 token ids, size x sample
+  const int64_t* labels = nullptr;  // size x labels_per_sample
+  int64_t labels_per_sample = 1;
   int64_t epoch = 0, index = 0;     // which batch of which epoch this is
+
+  int64_t sample_numel() const;     // elements of one sample's input
+  bool token_ids() const { return ids != nullptr; }
 };
 
 // The order in which epoch `epoch` visits samples 0..n-1 (see the top of this file).

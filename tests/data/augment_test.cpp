@@ -81,7 +81,7 @@ Batches read_batches(DataLoader& loader, int epochs) {
   Batches out;
   Batch b;
   for (int e = 0; e < epochs; ++e)
-    while (loader.next(b)) out[{b.epoch, b.index}].assign(b.images, b.images + b.size * b.c * b.h * b.w);
+    while (loader.next(b)) out[{b.epoch, b.index}].assign(b.images, b.images + b.size * b.sample_numel());
   return out;
 }
 

@@ -56,7 +56,7 @@ Epoch run_epoch(DataLoader& loader) {
   Epoch e;
   Batch b;
   while (loader.next(b)) {
-    EXPECT_EQ(b.c * b.h * b.w, 6);
+    EXPECT_EQ(b.sample_numel(), 6);
     e.sizes.push_back(b.size);
     for (int64_t id : samples_of(b)) e.order.push_back(id);
   }

@@ -3,6 +3,7 @@
 
 #include "layers/weights.h"
 #include "layers/zoo.h"
+#include "support/error_of.h"
 #include "support/test_support.h"
 
 namespace dpcore::layers {
@@ -204,6 +205,27 @@ TEST(ModelShapes, AnyInputRankAndPerTokenOutputs) {
       EXPECT_NEAR(logp[row * 4 + c], double(x[row * 4 + c]) - max - std::log(total), 1e-6) << row << " " << c;
     }
   }
+}
+
+TEST(ModelShapes, LinearActsOnTheLastDimensionOfAnyLeadingOnes) {
+  Linear fc(4, 3);
+  EXPECT_EQ(fc.output_shape({2, 5, 4}), (Shape{2, 5, 3}));
+  EXPECT_EQ(fc.output_shape({2, 6, 5, 4}), (Shape{2, 6, 5, 3}));
+  expect_parts(testing::error_of([&] { fc.output_shape({2, 5, 7}); }),
+               {"input [2, 5, 7] has 7 features", "takes 4", "output [2, 5, 3]"});
+  // A layer spec gives per-token logits from per-token features: [N, T, F] -> [N, T, C].
+  Model m(parse_layer_spec("linear(8) relu linear(3)", {5, 4}), {5, 4});
+  EXPECT_EQ(m.output_shape(), (Shape{5, 3}));
+  EXPECT_EQ(m.num_classes(), 3);
+  Tensor x = Tensor::from_vector(testing::random_vector<float>(2 * 5 * 4, 3), {2, 5, 4});
+  EXPECT_EQ(m.forward(x).shape(), (Shape{2, 5, 3}));
+  // Token by token, the model is the same network on [N * T, F] rows.
+  const FlatParameters& p = m.parameters();
+  Tensor rows = x.view({10, 4});
+  Tensor hidden = ops::relu(ops::linear(rows, p.param(0), p.param(1)));
+  EXPECT_EQ(m.forward_logits(x).to_vector<float>(), ops::linear(hidden, p.param(2), p.param(3)).to_vector<float>());
+  // An image-shaped input to a spec's linear is still the forgotten flatten.
+  EXPECT_NE(spec_error("conv(4,3) linear(10)", {3, 8, 8}).find("add flatten before it"), std::string::npos);
 }
 
 // Records the positions it is given (what dropout keys its masks with).

@@ -28,7 +28,7 @@ Data make_data(const Shape& in, int64_t n, uint64_t seed) {
   Data d;
   d.images = testing::random_vector<float>(size_t(n * in[0] * in[1] * in[2]), seed);
   for (int64_t i = 0; i < n; ++i) d.labels.push_back((i * 3 + int64_t(seed)) % 10);
-  d.batch.size = n, d.batch.c = in[0], d.batch.h = in[1], d.batch.w = in[2];
+  d.batch.size = n, d.batch.sample = in;
   d.batch.images = d.images.data(), d.batch.labels = d.labels.data();
   return d;
 }

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/index_check.h"
 #include "train/runner.h"
 #include "layers/zoo.h"
 #include "support/test_support.h"
@@ -25,7 +26,7 @@ inline HostBatch make_batch(int64_t n, uint64_t seed) {
   HostBatch h;
   h.images = random_vector<float>(size_t(n * 3 * 32 * 32), seed);
   for (int64_t i = 0; i < n; ++i) h.labels.push_back((i * 7 + int64_t(seed)) % 10);
-  h.batch.size = n, h.batch.c = 3, h.batch.h = 32, h.batch.w = 32;
+  h.batch.size = n, h.batch.sample = {3, 32, 32};
   h.batch.images = h.images.data(), h.batch.labels = h.labels.data();
   return h;
 }
@@ -37,18 +38,71 @@ inline std::unique_ptr<layers::Model> simplenet(uint64_t seed = 5, Device device
 
 const SgdConfig kSgd{0.05, 0.9, 0.0, 0.001, true};
 
-// Parameters after `steps` steps of `runner` on batches make_batch(n, 100 + step).
-inline std::vector<float> train_with(train::StepRunner& runner, int64_t n, int steps) {
+// Parameters after `steps` steps of `runner` on the batches make(step) (step from 0), each
+// step numbered as the trainer numbers it (from 1).
+template <class MakeBatch>
+std::vector<float> train_on(train::StepRunner& runner, int steps, MakeBatch make) {
   for (int s = 0; s < steps; ++s) {
-    HostBatch b = make_batch(n, uint64_t(100 + s));
+    auto b = make(s);
+    runner.set_step_number(s + 1);
     runner.step(b.batch);
   }
   return runner.model().parameters().values().to_vector<float>();
 }
 
+// Parameters after `steps` steps of `runner` on batches make_batch(n, 100 + step).
+inline std::vector<float> train_with(train::StepRunner& runner, int64_t n, int steps) {
+  return train_on(runner, steps, [n](int s) { return make_batch(n, uint64_t(100 + s)); });
+}
+
 inline std::vector<float> reference_params(int64_t n, int steps, Device device = Device::cpu()) {
   train::SingleDeviceRunner single(simplenet(5, device), kSgd, 1);
   return train_with(single, n, steps);
+}
+
+// Per-token batches, for the tests of weighting by counted targets: kTokens tokens of
+// kTokenFeatures float values per sample and labels [n, kTokens] of kTokenClasses classes.
+// Sample i counts its first (i^2 + 2 i + seed) % (kTokens + 1) tokens and the rest are
+// ignore_index: from none to all, so micro-batches and replicas hold different numbers of
+// counted tokens.
+constexpr int64_t kTokens = 5, kTokenFeatures = 4, kTokenClasses = 6;
+
+struct TokenBatch {
+  std::vector<float> values;
+  std::vector<int64_t> labels;
+  data::Batch batch;
+};
+
+inline TokenBatch make_token_batch(int64_t n, uint64_t seed) {
+  TokenBatch t;
+  t.values = random_vector<float>(size_t(n * kTokens * kTokenFeatures), seed);
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t counted = (i * i + 2 * i + int64_t(seed)) % (kTokens + 1);
+    for (int64_t k = 0; k < kTokens; ++k) {
+      t.labels.push_back(k < counted ? (i * 7 + k * 3 + int64_t(seed)) % kTokenClasses : kernels::kDefaultIgnoreIndex);
+    }
+  }
+  t.batch.size = n, t.batch.sample = {kTokens, kTokenFeatures}, t.batch.labels_per_sample = kTokens;
+  t.batch.images = t.values.data(), t.batch.labels = t.labels.data();
+  return t;
+}
+
+// Per-token logits [n, kTokens, kTokenClasses] from a layer spec.
+inline std::unique_ptr<layers::Model> token_net(uint64_t seed = 5) {
+  const Shape input{kTokens, kTokenFeatures};
+  auto net = layers::parse_layer_spec("linear(8) relu linear(" + std::to_string(kTokenClasses) + ")", input);
+  return std::make_unique<layers::Model>(std::move(net), input, Device::cpu(), DType::Float32, seed);
+}
+
+// Parameters after `steps` steps of `runner` on batches make_token_batch(n, 100 + step).
+inline std::vector<float> train_tokens_with(train::StepRunner& runner, int64_t n, int steps) {
+  return train_on(runner, steps, [n](int s) { return make_token_batch(n, uint64_t(100 + s)); });
+}
+
+// The reference: one device, the whole batch in one micro-batch.
+inline std::vector<float> token_reference_params(int64_t n, int steps) {
+  train::SingleDeviceRunner single(token_net(), kSgd, 1);
+  return train_tokens_with(single, n, steps);
 }
 
 // For batch norm across replicas: a small network with batch norm in the stem, in a

@@ -17,6 +17,7 @@
 
 #include "engine/sgd.h"
 #include "engine/backend.h"
+#include "kernels/index_check.h"
 #include "layers/zoo.h"
 #include "support/test_support.h"
 #include "train/runner.h"
@@ -316,10 +317,11 @@ struct HostBatch {
   std::vector<float> images;
   std::vector<int64_t> labels;
   data::Batch view;
-  explicit HostBatch(int step, int64_t size = kBatch) {
+  // (The first `ignored` labels are ignore_index.)
+  explicit HostBatch(int step, int64_t size = kBatch, int64_t ignored = 0) {
     images = testing::random_vector<float>(size_t(size * 36), uint64_t(100 + step));
-    for (int64_t i = 0; i < size; ++i) labels.push_back((i * 3 + step) % 5);
-    view.size = size, view.c = 1, view.h = 6, view.w = 6;
+    for (int64_t i = 0; i < size; ++i) labels.push_back(i < ignored ? kernels::kDefaultIgnoreIndex : (i * 3 + step) % 5);
+    view.size = size, view.sample = {1, 6, 6};
     view.images = images.data(), view.labels = labels.data();
   }
 };
@@ -331,7 +333,7 @@ struct Reference {
   explicit Reference(const SgdConfig& config) : sgd(model->parameters(), config) {}
   double step(const HostBatch& b) {
     auto [x, y] = batch_tensors(b.view, Device::cpu());
-    return accumulate_and_step(*model, sgd, x, y, 2).item();
+    return accumulate_and_step(*model, sgd, x, y, 2, counted_targets(b.view)).item();
   }
 };
 
@@ -367,6 +369,24 @@ TEST(GraphRunner, ABatchOfAnotherSizeRunsEagerly) {
     EXPECT_EQ(runner.step(b.view).loss_sum.item(), ref.step(b)) << "step " << step;
   }
   EXPECT_EQ(backend.recordings, 1);
+  EXPECT_EQ(values(runner.model()), values(*ref.model));
+}
+
+// A batch of the recorded size whose counted targets differ (ignore_index labels) needs
+// another gradient scale than the one recorded: it runs eagerly, and the next batch with
+// the recorded count replays again.
+TEST(GraphRunner, ABatchWithAnotherCountOfTargetsRunsEagerly) {
+  RecordingBackend backend;
+  SingleDeviceRunner runner(small_model(), kSgd, 2);
+  Reference ref(kSgd);
+  for (int step = 0; step < 5; ++step) {
+    HostBatch b(step, kBatch, step == 3 ? 2 : 0);
+    const StepStats stats = runner.step(b.view);
+    EXPECT_EQ(stats.loss_sum.item(), ref.step(b)) << "step " << step;
+    EXPECT_EQ(stats.targets, step == 3 ? kBatch - 2 : kBatch);
+  }
+  EXPECT_EQ(backend.recordings, 1);
+  EXPECT_TRUE(runner.replaying());
   EXPECT_EQ(values(runner.model()), values(*ref.model));
 }
 

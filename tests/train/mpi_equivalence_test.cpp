@@ -46,6 +46,24 @@ TEST(MpiLocalSgd, OneStepPeriodEqualsSingleReplicaTraining) {
   EXPECT_LE(testing::relative_difference(got, testing::reference_params(13, 5)), 1e-5) << runner->describe();
 }
 
+// Per-token labels with uneven counted tokens per sample: each process counts the targets of
+// the whole batch it holds, so every rank's 1/M is the global one and ddp, with uneven
+// shares and accumulation, and local:1 (averaging weighted by counted tokens) equal the
+// one-device full-batch step.
+TEST(MpiTokens, UnevenCountedTokensEqualTheOneDeviceStep) {
+  for (const std::string& sync : {"full", "local:1"}) {
+    train::ParallelOptions options;
+    options.mode = "ddp", options.backend = "mpi", options.sync = sync, options.timeout_s = 120;
+    // Uneven shares: weights 5,1,2,... one per process.
+    const int world = comm::mpirun_launch() ? comm::mpirun_launch()->size : 1;
+    options.replicas = world, options.split = "weights:5";
+    for (int k = 1; k < world; ++k) options.split += "," + std::to_string(k);
+    auto runner = train::make_runner(testing::token_net(), kSgd, sync == "full" ? 2 : 1, options);
+    auto got = testing::train_tokens_with(*runner, 13, 3);
+    EXPECT_LE(testing::relative_difference(got, testing::token_reference_params(13, 3)), 1e-5) << runner->describe();
+  }
+}
+
 TEST(MpiDdp, EvenSplit) { expect_equivalent(1, "even"); }
 TEST(MpiDdp, SyncBatchNorm) { expect_sync_batch_norm_equivalent(1, "even"); }
 // (Micro-batches of 7 share out 4,3 over 2 processes and 3,3,1 over 3: uneven.)

@@ -137,7 +137,7 @@ TEST(LocalSgd, AveragesReplicasWeightedBySamples) {
     for (int s = 1; s <= 2; ++s) {
       testing::HostBatch b = testing::make_batch(n, uint64_t(100 + s));
       auto [x, y] = batch_tensors(batch_rows(b.batch, begin, end), Device::cpu());
-      accumulate_and_step(*model, sgd, x, y, 1);
+      accumulate_and_step(*model, sgd, x, y, 1, y.size(0));
     }
     return params_of(*model);
   };
@@ -168,7 +168,7 @@ TEST(LocalSgd, AveragesAdamsMomentsAsItAveragesMomentum) {
     for (int s = 1; s <= 2; ++s) {
       testing::HostBatch b = testing::make_batch(n, uint64_t(100 + s));
       auto [x, y] = batch_tensors(batch_rows(b.batch, begin, end), Device::cpu());
-      accumulate_and_step(*model, adam, x, y, 1);
+      accumulate_and_step(*model, adam, x, y, 1, y.size(0));
     }
     return Local{params_of(*model), adam.exp_avg().to_vector<float>(), adam.exp_avg_sq().to_vector<float>()};
   };
@@ -210,7 +210,7 @@ TEST(LocalSgd, AReplicaWithAnEmptyShareDoesNotStep) {
       if (rows[s].first == rows[s].second) continue;
       testing::HostBatch b = testing::make_batch(sizes[s], uint64_t(100 + s));
       auto [x, y] = batch_tensors(batch_rows(b.batch, rows[s].first, rows[s].second), Device::cpu());
-      accumulate_and_step(*model, *sgd, x, y, 1);
+      accumulate_and_step(*model, *sgd, x, y, 1, y.size(0));
     }
     return std::make_pair(params_of(*model), sgd->momentum().to_vector<float>());
   };

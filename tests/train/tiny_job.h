@@ -33,7 +33,7 @@ inline TinyBatch tiny_batch(uint64_t seed, int64_t size = kBatch) {
   TinyBatch b;
   b.images = testing::random_vector<float>(size_t(size * 64), seed);
   for (int64_t i = 0; i < size; ++i) b.labels.push_back((i * 3 + int64_t(seed)) % 4);
-  b.batch.size = size, b.batch.c = 1, b.batch.h = 8, b.batch.w = 8;
+  b.batch.size = size, b.batch.sample = {1, 8, 8};
   b.batch.images = b.images.data(), b.batch.labels = b.labels.data();
   return b;
 }
