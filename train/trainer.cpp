@@ -19,6 +19,7 @@
 #include "engine/seconds_since.h"
 #include "engine/trace.h"
 #include "train/checkpoint.h"
+#include "train/class_to_idx.h"
 #include "train/checkpoint_files.h"
 #include "train/explain.h"
 #include "train/lr_schedule.h"
@@ -227,6 +228,7 @@ class TrainingRun {
   void restore_state();
   std::unique_ptr<data::DataLoader> make_loader() const;
   void print_header() const;
+  void print_image_folder() const;  // an image folder's class_to_idx and the files it skipped
 
   // Trains on the rest of epoch `epoch`: false when the run reached its last step first.
   bool train_epoch(int64_t epoch);
@@ -289,7 +291,8 @@ class TrainingRun {
 TrainingRun::TrainingRun(const TrainOptions& options, std::ostream& primary_out)
     : o_(checked(options)),
       device_(set_up_device(o_)),
-      data_(data::load_data(data::parse_data_spec(o_.data), o_.normalize)),
+      data_(data::load_data(data::parse_data_specs(o_.data, o_.val_data, {o_.workers, o_.skip_bad_images}),
+                            o_.normalize)),
       runner_(set_up_runner(o_, data_.train, device_)),
       primary_(runner_->is_primary()),
       out_(primary_ ? primary_out : silent_) {
@@ -353,6 +356,16 @@ void TrainingRun::print_header() const {
   const data::Augment augment = data::parse_augment(o_.augment);
   if (!augment.none()) out_ << ", augment " << data::describe(augment);
   out_ << std::endl;
+  print_image_folder();
+}
+
+void TrainingRun::print_image_folder() const {
+  if (data_.train.class_names.empty()) return;
+  out_ << "class_to_idx: " << class_to_idx_json(data_.train.class_names) << std::endl;
+  for (const data::Dataset* d : {&data_.train, &data_.test})
+    if (!d->skipped.empty())
+      out_ << "--skip-bad-images: left out " << d->skipped.size() << " file" << (d->skipped.size() == 1 ? "" : "s")
+           << " of " << d->name << " that did not decode, the first " << d->skipped.front() << std::endl;
 }
 
 TrainResult TrainingRun::run() {
@@ -584,6 +597,11 @@ void TrainingRun::save_final_weights() {
   if (!primary_) return;
   layers::save_weights(runner_->model(), o_.save);
   out_ << "saved weights to " << o_.save << "\n";
+  if (!data_.train.class_names.empty()) {
+    const std::string classes = class_to_idx_path(o_.save);
+    save_class_to_idx(data_.train.class_names, classes);
+    out_ << "saved class_to_idx to " << classes << "\n";
+  }
 }
 
 }  // namespace

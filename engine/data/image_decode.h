@@ -1,7 +1,7 @@
 // Decoding one image file's bytes to 8-bit RGB, pixel for pixel what PIL's
 // Image.open(f).convert("RGB") gives (torchvision's default ImageFolder loader): JPEG through
 // libjpeg-turbo's TurboJPEG API, PNG through libpng. The format comes from the bytes, never
-// from the file name. How each kind of file is converted (docs/images.md):
+// from the file name. How each kind of file is converted (docs/image-folders.md):
 //   grayscale              R = G = B = the grey value (1, 2 and 4-bit grey scaled to 0..255)
 //   palette                the palette's RGB entries
 //   alpha (RGBA, LA, tRNS) dropped, not composited
