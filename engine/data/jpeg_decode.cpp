@@ -20,16 +20,21 @@ inline int muldiv255(int a, int b) {
 }
 
 // PIL reads a CMYK JPEG as Adobe's inverted CMYK ("CMYK;I") and converts to RGB with
-// cmyk2rgb: channel = clip(255 - k - c * (255 - k) / 255). `stored` holds the inverted
-// values as the file stores them (and TurboJPEG returns them), so 255 - k is stored k.
-void cmyk_to_rgb(const std::vector<uint8_t>& stored, RgbImage& out) {
-  for (size_t p = 0; p < size_t(out.h * out.w); ++p) {
-    const int nk = stored[p * 4 + 3];
+// cmyk2rgb: channel = clip(255 - k - c * (255 - k) / 255). `pixels` holds n pixels of the
+// inverted values as the file stores them (and TurboJPEG returns them), so 255 - k is the
+// stored k; they become n RGB pixels in place (pixel p's RGB is written at 3p, at or before
+// its CMYK at 4p, which is read first).
+void cmyk_to_rgb_in_place(std::vector<uint8_t>& pixels, size_t n) {
+  for (size_t p = 0; p < n; ++p) {
+    const int nk = pixels[p * 4 + 3];
+    int rgb[3];
     for (int ch = 0; ch < 3; ++ch) {
-      const int v = nk - muldiv255(255 - stored[p * 4 + size_t(ch)], nk);
-      out.pixels[p * 3 + size_t(ch)] = uint8_t(v < 0 ? 0 : v);
+      const int v = nk - muldiv255(255 - pixels[p * 4 + size_t(ch)], nk);
+      rgb[ch] = v < 0 ? 0 : v;
     }
+    for (int ch = 0; ch < 3; ++ch) pixels[p * 3 + size_t(ch)] = uint8_t(rgb[ch]);
   }
+  pixels.resize(n * 3);
 }
 
 }  // namespace
@@ -46,15 +51,11 @@ RgbImage decode_jpeg(const uint8_t* bytes, size_t size, const std::string& sourc
     throw BadImage(source + ": corrupt or truncated JPEG header: " +
                    (failed ? tjGetErrorStr2(tj.get()) : "no image size before the data ends"));
   check_image_size(h, w, source);
-  RgbImage out;
-  out.h = h;
-  out.w = w;
-  out.pixels.resize(size_t(h) * size_t(w) * 3);
   const bool cmyk = colorspace == TJCS_CMYK || colorspace == TJCS_YCCK;
-  std::vector<uint8_t> stored_cmyk(cmyk ? size_t(h) * size_t(w) * 4 : 0);
-  unsigned char* dst = cmyk ? stored_cmyk.data() : out.pixels.data();
-  if (tjDecompress2(tj.get(), data, static_cast<unsigned long>(size), dst, w, 0, h, cmyk ? TJPF_CMYK : TJPF_RGB,
-                    0) != 0) {
+  const size_t n = size_t(h) * size_t(w);
+  std::vector<uint8_t> pixels(n * (cmyk ? 4 : 3));
+  if (tjDecompress2(tj.get(), data, static_cast<unsigned long>(size), pixels.data(), w, 0, h,
+                    cmyk ? TJPF_CMYK : TJPF_RGB, 0) != 0) {
     const std::string message = tjGetErrorStr2(tj.get());
     // libjpeg's warnings about damaged data it decoded anyway ("Corrupt JPEG data: 3
     // extraneous bytes before marker") PIL ignores too; a file that ends early PIL refuses
@@ -63,8 +64,8 @@ RgbImage decode_jpeg(const uint8_t* bytes, size_t size, const std::string& sourc
     if (tjGetErrorCode(tj.get()) != TJERR_WARNING || truncated)
       throw BadImage(source + (truncated ? ": truncated JPEG: " : ": corrupt JPEG: ") + message);
   }
-  if (cmyk) cmyk_to_rgb(stored_cmyk, out);
-  return out;
+  if (cmyk) cmyk_to_rgb_in_place(pixels, n);
+  return RgbImage{h, w, std::move(pixels)};
 }
 
 }  // namespace dpcore::data

@@ -58,6 +58,12 @@ bool read_pixels(png_structp png, png_infop info, PngPixels& out) {
     out.too_large = true;
     return false;
   }
+  // Deflate compresses at most 1032:1: a file too short for its header's image size is cut
+  // short, and is refused before its size is allocated.
+  const auto* in = static_cast<const PngSource*>(png_get_io_ptr(png));
+  const double pixel_bytes = double(w) * double(h) * png_get_channels(png, info) * depth / 8;
+  if (pixel_bytes > 1032.0 * double(in->size - in->pos) + 1024)
+    png_error(png, "truncated PNG: the file is too short for its image size");
   // PIL opens 16-bit grey as mode I (32-bit integers), and convert("RGB") clips to 255:
   // keep the 16 bits and clip in decode_png. Every other 16-bit image PIL reads by its
   // high bytes, which is libpng's strip_16.

@@ -2,6 +2,7 @@
 // tests/fixtures/images (make_fixtures.py there): every pixel identical, and the broken
 // files refused with an error naming them.
 #include <gtest/gtest.h>
+#include <zlib.h>
 
 #include <fstream>
 #include <iterator>
@@ -121,6 +122,35 @@ TEST(ImageDecode, EmptyFileAndAHeaderOnlyAreBadImages) {
   EXPECT_NE(png_message.find("signature.png: corrupt PNG: truncated PNG"), std::string::npos) << png_message;
   const std::string jpeg_message = error_of([&] { decode_image(jpeg.data(), 3, "magic.jpg"); });
   EXPECT_NE(jpeg_message.find("magic.jpg: corrupt or truncated JPEG header"), std::string::npos) << jpeg_message;
+}
+
+void put_be(std::vector<uint8_t>& bytes, size_t at, uint32_t value, int size) {
+  for (int i = 0; i < size; ++i) bytes[at + size_t(i)] = uint8_t(value >> (8 * (size - 1 - i)));
+}
+
+TEST(ImageDecode, HeadersAskingForHugeImagesAreRefusedBeforeAllocating) {
+  // IHDR's width and height (bytes 16..23) made 12000 x 12000 and its CRC (29..32) redone:
+  // 432 MB of pixels (within PIL's limit) that a 200-byte file cannot hold.
+  std::vector<uint8_t> png = read_file_bytes(fixture("rgb.png"));
+  put_be(png, 16, 12000, 4);
+  put_be(png, 20, 12000, 4);
+  put_be(png, 29, uint32_t(crc32(0, png.data() + 12, 17)), 4);
+  const std::string png_message = error_of([&] { decode_image(png.data(), png.size(), "huge.png"); });
+  EXPECT_NE(png_message.find("huge.png: corrupt PNG: truncated PNG: the file is too short for its image size"),
+            std::string::npos)
+      << png_message;
+  // The baseline frame header (FF C0, length, precision, then height and width) made
+  // 65000 x 65000: beyond PIL's limit of 2 x 89478485 pixels.
+  std::vector<uint8_t> jpeg = read_file_bytes(fixture("rgb.jpg"));
+  size_t sof = 2;
+  while (sof + 1 < jpeg.size() && !(jpeg[sof] == 0xFF && jpeg[sof + 1] == 0xC0)) ++sof;
+  ASSERT_LT(sof + 9, jpeg.size());
+  put_be(jpeg, sof + 5, 65000, 2);
+  put_be(jpeg, sof + 7, 65000, 2);
+  const std::string jpeg_message = error_of([&] { decode_image(jpeg.data(), jpeg.size(), "huge.jpg"); });
+  EXPECT_NE(jpeg_message.find("huge.jpg: image size 65000 x 65000 is empty or larger than 178956970 pixels"),
+            std::string::npos)
+      << jpeg_message;
 }
 
 }  // namespace
