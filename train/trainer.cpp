@@ -19,8 +19,8 @@
 #include "engine/seconds_since.h"
 #include "engine/trace.h"
 #include "train/checkpoint.h"
-#include "train/class_to_idx.h"
 #include "train/checkpoint_files.h"
+#include "train/class_to_idx.h"
 #include "train/explain.h"
 #include "train/lr_schedule.h"
 #include "train/resume.h"
@@ -362,8 +362,9 @@ void TrainingRun::print_header() const {
 void TrainingRun::print_image_folder() const {
   if (data_.train.class_names.empty()) return;
   out_ << "class_to_idx: " << class_to_idx_json(data_.train.class_names) << std::endl;
-  for (const data::Dataset* d : {&data_.train, &data_.test})
-    if (!d->skipped.empty())
+  // (Without --val-data the test set is the train set, and its files were counted once.)
+  for (const data::Dataset* d : {&data_.train, o_.val_data.empty() ? nullptr : &data_.test})
+    if (d && !d->skipped.empty())
       out_ << "--skip-bad-images: left out " << d->skipped.size() << " file" << (d->skipped.size() == 1 ? "" : "s")
            << " of " << d->name << " that did not decode, the first " << d->skipped.front() << std::endl;
 }

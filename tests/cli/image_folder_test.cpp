@@ -54,6 +54,13 @@ TEST(CliImageFolder, TrainsPrintsAndSavesClassToIdxAndSkipsBadImages) {
   EXPECT_NE(r.output.find("test accuracy"), std::string::npos) << r.output;
   EXPECT_EQ(slurp(dir.file("w.class_to_idx.json")), "{\"cat\":0,\"dog\":1}\n");
 
+  // Without --val-data the train images are the test set: their skipped file counted once.
+  r = run("train --data imagefolder:" + train + " --skip-bad-images" + kModel + kRun);
+  ASSERT_EQ(r.status, 0) << r.output;
+  const size_t first = r.output.find("--skip-bad-images: left out 1 file");
+  EXPECT_NE(first, std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("--skip-bad-images: left out", first + 1), std::string::npos) << r.output;
+
   r = run(data);
   EXPECT_NE(r.status, 0);
   EXPECT_NE(r.output.find(train + "/dog/3.png: corrupt PNG"), std::string::npos) << r.output;
