@@ -613,7 +613,8 @@ EpochMetrics evaluate(const EvalOptions& o, std::ostream& out) {
   DPCORE_CHECK(!o.init.empty(), "eval: --init FILE.safetensors is required");
   if (o.threads > 0) runtime::set_cpu_threads(o.threads);
   Device device = resolve_device(o.device);
-  data::DataSplits data = data::load_data(data::parse_data_spec(o.data), o.normalize);
+  data::DataSplits data = data::load_data(data::parse_data_specs(o.data, o.val_data, {o.workers, o.skip_bad_images}),
+                                          o.normalize);
   auto model = build_model(o.model, data.test, device, 0);
   layers::load_weights(*model, o.init);
   EpochMetrics m = evaluate_dataset(*model, data.test, o.batch);

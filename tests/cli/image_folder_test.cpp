@@ -53,6 +53,10 @@ TEST(CliImageFolder, TrainsPrintsAndSavesClassToIdxAndSkipsBadImages) {
       << r.output;
   EXPECT_NE(r.output.find("test accuracy"), std::string::npos) << r.output;
   EXPECT_EQ(slurp(dir.file("w.class_to_idx.json")), "{\"cat\":0,\"dog\":1}\n");
+  // eval with --val-data: the two validation images, normalised with the train folder's statistics.
+  const CommandResult e = run("eval --data imagefolder:" + train + " --val-data imagefolder:" + val +
+                              " --skip-bad-images" + kModel + " --device cpu --init " + dir.file("w.safetensors"));
+  EXPECT_NE(e.output.find("on 2 samples"), std::string::npos) << e.output;
 
   // Without --val-data the train images are the test set: their skipped file counted once.
   r = run("train --data imagefolder:" + train + " --skip-bad-images" + kModel + kRun);
