@@ -1,10 +1,11 @@
-// PNG through libpng's progressive-free read API, with the transformations that give PIL's
+// PNG through libpng's sequential read API, with the transformations that give PIL's
 // convert("RGB") (image_decode.h lists them). libpng reports errors by longjmp, so the part
 // that can fail, read_pixels, holds no object with a destructor of its own: everything it
 // fills is set up by decode_png before it runs.
 #include <png.h>
 
 #include <csetjmp>
+#include <cstdio>
 #include <cstring>
 
 #include "engine/data/image_decode.h"
