@@ -62,7 +62,15 @@ const char* kWarmupHelp =
     "--lr-schedule cosine --warmup-steps 0 (or constant)";
 const char* kDataHelp =
     "fashion-mnist[:DIR] (IDX files, gzipped or not; default DIR /usr/share/datasets/fashion-mnist), "
-    "cifar10:DIR (data_batch_*.bin, test_batch.bin), or synthetic:C,H,W,CLASSES,N";
+    "cifar10:DIR (data_batch_*.bin, test_batch.bin), synthetic:C,H,W,CLASSES,N, or imagefolder:DIR (JPEG and PNG "
+    "images in torchvision's ImageFolder layout, DIR/<class>/<image>, decoded as PIL's convert(\"RGB\"), all of one "
+    "size; its test set is --val-data, or without it the same images; docs/image-folders.md)";
+
+const char* kWorkersHelp =
+    "threads decoding the images of an image folder, once, at the start (the data does not depend on the count)";
+const char* kSkipBadImagesHelp =
+    "leave out the image files of an image folder that do not decode (corrupt, truncated, not JPEG or PNG), and "
+    "print how many; default: such a file stops the run, named";
 
 // ---------------------------------------------------------------- flag rules
 // Every flag value is checked here, before anything runs, and a rejected one is refused
@@ -326,6 +334,11 @@ void add_train_flags(CLI::App& cmd, TrainOptions& o, BackendFlags& b) {
   const Rule rate = number(0, true);  // PyTorch's SGD refuses negative values; nan and inf make no sense
   cmd.add_option("--model", o.model, kModelHelp)->capture_default_str();
   cmd.add_option("--data", o.data, kDataHelp)->capture_default_str();
+  cmd.add_option("--val-data", o.val_data,
+                 "imagefolder:DIR: the test set of --data imagefolder:DIR (the same class folders); default: the "
+                 "training images");
+  with_rule(cmd.add_option("--workers", o.workers, kWorkersHelp), whole<int>(1))->capture_default_str();
+  cmd.add_flag("--skip-bad-images", o.skip_bad_images, kSkipBadImagesHelp);
   with_rule(cmd.add_option("--epochs", o.epochs, "passes over the training set"), whole<int64_t>(1))->capture_default_str();
   with_rule(cmd.add_option("--steps", o.steps, "total optimizer steps (overrides --epochs; with --resume, the total to reach)"),
             whole<int64_t>(0));
@@ -535,6 +548,11 @@ int main(int argc, char** argv) {
   eval_cmd->add_option("--model", eval.model, kModelHelp)->capture_default_str();
   eval_cmd->add_option("--init", eval.init, "weights to evaluate (safetensors)")->required();
   eval_cmd->add_option("--data", eval.data, kDataHelp)->capture_default_str();
+  eval_cmd->add_option("--val-data", eval.val_data,
+                       "imagefolder:DIR: evaluate on these images, normalised with --data imagefolder:DIR's statistics "
+                       "as in training (default: --data's own images and statistics)");
+  with_rule(eval_cmd->add_option("--workers", eval.workers, kWorkersHelp), whole<int>(1))->capture_default_str();
+  eval_cmd->add_flag("--skip-bad-images", eval.skip_bad_images, kSkipBadImagesHelp);
   eval_cmd->add_flag_callback("--no-normalize", [&eval] { eval.normalize = false; }, "as for train");
   with_rule(eval_cmd->add_option("--device", eval.device, "cpu, cuda, cuda:N, or auto"), device_rule())->capture_default_str();
   with_rule(eval_cmd->add_option("--batch", eval.batch, "evaluation batch size"), whole<int64_t>(1))->capture_default_str();

@@ -18,6 +18,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev   # tests and micro-benchmarks (found at configure)
   libopenblas-dev                               # CPU matrix products
   libcli11-dev nlohmann-json3-dev zlib1g-dev    # CLI flags, JSON (safetensors headers, metrics), gzip datasets
+  libturbojpeg0-dev libpng-dev                  # JPEG (TurboJPEG API) and PNG decoding: --data imagefolder:DIR
   libopenmpi-dev openmpi-bin                    # the mpi communicator and launcher
   dataset-fashion-mnist                         # the real dataset the main job trains on
 )
@@ -26,6 +27,7 @@ packages=(
 test_packages=(
   clang-14 libclang-rt-14-dev                   # libFuzzer for the parser fuzz tests
   python3-torch python3-numpy                   # PyTorch 1.13 (CPU): parity fixtures and the CPU benchmark
+  python3-pil python3-torchvision               # the decoders' and ImageFolder's references; scripts/make_imagefolder.py
 )
 case "${1:-}" in
   --train) ;;

@@ -20,6 +20,7 @@
 #include "engine/trace.h"
 #include "train/checkpoint.h"
 #include "train/checkpoint_files.h"
+#include "train/class_to_idx.h"
 #include "train/explain.h"
 #include "train/lr_schedule.h"
 #include "train/resume.h"
@@ -230,6 +231,7 @@ class TrainingRun {
   void restore_state();
   std::unique_ptr<data::DataLoader> make_loader() const;
   void print_header() const;
+  void print_image_folder() const;  // an image folder's class_to_idx and the files it skipped
 
   // Trains on the rest of epoch `epoch`: false when the run reached its last step first.
   bool train_epoch(int64_t epoch);
@@ -292,7 +294,8 @@ class TrainingRun {
 TrainingRun::TrainingRun(const TrainOptions& options, std::ostream& primary_out)
     : o_(checked(options)),
       device_(set_up_device(o_)),
-      data_(data::load_data(data::parse_data_spec(o_.data), o_.normalize)),
+      data_(data::load_data(data::parse_data_specs(o_.data, o_.val_data, {o_.workers, o_.skip_bad_images}),
+                            o_.normalize)),
       runner_(set_up_runner(o_, data_.train, device_)),
       primary_(runner_->is_primary()),
       out_(primary_ ? primary_out : silent_) {
@@ -356,6 +359,17 @@ void TrainingRun::print_header() const {
   const data::Augment augment = data::parse_augment(o_.augment);
   if (!augment.none()) out_ << ", augment " << data::describe(augment);
   out_ << std::endl;
+  print_image_folder();
+}
+
+void TrainingRun::print_image_folder() const {
+  if (data_.train.class_names.empty()) return;
+  out_ << "class_to_idx: " << class_to_idx_json(data_.train.class_names) << std::endl;
+  // (Without --val-data the test set is the train set, and its files were counted once.)
+  for (const data::Dataset* d : {&data_.train, o_.val_data.empty() ? nullptr : &data_.test})
+    if (d && !d->skipped.empty())
+      out_ << "--skip-bad-images: left out " << d->skipped.size() << " file" << (d->skipped.size() == 1 ? "" : "s")
+           << " of " << d->name << " that did not decode, the first " << d->skipped.front() << std::endl;
 }
 
 TrainResult TrainingRun::run() {
@@ -587,6 +601,11 @@ void TrainingRun::save_final_weights() {
   if (!primary_) return;
   layers::save_weights(runner_->model(), o_.save);
   out_ << "saved weights to " << o_.save << "\n";
+  if (!data_.train.class_names.empty()) {
+    const std::string classes = class_to_idx_path(o_.save);
+    save_class_to_idx(data_.train.class_names, classes);
+    out_ << "saved class_to_idx to " << classes << "\n";
+  }
 }
 
 }  // namespace
@@ -597,7 +616,8 @@ EpochMetrics evaluate(const EvalOptions& o, std::ostream& out) {
   DPCORE_CHECK(!o.init.empty(), "eval: --init FILE.safetensors is required");
   if (o.threads > 0) runtime::set_cpu_threads(o.threads);
   Device device = resolve_device(o.device);
-  data::DataSplits data = data::load_data(data::parse_data_spec(o.data), o.normalize);
+  data::DataSplits data = data::load_data(data::parse_data_specs(o.data, o.val_data, {o.workers, o.skip_bad_images}),
+                                          o.normalize);
   auto model = build_model(o.model, data.test, device, 0);
   layers::load_weights(*model, o.init);
   EpochMetrics m = evaluate_dataset(*model, data.test, o.batch);

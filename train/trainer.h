@@ -48,6 +48,9 @@ TrainResult train(const TrainOptions& options, std::ostream& out);
 // `dpcore eval`: test loss and accuracy of saved weights.
 struct EvalOptions {
   std::string model = "fashioncnn", data = "fashion-mnist", init, device = "auto";
+  std::string val_data;  // imagefolder:DIR evaluated, normalised with --data imagefolder:DIR's statistics
+  int workers = 4;       // as TrainOptions' (train/train_options.h)
+  bool skip_bad_images = false;
   bool normalize = true;
   int64_t batch = 1000;
   int threads = 0;

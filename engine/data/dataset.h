@@ -21,6 +21,10 @@ struct Dataset {
   // Per channel, the value a raw pixel of 0 has in `images`: empty while the pixels are raw
   // (the value is 0); normalize() sets (0 - mean_c) / std_c. crop:PAD pads with it (augment.h).
   std::vector<float> zero_value;
+  // An image folder's (image_folder.h): the class names in index order, torchvision's
+  // class_to_idx; and the files --skip-bad-images left out. Empty for the other datasets.
+  std::vector<std::string> class_names;
+  std::vector<std::string> skipped;
 
   int64_t sample_size() const { return c * h * w; }
   const float* image(int64_t i) const { return images.data() + i * sample_size(); }

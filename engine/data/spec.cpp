@@ -11,7 +11,8 @@
 
 namespace dpcore::data {
 
-static const char* const kForms = "expected fashion-mnist, fashion-mnist:DIR, cifar10:DIR or synthetic:C,H,W,CLASSES,N";
+static const char* const kForms =
+    "expected fashion-mnist, fashion-mnist:DIR, cifar10:DIR, synthetic:C,H,W,CLASSES,N or imagefolder:DIR";
 
 static int64_t parse_positive(const std::string& field, const char* what, const std::string& value) {
   std::optional<int64_t> v = positive_integer(field);
@@ -49,6 +50,10 @@ DataSpec parse_data_spec(const std::string& value) {
     DPCORE_CHECK(!arg.empty(), "--data \"", value, "\": cifar10 needs a directory, cifar10:DIR");
     spec.kind = DataSpec::Kind::cifar10;
     spec.dir = arg;
+  } else if (kind == "imagefolder") {
+    DPCORE_CHECK(!arg.empty(), "--data \"", value, "\": imagefolder needs a directory, imagefolder:DIR");
+    spec.kind = DataSpec::Kind::image_folder;
+    spec.dir = arg;
   } else if (kind == "synthetic") {
     DPCORE_CHECK(has_arg, "--data \"", value, "\": synthetic needs its sizes, synthetic:C,H,W,CLASSES,N");
     spec = parse_synthetic(arg, value);
@@ -59,12 +64,29 @@ DataSpec parse_data_spec(const std::string& value) {
   return spec;
 }
 
+DataSpec parse_data_specs(const std::string& data, const std::string& val_data, const ImageFolderOptions& images) {
+  DataSpec spec = parse_data_spec(data);
+  spec.images = images;
+  if (val_data.empty()) return spec;
+  const std::string prefix = "imagefolder:";
+  DPCORE_CHECK(val_data.compare(0, prefix.size(), prefix) == 0 && val_data.size() > prefix.size(), "--val-data \"",
+               val_data, "\": expected imagefolder:DIR");
+  DPCORE_CHECK(spec.kind == DataSpec::Kind::image_folder, "--val-data \"", val_data, "\" needs --data imagefolder:DIR (--data \"",
+               data, "\" has a test set of its own)");
+  spec.val_dir = val_data.substr(prefix.size());
+  return spec;
+}
+
 Dataset load_split(const DataSpec& spec, Split split) {
   switch (spec.kind) {
     case DataSpec::Kind::fashion_mnist:
       return load_fashion_mnist(spec.dir, split);
     case DataSpec::Kind::cifar10:
       return load_cifar10(spec.dir, split);
+    case DataSpec::Kind::image_folder: {
+      const std::string& dir = split == Split::test && !spec.val_dir.empty() ? spec.val_dir : spec.dir;
+      return load_image_folder(dir, spec.images, "imagefolder " + dir);
+    }
     case DataSpec::Kind::synthetic: {
       // Both splits share the class patterns (stream 0) and draw their samples from
       // different streams, so the test set measures generalisation, not memory.
@@ -80,11 +102,17 @@ Dataset load_split(const DataSpec& spec, Split split) {
 DataSplits load_data(const DataSpec& spec, bool normalize_pixels) {
   DataSplits s;
   s.train = load_split(spec, Split::train);
-  s.test = load_split(spec, Split::test);
+  // An image folder without --val-data is its own test set: decoded once.
+  const bool same_images = spec.kind == DataSpec::Kind::image_folder && spec.val_dir.empty();
+  s.test = same_images ? s.train : load_split(spec, Split::test);
+  if (same_images) s.test.name += " (the test set too: no --val-data)";
   DPCORE_CHECK(s.train.c == s.test.c && s.train.h == s.test.h && s.train.w == s.test.w &&
                    s.train.num_classes == s.test.num_classes,
                "--data \"", spec.text, "\": train (", describe(s.train), ") and test (", describe(s.test),
                ") differ in sample shape or classes");
+  DPCORE_CHECK(s.train.class_names == s.test.class_names, "--val-data imagefolder:", spec.val_dir,
+               ": its class folders differ from those of --data \"", spec.text,
+               "\" (the same class names are needed, so that an index means one class in both)");
   if (normalize_pixels) {
     s.stats = channel_stats(s.train);
     normalize(s.train, s.stats);

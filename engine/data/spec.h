@@ -3,22 +3,28 @@
 //   fashion-mnist:DIR             Fashion-MNIST IDX files (raw or .gz) from DIR
 //   cifar10:DIR                   CIFAR-10 binary batches from DIR
 //   synthetic:C,H,W,CLASSES,N     N learnable random C x H x W samples (test set: N/5)
+//   imagefolder:DIR               JPEG and PNG images in torchvision's ImageFolder layout
+//                                 (image_folder.h); the test set: --val-data imagefolder:DIR,
+//                                 or without it the same images
 #pragma once
 
 #include <cstdint>
 #include <string>
 
 #include "engine/data/dataset.h"
+#include "engine/data/image_folder.h"
 #include "engine/data/normalize.h"
 #include "engine/data/synthetic.h"
 
 namespace dpcore::data {
 
 struct DataSpec {
-  enum class Kind { fashion_mnist, cifar10, synthetic };
+  enum class Kind { fashion_mnist, cifar10, synthetic, image_folder };
   Kind kind = Kind::fashion_mnist;
   std::string text;          // the flag value as given, for messages
-  std::string dir;           // fashion_mnist, cifar10
+  std::string dir;           // fashion_mnist, cifar10, image_folder
+  std::string val_dir;       // image_folder: the test set's folder (--val-data); empty: `dir`'s images
+  ImageFolderOptions images; // image_folder: decoding threads, --skip-bad-images
   SyntheticShape shape;      // synthetic
   int64_t n = 0;             // synthetic: train samples
   uint64_t seed = 20240229;  // synthetic: class patterns and samples derive from it
@@ -26,6 +32,10 @@ struct DataSpec {
 
 // Throws dpcore::Error quoting the flag value and the accepted forms.
 DataSpec parse_data_spec(const std::string& value);
+
+// --data and --val-data together (val_data may be empty), with the image folder options:
+// --val-data must be imagefolder:DIR and needs --data imagefolder:DIR.
+DataSpec parse_data_specs(const std::string& data, const std::string& val_data, const ImageFolderOptions& images);
 
 Dataset load_split(const DataSpec& spec, Split split);
 

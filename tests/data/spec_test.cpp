@@ -80,6 +80,15 @@ TEST(DataSpec, ParsesEveryForm) {
   s = parse_data_spec("cifar10:data/cifar-10-batches-bin");
   EXPECT_EQ(s.kind, DataSpec::Kind::cifar10);
   EXPECT_EQ(s.dir, "data/cifar-10-batches-bin");
+  s = parse_data_spec("imagefolder:photos/train");
+  EXPECT_EQ(s.kind, DataSpec::Kind::image_folder);
+  EXPECT_EQ(s.dir, "photos/train");
+  EXPECT_EQ(s.val_dir, "");
+  s = parse_data_specs("imagefolder:photos/train", "imagefolder:photos/val", {2, true});
+  EXPECT_EQ(s.dir, "photos/train");
+  EXPECT_EQ(s.val_dir, "photos/val");
+  EXPECT_EQ(s.images.workers, 2);
+  EXPECT_TRUE(s.images.skip_bad_images);
   s = parse_data_spec("synthetic:3,32,16,10,500");
   EXPECT_EQ(s.kind, DataSpec::Kind::synthetic);
   EXPECT_EQ(s.text, "synthetic:3,32,16,10,500");
@@ -92,7 +101,10 @@ TEST(DataSpec, ParsesEveryForm) {
 
 TEST(DataSpec, BadValuesNameTheFlagValueAndTheProblem) {
   const std::vector<std::pair<std::string, std::string>> cases = {
-      {"mnist", "unknown dataset \"mnist\"; expected fashion-mnist, fashion-mnist:DIR, cifar10:DIR or synthetic"},
+      {"mnist", "unknown dataset \"mnist\"; expected fashion-mnist, fashion-mnist:DIR, cifar10:DIR, "
+                "synthetic:C,H,W,CLASSES,N or imagefolder:DIR"},
+      {"imagefolder", "imagefolder needs a directory"},
+      {"imagefolder:", "imagefolder needs a directory"},
       {"", "unknown dataset \"\""},
       {"fashion-mnist:", "empty directory"},
       {"cifar10", "cifar10 needs a directory"},
@@ -114,6 +126,18 @@ TEST(DataSpec, BadValuesNameTheFlagValueAndTheProblem) {
     EXPECT_NE(message.find("--data \"" + value + "\""), std::string::npos) << message;
     EXPECT_NE(message.find(problem), std::string::npos) << value << ": " << message;
   }
+}
+
+TEST(DataSpec, ValDataIsAnImageFolderBesideAnImageFolder) {
+  const std::string not_a_folder = error_of([] { parse_data_specs("imagefolder:a", "cifar10:b", {}); });
+  EXPECT_NE(not_a_folder.find("--val-data \"cifar10:b\": expected imagefolder:DIR"), std::string::npos) << not_a_folder;
+  const std::string empty = error_of([] { parse_data_specs("imagefolder:a", "imagefolder:", {}); });
+  EXPECT_NE(empty.find("--val-data \"imagefolder:\": expected imagefolder:DIR"), std::string::npos) << empty;
+  const std::string other = error_of([] { parse_data_specs("fashion-mnist", "imagefolder:b", {}); });
+  EXPECT_NE(other.find("--val-data \"imagefolder:b\" needs --data imagefolder:DIR (--data \"fashion-mnist\" has a test "
+                       "set of its own)"),
+            std::string::npos)
+      << other;
 }
 
 TEST(DataSpec, SyntheticTooLargeIsAnErrorNotABadAlloc) {

@@ -54,10 +54,13 @@ std::string source_dir() {
   return dir ? dir : "..";
 }
 
-bool python_has_torch() {
-  const int result = std::system((std::string(kTorchPython) + " -c 'import torch' >/dev/null 2>&1").c_str());
+bool python_can_import(const std::string& modules) {
+  const int result =
+      std::system((std::string(kTorchPython) + " -c 'import " + modules + "' >/dev/null 2>&1").c_str());
   return WIFEXITED(result) && WEXITSTATUS(result) == 0;
 }
+
+bool python_has_torch() { return python_can_import("torch"); }
 
 ScriptResult run_python_script(const std::string& script, const std::string& args) {
   const std::string cmd = std::string(kTorchPython) + " '" + source_dir() + "/" + script + "' " + args + " 2>&1";

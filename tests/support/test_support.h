@@ -51,6 +51,8 @@ std::string source_dir();
 constexpr const char* kTorchPython = "/usr/bin/python3";
 // Whether kTorchPython can import torch (the tests that need it skip otherwise).
 bool python_has_torch();
+// Whether kTorchPython can import these modules ("PIL", "torchvision, PIL").
+bool python_can_import(const std::string& modules);
 struct ScriptResult {
   int status = -1;     // the exit status (-1: killed or not run)
   std::string output;  // stdout and stderr together

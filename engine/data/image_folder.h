@@ -1,0 +1,46 @@
+// A folder of images in torchvision's ImageFolder layout: DIR/<class>/**/<image>, one
+// sub-folder per class. The rules are torchvision 0.14's (datasets.folder): the classes are
+// DIR's sub-folders sorted by name (class_to_idx gives the i-th index i); a class's files are
+// those with an accepted extension (IMG_EXTENSIONS, any case) found walking its folder, in
+// the order of sorted(os.walk(class_dir, followlinks=True)) and sorted file names within a
+// folder. Images are decoded as PIL's convert("RGB") (image_decode.h), so every sample has 3
+// channels.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/data/dataset.h"
+
+namespace dpcore::data {
+
+// torchvision 0.14's IMG_EXTENSIONS. The decoders read only JPEG and PNG; a file with one of
+// the other extensions is listed, as torchvision lists it, and then refused as a format
+// dpcore does not decode.
+extern const std::vector<std::string> kImageExtensions;
+bool has_image_extension(const std::string& file_name);
+
+struct ImageFolderListing {
+  std::vector<std::string> classes;  // sorted; class i is index i of class_to_idx
+  std::vector<std::string> paths;    // DIR/<class>/..., in torchvision's sample order
+  std::vector<int64_t> labels;       // the class of each path
+};
+
+// Throws dpcore::Error naming the path for a missing DIR, a DIR without class sub-folders,
+// and a class folder without an image file (torchvision's FileNotFoundError cases).
+ImageFolderListing list_image_folder(const std::string& dir);
+
+struct ImageFolderOptions {
+  int workers = 4;               // decoding threads; the result does not depend on it
+  bool skip_bad_images = false;  // leave out (and name in Dataset::skipped) files that do not decode
+};
+
+// Decodes every image once, on `workers` threads, into a Dataset of 3 x H x W samples in
+// [0, 1] (byte / 255, as torchvision's ToTensor). The images must all have one size until
+// resizing transforms exist: the error names two files of different sizes. A file that does
+// not decode is an error naming it, or with skip_bad_images is left out; when nothing is left,
+// that is an error too.
+Dataset load_image_folder(const std::string& dir, const ImageFolderOptions& options, std::string name);
+
+}  // namespace dpcore::data
