@@ -20,6 +20,9 @@ packages=(
   libcli11-dev nlohmann-json3-dev zlib1g-dev    # CLI flags, JSON (safetensors headers, metrics), gzip datasets
   libopenmpi-dev openmpi-bin                    # the mpi communicator and launcher
   dataset-fashion-mnist                         # the real dataset the main job trains on
+  libutf8proc-dev                               # Unicode normal forms and categories (the tokenizer)
+  fortunes fortunes-de fortunes-es fortunes-it fortunes-pl fortunes-ru fortunes-cs \
+    fortunes-br fortunes-eo fortunes-bg fortunes-ga  # the text corpus (docs/text.md)
 )
 # What only the tests run (left out by --train, i.e. scripts/train.sh): found later, they
 # add test targets to an existing build/ and change nothing already compiled.
