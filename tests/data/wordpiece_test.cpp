@@ -170,13 +170,13 @@ void expect_no_mismatch(const Comparison& c) {
   for (size_t k = 0; k < 4; ++k) EXPECT_EQ(c.mismatches[k], 0u) << Comparison::kKeys[k] << ": " << c.first_mismatch[k];
 }
 
-const std::string kFixtures = "fixtures/text/";
+std::string fixture(const std::string& name) { return testing::source_dir() + "/tests/fixtures/text/" + name; }
 
 TEST(WordPieceVsHuggingFace, CommittedSample) {
   std::vector<std::string> texts;
-  for (const auto& j : read_jsonl(kFixtures + "sample_texts.jsonl")) texts.push_back(j.get<std::string>());
-  const WordPieceTokenizer tok(Vocab::read(kFixtures + "vocab.txt"));
-  const Comparison c = compare(tok, texts, read_jsonl(kFixtures + "sample_hf_tokens.jsonl"));
+  for (const auto& j : read_jsonl(fixture("sample_texts.jsonl"))) texts.push_back(j.get<std::string>());
+  const WordPieceTokenizer tok(Vocab::read(fixture("vocab.txt")));
+  const Comparison c = compare(tok, texts, read_jsonl(fixture("sample_hf_tokens.jsonl")));
   EXPECT_GT(c.texts, 1000u);
   expect_no_mismatch(c);
   std::cout << "tokenizer vs Hugging Face, committed sample: " << c.texts << " texts, " << c.tokens
@@ -188,7 +188,7 @@ TEST(WordPieceVsHuggingFace, CommittedSample) {
 TEST(WordPieceVsHuggingFace, CommittedVocabRebuilds) {
   if (!fs::exists(std::string(kFortunesDir) + "/ga")) GTEST_SKIP() << "Debian's fortunes packages are not installed";
   const TextDataset train = load_text_split("fortunes-lang", Split::train);
-  EXPECT_EQ(build_vocab(train.texts, 3000).tokens(), Vocab::read(kFixtures + "vocab.txt").tokens());
+  EXPECT_EQ(build_vocab(train.texts, 3000).tokens(), Vocab::read(fixture("vocab.txt")).tokens());
 }
 
 // Opt-in: every text of fortunes-lang (both splits) through Hugging Face's tokenizers, when
@@ -204,7 +204,7 @@ TEST(WordPieceVsHuggingFace, WholeCorpus) {
     std::ofstream out(dir.file("texts.jsonl"));
     for (const std::string& t : texts) out << nlohmann::json(t).dump() << "\n";
   }
-  const std::string vocab = testing::source_dir() + "/tests/" + kFixtures + "vocab.txt";
+  const std::string vocab = testing::source_dir() + "/tests/" + fixture("vocab.txt");
   const auto run = testing::run_python_script(
       "tests/data/hf_wordpiece.py", "'" + vocab + "' '" + dir.file("texts.jsonl") + "' '" + dir.file("hf.jsonl") + "'",
       python);
