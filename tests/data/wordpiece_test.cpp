@@ -204,7 +204,7 @@ TEST(WordPieceVsHuggingFace, WholeCorpus) {
     std::ofstream out(dir.file("texts.jsonl"));
     for (const std::string& t : texts) out << nlohmann::json(t).dump() << "\n";
   }
-  const std::string vocab = testing::source_dir() + "/tests/" + fixture("vocab.txt");
+  const std::string vocab = fixture("vocab.txt");
   const auto run = testing::run_python_script(
       "tests/data/hf_wordpiece.py", "'" + vocab + "' '" + dir.file("texts.jsonl") + "' '" + dir.file("hf.jsonl") + "'",
       python);
