@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "cli/launch.h"
+#include "cli/vocab_command.h"
 #include "comm/communicator.h"
 #include "engine/backend.h"
 #include "engine/device.h"
@@ -603,10 +604,22 @@ int main(int argc, char** argv) {
   dpcore::cli::LaunchOptions launch;
   CLI::App* launch_cmd = add_launch_command(app, launch);
 
+  dpcore::cli::VocabOptions vocab;
+  CLI::App* vocab_cmd = app.add_subcommand(
+      "vocab", "build a WordPiece vocabulary (Hugging Face's vocab.txt) from a text dataset's train split (docs/text.md)");
+  vocab_cmd->add_option("--data", vocab.data, "fortunes-lang, fortunes-topic, text:FILE.tsv or text:DIR")
+      ->capture_default_str();
+  with_rule(vocab_cmd->add_option("--vocab-size", vocab.vocab_size, "tokens, special tokens included"),
+            whole<int64_t>(1))
+      ->required();
+  vocab_cmd->add_option("--out", vocab.out, "the vocab.txt to write")->required();
+
   CLI11_PARSE(app, argc, argv);
   try {
     if (*launch_cmd) {
       return dpcore::cli::launch(launch, argv[0], std::cerr);
+    } else if (*vocab_cmd) {
+      dpcore::cli::write_vocab(vocab, std::cout);
     } else if (*train_cmd) {
       // DPCORE_INJECT adds to --inject: faults for a command line one cannot change (a
       // launcher's, a script's).

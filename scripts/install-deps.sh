@@ -21,6 +21,9 @@ packages=(
   libturbojpeg0-dev libpng-dev                  # JPEG (TurboJPEG API) and PNG decoding: --data imagefolder:DIR
   libopenmpi-dev openmpi-bin                    # the mpi communicator and launcher
   dataset-fashion-mnist                         # the real dataset the main job trains on
+  libutf8proc-dev                               # Unicode normal forms and categories (the tokenizer)
+  fortunes fortunes-de fortunes-es fortunes-it fortunes-pl fortunes-ru fortunes-cs \
+    fortunes-br fortunes-eo fortunes-bg fortunes-ga  # the text corpus (docs/text.md)
 )
 # What only the tests run (left out by --train, i.e. scripts/train.sh): found later, they
 # add test targets to an existing build/ and change nothing already compiled.

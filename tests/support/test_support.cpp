@@ -62,8 +62,8 @@ bool python_can_import(const std::string& modules) {
 
 bool python_has_torch() { return python_can_import("torch"); }
 
-ScriptResult run_python_script(const std::string& script, const std::string& args) {
-  const std::string cmd = std::string(kTorchPython) + " '" + source_dir() + "/" + script + "' " + args + " 2>&1";
+ScriptResult run_python_script(const std::string& script, const std::string& args, const std::string& python) {
+  const std::string cmd = python + " '" + source_dir() + "/" + script + "' " + args + " 2>&1";
   ScriptResult r;
   FILE* pipe = popen(cmd.c_str(), "r");
   if (!pipe) return r;

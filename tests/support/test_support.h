@@ -57,8 +57,9 @@ struct ScriptResult {
   int status = -1;     // the exit status (-1: killed or not run)
   std::string output;  // stdout and stderr together
 };
-// Runs the script at source_dir()/<script> ("scripts/make_fixtures.py") with kTorchPython
-// and `args` (already quoted for the shell).
-ScriptResult run_python_script(const std::string& script, const std::string& args);
+// Runs the script at source_dir()/<script> ("scripts/make_fixtures.py") with `python`
+// (kTorchPython unless given: a venv's, bench/.venv-hf) and `args` (already quoted for the shell).
+ScriptResult run_python_script(const std::string& script, const std::string& args,
+                               const std::string& python = kTorchPython);
 
 }  // namespace dpcore::testing
