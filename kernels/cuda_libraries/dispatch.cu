@@ -125,7 +125,9 @@ void dispatch_conv2d_forward(const kernels::Conv2dShape& s, const float* x, cons
       hand::bias_activation(s.N, s.K, s.P * s.Q, bias, relu, out, stream);
     }
   };
-  run(choose(mode_of(engine_config().conv), "conv2d forward", kConvLibrary, conv_key(Op::ConvForward, s), s.y_size(), stream, run), y);
+  run(choose(mode_of(engine_config().conv), "conv2d forward", kConvLibrary, conv_key(Op::ConvForward, s), s.y_size(),
+             stream, run),
+      y);
 }
 
 void dispatch_conv2d_backward_data(const kernels::Conv2dShape& s, const float* dy, const float* w, float* dx,
@@ -137,7 +139,9 @@ void dispatch_conv2d_backward_data(const kernels::Conv2dShape& s, const float* d
       libraries().conv2d_backward_data(s, dy, w, out, stream);
     }
   };
-  run(choose(mode_of(engine_config().conv), "conv2d backward (data)", kConvLibrary, conv_key(Op::ConvBackwardData, s), s.x_size(), stream, run), dx);
+  run(choose(mode_of(engine_config().conv), "conv2d backward (data)", kConvLibrary, conv_key(Op::ConvBackwardData, s),
+             s.x_size(), stream, run),
+      dx);
 }
 
 void dispatch_conv2d_backward_weight(const kernels::Conv2dShape& s, const float* x, const float* dy, float* dw, float* dbias,
@@ -159,7 +163,9 @@ void dispatch_conv2d_backward_weight(const kernels::Conv2dShape& s, const float*
 void dispatch_linear_forward(const kernels::LinearShape& s, const float* x, const float* w, const float* bias, float* y,
                     cudaStream_t stream) {
   auto run = [&](Impl impl, float* out) { hand::linear_forward(s, x, w, bias, out, stream, gemm_of(impl)); };
-  run(choose(mode_of(engine_config().gemm), "linear forward", kGemmLibrary, linear_key(Op::LinearForward, s), size_t(s.N * s.out), stream, run), y);
+  run(choose(mode_of(engine_config().gemm), "linear forward", kGemmLibrary, linear_key(Op::LinearForward, s),
+             size_t(s.N * s.out), stream, run),
+      y);
 }
 
 void dispatch_linear_backward_data(const kernels::LinearShape& s, const float* dy, const float* w, float* dx,
@@ -185,7 +191,9 @@ void dispatch_linear_backward_weight(const kernels::LinearShape& s, const float*
 void dispatch_batched_matmul(const kernels::BatchedMatmulShape& s, const float* a, const float* b, float* c,
                              cudaStream_t stream) {
   auto run = [&](Impl impl, float* out) { hand::batched_matmul(s, a, b, out, stream, batched_gemm_of(impl)); };
-  run(choose(mode_of(engine_config().gemm), "batched_matmul", kGemmLibrary, batched_matmul_key(s), size_t(s.c_size()), stream, run), c);
+  run(choose(mode_of(engine_config().gemm), "batched_matmul", kGemmLibrary, batched_matmul_key(s), size_t(s.c_size()),
+             stream, run),
+      c);
 }
 
 }  // namespace dpcore::kernels::cuda_libraries
