@@ -255,18 +255,20 @@ std::string explain_parse_error(const CLI::App* app, const CLI::Error& e) {
 // Backend-specific options (CUDA engines, TF32, CUDA graphs), handed to the backend of
 // the chosen device. A backend rejects options it does not know, naming them.
 struct BackendFlags {
-  // The defaults are the backend's own (kernels/cuda_libraries/engine_config.h): cuDNN and cuBLAS in FP32,
-  // deterministic algorithms only.
-  std::string conv_engine = "cudnn", gemm_engine = "cublas", cuda_graph = "on";
+  // The engines default to the backend's own (kernels/cuda_libraries/engine_config.h):
+  // cuDNN and cuBLAS in FP32, deterministic algorithms only, where the build has them; the
+  // hand kernels in the host build (DPCORE_CUDA=HOST). Empty: not given.
+  std::string conv_engine, gemm_engine, cuda_graph = "on";
   bool tf32 = false;
   void add_to(CLI::App& cmd) {
     with_rule(cmd.add_option("--conv-engine", conv_engine,
-                             "CUDA convolution engine: hand (our kernels), cudnn, or auto (time both once per shape)"),
-              one_of({"hand", "cudnn", "auto"}))
-        ->capture_default_str();
-    with_rule(cmd.add_option("--gemm-engine", gemm_engine, "CUDA matrix-product engine: hand, cublas, or auto"),
-              one_of({"hand", "cublas", "auto"}))
-        ->capture_default_str();
+                             "CUDA convolution engine: hand (our kernels), cudnn, or auto (time both once per shape); "
+                             "default cudnn (hand in a build without cuDNN)"),
+              one_of({"hand", "cudnn", "auto"}));
+    with_rule(cmd.add_option("--gemm-engine", gemm_engine,
+                             "CUDA matrix-product engine: hand, cublas, or auto; default cublas (hand in a build without "
+                             "cuBLAS)"),
+              one_of({"hand", "cublas", "auto"}));
     cmd.add_flag("--tf32", tf32, "allow TF32 tensor-core math in cuDNN and cuBLAS (FP32 by default)");
     with_rule(cmd.add_option("--cuda-graph", cuda_graph, "capture the whole training step into a CUDA graph after warm-up"),
               one_of({"on", "off"}))
@@ -276,8 +278,8 @@ struct BackendFlags {
   void apply() const {
     dpcore::Backend* cuda = dpcore::find_backend(dpcore::Device::Type::CUDA);
     if (!cuda) return;  // a CPU-only build: the flags have nothing to configure
-    cuda->set_option("conv-engine", conv_engine);
-    cuda->set_option("gemm-engine", gemm_engine);
+    if (!conv_engine.empty()) cuda->set_option("conv-engine", conv_engine);
+    if (!gemm_engine.empty()) cuda->set_option("gemm-engine", gemm_engine);
     cuda->set_option("tf32", tf32 ? "on" : "off");
     cuda->set_option("cuda-graph", cuda_graph);
   }

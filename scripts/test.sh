@@ -59,6 +59,6 @@ sanitized_build build-asan address,undefined
 # Fashion-MNIST on one thread. One OpenMP thread per kernel: libgomp is not instrumented, so
 # ThreadSanitizer cannot see its barriers and would report every parallel loop.
 echo "== ThreadSanitizer: host-run CUDA kernels and the threaded CPU paths (build-tsan)"
-sanitized_build build-tsan thread host_exec_test host_runtime_test host_nccl_test host_ops_test host_tiled_ops_test threaded_tests
+sanitized_build build-tsan thread host_exec_test host_runtime_test host_nccl_test host_graph_test host_ops_test host_tiled_ops_test threaded_tests
 (cd build-tsan && OMP_NUM_THREADS=1 ctest --output-on-failure -j"$jobs" --timeout 900 -L 'host|threads' \
   -E '^host[.](Conv2d|Gemm|Linear)|_n1000000_|RealDatasetFromDebianPackage|RealFashionMnistStatistics' "$@")

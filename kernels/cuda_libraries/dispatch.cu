@@ -7,10 +7,10 @@
 
 #include "kernels/cuda_runtime/caching_allocator.h"
 #include "kernels/cuda_runtime/check.h"
-#include "kernels/cuda_libraries/cublas_linear.h"
-#include "kernels/cuda_libraries/cudnn_conv2d.h"
+#include "kernels/error.h"
 #include "kernels/cuda_runtime/devices.h"
 #include "kernels/cuda_libraries/engine_config.h"
+#include "kernels/cuda_libraries/library_engines.h"
 #include "kernels/cuda/kernels.h"
 #include "kernels/cuda_runtime/stream.h"
 
@@ -29,6 +29,12 @@ constexpr int kTimedRuns = 3;
 
 Mode mode_of(ConvEngine e) { return e == ConvEngine::Hand ? Mode::Hand : e == ConvEngine::Cudnn ? Mode::Library : Mode::Auto; }
 Mode mode_of(GemmEngine e) { return e == GemmEngine::Hand ? Mode::Hand : e == GemmEngine::Cublas ? Mode::Library : Mode::Auto; }
+// The settings that choose a library engine, for the error of a build without them.
+constexpr const char* kConvLibrary = "--conv-engine cudnn";
+constexpr const char* kGemmLibrary = "--gemm-engine cublas";
+
+// The library engines; only asked for once choose() has picked one, so they exist.
+const LibraryEngines& libraries() { return *library_engines(); }
 
 // (op, device, tf32, shape): what auto timed and the winner.
 using Key = std::array<int64_t, 14>;
@@ -63,9 +69,17 @@ float time_ms(const std::function<void()>& run, cudaStream_t stream) {
 // scratch output of `out_floats` (never on the real output: a weight gradient that
 // accumulates must be written exactly once) and caches the faster. Timing would
 // synchronize, which a graph capture forbids: an untimed shape under capture takes the
-// library engine without caching the choice.
-Impl choose(Mode mode, const Key& key, size_t out_floats, cudaStream_t stream,
+// library engine without caching the choice. In a build without the libraries
+// (library_engines() null) auto is the hand kernels and a library engine is an error
+// naming `op` and the setting that chose it (`library`).
+Impl choose(Mode mode, const char* op, const char* library, const Key& key, size_t out_floats, cudaStream_t stream,
             const std::function<void(Impl, float*)>& trial) {
+  if (!library_engines()) {
+    DPCORE_CHECK(mode != Mode::Library, op, ": ", library,
+                 ": the library engines (cuDNN, cuBLAS) are not in this build (DPCORE_CUDA=HOST has the hand kernels "
+                 "only: use hand or auto)");
+    return Impl::Hand;
+  }
   if (mode != Mode::Auto) return mode == Mode::Hand ? Impl::Hand : Impl::Library;
   static std::mutex mutex;
   static std::map<Key, Impl> chosen;
@@ -84,7 +98,7 @@ Impl choose(Mode mode, const Key& key, size_t out_floats, cudaStream_t stream,
   return winner;
 }
 
-kernels::cuda::SgemmFn gemm_of(Impl impl) { return impl == Impl::Hand ? hand::sgemm : cublas::sgemm; }
+kernels::cuda::SgemmFn gemm_of(Impl impl) { return impl == Impl::Hand ? hand::sgemm : libraries().sgemm; }
 
 // batched_matmul
 Key batched_matmul_key(const kernels::BatchedMatmulShape& s) {
@@ -92,7 +106,7 @@ Key batched_matmul_key(const kernels::BatchedMatmulShape& s) {
              s.trans_a, s.trans_b, 0, 0, 0, 0, 0};
 }
 kernels::cuda::BatchedSgemmFn batched_gemm_of(Impl impl) {
-  return impl == Impl::Hand ? hand::sgemm_strided_batched : cublas::sgemm_strided_batched;
+  return impl == Impl::Hand ? hand::sgemm_strided_batched : libraries().sgemm_strided_batched;
 }
 
 }  // namespace
@@ -107,11 +121,13 @@ void dispatch_conv2d_forward(const kernels::Conv2dShape& s, const float* x, cons
         hand::conv2d_forward(s, x, w, bias, out, stream);
       }
     } else {
-      cudnn::conv2d_forward(s, x, w, out, stream);
+      libraries().conv2d_forward(s, x, w, out, stream);
       hand::bias_activation(s.N, s.K, s.P * s.Q, bias, relu, out, stream);
     }
   };
-  run(choose(mode_of(engine_config().conv), conv_key(Op::ConvForward, s), s.y_size(), stream, run), y);
+  run(choose(mode_of(engine_config().conv), "conv2d forward", kConvLibrary, conv_key(Op::ConvForward, s), s.y_size(),
+             stream, run),
+      y);
 }
 
 void dispatch_conv2d_backward_data(const kernels::Conv2dShape& s, const float* dy, const float* w, float* dx,
@@ -120,10 +136,12 @@ void dispatch_conv2d_backward_data(const kernels::Conv2dShape& s, const float* d
     if (impl == Impl::Hand) {
       hand::conv2d_backward_data(s, dy, w, out, stream);
     } else {
-      cudnn::conv2d_backward_data(s, dy, w, out, stream);
+      libraries().conv2d_backward_data(s, dy, w, out, stream);
     }
   };
-  run(choose(mode_of(engine_config().conv), conv_key(Op::ConvBackwardData, s), s.x_size(), stream, run), dx);
+  run(choose(mode_of(engine_config().conv), "conv2d backward (data)", kConvLibrary, conv_key(Op::ConvBackwardData, s),
+             s.x_size(), stream, run),
+      dx);
 }
 
 void dispatch_conv2d_backward_weight(const kernels::Conv2dShape& s, const float* x, const float* dy, float* dw, float* dbias,
@@ -132,10 +150,11 @@ void dispatch_conv2d_backward_weight(const kernels::Conv2dShape& s, const float*
     if (impl == Impl::Hand) {
       hand::conv2d_backward_weight(s, x, dy, out, nullptr, acc, stream);
     } else {
-      cudnn::conv2d_backward_weight(s, x, dy, out, acc, stream);
+      libraries().conv2d_backward_weight(s, x, dy, out, acc, stream);
     }
   };
-  const Impl impl = choose(mode_of(engine_config().conv), conv_key(Op::ConvBackwardWeight, s), s.w_size(), stream,
+  const Impl impl = choose(mode_of(engine_config().conv), "conv2d backward (weight)", kConvLibrary,
+                           conv_key(Op::ConvBackwardWeight, s), s.w_size(), stream,
                            [&](Impl i, float* out) { run(i, out, false); });
   run(impl, dw, accumulate);
   if (dbias) hand::channel_sum(s.N, s.K, s.P * s.Q, dy, dbias, accumulate, stream);
@@ -144,13 +163,16 @@ void dispatch_conv2d_backward_weight(const kernels::Conv2dShape& s, const float*
 void dispatch_linear_forward(const kernels::LinearShape& s, const float* x, const float* w, const float* bias, float* y,
                     cudaStream_t stream) {
   auto run = [&](Impl impl, float* out) { hand::linear_forward(s, x, w, bias, out, stream, gemm_of(impl)); };
-  run(choose(mode_of(engine_config().gemm), linear_key(Op::LinearForward, s), size_t(s.N * s.out), stream, run), y);
+  run(choose(mode_of(engine_config().gemm), "linear forward", kGemmLibrary, linear_key(Op::LinearForward, s),
+             size_t(s.N * s.out), stream, run),
+      y);
 }
 
 void dispatch_linear_backward_data(const kernels::LinearShape& s, const float* dy, const float* w, float* dx,
                           cudaStream_t stream) {
   auto run = [&](Impl impl, float* out) { hand::linear_backward_data(s, dy, w, out, stream, gemm_of(impl)); };
-  run(choose(mode_of(engine_config().gemm), linear_key(Op::LinearBackwardData, s), size_t(s.N * s.in), stream, run),
+  run(choose(mode_of(engine_config().gemm), "linear backward (data)", kGemmLibrary,
+             linear_key(Op::LinearBackwardData, s), size_t(s.N * s.in), stream, run),
       dx);
 }
 
@@ -159,7 +181,8 @@ void dispatch_linear_backward_weight(const kernels::LinearShape& s, const float*
   auto run = [&](Impl impl, float* out, float* out_bias, bool acc) {
     hand::linear_backward_weight(s, x, dy, out, out_bias, acc, stream, gemm_of(impl));
   };
-  const Impl impl = choose(mode_of(engine_config().gemm), linear_key(Op::LinearBackwardWeight, s),
+  const Impl impl = choose(mode_of(engine_config().gemm), "linear backward (weight)", kGemmLibrary,
+                           linear_key(Op::LinearBackwardWeight, s),
                            size_t(s.out * s.in), stream, [&](Impl i, float* out) { run(i, out, nullptr, false); });
   run(impl, dw, dbias, accumulate);
 }
@@ -168,7 +191,9 @@ void dispatch_linear_backward_weight(const kernels::LinearShape& s, const float*
 void dispatch_batched_matmul(const kernels::BatchedMatmulShape& s, const float* a, const float* b, float* c,
                              cudaStream_t stream) {
   auto run = [&](Impl impl, float* out) { hand::batched_matmul(s, a, b, out, stream, batched_gemm_of(impl)); };
-  run(choose(mode_of(engine_config().gemm), batched_matmul_key(s), size_t(s.c_size()), stream, run), c);
+  run(choose(mode_of(engine_config().gemm), "batched_matmul", kGemmLibrary, batched_matmul_key(s), size_t(s.c_size()),
+             stream, run),
+      c);
 }
 
 }  // namespace dpcore::kernels::cuda_libraries

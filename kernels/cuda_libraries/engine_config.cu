@@ -3,24 +3,32 @@
 #include <mutex>
 
 #include "kernels/error.h"
+#include "kernels/cuda_libraries/library_engines.h"
 
 namespace dpcore::kernels::cuda_libraries {
 
 namespace {
 
 std::mutex config_mutex;
-EngineConfig current_config;
+// Made on first use: its defaults ask library_engines().
+EngineConfig& current_config() {
+  static EngineConfig config;
+  return config;
+}
 
 }  // namespace
 
+ConvEngine default_conv_engine() { return library_engines() ? ConvEngine::Cudnn : ConvEngine::Hand; }
+GemmEngine default_gemm_engine() { return library_engines() ? GemmEngine::Cublas : GemmEngine::Hand; }
+
 void set_engine_config(const EngineConfig& config) {
   std::lock_guard<std::mutex> lock(config_mutex);
-  current_config = config;
+  current_config() = config;
 }
 
 EngineConfig engine_config() {
   std::lock_guard<std::mutex> lock(config_mutex);
-  return current_config;
+  return current_config();
 }
 
 ConvEngine parse_conv_engine(const std::string& value, const std::string& flag) {

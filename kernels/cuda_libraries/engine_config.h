@@ -9,7 +9,9 @@
 //
 // The defaults are the libraries in FP32: deterministic (only deterministic cuDNN
 // algorithms are used) and fast. tf32 = true lets cuDNN and cuBLAS use TF32 tensor cores
-// (10-bit mantissa inputs; expect relative errors around 1e-3 instead of 1e-6).
+// (10-bit mantissa inputs; expect relative errors around 1e-3 instead of 1e-6). A build
+// without the libraries (DPCORE_CUDA=HOST: the host CUDA runtime) defaults to the hand
+// kernels, and a library engine fails when an op would run on it (dispatch.cu).
 #pragma once
 
 #include <string>
@@ -19,9 +21,13 @@ namespace dpcore::kernels::cuda_libraries {
 enum class ConvEngine { Hand, Cudnn, Auto };
 enum class GemmEngine { Hand, Cublas, Auto };
 
+// The libraries where the build has them (library_engines.h), else the hand kernels.
+ConvEngine default_conv_engine();
+GemmEngine default_gemm_engine();
+
 struct EngineConfig {
-  ConvEngine conv = ConvEngine::Cudnn;
-  GemmEngine gemm = GemmEngine::Cublas;
+  ConvEngine conv = default_conv_engine();
+  GemmEngine gemm = default_gemm_engine();
   bool tf32 = false;
 };
 

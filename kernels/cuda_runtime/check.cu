@@ -1,8 +1,5 @@
 #include "kernels/cuda_runtime/check.h"
 
-#include <cublas_v2.h>
-#include <cudnn.h>
-
 #include <cstring>
 #include <string>
 
@@ -10,8 +7,7 @@
 
 namespace dpcore::kernels::cuda_runtime {
 
-// "kernels/cuda/sgemm.cu" rather than the absolute path of the build machine.
-static const char* source_path(const char* file) {
+const char* source_path(const char* file) {
   const char* p = std::strstr(file, "kernels/cuda/");
   return p ? p : file;
 }
@@ -22,15 +18,6 @@ void fail_cuda(cudaError_t error, const char* call, const char* file, int line) 
   cudaGetLastError();
   fail(source_path(file), ":", line, ": ", call, " failed: ", cudaGetErrorString(error), " (",
        cudaGetErrorName(error), ")");
-}
-
-void fail_cudnn(int status, const char* call, const char* file, int line) {
-  fail(source_path(file), ":", line, ": ", call, " failed: ", cudnnGetErrorString(cudnnStatus_t(status)));
-}
-
-void fail_cublas(int status, const char* call, const char* file, int line) {
-  fail(source_path(file), ":", line, ": ", call, " failed: ", cublasGetStatusString(cublasStatus_t(status)), " (",
-       cublasGetStatusName(cublasStatus_t(status)), ")");
 }
 
 }  // namespace dpcore::kernels::cuda_runtime

@@ -11,9 +11,12 @@
 namespace dpcore::kernels::cuda_runtime {
 
 [[noreturn]] void fail_cuda(cudaError_t error, const char* call, const char* file, int line);
-// cuDNN and cuBLAS statuses are passed as int so that this header needs neither library.
+// cuDNN and cuBLAS statuses are passed as int so that this header needs neither library
+// (their definitions are with the libraries' handles, library_handles.cu).
 [[noreturn]] void fail_cudnn(int status, const char* call, const char* file, int line);
 [[noreturn]] void fail_cublas(int status, const char* call, const char* file, int line);
+// "kernels/cuda/sgemm.cu" rather than the absolute path of the build machine, for the messages.
+const char* source_path(const char* file);
 
 }  // namespace dpcore::kernels::cuda_runtime
 

@@ -8,7 +8,7 @@
 #include "kernels/cuda_runtime/caching_allocator.h"
 #include "kernels/cuda_runtime/check.h"
 #include "kernels/cuda_runtime/devices.h"
-#include "kernels/cuda_runtime/library_handles.h"
+#include "kernels/cuda_runtime/library_preparation.h"
 #include "kernels/cuda_runtime/stream.h"
 #include "kernels/cuda_runtime/target_check.h"
 
@@ -68,8 +68,7 @@ cudaStream_t CudaGraph::stream() {
     // What the body's ops would otherwise create on first use, and which a capture forbids
     // (they allocate and synchronize): the target-error record and the library handles.
     prepare_target_checks(device_);
-    cudnn_handle(device_, stream_);
-    cublas_handle(device_, stream_);
+    prepare_library_handles(device_, stream_);
   }
   return stream_;
 }

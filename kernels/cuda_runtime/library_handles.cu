@@ -4,6 +4,8 @@
 #include <mutex>
 #include <utility>
 
+#include "kernels/error.h"
+#include "kernels/cuda_runtime/library_preparation.h"
 #include "kernels/cuda_runtime/caching_allocator.h"
 #include "kernels/cuda_runtime/check.h"
 #include "kernels/cuda_runtime/devices.h"
@@ -17,6 +19,20 @@ constexpr size_t kCublasWorkspace = size_t(32) << 20;  // NVIDIA's recommendatio
 using HandleKey = std::pair<int, cudaStream_t>;
 
 }  // namespace
+
+void fail_cudnn(int status, const char* call, const char* file, int line) {
+  fail(source_path(file), ":", line, ": ", call, " failed: ", cudnnGetErrorString(cudnnStatus_t(status)));
+}
+
+void fail_cublas(int status, const char* call, const char* file, int line) {
+  fail(source_path(file), ":", line, ": ", call, " failed: ", cublasGetStatusString(cublasStatus_t(status)), " (",
+       cublasGetStatusName(cublasStatus_t(status)), ")");
+}
+
+void prepare_library_handles(int device, cudaStream_t stream) {
+  cudnn_handle(device, stream);
+  cublas_handle(device, stream);
+}
 
 cudnnHandle_t cudnn_handle(int device, cudaStream_t stream) {
   static std::mutex mutex;

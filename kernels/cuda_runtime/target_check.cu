@@ -126,10 +126,18 @@ void check_indices_async(int device, const IndexCheck& check, const int64_t* ind
     record = device_record_locked(r, device);
     check_index = intern_check(r, check);
   }
+  // As kernels/cuda/launch.cuh launches (which this layer may not include): nvcc's launch,
+  // or the host execution layer's in the host build (DPCORE_CUDA=HOST).
+#ifdef __CUDACC__
   check_targets_kernel<<<1, kThreads, 0, stream>>>(indices, n, check.limit, check.ignore.has_value(),
                                                    check.ignore.value_or(0), check_index, record.claim,
                                                    record.device_view);
   CUDA_LAUNCH_CHECK();
+#else
+  host_exec::launch("check_targets_kernel", check_targets_kernel, dim3(1), dim3(kThreads), stream, indices,
+                    static_cast<long long>(n), static_cast<long long>(check.limit), check.ignore.has_value(),
+                    static_cast<long long>(check.ignore.value_or(0)), check_index, record.claim, record.device_view);
+#endif
 }
 
 void raise_pending_target_error(int device) {

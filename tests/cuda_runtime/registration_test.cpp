@@ -1,12 +1,18 @@
 // What must hold on every machine, GPU or not (these run in CI): the CUDA backend is
 // registered, counts devices without throwing or printing (0 without a GPU, whatever the
-// driver says), and the engine flags parse or fail naming the flag.
+// driver says), and the engine flags parse or fail naming the flag; in a build without the
+// library engines (DPCORE_CUDA=HOST), auto runs the hand kernels and choosing a library
+// fails naming the op.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
 #include "engine/backend.h"
 #include "engine/runtime.h"
+#include "kernels/cuda/kernels.h"
+#include "kernels/cuda_libraries/dispatch.h"
 #include "kernels/cuda_libraries/engine_config.h"
+#include "kernels/cuda_libraries/library_engines.h"
+#include "support/cuda_test_util.h"
 #include "support/test_support.h"
 
 namespace dpcore::testing {
@@ -70,17 +76,56 @@ TEST(EngineSelect, BadNamesFailNamingTheFlag) {
   }
 }
 
+// The libraries by default where the build has them, else the hand kernels.
 TEST(EngineSelect, ConfigRoundTripsAndDefaultsToDeterministicLibraries) {
   const kernels::cuda_libraries::EngineConfig saved = kernels::cuda_libraries::engine_config();
   const kernels::cuda_libraries::EngineConfig defaults;
-  EXPECT_EQ(defaults.conv, kernels::cuda_libraries::ConvEngine::Cudnn);
-  EXPECT_EQ(defaults.gemm, kernels::cuda_libraries::GemmEngine::Cublas);
+  const bool libraries = kernels::cuda_libraries::library_engines() != nullptr;
+  EXPECT_EQ(defaults.conv, libraries ? kernels::cuda_libraries::ConvEngine::Cudnn : kernels::cuda_libraries::ConvEngine::Hand);
+  EXPECT_EQ(defaults.gemm, libraries ? kernels::cuda_libraries::GemmEngine::Cublas : kernels::cuda_libraries::GemmEngine::Hand);
   EXPECT_FALSE(defaults.tf32);
   kernels::cuda_libraries::set_engine_config(kernels::cuda_libraries::EngineConfig{kernels::cuda_libraries::ConvEngine::Auto, kernels::cuda_libraries::GemmEngine::Hand, true});
   EXPECT_EQ(kernels::cuda_libraries::engine_config().conv, kernels::cuda_libraries::ConvEngine::Auto);
   EXPECT_EQ(kernels::cuda_libraries::engine_config().gemm, kernels::cuda_libraries::GemmEngine::Hand);
   EXPECT_TRUE(kernels::cuda_libraries::engine_config().tf32);
   kernels::cuda_libraries::set_engine_config(saved);
+}
+
+// Without the libraries, auto is the hand kernels (the same bits) and a library engine is
+// an error naming the op and the setting, not a crash and not a silent substitute.
+TEST(EngineSelect, WithoutTheLibrariesAutoRunsTheHandKernelsAndALibraryEngineFailsNamingTheOp) {
+  if (kernels::cuda_libraries::library_engines()) GTEST_SKIP() << "this build has cuDNN and cuBLAS";
+  SKIP_WITHOUT_CUDA();
+  namespace libs = kernels::cuda_libraries;
+  const libs::EngineConfig saved = libs::engine_config();
+  const kernels::LinearShape s{4, 8, 3};
+  DeviceArray<float> x(random_floats(s.N * s.in, 1)), w(random_floats(s.out * s.in, 2)), hand(s.N * s.out),
+      chosen(s.N * s.out);
+  kernels::cuda::linear_forward(s, x.get(), w.get(), nullptr, hand.get(), nullptr);
+  libs::set_engine_config(libs::EngineConfig{libs::ConvEngine::Auto, libs::GemmEngine::Auto, false});
+  libs::dispatch_linear_forward(s, x.get(), w.get(), nullptr, chosen.get(), nullptr);
+  EXPECT_EQ(chosen.download(), hand.download());
+  libs::set_engine_config(libs::EngineConfig{libs::ConvEngine::Hand, libs::GemmEngine::Cublas, false});
+  try {
+    libs::dispatch_linear_forward(s, x.get(), w.get(), nullptr, chosen.get(), nullptr);
+    ADD_FAILURE() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(),
+                 "linear forward: --gemm-engine cublas: the library engines (cuDNN, cuBLAS) are not in this build "
+                 "(DPCORE_CUDA=HOST has the hand kernels only: use hand or auto)");
+  }
+  libs::set_engine_config(libs::EngineConfig{libs::ConvEngine::Cudnn, libs::GemmEngine::Hand, false});
+  kernels::Conv2dShape conv;  // 1x1x4x4 input, one 3x3 filter, no padding: 2x2 output
+  conv.N = 1, conv.C = 1, conv.H = 4, conv.W = 4, conv.K = 1, conv.R = 3, conv.S = 3, conv.P = 2, conv.Q = 2;
+  DeviceArray<float> image(random_floats(conv.x_size(), 3)), filter(random_floats(conv.w_size(), 4)), y(conv.y_size());
+  try {
+    libs::dispatch_conv2d_forward(conv, image.get(), filter.get(), nullptr, false, y.get(), nullptr);
+    ADD_FAILURE() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("conv2d forward: --conv-engine cudnn: the library engines"), std::string::npos)
+        << e.what();
+  }
+  libs::set_engine_config(saved);
 }
 
 }  // namespace

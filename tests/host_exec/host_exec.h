@@ -137,6 +137,14 @@ T __shfl_up_sync(unsigned mask, T value, unsigned delta, int width = warpSize) {
   return host_exec::shuffle(mask, value, in_segment >= 0 ? base + in_segment : lane, "__shfl_up_sync");
 }
 
+// Atomics and fences: the compiler's atomic builtins, which ThreadSanitizer understands.
+inline int atomicCAS(int* address, int compare, int value) {
+  __atomic_compare_exchange_n(address, &compare, value, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+  return compare;  // the old value, whether or not it was replaced
+}
+inline void __threadfence() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
+inline void __threadfence_system() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
+
 // Read-only cached loads are plain loads on the host (float4 keeps its alignment rule).
 template <class T>
 inline T __ldg(const T* p) {

@@ -1,7 +1,5 @@
 // The functions of kernels/cuda_runtime that the kernel files call (error checks, the
 // device and its SM count, scratch memory), on the host runtime of runtime/.
-#include <cstdlib>
-#include <cstring>
 #include <stdexcept>
 #include <string>
 
@@ -34,20 +32,3 @@ Workspace::Workspace(size_t bytes, cudaStream_t) : device_(host_runtime::current
 Workspace::~Workspace() { cudaFree(ptr_); }
 
 }  // namespace dpcore::kernels::cuda_runtime
-
-namespace host_exec {
-
-int multiprocessors() {
-  static const int count = [] {
-    const char* text = std::getenv("DPCORE_HOST_SMS");
-    if (!text) return 132;
-    char* end = nullptr;
-    const long value = std::strtol(text, &end, 10);
-    if (end == text || *end != '\0' || value < 1 || value > 1024)
-      throw std::runtime_error("DPCORE_HOST_SMS = \"" + std::string(text) + "\": expected an SM count from 1 to 1024");
-    return int(value);
-  }();
-  return count;
-}
-
-}  // namespace host_exec

@@ -15,15 +15,13 @@
 #include <thread>
 #include <vector>
 
-#include "kernels/cuda/launch.cuh"
-#include "kernels/cuda_runtime/check.h"
+#include "host_exec/runtime_test_util.h"
 
 namespace {
 
 using dpcore::kernels::cuda::launch;
+using namespace host_runtime_test;
 using Clock = std::chrono::steady_clock;
-
-#define EXPECT_CONTAINS(text, part) EXPECT_NE(std::string(text).find(part), std::string::npos) << (text)
 
 // Holds its stream until the test opens the gate (or 20 s pass: then it records the
 // timeout in gate[1], so that a runtime that serialises what should be concurrent fails
@@ -39,9 +37,6 @@ __global__ void wait_at_gate(std::atomic<int>* gate) {
   }
 }
 __global__ void open_gate(std::atomic<int>* gate) { gate[0].store(1); }
-__global__ void set_to(float* x, float value) { x[threadIdx.x] = value; }
-__global__ void add_one(float* x) { x[threadIdx.x] += 1.f; }
-__global__ void copy_values(const float* x, float* y) { y[threadIdx.x] = x[threadIdx.x]; }
 
 struct Gate {
   std::atomic<int> state[2] = {};  // open, timed out
@@ -49,32 +44,6 @@ struct Gate {
   void open() { state[0].store(1); }
   bool timed_out() const { return state[1].load() != 0; }
 };
-
-std::vector<float> download(const float* device_ptr, size_t n) {
-  std::vector<float> out(n);
-  CUDA_CHECK(cudaMemcpy(out.data(), device_ptr, n * sizeof(float), cudaMemcpyDeviceToHost));
-  return out;
-}
-
-float* device_floats(size_t n) {
-  void* p = nullptr;
-  CUDA_CHECK(cudaMalloc(&p, n * sizeof(float)));
-  return static_cast<float*>(p);
-}
-
-// The kind of stream the project's code creates: ordered with nothing but its own work.
-cudaStream_t non_blocking_stream() {
-  cudaStream_t s;
-  CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-  return s;
-}
-
-bool all_bits_set(const void* p, size_t bytes) {
-  const auto* b = static_cast<const unsigned char*>(p);
-  for (size_t i = 0; i < bytes; ++i)
-    if (b[i] != 0xFF) return false;
-  return true;
-}
 
 TEST(HostRuntime, AStreamRunsItsWorkInTheOrderItWasQueued) {
   float* x = device_floats(32);

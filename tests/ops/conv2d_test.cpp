@@ -236,7 +236,7 @@ TYPED_TEST(Conv2dTest, BackwardWeightIsDeterministic) {
 
 // The CPU-only tests below are left out of the host execution builds (tests/host_exec),
 // which run this file for the hand CUDA kernels under the sanitizers.
-#if !defined(DPCORE_HOST_EXEC)
+#if !defined(DPCORE_HOST_OPS_TEST)
 // The CPU's float stride-1 convolutions have two paths (kernels/cpu/conv2d_direct.h): the
 // typed tests above take the direct one where the CPU has AVX-512. With it turned off,
 // im2col + GEMM must meet the reference on the same cases, so that both paths stay
@@ -300,7 +300,7 @@ TEST(Conv2dCpuPaths, NanInputReachesTheReferenceWeightGradsOnly) {
   DirectConv2dOff off;
   expect_nan_reaches_the_reference_weight_grads<float>("im2col");
 }
-#endif  // !DPCORE_HOST_EXEC
+#endif  // !DPCORE_HOST_OPS_TEST
 
 #ifdef DPCORE_CUDA_LIBRARIES
 // The two CUDA engines on the same inputs: they must agree to FP32 rounding.

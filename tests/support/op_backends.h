@@ -37,10 +37,10 @@
 #include "kernels/cuda/kernels.h"
 #include "support/cuda_test_util.h"
 #endif
-// The library engines exist in the CUDA build, not in the host execution build
-// (tests/host_exec), which runs the same test bodies on the hand kernels only.
-#if defined(DPCORE_HAVE_CUDA) && !defined(DPCORE_HOST_EXEC)
-#define DPCORE_CUDA_LIBRARIES 1
+// The library engines exist in the CUDA build (DPCORE_CUDA_LIBRARIES, set by
+// tests/ops/CMakeLists.txt), not in the host builds (the host execution layer's op tests,
+// DPCORE_HOST_OPS_TEST, and DPCORE_CUDA=HOST), which run the hand kernels only.
+#if defined(DPCORE_HAVE_CUDA) && defined(DPCORE_CUDA_LIBRARIES)
 #include "kernels/cuda_libraries/cublas_linear.h"
 #include "kernels/cuda_libraries/cudnn_conv2d.h"
 #include "kernels/cuda_libraries/engine_config.h"
@@ -581,9 +581,12 @@ struct CudaLibraryBackend : CudaBackend {
 using KernelBackends = ::testing::Types<CpuBackend<float>, CpuBackend<double>, CudaBackend>;
 using KernelAndLibraryBackends =
     ::testing::Types<CpuBackend<float>, CpuBackend<double>, CudaBackend, CudaLibraryBackend>;
-#elif defined(DPCORE_HOST_EXEC)
+#elif defined(DPCORE_HOST_OPS_TEST)
 using KernelBackends = ::testing::Types<CudaBackend>;
 using KernelAndLibraryBackends = ::testing::Types<CudaBackend>;
+#elif defined(DPCORE_HAVE_CUDA)
+using KernelBackends = ::testing::Types<CpuBackend<float>, CpuBackend<double>, CudaBackend>;
+using KernelAndLibraryBackends = ::testing::Types<CpuBackend<float>, CpuBackend<double>, CudaBackend>;
 #else
 using KernelBackends = ::testing::Types<CpuBackend<float>, CpuBackend<double>>;
 using KernelAndLibraryBackends = ::testing::Types<CpuBackend<float>, CpuBackend<double>>;

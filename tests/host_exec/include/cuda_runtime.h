@@ -6,3 +6,13 @@
 
 #include "cuda_runtime_api.h"
 #include "host_exec/host_exec.h"
+
+// The C++ API's typed overloads (CUDA's cuda_runtime.h has them too).
+template <class T>
+cudaError_t cudaMalloc(T** ptr, size_t bytes) {
+  return cudaMalloc(reinterpret_cast<void**>(ptr), bytes);
+}
+template <class T>
+cudaError_t cudaHostAlloc(T** ptr, size_t bytes, unsigned flags) {
+  return cudaHostAlloc(reinterpret_cast<void**>(ptr), bytes, flags);
+}

@@ -22,11 +22,21 @@ enum cudaError_t {
   cudaErrorInvalidConfiguration = 9,
   cudaErrorInvalidDevice = 101,
   cudaErrorInvalidResourceHandle = 400,
+  cudaErrorIllegalState = 401,
   cudaErrorNotReady = 600,
   cudaErrorIllegalAddress = 700,
   cudaErrorPeerAccessAlreadyEnabled = 704,
   cudaErrorPeerAccessNotEnabled = 705,
   cudaErrorLaunchFailure = 719,
+  cudaErrorStreamCaptureUnsupported = 900,
+  cudaErrorStreamCaptureInvalidated = 901,
+  cudaErrorStreamCaptureMerge = 902,
+  cudaErrorStreamCaptureUnmatched = 903,
+  cudaErrorStreamCaptureUnjoined = 904,
+  cudaErrorStreamCaptureIsolation = 905,
+  cudaErrorStreamCaptureImplicit = 906,
+  cudaErrorCapturedEvent = 907,
+  cudaErrorStreamCaptureWrongThread = 908,
 };
 enum cudaMemcpyKind {
   cudaMemcpyHostToHost = 0,
@@ -39,10 +49,27 @@ enum cudaDeviceAttr {
   cudaDevAttrMultiProcessorCount = 16,
 };
 
+enum cudaStreamCaptureStatus {
+  cudaStreamCaptureStatusNone = 0,
+  cudaStreamCaptureStatusActive = 1,
+  cudaStreamCaptureStatusInvalidated = 2,
+};
+enum cudaStreamCaptureMode {
+  cudaStreamCaptureModeGlobal = 0,
+  cudaStreamCaptureModeThreadLocal = 1,
+  cudaStreamCaptureModeRelaxed = 2,
+};
+
 struct CUstream_st;
 using cudaStream_t = CUstream_st*;
 struct CUevent_st;
 using cudaEvent_t = CUevent_st*;
+struct CUgraph_st;
+using cudaGraph_t = CUgraph_st*;
+struct CUgraphNode_st;
+using cudaGraphNode_t = CUgraphNode_st*;
+struct CUgraphExec_st;
+using cudaGraphExec_t = CUgraphExec_st*;
 
 // The legacy default stream, by its handle (0 means the same: the build does not use
 // per-thread default streams).
@@ -131,3 +158,26 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpy
                             cudaStream_t stream = nullptr);
 cudaError_t cudaMemcpyPeerAsync(void* dst, int dst_device, const void* src, int src_device, size_t bytes,
                                 cudaStream_t stream = nullptr);
+
+// ---- graph capture (runtime/graphs.cpp) ----
+// While a stream captures, the work queued on it (launches, async copies, memsets) and on
+// the streams it forks into through events is recorded into a graph instead of run. What
+// CUDA forbids during a capture fails with CUDA's error and invalidates the capture:
+// synchronising with a capturing stream or a captured event, calls CUDA deems
+// "potentially unsafe" (cudaMalloc, cudaFree, cudaHostAlloc, synchronous copies and
+// memsets, cudaDeviceSynchronize) from a thread the capture modes prohibit them in, the
+// legacy stream while a blocking stream of its device captures, waiting on an event
+// recorded outside the capture. cudaStreamEndCapture then returns
+// cudaErrorStreamCaptureInvalidated.
+cudaError_t cudaStreamBeginCapture(cudaStream_t stream, cudaStreamCaptureMode mode);
+cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t* graph);
+cudaError_t cudaStreamIsCapturing(cudaStream_t stream, cudaStreamCaptureStatus* status);
+// Swaps the calling thread's capture interaction mode (cudaStreamCaptureModeGlobal at first).
+cudaError_t cudaThreadExchangeStreamCaptureMode(cudaStreamCaptureMode* mode);
+// The graph's nodes (the recorded launches, copies and memsets); `nodes` may be null.
+cudaError_t cudaGraphGetNodes(cudaGraph_t graph, cudaGraphNode_t* nodes, size_t* count);
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t graph, unsigned long long flags = 0);
+// Queues the graph's nodes, in the order they were recorded, on `stream`.
+cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stream);
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec);
+cudaError_t cudaGraphDestroy(cudaGraph_t graph);

@@ -48,21 +48,29 @@ cudaError_t copy(void* dst, const void* src, size_t bytes, const Region& to, con
   if (const cudaError_t error = device_error(s->device())) return record_error(error);
   const bool to_pageable = to.memory == Memory::Pageable, from_pageable = from.memory == Memory::Pageable;
   const bool host_to_host = to.memory != Memory::Device && from.memory != Memory::Device;
+  const bool device_to_device = to.memory == Memory::Device && from.memory == Memory::Device;
+  const bool stages = from_pageable && !host_to_host;
+  const bool waits = host_to_host || (to_pageable && !from_pageable) ||
+                     (synchronous_call && !device_to_device && !from_pageable);
+  // A graph could neither stage the source when replayed nor have the host wait for it.
+  if (stages || waits)
+    if (const cudaError_t error = refuse_if_capturing(*s)) return error;
+  if (synchronous_call && !device_to_device)
+    if (const cudaError_t error = check_unsafe_call()) return error;
   Point done;
-  if (from_pageable && !host_to_host) {
+  cudaError_t queued;
+  if (stages) {
     std::shared_ptr<std::vector<char>> staged;
     {
       Visible read;  // the caller's read of its source, as the driver's staging copy is
       staged = std::make_shared<std::vector<char>>(static_cast<const char*>(src), static_cast<const char*>(src) + bytes);
     }
-    done = s->enqueue("a copy out of pageable host memory",
-                      [dst, staged] { std::memcpy(dst, staged->data(), staged->size()); });
+    queued = submit(s, "a copy out of pageable host memory",
+                    [dst, staged] { std::memcpy(dst, staged->data(), staged->size()); }, &done);
   } else {
-    done = s->enqueue("cudaMemcpy", [dst, src, bytes] { std::memcpy(dst, src, bytes); });
+    queued = submit(s, "cudaMemcpy", [dst, src, bytes] { std::memcpy(dst, src, bytes); }, &done);
   }
-  const bool device_to_device = to.memory == Memory::Device && from.memory == Memory::Device;
-  const bool waits = host_to_host || (to_pageable && !from_pageable) ||
-                     (synchronous_call && !device_to_device && !from_pageable);
+  if (queued) return queued;
   if (waits) {
     done.wait();
     return record_error(device_error(s->device()));
@@ -70,13 +78,21 @@ cudaError_t copy(void* dst, const void* src, size_t bytes, const Region& to, con
   return cudaSuccess;
 }
 
-cudaError_t memset_on(void* ptr, int value, size_t bytes, const std::shared_ptr<Stream>& s) {
+cudaError_t memset_on(void* ptr, int value, size_t bytes, const std::shared_ptr<Stream>& s, bool synchronous_call) {
   if (bytes == 0) return cudaSuccess;
   const Region r = region_of(ptr);
   if (r.memory == Memory::Pageable || !fits(r, ptr, bytes)) return record_error(cudaErrorInvalidValue);
   if (const cudaError_t error = device_error(s->device())) return record_error(error);
-  const Point done = s->enqueue("cudaMemset", [ptr, value, bytes] { std::memset(ptr, value, bytes); });
-  if (r.memory == Memory::Pinned) done.wait();
+  const bool waits = r.memory == Memory::Pinned;
+  if (waits) {
+    if (const cudaError_t error = refuse_if_capturing(*s)) return error;
+    if (synchronous_call)
+      if (const cudaError_t error = check_unsafe_call()) return error;
+  }
+  Point done;
+  if (const cudaError_t error = submit(s, "cudaMemset", [ptr, value, bytes] { std::memset(ptr, value, bytes); }, &done))
+    return error;
+  if (waits) done.wait();
   return cudaSuccess;
 }
 
@@ -116,12 +132,12 @@ cudaError_t cudaMemcpyPeerAsync(void* dst, int dst_device, const void* src, int 
 
 cudaError_t cudaMemset(void* ptr, int value, size_t bytes) {
   host_runtime::Bookkeeping hide;
-  return host_runtime::memset_on(ptr, value, bytes, host_runtime::stream_for(nullptr));
+  return host_runtime::memset_on(ptr, value, bytes, host_runtime::stream_for(nullptr), true);
 }
 
 cudaError_t cudaMemsetAsync(void* ptr, int value, size_t bytes, cudaStream_t stream) {
   host_runtime::Bookkeeping hide;
   const std::shared_ptr<host_runtime::Stream> s = host_runtime::stream_for(stream);
   if (!s) return record_error(cudaErrorInvalidResourceHandle);
-  return host_runtime::memset_on(ptr, value, bytes, s);
+  return host_runtime::memset_on(ptr, value, bytes, s, false);
 }

@@ -106,6 +106,7 @@ cudaError_t cudaDeviceEnablePeerAccess(int peer_device, unsigned flags) {
 cudaError_t cudaDeviceSynchronize() {
   host_runtime::Bookkeeping hide;
   const int device = host_runtime::current;
+  if (const cudaError_t error = host_runtime::check_unsafe_call(device)) return error;
   host_runtime::drain(device);
   return record_error(host_runtime::device_error(device));
 }

@@ -10,7 +10,8 @@
 struct CUevent_st {
   unsigned flags = 0;
   std::mutex mutex;
-  host_runtime::Point point;  // null stream: never recorded
+  host_runtime::Point point;  // null stream: never recorded (or last recorded in a capture)
+  host_runtime::CapturedPoint captured;  // its last record, when that was in a capture
   // When the record ran, for cudaEventElapsedTime; written by the recording task.
   std::shared_ptr<std::chrono::steady_clock::time_point> time;
 };
@@ -30,6 +31,10 @@ CUevent_st* live(cudaEvent_t event) {
 Point latest(CUevent_st* e) {
   std::lock_guard<std::mutex> lock(e->mutex);
   return e->point;
+}
+CapturedPoint captured(CUevent_st* e) {
+  std::lock_guard<std::mutex> lock(e->mutex);
+  return e->captured;
 }
 std::shared_ptr<std::chrono::steady_clock::time_point> time_of(CUevent_st* e) {
   std::lock_guard<std::mutex> lock(e->mutex);
@@ -69,11 +74,23 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
   if (!e || !s) return record_error(cudaErrorInvalidResourceHandle);
   // CUDA: the event and the stream must belong to the same device, the current one.
   if (s->device() != host_runtime::current_device()) return record_error(cudaErrorInvalidResourceHandle);
+  host_runtime::CapturedPoint in_capture;
+  cudaError_t error = cudaSuccess;
+  if (host_runtime::record_in_capture(*s, &in_capture, &error)) {
+    if (error) return error;
+    std::lock_guard<std::mutex> lock(e->mutex);
+    e->point = host_runtime::Point{};
+    e->captured = std::move(in_capture);
+    e->time = nullptr;
+    return cudaSuccess;
+  }
   auto time = std::make_shared<std::chrono::steady_clock::time_point>();
-  const host_runtime::Point point =
-      s->enqueue("cudaEventRecord", [time] { *time = std::chrono::steady_clock::now(); });
+  host_runtime::Point point;
+  error = host_runtime::submit(s, "cudaEventRecord", [time] { *time = std::chrono::steady_clock::now(); }, &point);
+  if (error) return error;
   std::lock_guard<std::mutex> lock(e->mutex);
   e->point = point;
+  e->captured = host_runtime::CapturedPoint{};
   e->time = std::move(time);
   return cudaSuccess;
 }
@@ -82,6 +99,7 @@ cudaError_t cudaEventQuery(cudaEvent_t event) {
   host_runtime::Bookkeeping hide;
   CUevent_st* e = host_runtime::live(event);
   if (!e) return record_error(cudaErrorInvalidResourceHandle);
+  if (const cudaError_t error = host_runtime::refuse_captured_event(host_runtime::captured(e))) return error;
   const host_runtime::Point point = host_runtime::latest(e);
   return point.reached() ? cudaSuccess : cudaErrorNotReady;
 }
@@ -90,6 +108,7 @@ cudaError_t cudaEventSynchronize(cudaEvent_t event) {
   host_runtime::Bookkeeping hide;
   CUevent_st* e = host_runtime::live(event);
   if (!e) return record_error(cudaErrorInvalidResourceHandle);
+  if (const cudaError_t error = host_runtime::refuse_captured_event(host_runtime::captured(e))) return error;
   const host_runtime::Point point = host_runtime::latest(e);
   point.wait();
   return point.stream ? record_error(host_runtime::device_error(point.stream->device())) : cudaSuccess;
@@ -101,6 +120,8 @@ cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) 
   CUevent_st* b = host_runtime::live(end);
   if (!a || !b) return record_error(cudaErrorInvalidResourceHandle);
   if ((a->flags | b->flags) & cudaEventDisableTiming) return record_error(cudaErrorInvalidResourceHandle);
+  for (CUevent_st* e : {a, b})
+    if (const cudaError_t error = host_runtime::refuse_captured_event(host_runtime::captured(e))) return error;
   const host_runtime::Point pa = host_runtime::latest(a), pb = host_runtime::latest(b);
   if (!pa.stream || !pb.stream) return record_error(cudaErrorInvalidResourceHandle);  // never recorded
   if (!pa.reached() || !pb.reached()) return record_error(cudaErrorNotReady);
@@ -114,6 +135,8 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned
   const std::shared_ptr<host_runtime::Stream> s = host_runtime::stream_for(stream);
   if (!e || !s) return record_error(cudaErrorInvalidResourceHandle);
   if (flags != 0) return record_error(cudaErrorInvalidValue);
-  s->enqueue("cudaStreamWaitEvent", [] {}, {host_runtime::latest(e)});
-  return cudaSuccess;
+  const host_runtime::Point point = host_runtime::latest(e);
+  cudaError_t error = cudaSuccess;
+  if (host_runtime::wait_in_capture(s, host_runtime::captured(e), point.stream != nullptr, &error)) return error;
+  return host_runtime::submit(s, "cudaStreamWaitEvent", [] {}, nullptr, {point});
 }

@@ -32,7 +32,7 @@ void enqueue_kernel(const char* kernel, cudaStream_t stream, std::vector<const v
                              (s ? "the stream belongs to device " + std::to_string(s->device()) +
                                       ", the current device is " + std::to_string(device)
                                 : std::string("not a live stream")));
-  s->enqueue(kernel, [kernel, device, pointers = std::move(pointers), run = std::move(run)] {
+  const cudaError_t error = submit(s, kernel, [kernel, device, pointers = std::move(pointers), run = std::move(run)] {
     {
       Bookkeeping hide;
       check_kernel_pointers(kernel, device, pointers);
@@ -40,6 +40,9 @@ void enqueue_kernel(const char* kernel, cudaStream_t stream, std::vector<const v
     }
     run();
   });
+  if (error)
+    throw std::runtime_error(std::string("host kernel ") + kernel + ": " + cudaGetErrorString(error) +
+                             " (a capture refused the launch)");
 }
 
 }  // namespace host_runtime

@@ -84,6 +84,7 @@ cudaError_t cudaMalloc(void** ptr, size_t bytes) {
   host_runtime::Bookkeeping hide;
   host_runtime::Allocations& a = host_runtime::allocations();
   const int device = host_runtime::current_device();
+  if (const cudaError_t error = host_runtime::check_unsafe_call()) return error;
   {
     std::lock_guard<std::mutex> lock(a.mutex);
     if (bytes > host_runtime::kDeviceBytes - a.in_use[device]) return record_error(cudaErrorMemoryAllocation);
@@ -103,6 +104,7 @@ cudaError_t cudaFree(void* ptr) {
   if (!ptr) return cudaSuccess;
   const host_runtime::Region region = host_runtime::region_of(ptr);
   if (region.memory != host_runtime::Memory::Device || region.base != ptr) return record_error(cudaErrorInvalidValue);
+  if (const cudaError_t error = host_runtime::check_unsafe_call(region.device)) return error;
   host_runtime::drain(region.device);  // CUDA's cudaFree waits for the device to be idle
   return record_error(host_runtime::release(ptr, host_runtime::Memory::Device));
 }
@@ -111,6 +113,7 @@ cudaError_t cudaHostAlloc(void** ptr, size_t bytes, unsigned flags) {
   host_runtime::Bookkeeping hide;
   if (flags & ~(cudaHostAllocPortable | cudaHostAllocMapped | cudaHostAllocWriteCombined))
     return record_error(cudaErrorInvalidValue);
+  if (const cudaError_t error = host_runtime::check_unsafe_call()) return error;
   char* base = static_cast<char*>(host_runtime::allocate(bytes));
   if (!base) return record_error(cudaErrorMemoryAllocation);
   host_runtime::Allocations& a = host_runtime::allocations();
@@ -125,6 +128,7 @@ cudaError_t cudaHostAlloc(void** ptr, size_t bytes, unsigned flags) {
 cudaError_t cudaFreeHost(void* ptr) {
   host_runtime::Bookkeeping hide;
   if (!ptr) return cudaSuccess;
+  if (const cudaError_t error = host_runtime::check_unsafe_call()) return error;
   return record_error(host_runtime::release(ptr, host_runtime::Memory::Pinned));
 }
 

@@ -96,6 +96,44 @@ std::vector<std::shared_ptr<Stream>> streams_of(int device);
 // Blocks until everything queued on the device so far has run.
 void drain(int device);
 
+// ---- graph capture (graphs.cpp) ----
+struct Capture;
+// Where an event recorded during a capture stands: after these nodes of that capture.
+struct CapturedPoint {
+  std::shared_ptr<Capture> capture;  // null: not recorded in a capture
+  std::vector<size_t> nodes;
+};
+// Queues `work` on `s` (*done: the point after it), or, while `s` captures, records it
+// as a node of the capture instead (*done: a null point). Fails with the capture error,
+// invalidating the capture, for the legacy stream while a blocking stream of its device
+// captures (cudaErrorStreamCaptureImplicit); with cudaErrorStreamCaptureInvalidated on a
+// stream whose capture is invalidated.
+cudaError_t submit(const std::shared_ptr<Stream>& s, const char* what, std::function<void()> work,
+                   Point* done = nullptr, std::vector<Point> after = {});
+bool capturing(const Stream& s);
+// For a call that must not happen while `s` captures (a synchronisation, a copy that
+// stages or waits): cudaErrorStreamCaptureUnsupported, and the capture invalidated.
+cudaError_t refuse_if_capturing(const Stream& s);
+// For a call CUDA deems potentially unsafe during capture (cudaMalloc, cudaFree, cudaHostAlloc,
+// a synchronous copy, cudaDeviceSynchronize): cudaErrorStreamCaptureUnsupported when the
+// calling thread's capture mode and the captures going on prohibit it (CUDA's rules, at
+// cudaThreadExchangeStreamCaptureMode), invalidating those captures. `device` >= 0 also
+// refuses the call while any stream of that device captures (it synchronises with all).
+cudaError_t check_unsafe_call(int device = -1);
+// cudaEventRecord on a capturing `s`: *point = where its capture stands; returns false
+// when `s` is not capturing. cudaErrorStreamCaptureInvalidated in *error when its capture is.
+bool record_in_capture(const Stream& s, CapturedPoint* point, cudaError_t* error);
+// cudaStreamWaitEvent in capture terms; returns false when no capture is involved (an
+// ordinary wait): a capturing stream waiting for an event of its capture depends on its
+// nodes; a stream that is not capturing joins the event's capture (a fork); waiting for
+// an event of another capture (cudaErrorStreamCaptureMerge) or recorded outside any
+// (cudaErrorStreamCaptureIsolation) fails and invalidates.
+bool wait_in_capture(const std::shared_ptr<Stream>& s, const CapturedPoint& event_point, bool recorded_outside,
+                     cudaError_t* error);
+// Whether a captured event's capture is still going on (its record then stands for no
+// work that can be waited for on the host: cudaErrorCapturedEvent, and it is invalidated).
+cudaError_t refuse_captured_event(const CapturedPoint& event_point);
+
 // ---- memory (memory.cpp) ----
 enum class Memory { Pageable, Pinned, Device };
 struct Region {
@@ -111,8 +149,9 @@ Region region_of(const void* ptr);
 // Fails the device (cudaErrorIllegalAddress) when an argument of the kernel points into
 // another device's memory without peer access, as the GPU would fault on it.
 void check_kernel_pointers(const char* kernel, int device, const std::vector<const void*>& pointers);
-// Queues a launch on `stream` (checked: a stream of the current device). Throws, as the
-// launch itself fails on a GPU, for a bad handle.
+// Queues (or, while the stream captures, records) a launch on `stream` (checked: a stream
+// of the current device). Throws, as the launch itself fails on a GPU, for a bad handle
+// or a launch the capture rules refuse (graphs.cpp).
 void enqueue_kernel(const char* kernel, cudaStream_t stream, std::vector<const void*> pointers,
                     std::function<void()> run);
 

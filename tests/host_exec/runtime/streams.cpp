@@ -185,6 +185,7 @@ cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
   host_runtime::Bookkeeping hide;
   const std::shared_ptr<host_runtime::Stream> s = host_runtime::stream_for(stream);
   if (!s) return record_error(cudaErrorInvalidResourceHandle);
+  if (const cudaError_t error = host_runtime::refuse_if_capturing(*s)) return error;
   s->last().wait();
   return record_error(host_runtime::device_error(s->device()));
 }
@@ -193,6 +194,7 @@ cudaError_t cudaStreamQuery(cudaStream_t stream) {
   host_runtime::Bookkeeping hide;
   const std::shared_ptr<host_runtime::Stream> s = host_runtime::stream_for(stream);
   if (!s) return record_error(cudaErrorInvalidResourceHandle);
+  if (const cudaError_t error = host_runtime::refuse_if_capturing(*s)) return error;
   if (const cudaError_t error = host_runtime::device_error(s->device())) return record_error(error);
   return s->last().reached() ? cudaSuccess : cudaErrorNotReady;
 }

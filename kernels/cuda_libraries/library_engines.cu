@@ -1,0 +1,14 @@
+#include "kernels/cuda_libraries/library_engines.h"
+
+#include "kernels/cuda_libraries/cublas_linear.h"
+#include "kernels/cuda_libraries/cudnn_conv2d.h"
+
+namespace dpcore::kernels::cuda_libraries {
+
+const LibraryEngines* library_engines() {
+  static const LibraryEngines engines{cudnn::conv2d_forward, cudnn::conv2d_backward_data,
+                                      cudnn::conv2d_backward_weight, cublas::sgemm, cublas::sgemm_strided_batched};
+  return &engines;
+}
+
+}  // namespace dpcore::kernels::cuda_libraries

@@ -1,0 +1,28 @@
+// The library engines as the engine dispatch (dispatch.cu) calls them: cuDNN's
+// convolutions and cuBLAS's matrix products. A build with the NVIDIA libraries has them
+// (library_engines.cu); the host build (DPCORE_CUDA=HOST, which runs the CUDA backend on
+// the host CUDA runtime of tests/host_exec) has none (no_library_engines.cpp): its
+// dispatch runs the hand kernels, and a choice of a library engine fails naming the op.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include "kernels/cuda/kernels.h"
+#include "kernels/shapes.h"
+
+namespace dpcore::kernels::cuda_libraries {
+
+struct LibraryEngines {
+  void (*conv2d_forward)(const kernels::Conv2dShape& s, const float* x, const float* w, float* y, cudaStream_t stream);
+  void (*conv2d_backward_data)(const kernels::Conv2dShape& s, const float* dy, const float* w, float* dx,
+                               cudaStream_t stream);
+  void (*conv2d_backward_weight)(const kernels::Conv2dShape& s, const float* x, const float* dy, float* dw,
+                                 bool accumulate, cudaStream_t stream);
+  kernels::cuda::SgemmFn sgemm;
+  kernels::cuda::BatchedSgemmFn sgemm_strided_batched;
+};
+
+// The engines of this build; null when it has no libraries.
+const LibraryEngines* library_engines();
+
+}  // namespace dpcore::kernels::cuda_libraries

@@ -1,0 +1,49 @@
+// `dpcore train --device cuda` as a user runs it, against the same run on the CPU: one
+// device (CUDA graphs on, the default) and four replicas over the local ring. Runs on a
+// GPU and, in the host build (DPCORE_CUDA=HOST), on the 4 emulated devices of the host
+// CUDA runtime; skips elsewhere. The engines are the command's defaults, which must exist
+// in every build (the host build has no cuDNN or cuBLAS).
+#include <gtest/gtest.h>
+
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "cli/cli_run.h"
+#include "support/test_support.h"
+
+namespace dpcore::testing {
+namespace {
+
+// The epoch line's train loss, test loss and test accuracy (%).
+std::vector<double> epoch_results(const std::string& output) {
+  static const std::regex line("epoch 1: train loss ([0-9.]+), test loss ([0-9.]+), test accuracy ([0-9.]+)%");
+  std::smatch m;
+  if (!std::regex_search(output, m, line)) return {};
+  return {std::stod(m[1]), std::stod(m[2]), std::stod(m[3])};
+}
+
+void expect_cuda_matches_cpu(const std::string& flags) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device (a GPU, or the host build's emulated ones)";
+  const CommandResult cpu = run(job() + " --epochs 1 --no-shuffle " + flags);
+  const CommandResult cuda = run(job(kSpec, kData, "cuda") + " --epochs 1 --no-shuffle " + flags);
+  ASSERT_EQ(cpu.status, 0) << cpu.output;
+  ASSERT_EQ(cuda.status, 0) << cuda.output;
+  const std::vector<double> want = epoch_results(cpu.output), got = epoch_results(cuda.output);
+  ASSERT_EQ(want.size(), 3u) << cpu.output;
+  ASSERT_EQ(got.size(), 3u) << cuda.output;
+  // The losses are printed to 4 decimals: FP32 kernels that agree to 1e-5 of their scale
+  // over 13 steps stay within one unit of the last place, and a rounding boundary between
+  // the two may flip one more. The accuracy is a count of 200 test samples, which the
+  // same logits to that precision classify alike.
+  EXPECT_NEAR(got[0], want[0], 2e-4) << "train loss";
+  EXPECT_NEAR(got[1], want[1], 2e-4) << "test loss";
+  EXPECT_EQ(got[2], want[2]) << "test accuracy";
+}
+
+TEST(CudaTrain, OneDeviceWithCudaGraphsMatchesTheCpu) { expect_cuda_matches_cpu(""); }
+
+TEST(CudaTrain, FourReplicasOverTheLocalRingMatchTheCpu) { expect_cuda_matches_cpu("--replicas 4 --backend local"); }
+
+}  // namespace
+}  // namespace dpcore::testing
