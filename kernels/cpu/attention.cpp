@@ -127,6 +127,7 @@ template <class T>
 void attention_backward(const AttentionShape& s, const T* q, const T* k, const T* v, const T* key_mask, const T* o,
                         const T* lse, const T* dout, double* row_dot, T* dq, T* dk, T* dv) {
   const int64_t d = s.d, heads = s.B * s.H, tile = kQueryTile * kKeyTile;
+  const T scale = T(s.scale);
   // D_i = rowsum(dO * O) = rowsum(P * dP): the softmax backward's per-row term, once per row.
 #pragma omp parallel for num_threads(kernel_threads()) if (s.rows() * d >= kMinParallelElements) schedule(static)
   for (int64_t row = 0; row < s.rows(); ++row) row_dot[row] = dot(dout + row * d, o + row * d, d);
@@ -157,7 +158,8 @@ void attention_backward(const AttentionShape& s, const T* q, const T* k, const T
       transpose_tile(v + (bh * s.Tk + j0) * d, cols, d, v_t);
       for (int64_t i0 = first_query_seeing(s, j0) / kQueryTile * kQueryTile; i0 < s.Tq; i0 += kQueryTile) {
         const int64_t rows = std::min(kQueryTile, s.Tq - i0);
-        gemm(false, false, rows, cols, d, T(s.scale), q_h + i0 * d, d, k_t, kKeyTile, T(0), p, kKeyTile);  // S
+        const T* q_tile = q_h + i0 * d;
+        gemm(false, false, rows, cols, d, scale, q_tile, d, k_t, kKeyTile, T(0), p, kKeyTile);  // S
         bool attended = false;
         for (int64_t r = 0; r < rows; ++r) {
           T* pr = p + r * kKeyTile;
@@ -168,17 +170,17 @@ void attention_backward(const AttentionShape& s, const T* q, const T* k, const T
           }
         }
         if (!attended) continue;
-        gemm(true, false, cols, d, rows, T(1), p, kKeyTile, dout_h + i0 * d, d, T(1), dv_h + j0 * d, d);  // dV += P^T dO
+        const T* dout_tile = dout_h + i0 * d;
+        gemm(true, false, cols, d, rows, T(1), p, kKeyTile, dout_tile, d, T(1), dv_h + j0 * d, d);  // dV += P^T dO
         gemm(false, false, rows, cols, d, 1.0, dout_wide + i0 * d, d, v_t, kKeyTile, 0.0, dp, kKeyTile);  // dP = dO V^T
         for (int64_t r = 0; r < rows; ++r)
           for (int64_t c = 0; c < cols; ++c) {
             const int64_t e = r * kKeyTile + c;
             ds[e] = T(double(p[e]) * (dp[e] - row_dot_h[i0 + r]));  // dS = P * (dP - D)
           }
-        const T scale = T(s.scale);
-        gemm(false, false, rows, d, cols, scale, ds, kKeyTile, k + (bh * s.Tk + j0) * d, d, T(1), dq_h + i0 * d,
-             d);                                                                                          // dQ += dS K
-        gemm(true, false, cols, d, rows, scale, ds, kKeyTile, q_h + i0 * d, d, T(1), dk_h + j0 * d, d);  // dK += dS^T Q
+        const T* k_tile = k + (bh * s.Tk + j0) * d;
+        gemm(false, false, rows, d, cols, scale, ds, kKeyTile, k_tile, d, T(1), dq_h + i0 * d, d);  // dQ += s dS K
+        gemm(true, false, cols, d, rows, scale, ds, kKeyTile, q_tile, d, T(1), dk_h + j0 * d, d);  // dK += s dS^T Q
       }
     }
   }
