@@ -12,12 +12,13 @@
 // (OpenMP over (b, h, query tile) forward, over (b, h) backward, static schedules) in an
 // order fixed by the shape: the results do not depend on the thread count.
 // Precision: the products and exponentials are in T, the softmax statistics m and l in
-// double, and dP, D and dS - D in double (dP by a double GEMM from double copies of dO and
-// V): dP - D cancels to double rounding where P is one key's (dP = D), as in the explicit
-// softmax backward, instead of leaving T's rounding of dP in dq and dk.
+// double, and dP, D and dP - D in double (dP by a double GEMM from double copies of dO and
+// V): dP - D cancels to double rounding where one key takes a row's weight (P = 1, dP = D), as
+// in the explicit softmax backward, instead of leaving T's rounding of dP in dq and dk.
 // The K and V tiles are transposed into scratch first: OpenBLAS runs Q K^T as a product of
 // row-major A and B (both "N") through its small-matrix kernels, while the "N, T" form goes
-// through its general path (packing and a C memset per call), 2x slower at these sizes.
+// through its general path (packing and a C memset per call), about 2x slower per call in a
+// perf profile at these sizes.
 // Scratch per thread, beside the outputs (which accumulate in place), in elements:
 //   forward  kQueryTile kKeyTile + d kKeyTile of T (S then P; K^T) and 2 kQueryTile doubles (m, l)
 //   backward 2 kQueryTile kKeyTile + d kKeyTile of T (P; dS; K^T) and
