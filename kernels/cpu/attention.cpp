@@ -1,20 +1,45 @@
-// scaled_dot_product_attention, FlashAttention-2's blocking on the CPU: the queries of a
-// (batch, head) in tiles of kQueryTile, the keys in tiles of kKeyTile, an online softmax per
-// query row (running max m, running sum l, an accumulator rescaled when m grows), so no
-// Tq x Tk matrix exists; the backward recomputes the probabilities from q, k and the saved
-// log-sum-exp. Every output element is written by one thread in a fixed order (OpenMP over
-// tiles, static schedule), so the results do not depend on the thread count. Sums are in
-// double, as in the other CPU softmax kernels.
+// scaled_dot_product_attention, FlashAttention-2 on the CPU with GEMM tiles: the queries of a
+// (batch, head) in tiles of kQueryTile rows, the keys in tiles of kKeyTile, each tile's
+// products one BLAS call, so no Tq x Tk matrix exists.
+//   forward, per (b, h, query tile): for each key tile S = scale Q K^T (GEMM), masked; an
+//     online softmax per row (running max m, running sum l; o rescaled by exp(m_old - m_new)
+//     when m grows); P = exp(S - m); o += P V (GEMM); at the end o /= l, lse = m + log l.
+//   backward, per (b, h): D = rowsum(dO * O); for each key tile, for each query tile that can
+//     see it: P = exp(scale Q K^T - lse) (GEMM, once per tile), dV += P^T dO, dP = dO V^T,
+//     dS = P * (dP - D), dQ += scale dS K, dK += scale dS^T Q (GEMMs).
+// Under a causal mask the tiles that no query of the tile sees are skipped, and so is any
+// tile in which no (query, key) pair attends. Each output element is produced by one thread
+// (OpenMP over (b, h, query tile) forward, over (b, h) backward, static schedules) in an
+// order fixed by the shape: the results do not depend on the thread count.
+// Precision: the products and exponentials are in T, the softmax statistics m and l in
+// double, and dP, D and dP - D in double (dP by a double GEMM from double copies of dO and
+// V): dP - D cancels to double rounding where one key takes a row's weight (P = 1, dP = D), as
+// in the explicit softmax backward, instead of leaving T's rounding of dP in dq and dk.
+// The K and V tiles are transposed into scratch first: OpenBLAS runs Q K^T as a product of
+// row-major A and B (both "N") through its small-matrix kernels, while the "N, T" form goes
+// through its general path (packing and a C memset per call), about 2x slower per call in a
+// perf profile at these sizes.
+// Scratch per thread, beside the outputs (which accumulate in place), in elements:
+//   forward  kQueryTile kKeyTile + d kKeyTile of T (S then P; K^T) and 2 kQueryTile doubles (m, l)
+//   backward 2 kQueryTile kKeyTile + d kKeyTile of T (P; dS; K^T) and
+//            kQueryTile kKeyTile + d kKeyTile + Tq d doubles (dP; V^T; the head's dO)
+// so d (Tq + 2 kKeyTile) + 3 kQueryTile kKeyTile values at most: O(T), none T x T.
 #include <algorithm>
 #include <cmath>
 
+#include "kernels/cpu/gemm.h"
 #include "kernels/cpu/kernels.h"
 #include "kernels/cpu/parallel.h"
 
 namespace dpcore::kernels::cpu {
 namespace {
 
-constexpr int64_t kQueryTile = 32, kKeyTile = 64;
+// 64 x 64: at BERT's d = 64 in float a tile of Q, K^T, V, o and S is 16 KiB each, so what a
+// forward tile touches (80 KiB) stays in L2 (2 MiB per core here) beside K and V of a whole
+// head at T = 512 (256 KiB), and the S/P tile, which the softmax loop and the next GEMM reuse,
+// in L1 (48 KiB). 64 is a multiple of the BLAS micro-kernels' 16 rows; 128 x 128 and 64 x 128
+// measured the same within the machine's noise.
+constexpr int64_t kQueryTile = 64, kKeyTile = 64;
 
 int64_t tiles(int64_t n, int64_t tile) { return (n + tile - 1) / tile; }
 
@@ -32,6 +57,13 @@ int64_t keys_seen(const AttentionShape& s, int64_t last_query) {
 }
 int64_t first_query_seeing(const AttentionShape& s, int64_t key) { return s.causal ? key : 0; }
 
+// to[c * kKeyTile + r] = from[r * d + c]: `cols` rows of d (a K or V tile) as d rows of kKeyTile.
+template <class From, class To>
+void transpose_tile(const From* from, int64_t cols, int64_t d, To* to) {
+  for (int64_t r = 0; r < cols; ++r)
+    for (int64_t c = 0; c < d; ++c) to[c * kKeyTile + r] = To(from[r * d + c]);
+}
+
 }  // namespace
 
 template <class T>
@@ -41,48 +73,53 @@ void attention_forward(const AttentionShape& s, const T* q, const T* k, const T*
   for (int64_t w = 0; w < work; ++w) {
     const int64_t bh = w / query_tiles, b = bh / s.H, i0 = (w % query_tiles) * kQueryTile;
     const int64_t rows = std::min(kQueryTile, s.Tq - i0);
-    const T* kb = k + bh * s.Tk * d;
-    const T* vb = v + bh * s.Tk * d;
-    double* acc = thread_scratch<double>(size_t(kQueryTile * d), 0);
-    double* scores = thread_scratch<double>(size_t(kKeyTile), 1);
+    T* p = thread_scratch<T>(size_t((kQueryTile + d) * kKeyTile), 0);
+    T* k_t = p + kQueryTile * kKeyTile;
+    const T* q_tile = q + (bh * s.Tq + i0) * d;
+    T* acc = o + (bh * s.Tq + i0) * d;  // this tile's rows of o, accumulated in place
     double m[kQueryTile], l[kQueryTile];
-    std::fill(acc, acc + rows * d, 0.0);
+    std::fill(acc, acc + rows * d, T(0));
     std::fill(m, m + rows, -INFINITY);
     std::fill(l, l + rows, 0.0);
     const int64_t key_end = keys_seen(s, i0 + rows - 1);
     for (int64_t j0 = 0; j0 < key_end; j0 += kKeyTile) {
       const int64_t cols = std::min(kKeyTile, key_end - j0);
+      transpose_tile(k + (bh * s.Tk + j0) * d, cols, d, k_t);
+      gemm(false, false, rows, cols, d, T(s.scale), q_tile, d, k_t, kKeyTile, T(0), p, kKeyTile);  // S
+      bool attended = false;
       for (int64_t r = 0; r < rows; ++r) {
-        const int64_t i = i0 + r;
-        const T* qi = q + (bh * s.Tq + i) * d;
+        T* pr = p + r * kKeyTile;
         double tile_max = -INFINITY;
         for (int64_t c = 0; c < cols; ++c) {
-          const int64_t j = j0 + c;
-          scores[c] = attends(s, key_mask, b, i, j) ? dot(qi, kb + j * d, d) * s.scale : -INFINITY;
-          tile_max = std::max(tile_max, scores[c]);
+          if (attends(s, key_mask, b, i0 + r, j0 + c))
+            tile_max = std::max(tile_max, double(pr[c]));
+          else
+            pr[c] = T(-INFINITY);
         }
-        if (tile_max == -INFINITY) continue;  // nothing attended in this tile: the row is unchanged
+        if (tile_max == -INFINITY) {  // nothing attended in this row of the tile: the row is unchanged
+          std::fill(pr, pr + cols, T(0));
+          continue;
+        }
+        attended = true;
         // The new running max; what was accumulated under the old one shrinks by exp(m - m_new)
-        // (0 when nothing was: m = -inf).
+        // (0 when nothing was: m = -inf). m_new is one of the T scores, so T holds it exactly.
         const double m_new = std::max(m[r], tile_max), rescale = std::exp(m[r] - m_new);
-        double* acc_r = acc + r * d;
-        l[r] *= rescale;
-        for (int64_t c = 0; c < d; ++c) acc_r[c] *= rescale;
+        T* acc_r = acc + r * d;
+        for (int64_t c = 0; c < d; ++c) acc_r[c] = T(acc_r[c] * rescale);
+        double sum = 0.0;
         for (int64_t c = 0; c < cols; ++c) {
-          if (scores[c] == -INFINITY) continue;
-          const double p = std::exp(scores[c] - m_new);
-          const T* vj = vb + (j0 + c) * d;
-          l[r] += p;
-          for (int64_t e = 0; e < d; ++e) acc_r[e] += p * double(vj[e]);
+          pr[c] = std::exp(pr[c] - T(m_new));  // masked: exp(-inf) = 0
+          sum += double(pr[c]);
         }
+        l[r] = l[r] * rescale + sum;
         m[r] = m_new;
       }
+      if (attended) gemm(false, false, rows, d, cols, T(1), p, kKeyTile, v + (bh * s.Tk + j0) * d, d, T(1), acc, d);
     }
     for (int64_t r = 0; r < rows; ++r) {
-      const int64_t row = bh * s.Tq + i0 + r;
       const double inv_l = l[r] > 0 ? 1.0 / l[r] : 0.0;  // a row that attends no key: o = 0
-      for (int64_t c = 0; c < d; ++c) o[row * d + c] = T(acc[r * d + c] * inv_l);
-      lse[row] = T(l[r] > 0 ? m[r] + std::log(l[r]) : -INFINITY);
+      for (int64_t c = 0; c < d; ++c) acc[r * d + c] = T(acc[r * d + c] * inv_l);
+      lse[bh * s.Tq + i0 + r] = T(l[r] > 0 ? m[r] + std::log(l[r]) : -INFINITY);
     }
   }
 }
@@ -90,71 +127,63 @@ void attention_forward(const AttentionShape& s, const T* q, const T* k, const T*
 template <class T>
 void attention_backward(const AttentionShape& s, const T* q, const T* k, const T* v, const T* key_mask, const T* o,
                         const T* lse, const T* dout, double* row_dot, T* dq, T* dk, T* dv) {
-  const int64_t d = s.d;
+  const int64_t d = s.d, heads = s.B * s.H, tile = kQueryTile * kKeyTile;
+  const T scale = T(s.scale);
   // D_i = rowsum(dO * O) = rowsum(P * dP): the softmax backward's per-row term, once per row.
 #pragma omp parallel for num_threads(kernel_threads()) if (s.rows() * d >= kMinParallelElements) schedule(static)
   for (int64_t row = 0; row < s.rows(); ++row) row_dot[row] = dot(dout + row * d, o + row * d, d);
 
-  // The gradient of score (i, j): dS = P * (dP - D_i), P recomputed from the saved lse.
-  auto score_grad = [&](int64_t bh, int64_t i, int64_t j, double* p) {
-    const int64_t row = bh * s.Tq + i;
-    const T* kj = k + (bh * s.Tk + j) * d;
-    const T* vj = v + (bh * s.Tk + j) * d;
-    *p = std::exp(dot(q + row * d, kj, d) * s.scale - double(lse[row]));
-    return *p * (dot(dout + row * d, vj, d) - row_dot[row]);
-  };
-
-  // dQ_i = scale * sum_j dS_ij K_j: a thread per tile of queries.
-  const int64_t query_tiles = tiles(s.Tq, kQueryTile), q_work = s.B * s.H * query_tiles;
-#pragma omp parallel for num_threads(kernel_threads()) if (q_work > 1) schedule(static)
-  for (int64_t w = 0; w < q_work; ++w) {
-    const int64_t bh = w / query_tiles, b = bh / s.H, i0 = (w % query_tiles) * kQueryTile;
-    const int64_t rows = std::min(kQueryTile, s.Tq - i0);
-    double* acc = thread_scratch<double>(size_t(kQueryTile * d), 0);
-    std::fill(acc, acc + rows * d, 0.0);
-    const int64_t key_end = keys_seen(s, i0 + rows - 1);
-    for (int64_t j0 = 0; j0 < key_end; j0 += kKeyTile)
-      for (int64_t r = 0; r < rows; ++r)
-        for (int64_t j = j0; j < std::min(j0 + kKeyTile, key_end); ++j) {
-          if (!attends(s, key_mask, b, i0 + r, j)) continue;
-          double p;
-          const double ds = score_grad(bh, i0 + r, j, &p);
-          const T* kj = k + (bh * s.Tk + j) * d;
-          for (int64_t c = 0; c < d; ++c) acc[r * d + c] += ds * double(kj[c]);
-        }
-    for (int64_t r = 0; r < rows; ++r)
-      for (int64_t c = 0; c < d; ++c) dq[(bh * s.Tq + i0 + r) * d + c] = T(acc[r * d + c] * s.scale);
-  }
-
-  // dK_j = scale * sum_i dS_ij Q_i and dV_j = sum_i P_ij dO_i: a thread per tile of keys.
-  const int64_t key_tiles = tiles(s.Tk, kKeyTile), k_work = s.B * s.H * key_tiles;
-#pragma omp parallel for num_threads(kernel_threads()) if (k_work > 1) schedule(static)
-  for (int64_t w = 0; w < k_work; ++w) {
-    const int64_t bh = w / key_tiles, b = bh / s.H, j0 = (w % key_tiles) * kKeyTile;
-    const int64_t cols = std::min(kKeyTile, s.Tk - j0);
-    double* acc_k = thread_scratch<double>(size_t(kKeyTile * d), 0);
-    double* acc_v = thread_scratch<double>(size_t(kKeyTile * d), 1);
-    std::fill(acc_k, acc_k + cols * d, 0.0);
-    std::fill(acc_v, acc_v + cols * d, 0.0);
-    for (int64_t i0 = first_query_seeing(s, j0) / kQueryTile * kQueryTile; i0 < s.Tq; i0 += kQueryTile)
-      for (int64_t c = 0; c < cols; ++c)
-        for (int64_t i = i0; i < std::min(i0 + kQueryTile, s.Tq); ++i) {
-          const int64_t j = j0 + c;
-          if (!attends(s, key_mask, b, i, j)) continue;
-          double p;
-          const double ds = score_grad(bh, i, j, &p);
-          const T* qi = q + (bh * s.Tq + i) * d;
-          const T* doi = dout + (bh * s.Tq + i) * d;
-          for (int64_t e = 0; e < d; ++e) {
-            acc_k[c * d + e] += ds * double(qi[e]);
-            acc_v[c * d + e] += p * double(doi[e]);
+#pragma omp parallel for num_threads(kernel_threads()) if (heads > 1) schedule(static)
+  for (int64_t bh = 0; bh < heads; ++bh) {
+    const int64_t b = bh / s.H;
+    const T* q_h = q + bh * s.Tq * d;
+    const T* dout_h = dout + bh * s.Tq * d;
+    const T* lse_h = lse + bh * s.Tq;
+    const double* row_dot_h = row_dot + bh * s.Tq;
+    T* dq_h = dq + bh * s.Tq * d;
+    T* dk_h = dk + bh * s.Tk * d;
+    T* dv_h = dv + bh * s.Tk * d;
+    T* p = thread_scratch<T>(size_t(2 * tile + d * kKeyTile), 0);
+    T* ds = p + tile;
+    T* k_t = ds + tile;
+    double* dp = thread_scratch<double>(size_t(tile + d * kKeyTile + s.Tq * d), 1);
+    double* v_t = dp + tile;
+    double* dout_wide = v_t + d * kKeyTile;
+    std::copy(dout_h, dout_h + s.Tq * d, dout_wide);
+    std::fill(dq_h, dq_h + s.Tq * d, T(0));
+    std::fill(dk_h, dk_h + s.Tk * d, T(0));
+    std::fill(dv_h, dv_h + s.Tk * d, T(0));
+    for (int64_t j0 = 0; j0 < s.Tk; j0 += kKeyTile) {
+      const int64_t cols = std::min(kKeyTile, s.Tk - j0);
+      transpose_tile(k + (bh * s.Tk + j0) * d, cols, d, k_t);
+      transpose_tile(v + (bh * s.Tk + j0) * d, cols, d, v_t);
+      for (int64_t i0 = first_query_seeing(s, j0) / kQueryTile * kQueryTile; i0 < s.Tq; i0 += kQueryTile) {
+        const int64_t rows = std::min(kQueryTile, s.Tq - i0);
+        const T* q_tile = q_h + i0 * d;
+        gemm(false, false, rows, cols, d, scale, q_tile, d, k_t, kKeyTile, T(0), p, kKeyTile);  // S
+        bool attended = false;
+        for (int64_t r = 0; r < rows; ++r) {
+          T* pr = p + r * kKeyTile;
+          for (int64_t c = 0; c < cols; ++c) {
+            const bool seen = attends(s, key_mask, b, i0 + r, j0 + c);
+            pr[c] = seen ? std::exp(pr[c] - lse_h[i0 + r]) : T(0);
+            attended = attended || seen;
           }
         }
-    for (int64_t c = 0; c < cols; ++c)
-      for (int64_t e = 0; e < d; ++e) {
-        dk[(bh * s.Tk + j0 + c) * d + e] = T(acc_k[c * d + e] * s.scale);
-        dv[(bh * s.Tk + j0 + c) * d + e] = T(acc_v[c * d + e]);
+        if (!attended) continue;
+        const T* dout_tile = dout_h + i0 * d;
+        gemm(true, false, cols, d, rows, T(1), p, kKeyTile, dout_tile, d, T(1), dv_h + j0 * d, d);  // dV += P^T dO
+        gemm(false, false, rows, cols, d, 1.0, dout_wide + i0 * d, d, v_t, kKeyTile, 0.0, dp, kKeyTile);  // dP = dO V^T
+        for (int64_t r = 0; r < rows; ++r)
+          for (int64_t c = 0; c < cols; ++c) {
+            const int64_t e = r * kKeyTile + c;
+            ds[e] = T(double(p[e]) * (dp[e] - row_dot_h[i0 + r]));  // dS = P * (dP - D)
+          }
+        const T* k_tile = k + (bh * s.Tk + j0) * d;
+        gemm(false, false, rows, d, cols, scale, ds, kKeyTile, k_tile, d, T(1), dq_h + i0 * d, d);  // dQ += s dS K
+        gemm(true, false, cols, d, rows, scale, ds, kKeyTile, q_tile, d, T(1), dk_h + j0 * d, d);  // dK += s dS^T Q
       }
+    }
   }
 }
 

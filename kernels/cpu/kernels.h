@@ -166,11 +166,11 @@ template <class T> void tanh_backward(int64_t n, const T* dy, const T* y, T* dx)
 // The backward is the same call with dy for x: the mask is recomputed, never stored.
 template <class T> void dropout(const DropoutConfig& cfg, int64_t samples, int64_t sample_size, const T* x, T* y);
 // ---- scaled_dot_product_attention (kernels/attention_shape.h), FlashAttention-2 blocked:
-// tiles of queries x tiles of keys with an online softmax, never a Tq x Tk matrix. The
-// forward writes o and one log-sum-exp per query row; the backward recomputes the
-// probabilities from q, k and lse: D = rowsum(dout * o), dS = P * (dP - D), dq = dS k scale,
-// dk = dS^T q scale, dv = P^T dout (dq over query tiles, dk and dv over key tiles: no
-// thread adds into another's output). key_mask [B, Tk] may be null; row_dot is scratch of
+// tiles of queries x tiles of keys, each tile's products a GEMM, with an online softmax,
+// never a Tq x Tk matrix. The forward writes o and one log-sum-exp per query row; the
+// backward recomputes the probabilities once per tile from q, k and lse: D = rowsum(dout * o),
+// dS = P * (dP - D), dq = dS k scale, dk = dS^T q scale, dv = P^T dout (all of a (b, h) by
+// one thread: no thread adds into another's output). key_mask [B, Tk] may be null; row_dot is scratch of
 // s.rows() doubles (D, in double like the dP it is subtracted from: with a float D the exact
 // cancellation of dP - D, a single key say, would leave float noise in dq and dk), the
 // caller's so that the op's allocations are all it takes. ----

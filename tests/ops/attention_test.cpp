@@ -22,7 +22,7 @@ struct AttentionCase {
   bool causal, padded;
 };
 
-// The CPU tiles 32 queries x 64 keys, the CUDA kernels 64 queries x 32 keys (64 keys x 32
+// The CPU tiles 64 queries x 64 keys, the CUDA kernels 64 queries x 32 keys (64 keys x 32
 // queries for dk, dv): each tile count is met one short, exactly and one over somewhere.
 const AttentionCase kCases[] = {
     {1, 1, 5, 7, 8, false, false},   {2, 2, 33, 70, 16, false, true},   {1, 2, 70, 70, 13, true, false},
@@ -99,9 +99,12 @@ TYPED_TEST_SUITE(AttentionTest, KernelBackends, BackendName);
 // Tolerance: inputs in [-1, 1] give scores |q.k| * scale <= d / sqrt(d) <= 8, so exp()
 // amplifies no rounding by more than a few units; the float kernels differ from the double
 // reference by the roundings of a d-term dot product (a score), an exp and a Tk-term
-// weighted sum (o), and in backward a second dot product and dP - D: a few 1e-7 relative to
-// each output's rms. B::tolerance() (1e-5 float, 1e-12 double) holds them with room: the
-// worst measured is 7.7e-7 (CpuFloat), 1.6e-6 (CudaHost) and 3.3e-15 (CpuDouble).
+// weighted sum (o), and in backward a second dot product and dP - D. The CPU kernel's sums
+// are float GEMMs (o accumulated over key tiles, dq, dk, dv over tiles): a Tk-term float sum
+// of terms p_j v_j, whose partial sums stay of o's size, rounds by about sqrt(Tk) u times
+// that size (u = 6e-8), 1e-6 at Tk = 129, relative to each output's rms. B::tolerance()
+// (1e-5 float, 1e-12 double) holds them with room: the worst measured is 1.6e-6 (CpuFloat,
+// 1.3e-6 with OPENBLAS_CORETYPE=Haswell), 1.6e-6 (CudaHost) and 3.8e-15 (CpuDouble).
 TYPED_TEST(AttentionTest, ForwardAndBackwardMatchTheExplicitFormula) {
   using B = TypeParam;
   using T = typename B::Scalar;
