@@ -1,4 +1,7 @@
-// layer_norm over the last dimension, a row at a time for the forward and dx, in double.
+// layer_norm over the last dimension, a row at a time for the forward and dx, in double. A
+// row's sums keep one double partial sum per lane of kFloatBlock (kernels/cpu/float_blocks.h),
+// added in a fixed tree: independent additions the compiler vectorises, where one running
+// sum waited on each addition in turn, and one order whatever the thread count.
 // The parameter gradients are column sums over every row: each thread owns a contiguous
 // range of columns and adds its rows in row order, so every column's sum has one fixed
 // order whatever the thread count (and the rows stream through the cache once per thread).
@@ -6,6 +9,7 @@
 #include <cmath>
 #include <vector>
 
+#include "kernels/cpu/float_blocks.h"
 #include "kernels/cpu/kernels.h"
 #include "kernels/cpu/log_softmax.h"
 
@@ -19,11 +23,8 @@ void layer_norm_forward(int64_t rows, int64_t cols, const T* x, const T* weight,
     const T* xr = x + r * cols;
     // Two passes: the mean, then the mean squared deviation from it (E[x^2] - E[x]^2
     // cancels when the mean is large against the spread).
-    double sum = 0.0;
-    for (int64_t j = 0; j < cols; ++j) sum += xr[j];
-    const double m = sum / double(cols);
-    double squares = 0.0;
-    for (int64_t j = 0; j < cols; ++j) squares += (double(xr[j]) - m) * (double(xr[j]) - m);
+    const double m = lane_sum<double>(cols, [xr](int64_t j) { return double(xr[j]); }) / double(cols);
+    const double squares = lane_sum<double>(cols, [xr, m](int64_t j) { return (double(xr[j]) - m) * (double(xr[j]) - m); });
     const double s = 1.0 / std::sqrt(squares / double(cols) + eps);
     T* yr = y + r * cols;
     if (weight) {
@@ -46,17 +47,12 @@ void layer_norm_input_grad(int64_t rows, int64_t cols, const T* dy, const T* x, 
     const T* dyr = dy + r * cols;
     const T* xr = x + r * cols;
     const double m = mean[r], s = rstd[r];
-    double g_sum = 0.0, gx_sum = 0.0;
-    for (int64_t j = 0; j < cols; ++j) {
-      const double g = double(dyr[j]) * (weight ? double(weight[j]) : 1.0);
-      g_sum += g;
-      gx_sum += g * (double(xr[j]) - m) * s;
-    }
-    const double g_mean = g_sum / double(cols), gx_mean = gx_sum / double(cols);
-    for (int64_t j = 0; j < cols; ++j) {
-      const double g = double(dyr[j]) * (weight ? double(weight[j]) : 1.0);
-      dx[r * cols + j] = T(s * (g - g_mean - (double(xr[j]) - m) * s * gx_mean));
-    }
+    const auto g = [dyr, weight](int64_t j) { return double(dyr[j]) * (weight ? double(weight[j]) : 1.0); };
+    const double g_mean = lane_sum<double>(cols, g) / double(cols);
+    const double gx_mean = lane_sum<double>(cols, [&](int64_t j) { return g(j) * (double(xr[j]) - m) * s; }) / double(cols);
+    T* dxr = dx + r * cols;
+#pragma omp simd
+    for (int64_t j = 0; j < cols; ++j) dxr[j] = T(s * (g(j) - g_mean - (double(xr[j]) - m) * s * gx_mean));
   }
 }
 
