@@ -34,15 +34,23 @@ constexpr int kFloatBlock = 16;  // floats: one AVX-512 register, four SSE ones
 // out[i] = f(a[i], b[i]) for the block of `count` <= kFloatBlock elements at a, b and out
 // (out may be a or b). The block goes through local copies, padded with `pad` when short:
 // the vector loop then has nothing to check for overlap, and GCC emits it alone, where on
-// the arrays themselves it kept a scalar version beside it for overlapping ones.
+// the arrays themselves it kept a scalar version beside it for overlapping ones. A full
+// block's copies have a constant length (a few vector moves, no memmove call).
 template <class F>
 inline void map_block(int64_t count, const float* a, const float* b, float* out, float pad, const F& f) {
   float a_block[kFloatBlock], b_block[kFloatBlock], out_block[kFloatBlock];
-  std::fill(a_block + count, a_block + kFloatBlock, pad), std::fill(b_block + count, b_block + kFloatBlock, pad);
-  std::copy(a, a + count, a_block), std::copy(b, b + count, b_block);
+  if (count == kFloatBlock) {
+    std::copy(a, a + kFloatBlock, a_block), std::copy(b, b + kFloatBlock, b_block);
+  } else {
+    std::fill(a_block + count, a_block + kFloatBlock, pad), std::fill(b_block + count, b_block + kFloatBlock, pad);
+    std::copy(a, a + count, a_block), std::copy(b, b + count, b_block);
+  }
 #pragma omp simd
   for (int k = 0; k < kFloatBlock; ++k) out_block[k] = f(a_block[k], b_block[k]);
-  std::copy(out_block, out_block + count, out);
+  if (count == kFloatBlock)
+    std::copy(out_block, out_block + kFloatBlock, out);
+  else
+    std::copy(out_block, out_block + count, out);
 }
 
 // The sum of a block's lane partial sums, in a fixed tree.
