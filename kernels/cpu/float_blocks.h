@@ -12,9 +12,9 @@
 // are the ones it would make, for the three functions these kernels need. They take effect
 // where the file is built with -fno-math-errno (kernels/cpu/CMakeLists.txt): a call that
 // may set errno is not vectorised. glibc documents its vector functions within 4 ulp; a
-// sweep of every 64th float bit pattern against double measured at most 2.9 ulp for expf
-// (in its subnormal results; under 2 elsewhere), 1.9 for erff and 1.03 for tanhf, with NaN,
-// +-inf and +-0 as the scalar functions give them.
+// sweep of one float bit pattern in every 64 against double measured at most 2.9 ulp for
+// expf, 1.9 for erff and 1.03 for tanhf, with NaN, +-inf and +-0 as the scalar functions
+// give them.
 #pragma once
 
 #include <algorithm>
