@@ -1,7 +1,12 @@
 // gelu, both forms, in PyTorch's order of operations (aten/src/ATen/native/cpu/Activation.cpp,
 // GeluKernelImpl and GeluBackwardKernelImpl), each rounded to T. Backward reads the input x.
+// float runs the same formulas in blocks (kernels/cpu/float_blocks.h), with libmvec's vector
+// erff, tanhf and expf; double calls the scalar libm functions.
+#include <algorithm>
 #include <cmath>
+#include <type_traits>
 
+#include "kernels/cpu/float_blocks.h"
 #include "kernels/cpu/kernels.h"
 #include "kernels/cpu/parallel.h"
 
@@ -49,11 +54,27 @@ T gelu_tanh_grad(T dy, T x) {
   return dy * (left_derivative + right_derivative);
 }
 
+// out[i] = f(a[i], b[i]) for i < n, a block at a time, the blocks split over the threads.
+template <class F>
+void map_float_blocks(int64_t n, const float* a, const float* b, float* out, const F& f) {
+  const int64_t blocks = (n + kFloatBlock - 1) / kFloatBlock;
+#pragma omp parallel for num_threads(kernel_threads()) if (n >= kMinParallelElements) schedule(static)
+  for (int64_t block = 0; block < blocks; ++block) {
+    const int64_t begin = block * kFloatBlock;
+    map_block(std::min<int64_t>(kFloatBlock, n - begin), a + begin, b + begin, out + begin, 0.0f, f);
+  }
+}
+
 }  // namespace
 
 template <class T>
 void gelu_forward(GeluApproximate form, int64_t n, const T* x, T* y) {
-  if (form == GeluApproximate::None) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (form == GeluApproximate::None)
+      map_float_blocks(n, x, x, y, [](float v, float) { return gelu_erf(v); });
+    else
+      map_float_blocks(n, x, x, y, [](float v, float) { return gelu_tanh(v); });
+  } else if (form == GeluApproximate::None) {
 #pragma omp parallel for num_threads(kernel_threads()) if (n >= kMinParallelElements) schedule(static)
     for (int64_t i = 0; i < n; ++i) y[i] = gelu_erf(x[i]);
   } else {
@@ -64,7 +85,12 @@ void gelu_forward(GeluApproximate form, int64_t n, const T* x, T* y) {
 
 template <class T>
 void gelu_backward(GeluApproximate form, int64_t n, const T* dy, const T* x, T* dx) {
-  if (form == GeluApproximate::None) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (form == GeluApproximate::None)
+      map_float_blocks(n, dy, x, dx, [](float g, float v) { return gelu_erf_grad(g, v); });
+    else
+      map_float_blocks(n, dy, x, dx, [](float g, float v) { return gelu_tanh_grad(g, v); });
+  } else if (form == GeluApproximate::None) {
 #pragma omp parallel for num_threads(kernel_threads()) if (n >= kMinParallelElements) schedule(static)
     for (int64_t i = 0; i < n; ++i) dx[i] = gelu_erf_grad(dy[i], x[i]);
   } else {

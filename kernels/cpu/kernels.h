@@ -211,7 +211,8 @@ void layer_norm_backward(int64_t rows, int64_t cols, const T* dy, const T* x, co
                          const T* rstd, T* dx, T* dweight, T* dbias, bool accumulate);
 
 // ---- softmax(x + mask) over the last dimension, the mask (null: none) broadcast and the
-// causal limit applied as kernels/softmax_mask.h says; max-subtracted, in double. A row
+// causal limit applied as kernels/softmax_mask.h says; max-subtracted, in double for double
+// and in float for float (libmvec's vector expf, float lane sums: softmax.cpp). A row
 // masked everywhere is NaN (PyTorch's softmax of all -inf). Backward from the output:
 // dx = y * (dy - sum(dy * y)) per row; the mask takes no gradient. ----
 template <class T>

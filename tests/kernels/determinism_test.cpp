@@ -1,5 +1,6 @@
 // Every reduction runs in a fixed order: two runs with the same thread count give
-// bit-identical results (here with 2 threads, where a racy reduction would show).
+// bit-identical results (here with 2 threads, where a racy reduction would show), and the
+// row-wise transformer kernels give the same bits on 1 and on 2 threads.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -30,6 +31,61 @@ void expect_repeatable(const char* what, size_t n, const std::function<void(std:
     compute(again);
     ASSERT_TRUE(bit_identical(first, again)) << what << " differs on run " << run + 2;
   }
+}
+
+// Runs `compute` on 1 and on 2 threads and expects the same bits.
+template <class T>
+void expect_thread_count_free(const char* what, size_t n, const std::function<void(std::vector<T>&)>& compute) {
+  std::vector<T> one = nan_filled<T>(n), two = nan_filled<T>(n);
+  {
+    ScopedKernelThreads scope(1);
+    compute(one);
+  }
+  {
+    ScopedKernelThreads scope(2);
+    compute(two);
+  }
+  ASSERT_TRUE(bit_identical(one, two)) << what << " differs between 1 and 2 threads";
+}
+
+// gelu's float path works in blocks of 16 with a padded tail, softmax's and layer_norm's
+// rows in lanes (kernels/cpu/float_blocks.h): sizes that are no multiple of 16, large enough
+// that 2 threads split them, so that a thread's share starting mid-block or a row's tail
+// taking another path would show.
+TEST(DeterminismTest, GeluSoftmaxAndLayerNormAreTheSameBitsOnOneAndTwoThreads) {
+  const int64_t n = 100003;
+  const auto x = random_vector<float>(n, 12, -6.0, 6.0), dy = random_vector<float>(n, 13);
+  for (kernels::GeluApproximate form : {kernels::GeluApproximate::None, kernels::GeluApproximate::Tanh}) {
+    expect_thread_count_free<float>("gelu_forward", n, [&](std::vector<float>& y) {
+      cpu::gelu_forward(form, n, x.data(), y.data());
+    });
+    expect_thread_count_free<float>("gelu_backward", n, [&](std::vector<float>& dx) {
+      cpu::gelu_backward(form, n, dy.data(), x.data(), dx.data());
+    });
+  }
+  const std::vector<int64_t> scores = {4, 3, 67, 131}, key_mask = {4, 1, 1, 131};
+  const int64_t elements = 4 * 3 * 67 * 131;
+  const auto logits = random_vector<float>(elements, 14, -4.0, 4.0), mask = random_vector<float>(4 * 131, 15),
+             dprob = random_vector<float>(elements, 16);
+  const kernels::SoftmaxShape shape = kernels::softmax_shape(scores, &key_mask, true);
+  expect_thread_count_free<float>("softmax_forward", elements, [&](std::vector<float>& y) {
+    cpu::softmax_forward(shape, logits.data(), mask.data(), y.data());
+  });
+  expect_thread_count_free<float>("softmax_backward", elements, [&](std::vector<float>& dx) {
+    cpu::softmax_backward(shape.rows, shape.cols, dprob.data(), logits.data(), dx.data());
+  });
+  const int64_t rows = 771, cols = 131;
+  const auto weight = random_vector<float>(cols, 17, 0.5, 1.5), bias = random_vector<float>(cols, 18);
+  // y, mean and rstd side by side in one buffer; then dx from those statistics.
+  expect_thread_count_free<float>("layer_norm_forward", rows * cols + 2 * rows, [&](std::vector<float>& out) {
+    cpu::layer_norm_forward(rows, cols, logits.data(), weight.data(), bias.data(), 1e-5, out.data(),
+                            out.data() + rows * cols, out.data() + rows * cols + rows);
+  });
+  const auto mean = random_vector<float>(rows, 19), rstd = random_vector<float>(rows, 20, 0.5, 2.0);
+  expect_thread_count_free<float>("layer_norm_backward", rows * cols, [&](std::vector<float>& dx) {
+    cpu::layer_norm_backward(rows, cols, dprob.data(), logits.data(), weight.data(), mean.data(), rstd.data(),
+                             dx.data(), static_cast<float*>(nullptr), static_cast<float*>(nullptr), false);
+  });
 }
 
 TEST(DeterminismTest, ConvAndLinearGradientsAreBitIdenticalWithTwoThreads) {

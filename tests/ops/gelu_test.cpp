@@ -17,10 +17,11 @@ using kernels::GeluApproximate;
 // Error analysis, per element against the size of its terms: the forward's terms are at
 // most |x| (0.5 x and 1 + erf <= 2), the backward's at most |dy| (1 + |x|) (cdf <= 1,
 // x pdf, and the tanh form's product-rule terms). In float each is about ten roundings
-// (2^-24 each) plus one erf / tanh / exp call within 2 ulp (glibc on the CPU and the
-// host, CUDA's full-precision functions on a GPU) of a value at most 1: some 16 ulp, 1e-6
-// of the terms' scale (while the result itself may cancel to far less in the tails). In
-// double the same count is 2e-15; 1e-14 leaves room.
+// (2^-24 each) plus at most two erf / tanh / exp calls of values at most 1, each within 3
+// ulp (libmvec's vector erff, tanhf and expf in float on the CPU, kernels/cpu/float_blocks.h;
+// glibc's scalar functions in double and on the host, CUDA's full-precision ones on a GPU,
+// within 2): some 16 ulp, 1e-6 of the terms' scale (while the result itself may cancel to
+// far less in the tails). In double the same count is 2e-15; 1e-14 leaves room.
 template <class T>
 constexpr double gelu_tolerance() {
   return std::is_same_v<T, float> ? 1e-6 : 1e-14;

@@ -4,10 +4,18 @@
 // masks with -inf entries, causal with as many, fewer and more queries than keys, logits of
 // 1e4 (a naive exp overflows), and rows masked everywhere, which are NaN as in PyTorch.
 //
-// Tolerance: the CPU computes in double and rounds once; the CUDA kernel's expf is within
-// 2 ulp and its row sums add at most cols/32 + 5 float terms per lane and tree level
-// (cols <= 100: 9 additions), so both are within the FP32 tolerance, 1e-5 of the rms of the
-// reference (EXPECT_OP_CLOSE; 1e-12 in double).
+// Tolerance, with u = 2^-24: the CPU computes float in float (double in double).
+// y_j = e_j / total, e_j = expf((x_j + mask_j) - max): the two roundings of the logit move
+// exp's argument by at most u (|l_j| + |l_j - max|), which is e_j's relative error (logits
+// within +-5 here, so 15 u; for the logits of 1e4 the entries far below the max, where
+// that is large, are e^-t times t u <= u / e of the row); libmvec's expf adds at most 3 ulp
+// (kernels/cpu/float_blocks.h); the total is a float sum of positive terms in 16 lanes,
+// cols/16 + 1 additions per lane and 4 in the tree (cols <= 100: 11 u of the total); then
+// 1/total and the product, one rounding each: some 31 u, 2e-6 of each entry. The backward's
+// dot product is a float lane sum as well, within 11 u of sum |dy y| <= max |dy|. The CUDA
+// kernel's expf is within 2 ulp and its row sums add at most cols/32 + 5 float terms per
+// lane and tree level (cols <= 100: 9 additions). Both are within the FP32 tolerance, 1e-5
+// of the rms of the reference (EXPECT_OP_CLOSE; 1e-12 in double).
 #include <gtest/gtest.h>
 
 #include <cmath>
