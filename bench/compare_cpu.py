@@ -10,6 +10,7 @@ next to each other in time, and the table reports the median over the rounds.
     /usr/bin/python3 bench/compare_cpu.py --bench BUILD/bench/dpcore_step_bench \
         --threads 1 2 --rounds 3 --json cpu.json
     /usr/bin/python3 bench/compare_cpu.py --models resnet8 resnet20 --threads 2 --rounds 1
+    /usr/bin/python3 bench/compare_cpu.py --models resnet18 resnet50 --image-size 64 --threads 1 2
 
 Every PyTorch of --torch-python runs in each round beside dpcore, so the table has one
 ratio per PyTorch: by default Debian's 1.13 (/usr/bin/python3) and, once
@@ -39,6 +40,10 @@ PLAN = {  # model: (batch, warmup, steps)
     "vggs": (64, 2, 6),
     "resnet8": (128, 3, 15),
     "resnet20": (128, 2, 6),
+    # torchvision's, batch 32 as the seeds' workflow trains ResNet-50 (--image-size 64 or
+    # 224): steps of seconds (64) to a minute (resnet50 at 224) on the development machine.
+    "resnet18": (32, 1, 3),
+    "resnet50": (32, 1, 2),
 }
 
 
@@ -52,7 +57,7 @@ def torch_worker(args):
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     model = build_torch_model(args.model)
-    x, y = random_batch(args.model, args.batch, "cpu", args.seed)
+    x, y = random_batch(args.model, args.batch, "cpu", args.seed, args.image_size)
     step = make_step(model, sgd(model), x, y, args.accum)
     for _ in range(args.warmup):
         step()
@@ -61,7 +66,7 @@ def torch_worker(args):
         t0 = time.perf_counter()
         step()
         times.append((time.perf_counter() - t0) * 1e6)
-    print(json.dumps({"engine": "pytorch", "version": torch.__version__, "model": args.model,
+    print(json.dumps({"engine": "pytorch", "version": torch.__version__, "model": args.model, "input": list(x.shape[1:]),
                       "batch": args.batch, "accum": args.accum, "threads": torch.get_num_threads(),
                       "steps": args.steps, "warmup": args.warmup, **summarize(times, args.batch)}))
 
@@ -91,7 +96,7 @@ def compare(args, model, threads):
     batch, warmup, steps = PLAN[model]
     steps = args.steps or steps
     common = ["--model", model, "--batch", str(batch), "--threads", str(threads),
-              "--warmup", str(warmup), "--steps", str(steps)]
+              "--warmup", str(warmup), "--steps", str(steps), "--image-size", str(args.image_size)]
     commands = [[args.bench, "--device", "cpu"] + common]
     commands += [[python, os.path.abspath(__file__), "--torch-worker"] + common for python in args.torch_python]
     env = environment(args.omp_wait_policy)
@@ -103,6 +108,8 @@ def compare(args, model, threads):
         for k in list(range(shift, len(commands))) + list(range(shift)):
             ran[k] = run_json(commands[k], env)
         d, torches = ran[0], ran[1:]
+        if any(t["input"] != d["input"] for t in torches):
+            sys.exit(f"{model}: dpcore's input {d['input']} differs from PyTorch's {[t['input'] for t in torches]}")
         rounds.append({"dpcore": d, "pytorch": torches,
                        "ratios": [d["samples_per_s"] / t["samples_per_s"] for t in torches]})
         print(f"  {model} b{batch} t{threads} round {r + 1}: dpcore {d['median_us'] / 1e3:8.2f} ms, " +
@@ -113,17 +120,18 @@ def compare(args, model, threads):
         pytorch.append({"version": rounds[0]["pytorch"][k]["version"], "python": args.torch_python[k],
                         "samples_per_s": statistics.median(x["pytorch"][k]["samples_per_s"] for x in rounds),
                         "ratio": statistics.median(ratios), "ratio_min": min(ratios), "ratio_max": max(ratios)})
-    return {"model": model, "batch": batch, "threads": threads, "steps": steps, "warmup": warmup,
+    return {"model": model, "input": rounds[0]["dpcore"]["input"], "batch": batch, "threads": threads,
+            "steps": steps, "warmup": warmup,
             "dpcore_samples_per_s": statistics.median(x["dpcore"]["samples_per_s"] for x in rounds),
             "pytorch": pytorch, "rounds": rounds}
 
 
 def print_table(rows):
-    print(f"{'model':<11} {'batch':>5} {'thr':>3} {'PyTorch':>12} {'PyTorch samples/s':>18} {'dpcore samples/s':>17} "
+    print(f"{'model':<11} {'input':>9} {'batch':>5} {'thr':>3} {'PyTorch':>12} {'PyTorch samples/s':>18} {'dpcore samples/s':>17} "
           f"{'dpcore/PyTorch':>15} {'(min-max)':>12}")
     for r in rows:
         for t in r["pytorch"]:
-            print(f"{r['model']:<11} {r['batch']:>5} {r['threads']:>3} {t['version']:>12} {t['samples_per_s']:>18.0f} "
+            print(f"{r['model']:<11} {'x'.join(map(str, r['input'])):>9} {r['batch']:>5} {r['threads']:>3} {t['version']:>12} {t['samples_per_s']:>18.0f} "
                   f"{r['dpcore_samples_per_s']:>17.0f} {t['ratio']:>14.2f}x "
                   f"{t['ratio_min']:>5.2f}-{t['ratio_max']:.2f}")
 
@@ -132,7 +140,9 @@ def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--bench", default="build/bench/dpcore_step_bench", help="path of dpcore_step_bench")
     p.add_argument("--models", nargs="+", default=["simplenet", "fashioncnn"], choices=sorted(PLAN),
-                   help="models to compare (vggs, resnet8, resnet20 are optional: slower steps)")
+                   help="models to compare (vggs and the ResNets are optional: slower steps)")
+    p.add_argument("--image-size", type=int, default=0,
+                   help="the ResNets: square images of this size (0: the model's own; the others take only theirs)")
     p.add_argument("--threads", nargs="+", type=int, default=[1], help="thread counts, e.g. 1 2")
     p.add_argument("--rounds", type=int, default=3, help="interleaved runs of each engine")
     p.add_argument("--steps", type=int, default=0, help="timed steps per run (0: the per-model default)")

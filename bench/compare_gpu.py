@@ -56,7 +56,7 @@ torch.optim.AdamW(fused=True). The ratio is PyTorch's time over dpcore's.
 
     python3 bench/compare_gpu.py --bench build/bench/dpcore_step_bench --json gpu.json
     python3 bench/compare_gpu.py --dry-run      # the plan; touches no GPU, imports no torch
-    python3 bench/compare_gpu.py --models resnet8 resnet20 --json resnet.json   # the ResNets
+    python3 bench/compare_gpu.py --models resnet8 resnet20 resnet50 --json resnet.json   # the ResNets
     build/bench/cuda_kernels_bench --benchmark_filter='attention|layer_norm|gelu|softmax_|adamw' \
         --benchmark_out=kernels.json --benchmark_out_format=json
     python3 bench/compare_gpu.py --kernels-json kernels.json --models simplenet --json gpu.json
@@ -73,7 +73,8 @@ from torch_models import build_torch_model, make_step, random_batch, sgd, summar
 from transformer_ops import BENCHMARK_SUFFIXES, make_op, parse
 
 # (model, batch, accum): simplenet's batch sweep and accumulation, the two conv models, the
-# CIFAR ResNets (1x28x28, batch 128 as He et al. train them; batch norm). --models picks the
+# CIFAR ResNets (1x28x28, batch 128 as He et al. train them; batch norm), torchvision's
+# ResNet-50 (3x224x224, batch 32, the seeds' image workflow). --models picks the
 # models; the default leaves the ResNets out, so that the default run fits the --budget-s
 # scripts/gpu-check gives it.
 CASES = [
@@ -82,6 +83,7 @@ CASES = [
     ("fashioncnn", 64, 1), ("fashioncnn", 512, 1),
     ("vggs", 256, 1),
     ("resnet8", 128, 1), ("resnet20", 128, 1),
+    ("resnet50", 32, 1),
 ]
 MODELS = list(dict.fromkeys(model for model, _, _ in CASES))
 DEFAULT_MODELS = ["simplenet", "fashioncnn", "vggs"]
@@ -527,7 +529,7 @@ def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--bench", default="build/bench/dpcore_step_bench", help="path of dpcore_step_bench (CUDA build)")
     p.add_argument("--models", nargs="+", default=DEFAULT_MODELS, choices=MODELS,
-                   help="models whose cases to measure (default: %(default)s; resnet8 and resnet20 on request)")
+                   help="models whose cases to measure (default: %(default)s; the ResNets on request)")
     p.add_argument("--warmup", type=int, default=20, help="untimed steps per measurement")
     p.add_argument("--steps", type=int, default=100, help="timed steps per measurement (a multiple of --block)")
     p.add_argument("--block", type=int, default=10, help="timed steps run back to back between two CUDA events")

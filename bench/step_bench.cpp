@@ -60,6 +60,7 @@ using namespace dpcore;
 
 struct BenchOptions {
   std::string model = "simplenet";
+  int64_t image_size = 0;  // the ResNets: images of image_size x image_size (0: the model's own)
   int64_t batch = 64, accum = 1;
   int steps = 100, warmup = 20, block = 10;
   std::string device = "cpu";
@@ -218,7 +219,9 @@ nlohmann::json run(const BenchOptions& o, const CudaFlags& cuda) {
   bench::TimingBackend* timing = o.profile ? &bench::TimingBackend::install() : nullptr;
   if (!o.trace.empty()) trace::check_writable(o.trace, "--trace");
 
-  layers::ModelDef def = layers::reference_model(o.model);
+  Shape input = layers::reference_model(o.model).input_shape;
+  if (o.image_size > 0) input = {input[0], o.image_size, o.image_size};
+  layers::ModelDef def = layers::model_from_flag(o.model, input);
   auto model = std::make_unique<layers::Model>(std::move(def.net), def.input_shape, device, DType::Float32, o.seed);
   HostBatch host = random_batch(model->input_shape(), o.batch, model->num_classes(), o.seed + 1);
   SgdConfig sgd;  // torch.optim.SGD(lr=0.01, momentum=0.9), the reference's optimizer
@@ -307,6 +310,7 @@ nlohmann::json run(const BenchOptions& o, const CudaFlags& cuda) {
 
   nlohmann::json j = {{"engine", "dpcore"},
                       {"model", o.model},
+                      {"input", input},
                       {"batch", o.batch},
                       {"accum", o.accum},
                       {"replicas", o.parallel.replicas},
@@ -345,8 +349,13 @@ int main(int argc, char** argv) {
                "on random data already on the device; prints one JSON line"};
   BenchOptions o;
   CudaFlags cuda;
-  app.add_option("--model", o.model, "simplenet, fashioncnn, vggs, resnet8 or resnet20")
+  app.add_option("--model", o.model, "simplenet, fashioncnn, vggs, resnet8, resnet20, resnet18, resnet34 or resnet50")
       ->check(CLI::IsMember(dpcore::layers::reference_model_names()))
+      ->capture_default_str();
+  app.add_option("--image-size", o.image_size,
+                 "the ResNets: square images of this many pixels a side (0: the model's own; the other models take "
+                 "only their own)")
+      ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   app.add_option("--batch", o.batch, "samples per step")->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--accum", o.accum, "gradient accumulation micro-batches per step")

@@ -15,16 +15,29 @@ Fashion-MNIST image; 3 for CIFAR-10). torchvision's initialisation: kaiming_norm
 relu) for the convolutions, batch norm weight 1 and bias 0, PyTorch's default for fc; the
 buffers (running_mean 0, running_var 1, num_batches_tracked 0) as PyTorch makes them.
 
+resnet18, resnet34, resnet50: torchvision.models.resnet18/34/50(num_classes=CLASSES) (0.14,
+ResNet v1.5) written out in torch.nn, module for module (in-place ReLUs included), so that
+the current PyTorch of bench/.venv runs it too: PyPI has no torchvision for torch 2.15 yet.
+Its names and shapes are torchvision's state_dict, which tests/layers/torchvision_resnet.py
+checks dpcore's against with torchvision itself; the parameter counts are asserted. A
+log_softmax after fc; inputs 3x224x224 by default, any size works.
+
 torch is imported inside the functions, so that the scripts can print their plans (--dry-run)
 and be compiled (python3 -m py_compile) where torch is absent.
 """
 
 INPUT = {"simplenet": (3, 32, 32), "fashioncnn": (1, 28, 28), "vggs": (3, 32, 32),
-         "resnet8": (1, 28, 28), "resnet20": (1, 28, 28)}
+         "resnet8": (1, 28, 28), "resnet20": (1, 28, 28),
+         "resnet18": (3, 224, 224), "resnet34": (3, 224, 224), "resnet50": (3, 224, 224)}
 CLASSES = 10
 RESNET_BLOCKS = {"resnet8": 1, "resnet20": 3}  # BasicBlocks per stage: depth 6n + 2
 # Parameter counts with one input channel (each further input channel adds 16*3*3 = 144).
 RESNET_PARAMETERS_1CH = {"resnet8": 77754, "resnet20": 272186}
+# torchvision's: bottleneck blocks or not, blocks per stage, and the parameter count with
+# CLASSES outputs (torchvision's 1000-class counts less 990 rows of fc).
+TORCHVISION_RESNETS = {"resnet18": (False, [2, 2, 2, 2], 11689512 - 990 * 513),
+                       "resnet34": (False, [3, 4, 6, 3], 21797672 - 990 * 513),
+                       "resnet50": (True, [3, 4, 6, 3], 25557032 - 990 * 2049)}
 
 
 def build_torch_model(name, in_channels=None):
@@ -39,6 +52,8 @@ def build_torch_model(name, in_channels=None):
         in_channels = INPUT[name][0]
     if name in RESNET_BLOCKS:
         return build_resnet(name, in_channels)
+    if name in TORCHVISION_RESNETS:
+        return build_torchvision_resnet(name, in_channels)
     if in_channels != INPUT[name][0]:
         raise ValueError(f"{name} takes {INPUT[name][0]} input channels, not {in_channels}")
 
@@ -140,12 +155,85 @@ def build_resnet(name, in_channels):
     return model
 
 
-def random_batch(name, batch, device, seed=0):
-    """Pixels uniform in [-1, 1), labels uniform over the classes, made once on `device`."""
+def build_torchvision_resnet(name, in_channels):
+    """torchvision's ResNet `name` (see the module docstring), ending in log_softmax."""
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+
+    def conv(cin, cout, k, stride=1):
+        return nn.Conv2d(cin, cout, k, stride=stride, padding=k // 2, bias=False)
+
+    class Block(nn.Module):  # torchvision's BasicBlock (expansion 1) or Bottleneck (4)
+        def __init__(self, cin, width, stride, bottleneck):
+            super().__init__()
+            cout = width * (4 if bottleneck else 1)
+            if bottleneck:
+                self.conv1, self.bn1 = conv(cin, width, 1), nn.BatchNorm2d(width)
+                self.conv2, self.bn2 = conv(width, width, 3, stride), nn.BatchNorm2d(width)
+                self.conv3, self.bn3 = conv(width, cout, 1), nn.BatchNorm2d(cout)
+            else:
+                self.conv1, self.bn1 = conv(cin, width, 3, stride), nn.BatchNorm2d(width)
+                self.conv2, self.bn2 = conv(width, width, 3), nn.BatchNorm2d(width)
+            self.relu = nn.ReLU(inplace=True)
+            self.downsample = None
+            if stride != 1 or cin != cout:
+                self.downsample = nn.Sequential(conv(cin, cout, 1, stride), nn.BatchNorm2d(cout))
+            self.bottleneck = bottleneck
+
+        def forward(self, x):
+            out = self.relu(self.bn1(self.conv1(x)))
+            out = self.bn2(self.conv2(out))
+            if self.bottleneck:
+                out = self.bn3(self.conv3(self.relu(out)))
+            out += x if self.downsample is None else self.downsample(x)
+            return self.relu(out)
+
+    class ResNet(nn.Module):
+        def __init__(self, bottleneck, blocks):
+            super().__init__()
+            self.conv1 = nn.Conv2d(in_channels, 64, 7, stride=2, padding=3, bias=False)
+            self.bn1 = nn.BatchNorm2d(64)
+            self.relu = nn.ReLU(inplace=True)
+            self.maxpool = nn.MaxPool2d(3, stride=2, padding=1)
+            cin = 64
+            for stage, n in enumerate(blocks):
+                width = 64 << stage
+                layer = []
+                for b in range(n):
+                    layer.append(Block(cin, width, 2 if b == 0 and stage > 0 else 1, bottleneck))
+                    cin = width * (4 if bottleneck else 1)
+                setattr(self, f"layer{stage + 1}", nn.Sequential(*layer))
+            self.avgpool = nn.AdaptiveAvgPool2d((1, 1))
+            self.fc = nn.Linear(cin, CLASSES)
+            for m in self.modules():  # torchvision's initialisation, zero_init_residual False
+                if isinstance(m, nn.Conv2d):
+                    nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
+                elif isinstance(m, nn.BatchNorm2d):
+                    nn.init.constant_(m.weight, 1)
+                    nn.init.constant_(m.bias, 0)
+
+        def forward(self, x):
+            x = self.maxpool(self.relu(self.bn1(self.conv1(x))))
+            x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
+            return F.log_softmax(self.fc(torch.flatten(self.avgpool(x), 1)), dim=1)
+
+    bottleneck, blocks, parameters = TORCHVISION_RESNETS[name]
+    model = ResNet(bottleneck, blocks)
+    count = sum(p.numel() for p in model.parameters())
+    expected = parameters + (in_channels - 3) * 64 * 7 * 7
+    assert count == expected, f"{name} with {in_channels} input channels has {count} parameters, expected {expected}"
+    return model
+
+
+def random_batch(name, batch, device, seed=0, image_size=0):
+    """Pixels uniform in [-1, 1), labels uniform over the classes, made once on `device`;
+    image_size > 0: square images of that size (the ResNets) instead of INPUT[name]'s."""
     import torch
 
     g = torch.Generator().manual_seed(seed)
-    x = torch.rand(batch, *INPUT[name], generator=g) * 2 - 1
+    shape = INPUT[name] if image_size <= 0 else (INPUT[name][0], image_size, image_size)
+    x = torch.rand(batch, *shape, generator=g) * 2 - 1
     y = torch.randint(0, CLASSES, (batch,), generator=g)
     return x.to(device), y.to(device)
 

@@ -20,7 +20,8 @@ std::unique_ptr<Module> relu() { return std::make_unique<ReLU>(); }
 }  // namespace
 
 std::vector<std::string> reference_model_names() {
-  return {"simplenet", "fashioncnn", "vggs", "resnet8", "resnet20", "bert-tiny", "bert-mini", "bert-tiny-mlm", "bert-mini-mlm"};
+  return {"simplenet", "fashioncnn", "vggs",      "resnet8",      "resnet20",     "resnet18",
+          "resnet34",  "resnet50",   "bert-tiny", "bert-mini", "bert-tiny-mlm", "bert-mini-mlm"};
 }
 
 namespace {
@@ -36,11 +37,14 @@ ModelDef bert_model(const BertConfig& config, bool masked_lm, const Shape& input
 
 }  // namespace
 
-ModelDef reference_model(const std::string& name, const Shape& input_shape) {
-  if (name == "resnet8" || name == "resnet20") {
-    Shape shape = input_shape.empty() ? Shape{1, 28, 28} : input_shape;
+ModelDef reference_model(const std::string& name, const Shape& input_shape, int64_t classes) {
+  const bool cifar_resnet_name = name == "resnet8" || name == "resnet20";
+  const bool torchvision_name = name == "resnet18" || name == "resnet34" || name == "resnet50";
+  if (cifar_resnet_name || torchvision_name) {
+    Shape shape = !input_shape.empty() ? input_shape : cifar_resnet_name ? Shape{1, 28, 28} : Shape{3, 224, 224};
     DPCORE_CHECK(shape.size() == 3, "model ", name, " takes images {C, H, W}, got ", shape_str(shape));
-    return {cifar_resnet(name == "resnet8" ? 1 : 3, shape[0]), shape};
+    if (cifar_resnet_name) return {cifar_resnet(name == "resnet8" ? 1 : 3, shape[0], classes), shape};
+    return {torchvision_resnet(std::stoi(name.substr(6)), shape[0], classes), shape};
   }
   for (const char* size : {"bert-tiny", "bert-mini"}) {
     if (name == size || name == std::string(size) + "-mlm") {
@@ -67,9 +71,9 @@ ModelDef reference_model(const std::string& name, const Shape& input_shape) {
     net->add("fc", std::make_unique<Linear>(256 * 4 * 4, 10)).add(std::make_unique<LogSoftmax>());
     return {std::move(net), {3, 32, 32}};
   }
-  fail("unknown model '", name, "' (expected simplenet, fashioncnn, vggs, resnet8, resnet20, bert-tiny, bert-mini, ",
-       "bert-tiny-mlm, bert-mini-mlm, a layer spec such as \"conv(16,3,p1) relu pool(2) flatten linear(10)\" or ",
-       "bert(layers=2,hidden=128,heads=2,intermediate=512))");
+  fail("unknown model '", name, "' (expected simplenet, fashioncnn, vggs, resnet8, resnet20, resnet18, resnet34, ",
+       "resnet50, bert-tiny, bert-mini, bert-tiny-mlm, bert-mini-mlm, a layer spec such as ",
+       "\"conv(16,3,p1) relu pool(2) flatten linear(10)\" or bert(layers=2,hidden=128,heads=2,intermediate=512))");
 }
 
 namespace {
@@ -282,9 +286,9 @@ std::unique_ptr<Sequential> parse_layer_spec(const std::string& spec, const Shap
   return net;
 }
 
-ModelDef model_from_flag(const std::string& model, const Shape& input_shape) {
+ModelDef model_from_flag(const std::string& model, const Shape& input_shape, int64_t classes) {
   if (model.find('(') == std::string::npos && model.find(' ') == std::string::npos) {
-    ModelDef def = reference_model(model, input_shape);
+    ModelDef def = reference_model(model, input_shape, classes);
     DPCORE_CHECK(input_shape.empty() || def.input_shape == input_shape, "model ", model, " takes inputs ",
                  shape_str(def.input_shape), " but the data has samples of shape ", shape_str(input_shape));
     return def;

@@ -14,14 +14,16 @@ struct ModelDef {
   Shape input_shape;  // {C, H, W}
 };
 
-// "simplenet", "fashioncnn", "vggs" (fixed input shapes), and the CIFAR ResNets
-// "resnet8" and "resnet20" (layers/resnet.h), built for `input_shape` {C, H, W}: the
-// data's (default {1, 28, 28}, Fashion-MNIST). Parameter names are PyTorch's state_dict
-// names (torchvision's for the ResNets).
+// "simplenet", "fashioncnn", "vggs" (fixed input shapes, 10 classes), the CIFAR ResNets
+// "resnet8" and "resnet20", and torchvision's ImageNet ResNets "resnet18", "resnet34" and
+// "resnet50" (layers/resnet.h). The ResNets are built for `input_shape` {C, H, W}, the
+// data's (default {1, 28, 28}, Fashion-MNIST, for the CIFAR ResNets; {3, 224, 224} for
+// torchvision's), and `classes` outputs, the data's. Parameter names are PyTorch's
+// state_dict names (torchvision's for the ResNets).
 // "bert-tiny", "bert-mini" (BertForSequenceClassification, 2 labels) and "bert-tiny-mlm",
 // "bert-mini-mlm" (BertForMaskedLM) take token-id samples {T} or {3, T} (default {128};
 // layers/transformer/bert.h).
-ModelDef reference_model(const std::string& name, const Shape& input_shape = {});
+ModelDef reference_model(const std::string& name, const Shape& input_shape = {}, int64_t classes = 10);
 std::vector<std::string> reference_model_names();
 
 // A network from a layer spec such as "conv(16,3,p1) relu pool(2) flatten linear(10)",
@@ -52,7 +54,8 @@ std::unique_ptr<Sequential> parse_layer_spec(const std::string& spec, const Shap
 
 // A reference model's name, a BERT spec "bert(layers=...,hidden=...,heads=...,intermediate=...)"
 // (parse_bert_spec, layers/transformer/bert.h), or a layer spec (anything else containing
-// '('): the --model flag.
-ModelDef model_from_flag(const std::string& model, const Shape& input_shape);
+// '('): the --model flag. `classes` goes to the ResNets (reference_model); a layer spec
+// says its own outputs.
+ModelDef model_from_flag(const std::string& model, const Shape& input_shape, int64_t classes = 10);
 
 }  // namespace dpcore::layers

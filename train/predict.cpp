@@ -148,7 +148,7 @@ StepProfile measure(const PredictOptions& o, layers::Model& model, const Shape& 
   const int copies = cluster.cores_per_node / threads;
   if (copies > 1) {
     const auto make_model = [&] {
-      layers::ModelDef d = layers::model_from_flag(o.model, input);
+      layers::ModelDef d = layers::model_from_flag(o.model, input, o.classes);
       return std::make_unique<layers::Model>(std::move(d.net), d.input_shape, Device::cpu(), DType::Float32, o.seed);
     };
     profile.busy_slowdown = measure_busy_slowdown(make_model, pixels, labels, input, sgd, copies, o.warmup, o.steps);
@@ -190,7 +190,7 @@ void predict(const PredictOptions& o, std::ostream& out) {
     source = "loaded from " + o.profile_in;
   } else {
     const Shape input = parse_input(o.input);
-    layers::ModelDef def = layers::model_from_flag(o.model, input);
+    layers::ModelDef def = layers::model_from_flag(o.model, input, o.classes);
     layers::Model model(std::move(def.net), def.input_shape, Device::cpu(), DType::Float32, o.seed);
     DPCORE_CHECK(model.num_classes() == o.classes, "--model ", o.model, " has ", model.num_classes(),
                  " outputs, not --classes ", o.classes);

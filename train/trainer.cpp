@@ -60,7 +60,7 @@ Device resolve_device(const std::string& flag) {
 
 std::unique_ptr<Model> build_model(const std::string& flag, const data::Dataset& sample_of, Device device,
                                    uint64_t seed) {
-  layers::ModelDef def = layers::model_from_flag(flag, {sample_of.c, sample_of.h, sample_of.w});
+  layers::ModelDef def = layers::model_from_flag(flag, {sample_of.c, sample_of.h, sample_of.w}, sample_of.num_classes);
   auto model = std::make_unique<Model>(std::move(def.net), def.input_shape, device, DType::Float32, seed);
   DPCORE_CHECK(model->num_classes() == sample_of.num_classes, "--model ", flag, " has ", model->num_classes(),
                " outputs but the data has ", sample_of.num_classes, " classes");

@@ -259,6 +259,20 @@ TEST(Cli, ResNetRecipeDefaultsApplyToFlagsNotGiven) {
   EXPECT_NE(own.output.find("batch 32, lr constant 0.01"), std::string::npos) << own.output;
 }
 
+// torchvision's ResNets take the data's channels and classes: a 7-class dataset of 1x32x32
+// images trains resnet18 with a [64, 1, 7, 7] conv1 and a [7, 512] fc, saved under
+// torchvision's names.
+TEST(Cli, TorchvisionResNetTakesTheDatasChannelsAndClasses) {
+  dpcore::testing::TempDir dir;
+  CommandResult r = run("train --model resnet18 --data synthetic:1,32,32,7,32 --device cpu --progress 0 --steps 1 "
+                        "--batch 8 --save " + dir.file("r18.safetensors"));
+  ASSERT_EQ(r.status, 0) << r.output;
+  const auto saved = dpcore::io::load_safetensors(dir.file("r18.safetensors"));
+  EXPECT_EQ(saved.at("conv1.weight").shape, (std::vector<int64_t>{64, 1, 7, 7}));
+  EXPECT_EQ(saved.at("fc.weight").shape, (std::vector<int64_t>{7, 512}));
+  EXPECT_EQ(*saved.at("layer4.1.bn2.num_batches_tracked").values<int64_t>(), 1);
+}
+
 // The ResNets' recipe turns on Nesterov momentum and a warm-up: the help of --model,
 // --nesterov and --warmup-steps says how to turn each off (onecycle's rise is the schedule
 // itself, so no warm-up needs another schedule), and what it says does it, as the

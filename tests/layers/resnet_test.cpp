@@ -2,6 +2,7 @@
 // shapes, initialisation, train and eval modes, buffers in weight files, the layer spec.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "engine/autograd.h"
@@ -14,8 +15,9 @@
 namespace dpcore::layers {
 namespace {
 
-Model build(const std::string& name, const Shape& input = {}, uint64_t seed = 0, DType dtype = DType::Float32) {
-  ModelDef def = reference_model(name, input);
+Model build(const std::string& name, const Shape& input = {}, uint64_t seed = 0, DType dtype = DType::Float32,
+            int64_t classes = 10) {
+  ModelDef def = reference_model(name, input, classes);
   return Model(std::move(def.net), def.input_shape, Device::cpu(), dtype, seed);
 }
 
@@ -203,6 +205,96 @@ TEST(ResNet, WeightsFilesHoldBuffersUnderPyTorchsNames) {
     EXPECT_NE(std::string(e.what()).find("no tensor 'bn1.running_mean' for the model's buffer"), std::string::npos)
         << e.what();
   }
+}
+
+// torchvision.models.resnet18/34/50 with 1000 classes: the parameter counts torchvision
+// reports (sum(p.numel() for p in model.parameters())), its names and shapes; the names'
+// full list is checked against torchvision itself in torchvision_resnet_test.cpp.
+TEST(ImageNetResNet, ParameterCountsNamesAndShapesAreTorchvisions) {
+  const struct {
+    const char* name;
+    int64_t parameters, batch_norms;
+  } cases[] = {{"resnet18", 11689512, 20}, {"resnet34", 21797672, 36}, {"resnet50", 25557032, 53}};
+  std::vector<std::unique_ptr<Model>> models;
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.name);
+    ModelDef def = reference_model(c.name, {3, 32, 32}, 1000);
+    models.push_back(std::make_unique<Model>(std::move(def.net), def.input_shape));
+    const Model& m = *models.back();
+    EXPECT_EQ(count(m.parameters().entries()), c.parameters);
+    EXPECT_EQ(int64_t(m.buffers().entries().size()), 3 * c.batch_norms);
+    EXPECT_EQ(m.parameters().entries()[0].name, "conv1.weight");
+    EXPECT_EQ(m.parameters().entry("conv1.weight").shape, (Shape{64, 3, 7, 7}));
+    EXPECT_EQ(m.parameters().entries().back().name, "fc.bias");
+    EXPECT_TRUE(m.buffers().entry("layer4.1.bn2.num_batches_tracked").counter);
+    EXPECT_NO_THROW(m.parameters().entry("layer2.0.downsample.1.weight"));
+    EXPECT_THROW(m.parameters().entry("layer2.1.downsample.0.weight"), Error);
+  }
+  const Model& r18 = *models[0];
+  EXPECT_THROW(r18.parameters().entry("layer1.0.downsample.0.weight"), Error);  // 64 -> 64, stride 1
+  EXPECT_THROW(r18.parameters().entry("layer1.0.conv3.weight"), Error);
+  EXPECT_EQ(r18.parameters().entry("layer4.1.conv2.weight").shape, (Shape{512, 512, 3, 3}));
+  EXPECT_EQ(r18.parameters().entry("fc.weight").shape, (Shape{1000, 512}));
+
+  const Model& r50 = *models[2];
+  const std::vector<std::string> block = {"layer2.0.conv1.weight", "layer2.0.bn1.weight", "layer2.0.bn1.bias",
+                                          "layer2.0.conv2.weight", "layer2.0.bn2.weight", "layer2.0.bn2.bias",
+                                          "layer2.0.conv3.weight", "layer2.0.bn3.weight", "layer2.0.bn3.bias",
+                                          "layer2.0.downsample.0.weight", "layer2.0.downsample.1.weight",
+                                          "layer2.0.downsample.1.bias"};
+  const auto all = names(r50.parameters().entries());
+  auto first = std::find(all.begin(), all.end(), block[0]);
+  ASSERT_NE(first, all.end());
+  EXPECT_EQ(std::vector<std::string>(first, first + ptrdiff_t(block.size())), block);
+  // The bottleneck: 1x1 down to the width, 3x3 at the width, 1x1 up to 4x the width.
+  EXPECT_EQ(r50.parameters().entry("layer2.0.conv1.weight").shape, (Shape{128, 256, 1, 1}));
+  EXPECT_EQ(r50.parameters().entry("layer2.0.conv2.weight").shape, (Shape{128, 128, 3, 3}));
+  EXPECT_EQ(r50.parameters().entry("layer2.0.conv3.weight").shape, (Shape{512, 128, 1, 1}));
+  EXPECT_EQ(r50.parameters().entry("layer1.0.downsample.0.weight").shape, (Shape{256, 64, 1, 1}));
+  EXPECT_EQ(r50.parameters().entry("fc.weight").shape, (Shape{1000, 2048}));
+  EXPECT_EQ(r50.buffers().entry("layer4.2.bn3.running_mean").shape, Shape{2048});
+}
+
+TEST(ImageNetResNet, ChannelsAndClassesComeFromTheDataAndAnyImageSizeWorks) {
+  // 1-channel 32x32 images in 7 classes: conv1 and fc follow, the output is [N, 7].
+  Model m = build("resnet18", {1, 32, 32}, 0, DType::Float32, 7);
+  EXPECT_EQ(m.parameters().entry("conv1.weight").shape, (Shape{64, 1, 7, 7}));
+  EXPECT_EQ(m.parameters().entry("fc.weight").shape, (Shape{7, 512}));
+  EXPECT_EQ(m.num_classes(), 7);
+  EXPECT_EQ(m.forward(images(2, {1, 32, 32}, 1)).shape(), (Shape{2, 7}));
+  // Without a shape: torchvision's 3x224x224.
+  EXPECT_EQ(reference_model("resnet50").input_shape, (Shape{3, 224, 224}));
+  // Strided down to 1x1 from layer3 on: still [N, classes] (the paddings keep every map
+  // at least 1x1, as in PyTorch).
+  EXPECT_EQ(build("resnet50", {3, 17, 9}).forward(images(2, {3, 17, 9}, 2)).shape(), (Shape{2, 10}));
+  EXPECT_THROW(build("resnet50", {3, 32}), Error);
+  EXPECT_THROW(torchvision_resnet(101), Error);
+}
+
+TEST(ImageNetResNet, InitialisationIsTorchvisions) {
+  Model m = build("resnet50", {3, 32, 32}, 5, DType::Float32, 1000);
+  const auto v = m.parameters().values().to_vector<float>();
+  // kaiming_normal_(fan_out, relu) on conv1: N(0, 2 / (64 * 7 * 7)); the sample standard
+  // deviation of n draws is within 5 standard errors (sigma / sqrt(2n)) but for a
+  // one-in-a-million draw.
+  const auto& w = m.parameters().entry("conv1.weight");
+  double squares = 0;
+  for (int64_t i = 0; i < w.numel; ++i) squares += double(v[size_t(w.offset + i)]) * v[size_t(w.offset + i)];
+  const double sigma = std::sqrt(2.0 / (64 * 49)), n = double(w.numel);
+  EXPECT_NEAR(std::sqrt(squares / n), sigma, 5 * sigma / std::sqrt(2 * n));
+  // fc as nn.Linear: U(-1/sqrt(2048), 1/sqrt(2048)) for weight and bias; over 2M draws the
+  // largest |w| is within 1e-5 of the bound.
+  const auto& fc = m.parameters().entry("fc.weight");
+  float largest = 0;
+  for (int64_t i = 0; i < fc.numel; ++i) largest = std::max(largest, std::abs(v[size_t(fc.offset + i)]));
+  const float bound = float(1 / std::sqrt(2048.0));  // rounding to float32 keeps |w| <= it
+  EXPECT_LE(largest, bound);
+  EXPECT_GE(largest, bound - 1e-5f);
+  // Batch norm weight 1 and bias 0, also the last of each block (zero_init_residual False).
+  const auto& bn3 = m.parameters().entry("layer3.5.bn3.weight");
+  for (int64_t i = 0; i < bn3.numel; ++i) ASSERT_EQ(v[size_t(bn3.offset + i)], 1.0f);
+  const auto& bias = m.parameters().entry("layer3.5.bn3.bias");
+  for (int64_t i = 0; i < bias.numel; ++i) ASSERT_EQ(v[size_t(bias.offset + i)], 0.0f);
 }
 
 TEST(ResNet, LayerSpecBuildsTheSameNetwork) {

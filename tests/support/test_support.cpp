@@ -27,7 +27,9 @@ static double max_rel(const T* a, const T* b, size_t n, double floor) {
 double max_relative_error(const float* a, const float* b, size_t n, double floor) { return max_rel(a, b, n, floor); }
 double max_relative_error(const double* a, const double* b, size_t n, double floor) { return max_rel(a, b, n, floor); }
 
-double scaled_difference(const float* got, const float* ref, size_t n) {
+namespace {
+template <class T>
+double scaled_difference_of(const T* got, const T* ref, size_t n) {
   double scale = 0, worst = 0;
   for (size_t i = 0; i < n; ++i) {
     scale = std::max(scale, std::abs(double(ref[i])));
@@ -35,6 +37,10 @@ double scaled_difference(const float* got, const float* ref, size_t n) {
   }
   return scale > 0 ? worst / scale : worst;
 }
+}  // namespace
+
+double scaled_difference(const float* got, const float* ref, size_t n) { return scaled_difference_of(got, ref, n); }
+double scaled_difference(const double* got, const double* ref, size_t n) { return scaled_difference_of(got, ref, n); }
 
 TempDir::TempDir() {
   // mkdtemp replaces the XXXXXX with a unique name and creates the directory.

@@ -28,6 +28,7 @@ double max_relative_error(const double* a, const double* b, size_t n, double flo
 // error relative to the reference tensor's scale, which element-wise ratios are not when
 // some reference elements cancel to ~0.
 double scaled_difference(const float* got, const float* ref, size_t n);
+double scaled_difference(const double* got, const double* ref, size_t n);
 
 // True when a CUDA device can actually be used (false on machines without a GPU or driver).
 bool cuda_available();
