@@ -43,10 +43,12 @@ sanitized_build() {  # folder sanitizers [targets...]
 echo "== AddressSanitizer + UndefinedBehaviorSanitizer: CPU tests and host-run CUDA kernels (build-asan)"
 sanitized_build build-asan address,undefined
 # Left out here (the normal build runs them): the PyTorch interop tests, whose time goes to
-# PyTorch subprocesses, and the whole-model gradient checks, whose kernels the op tests
-# above cover under the sanitizers.
+# PyTorch subprocesses, the whole-model gradient checks, whose kernels the op tests above
+# cover under the sanitizers, bert-tiny's 20 AdamW steps against PyTorch (bert_test and
+# the small BERT parity case run BERT's code here), and the rebuild of the committed
+# vocabulary from the whole fortunes corpus (text_test's small cases run the builder here).
 (cd build-asan && UBSAN_OPTIONS=print_stacktrace=1 ctest --output-on-failure -j"$jobs" --timeout 900 \
-  -E 'PyTorchWeights|PyTorchLoad|TorchvisionResNet|ModelGradcheck' "$@")
+  -E 'PyTorchWeights|PyTorchLoad|TorchvisionResNet|ModelGradcheck|BertTinyAfter20AdamWSteps|CommittedVocabRebuilds' "$@")
 
 # Every kernel once: the tiled GEMMs planned for one SM (host_sm1.*: the large tiles wherever
 # the output allows, the small ones elsewhere, so both thread layouts are raced), the
