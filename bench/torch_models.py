@@ -99,6 +99,19 @@ def build_torch_model(name, in_channels=None):
     return {"simplenet": SimpleNet, "fashioncnn": FashionCNN, "vggs": VggS}[name]()
 
 
+def init_resnet(model):
+    """torchvision's ResNet initialisation: kaiming_normal_(fan_out, relu) for every convolution,
+    batch norm weight 1 and bias 0; fc keeps PyTorch's default."""
+    import torch.nn as nn
+
+    for m in model.modules():
+        if isinstance(m, nn.Conv2d):
+            nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
+        elif isinstance(m, nn.BatchNorm2d):
+            nn.init.constant_(m.weight, 1)
+            nn.init.constant_(m.bias, 0)
+
+
 def build_resnet(name, in_channels):
     """resnet8 / resnet20 (see the module docstring), torchvision's names and initialisation."""
     import torch.nn as nn
@@ -135,12 +148,7 @@ def build_resnet(name, in_channels):
                     cin = width
                 setattr(self, f"layer{stage}", nn.Sequential(*layer))
             self.fc = nn.Linear(64, CLASSES)
-            for m in self.modules():  # torchvision's ResNet initialisation
-                if isinstance(m, nn.Conv2d):
-                    nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
-                elif isinstance(m, nn.BatchNorm2d):
-                    nn.init.constant_(m.weight, 1)
-                    nn.init.constant_(m.bias, 0)
+            init_resnet(self)
 
         def forward(self, x):
             x = F.relu(self.bn1(self.conv1(x)))
@@ -206,12 +214,7 @@ def build_torchvision_resnet(name, in_channels):
                 setattr(self, f"layer{stage + 1}", nn.Sequential(*layer))
             self.avgpool = nn.AdaptiveAvgPool2d((1, 1))
             self.fc = nn.Linear(cin, CLASSES)
-            for m in self.modules():  # torchvision's initialisation, zero_init_residual False
-                if isinstance(m, nn.Conv2d):
-                    nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
-                elif isinstance(m, nn.BatchNorm2d):
-                    nn.init.constant_(m.weight, 1)
-                    nn.init.constant_(m.bias, 0)
+            init_resnet(self)  # zero_init_residual False
 
         def forward(self, x):
             x = self.maxpool(self.relu(self.bn1(self.conv1(x))))
