@@ -26,19 +26,6 @@ ncclResult_t check_and_submit(const Op& op, bool needs_send, bool needs_recv, nc
   return submit(comm, stream, op);
 }
 
-Op make(Op::Kind kind, const void* send, void* recv, size_t count, ncclDataType_t type, ncclRedOp_t reduce,
-        int root) {
-  Op op;
-  op.kind = kind;
-  op.send = send;
-  op.recv = recv;
-  op.count = count;
-  op.type = type;
-  op.reduce = reduce;
-  op.root = root;
-  return op;
-}
-
 int rank_of(ncclComm_t comm) { return comm ? comm->rank : 0; }
 
 }  // namespace
@@ -51,7 +38,7 @@ ncclResult_t ncclReduce(const void* sendbuff, void* recvbuff, size_t count, nccl
   host_runtime::Bookkeeping hide;
   const bool is_root = host_runtime::nccl::rank_of(comm) == root;
   return host_runtime::nccl::check_and_submit(
-      host_runtime::nccl::make(Op::Kind::Reduce, sendbuff, is_root ? recvbuff : nullptr, count, datatype, op, root),
+      Op{Op::Kind::Reduce, sendbuff, is_root ? recvbuff : nullptr, count, datatype, op, root},
       true, is_root, comm, stream);
 }
 
@@ -60,8 +47,7 @@ ncclResult_t ncclBroadcast(const void* sendbuff, void* recvbuff, size_t count, n
   host_runtime::Bookkeeping hide;
   const bool is_root = host_runtime::nccl::rank_of(comm) == root;
   return host_runtime::nccl::check_and_submit(
-      host_runtime::nccl::make(Op::Kind::Broadcast, is_root ? sendbuff : nullptr, recvbuff, count, datatype, ncclSum,
-                               root),
+      Op{Op::Kind::Broadcast, is_root ? sendbuff : nullptr, recvbuff, count, datatype, ncclSum, root},
       is_root, true, comm, stream);
 }
 
@@ -69,7 +55,7 @@ ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count, n
                            ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
   host_runtime::Bookkeeping hide;
   return host_runtime::nccl::check_and_submit(
-      host_runtime::nccl::make(Op::Kind::AllReduce, sendbuff, recvbuff, count, datatype, op, 0), true, true, comm,
+      Op{Op::Kind::AllReduce, sendbuff, recvbuff, count, datatype, op, 0}, true, true, comm,
       stream);
 }
 
@@ -77,7 +63,7 @@ ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff, size_t recv
                                ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
   host_runtime::Bookkeeping hide;
   return host_runtime::nccl::check_and_submit(
-      host_runtime::nccl::make(Op::Kind::ReduceScatter, sendbuff, recvbuff, recvcount, datatype, op, 0), true, true,
+      Op{Op::Kind::ReduceScatter, sendbuff, recvbuff, recvcount, datatype, op, 0}, true, true,
       comm, stream);
 }
 
@@ -85,6 +71,6 @@ ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, size_t sendcoun
                            ncclComm_t comm, cudaStream_t stream) {
   host_runtime::Bookkeeping hide;
   return host_runtime::nccl::check_and_submit(
-      host_runtime::nccl::make(Op::Kind::AllGather, sendbuff, recvbuff, sendcount, datatype, ncclSum, 0), true,
+      Op{Op::Kind::AllGather, sendbuff, recvbuff, sendcount, datatype, ncclSum, 0}, true,
       true, comm, stream);
 }

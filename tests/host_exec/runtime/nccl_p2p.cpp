@@ -16,14 +16,7 @@ ncclResult_t check_and_submit(Op::Kind kind, const void* send, void* recv, size_
     return record(ncclInvalidArgument,
                   name + ": peer " + std::to_string(peer) + " is not a rank of " + std::to_string(size));
   if (count > 0 && !send && !recv) return record(ncclInvalidArgument, name + ": the buffer is null");
-  Op op;
-  op.kind = kind;
-  op.send = send;
-  op.recv = recv;
-  op.count = count;
-  op.type = type;
-  op.root = peer;
-  return submit(comm, stream, op);
+  return submit(comm, stream, Op{kind, send, recv, count, type, ncclSum, peer});
 }
 
 }  // namespace
