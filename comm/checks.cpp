@@ -20,6 +20,15 @@ void check_root(const std::string& op, int root, int size) {
   DPCORE_CHECK(0 <= root && root < size, op, ": root ", root, " is not a rank of this group of ", size);
 }
 
+void check_point_to_point(const std::string& op, const char* role, int peer, int tag, const Tensor& t, int rank,
+                          int size) {
+  check_defined(op, "message", t);
+  DPCORE_CHECK(0 <= peer && peer < size, op, ": ", role, " ", peer, " is not a rank of this group of ", size);
+  DPCORE_CHECK(peer != rank, op, ": ", role, " ", peer,
+               " is this rank itself; a rank cannot send to or receive from itself");
+  DPCORE_CHECK(tag >= 0, op, ": tag ", tag, " must not be negative");
+}
+
 namespace {
 void check_same_kind(const std::string& op, const Tensor& in, const Tensor& out) {
   check_defined(op, "input", in);

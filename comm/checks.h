@@ -14,6 +14,10 @@ void check_defined(const std::string& op, const char* what, const Tensor& t);
 // also int32/int64 (`integers_ok`: mpi, nccl). Average always needs a float dtype.
 void check_reducible(const std::string& op, const Tensor& t, ReduceOp reduce, bool integers_ok);
 void check_root(const std::string& op, int root, int size);
+// send/recv: `peer` (the `role`: "destination", "source") is another rank of the group of
+// `size` than this `rank`, the tag is not negative, the message tensor is defined.
+void check_point_to_point(const std::string& op, const char* role, int peer, int tag, const Tensor& t, int rank,
+                          int size);
 // allgather: out has size x in.numel() elements; reduce_scatter: in has size x
 // out.numel(). Both: in and out of the same dtype and on the same device.
 void check_allgather_args(const std::string& op, const Tensor& in, const Tensor& out, int size);

@@ -4,6 +4,13 @@
 // Backend kernels of the replica's device, so CPU replicas, several CUDA replicas on one
 // GPU and replicas on different GPUs all work, with a fixed reduction order: every
 // replica ends bit-identical.
+//
+// Point to point goes through the Rendezvous' mailbox: a send posts a copy of its payload
+// (made on its own stream, with an event the receiver's stream waits for) and is done; a
+// recv takes the message, checks that it fits and copies it out. split() meets the whole
+// group once to learn every replica's color and key, and the members of each new group
+// share a new Rendezvous, with a LocalCommunicator (and communication thread) each.
+#include <algorithm>
 #include <sstream>
 
 #include "comm/checks.h"
@@ -35,9 +42,10 @@ std::string with_op(ReduceOp reduce) { return concat(" (", reduce_op_name(reduce
 
 class LocalCommunicator : public Communicator {
  public:
-  LocalCommunicator(std::shared_ptr<Rendezvous> rendezvous, int rank)
-      : rendezvous_(std::move(rendezvous)), rank_(rank) {
-    thread_.run([rank] { trace::set_lane("comm " + std::to_string(rank), trace::kCommLanes + rank); });
+  // `lane` names the communication thread's lane in a trace, `lane_index` places it.
+  LocalCommunicator(std::shared_ptr<Rendezvous> rendezvous, int rank, std::string lane, int lane_index)
+      : rendezvous_(std::move(rendezvous)), rank_(rank), lane_(std::move(lane)), lane_index_(lane_index) {
+    thread_.run([this] { trace::set_lane(lane_, lane_index_); });
   }
   // A replica that goes away must not leave the others waiting for it until the timeout.
   // After a completed collective the group is idle and aborting it harms nobody.
@@ -126,6 +134,64 @@ class LocalCommunicator : public Communicator {
     }).wait();
   }
 
+  Work send(const Tensor& tensor, int dst, int tag) override {
+    Tensor t = tensor;
+    return submit("send", t, [=](const std::string& op) {
+      check_point_to_point(op, "destination", dst, tag, t, rank_, size());
+      Slot message{Tensor::empty({t.numel()}, t.dtype(), t.device()), ""};
+      message.tensor.copy_(flat(t));
+      message.done = backend_for(t.device()).record_event(t.device().index);
+      std::shared_ptr<Backend::Event> copied = message.done;
+      rendezvous_->post(rank_, dst, tag, std::move(message));
+      if (copied) copied->synchronize();  // the caller may now overwrite t
+    }, dst, tag);
+  }
+
+  Work recv(Tensor& tensor, int src, int tag) override {
+    Tensor t = tensor;
+    return submit("recv", t, [=](const std::string& op) {
+      check_point_to_point(op, "source", src, tag, t, rank_, size());
+      Slot message;
+      {
+        trace::Span span("wait", [&] { return trace::Label{"wait for the message", {{"peer", int64_t(src)}}}; });
+        message = rendezvous_->take(src, rank_, tag, op);
+      }
+      const Tensor& sent = message.tensor;
+      DPCORE_CHECK(sent.dtype() == t.dtype() && sent.numel() == t.numel(), op, ": replica ", rank_, " expects ",
+                   t.numel(), " ", dtype_name(t.dtype()), " (", t.nbytes(), " bytes) from replica ", src, " (tag ",
+                   tag, "), which sent ", sent.numel(), " ", dtype_name(sent.dtype()), " (", sent.nbytes(),
+                   " bytes)");
+      Backend& backend = backend_for(t.device());
+      backend.wait_event(t.device().index, message.done);
+      flat(t).copy_(sent);
+      std::shared_ptr<Backend::Event> copied = backend.record_event(t.device().index);
+      if (copied) copied->synchronize();  // the caller may now read t
+    }, src, tag);
+  }
+
+  std::unique_ptr<Communicator> split(int color, int key) override {
+    std::shared_ptr<Rendezvous> sub;
+    int sub_rank = 0;
+    submit("split", Tensor(), [&](const std::string& op) {
+      ring::Peer peer = start(op, Device::cpu(), "split");
+      std::vector<Slot> slots = peer.meet(Slot{Tensor::from_vector<int64_t>({color, key}, {2}), ""});
+      const uint64_t split_number = splits_++;
+      if (color < 0) return finish(peer);
+      std::vector<std::pair<int64_t, int>> members;  // (key, rank here), in the new group's order
+      for (int r = 0; r < size(); ++r) {
+        std::vector<int64_t> color_key = slots[size_t(r)].tensor.to_vector<int64_t>();
+        if (color_key[0] == color) members.push_back({color_key[1], r});
+      }
+      std::sort(members.begin(), members.end());
+      sub_rank = int(std::find(members.begin(), members.end(), std::make_pair(int64_t(key), rank_)) - members.begin());
+      sub = rendezvous_->subgroup(split_number, color, int(members.size()));
+      finish(peer);
+    }).wait();
+    if (!sub) return nullptr;
+    return std::make_unique<LocalCommunicator>(sub, sub_rank, concat(lane_, " / split ", color, " rank ", sub_rank),
+                                               lane_index_);
+  }
+
   void abort(const std::string& reason) override {
     rendezvous_->abort(concat("local group aborted by replica ", rank_, ": ", reason));
   }
@@ -140,13 +206,18 @@ class LocalCommunicator : public Communicator {
   // In a trace, the collective is a span on the communication thread's lane from when that
   // thread takes it up to its end, named by what the caller said it is for
   // ("allreduce bucket 3"); queued_us is how long it waited behind earlier collectives.
-  Work submit(const char* name, const Tensor& input, std::function<void(const std::string& op)> body) {
+  // A send or recv (`peer` >= 0) names its peer and tag there.
+  Work submit(const char* name, const Tensor& input, std::function<void(const std::string& op)> body,
+              int peer = -1, int tag = 0) {
     std::string op = concat("local ", name);
     const Device device = input.defined() ? input.device() : Device::cpu();
     std::shared_ptr<Backend::Event> submitted = ring::record_submission(device);
-    const CollectiveSpanLabel traced(name, input.defined() ? int64_t(input.nbytes()) : 0);
-    return thread_.submit([this, op, body, device, submitted, traced] {
-      trace::Span span("comm", [&] { return traced.label("ring", size(), rank_); });
+    const int64_t bytes = input.defined() ? int64_t(input.nbytes()) : 0;
+    const CollectiveSpanLabel traced =
+        peer >= 0 ? CollectiveSpanLabel(name, bytes, peer, tag) : CollectiveSpanLabel(name, bytes);
+    const char* algorithm = peer >= 0 ? "mailbox" : "ring";
+    return thread_.submit([this, op, body, device, submitted, traced, algorithm] {
+      trace::Span span("comm", [&] { return traced.label(algorithm, size(), rank_); });
       try {
         ring::start_on_own_stream(device, submitted);
         body(op);
@@ -185,6 +256,9 @@ class LocalCommunicator : public Communicator {
 
   std::shared_ptr<Rendezvous> rendezvous_;
   const int rank_;
+  const std::string lane_;
+  const int lane_index_;
+  uint64_t splits_ = 0;        // split() calls so far, the same on every replica; only on thread_
   ring::Workspace workspace_;  // used only on thread_
   CommThread thread_;          // last: joined first, while the members it uses still exist
 };
@@ -197,7 +271,10 @@ std::vector<std::unique_ptr<Communicator>> make_local_group(int world_size, cons
                " ms must be positive");
   auto rendezvous = std::make_shared<Rendezvous>(world_size, options.timeout);
   std::vector<std::unique_ptr<Communicator>> group;
-  for (int r = 0; r < world_size; ++r) group.push_back(std::make_unique<LocalCommunicator>(rendezvous, r));
+  for (int r = 0; r < world_size; ++r) {
+    group.push_back(
+        std::make_unique<LocalCommunicator>(rendezvous, r, "comm " + std::to_string(r), trace::kCommLanes + r));
+  }
   return group;
 }
 

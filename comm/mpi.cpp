@@ -15,12 +15,20 @@
 // it would wait for the missing one for ever. dpcore asks for MPI_THREAD_MULTIPLE, under
 // which MPI_Abort may be called from that thread (or the caller's) while a collective
 // blocks.
+//
+// Point to point: a send copies its payload to the host, starts an MPI_Isend of the copy and
+// is done (so two ranks may both send first); the copies are freed as MPI completes them
+// (checked at every later send and recv, waited for when the communicator is freed). A recv
+// probes the message first, so that one of another size fails naming both sizes, then
+// receives it; both block the communication thread under the watchdog. split() is
+// MPI_Comm_split.
 #include <mpi.h>
 
 #include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <deque>
 #include <limits>
 #include <sstream>
 
@@ -161,22 +169,41 @@ bool overlap(const Tensor& a, const Tensor& b) {
   return a.device() == b.device() && begin(a) < begin(b) + b.nbytes() && begin(b) < begin(a) + a.nbytes();
 }
 
+// A copy of a tensor on the host that MPI may read after the caller has reused the tensor.
+Tensor host_copy(const Tensor& t) {
+  if (t.device().is_cpu()) return t.clone();
+  backend_for(t.device()).synchronize(t.device().index);
+  return t.to(Device::cpu());
+}
+
 class MpiCommunicator : public Communicator {
  public:
-  explicit MpiCommunicator(std::chrono::milliseconds timeout)
-      : session_(MpiSession::get()), watchdog_(timeout, [timeout](const std::string& op) { time_out(op, timeout); }) {
+  // On a duplicate of MPI_COMM_WORLD; names the communication thread's lane in a trace.
+  explicit MpiCommunicator(std::chrono::milliseconds timeout) : MpiCommunicator(timeout, duplicate_world()) {
+    session_->thread().run([this] { trace::set_lane("comm " + std::to_string(rank_), trace::kCommLanes + rank_); });
+  }
+  // Owns `comm`, made on the communication thread.
+  MpiCommunicator(std::chrono::milliseconds timeout, MPI_Comm comm)
+      : session_(MpiSession::get()),
+        timeout_(timeout),
+        watchdog_(timeout, [timeout](const std::string& op) { time_out(op, timeout); }),
+        comm_(comm) {
     session_->thread().run([this] {
-      check_mpi(MPI_Comm_dup(MPI_COMM_WORLD, &comm_), "mpi: MPI_Comm_dup");
       check_mpi(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN), "mpi: MPI_Comm_set_errhandler");
       MPI_Comm_rank(comm_, &rank_);
       MPI_Comm_size(comm_, &size_);
-      trace::set_lane("comm " + std::to_string(rank_), trace::kCommLanes + rank_);
     });
   }
   // Frees the communicator after the collectives still queued (its error, if any, has
-  // nobody left to tell); the watchdog stops after them.
+  // nobody left to tell) and the sends MPI has not yet delivered; the watchdog stops after
+  // them.
   ~MpiCommunicator() override {
-    session_->thread().run([this] { MPI_Comm_free(&comm_); });
+    session_->thread().run([this] {
+      std::vector<MPI_Request> requests;
+      for (const PendingSend& send : pending_sends_) requests.push_back(send.request);
+      call("mpi send", [&] { return MPI_Waitall(int(requests.size()), requests.data(), MPI_STATUSES_IGNORE); });
+      MPI_Comm_free(&comm_);
+    });
   }
 
   int rank() const override { return rank_; }
@@ -262,6 +289,46 @@ class MpiCommunicator : public Communicator {
     }).wait();
   }
 
+  Work send(const Tensor& tensor, int dst, int tag) override {
+    Tensor t = tensor;
+    return submit("send", int64_t(t.nbytes()), [=](const std::string& op) {
+      check_point_to_point(op, "destination", dst, tag, t, rank_, size_);
+      forget_delivered(op);
+      PendingSend send{MPI_REQUEST_NULL, host_copy(t)};
+      const int count = mpi_count(op, t.numel());
+      check_mpi(MPI_Isend(send.payload.raw_data(), count, mpi_type(t.dtype()), dst, tag, comm_, &send.request), op);
+      pending_sends_.push_back(std::move(send));
+    }, dst, tag);
+  }
+
+  Work recv(Tensor& tensor, int src, int tag) override {
+    Tensor t = tensor;
+    return submit("recv", int64_t(t.nbytes()), [=](const std::string& op) {
+      check_point_to_point(op, "source", src, tag, t, rank_, size_);
+      forget_delivered(op);
+      MPI_Status status;
+      call(op, [&] { return MPI_Probe(src, tag, comm_, &status); });
+      int sent_bytes = 0;
+      check_mpi(MPI_Get_count(&status, MPI_BYTE, &sent_bytes), op);
+      DPCORE_CHECK(size_t(sent_bytes) == t.nbytes(), op, ": rank ", rank_, " expects ", t.numel(), " ",
+                   dtype_name(t.dtype()), " (", t.nbytes(), " bytes) from rank ", src, " (tag ", tag,
+                   "), which sent ", sent_bytes, " bytes");
+      HostView host(t, false);
+      const int count = mpi_count(op, t.numel());
+      call(op, [&] { return MPI_Recv(host.data(), count, mpi_type(t.dtype()), src, tag, comm_, MPI_STATUS_IGNORE); });
+      host.store();
+    }, src, tag);
+  }
+
+  std::unique_ptr<Communicator> split(int color, int key) override {
+    MPI_Comm sub = MPI_COMM_NULL;
+    submit("split", 0, [&](const std::string& op) {
+      call(op, [&] { return MPI_Comm_split(comm_, color < 0 ? MPI_UNDEFINED : color, key, &sub); });
+    }).wait();
+    if (sub == MPI_COMM_NULL) return nullptr;
+    return std::make_unique<MpiCommunicator>(timeout_, sub);
+  }
+
   // Straight from the caller's thread (abort_job).
   void abort(const std::string& reason) override { abort_job(reason); }
 
@@ -280,11 +347,30 @@ class MpiCommunicator : public Communicator {
     abort_job(why.str());
   }
 
+  static MPI_Comm duplicate_world() {
+    MPI_Comm comm = MPI_COMM_NULL;
+    MpiSession::get()->thread().run([&] { check_mpi(MPI_Comm_dup(MPI_COMM_WORLD, &comm), "mpi: MPI_Comm_dup"); });
+    return comm;
+  }
+
+  // On the communication thread: frees the payloads of the sends MPI has completed.
+  void forget_delivered(const std::string& op) {
+    while (!pending_sends_.empty()) {
+      int delivered = 0;
+      check_mpi(MPI_Test(&pending_sends_.front().request, &delivered, MPI_STATUS_IGNORE), op);
+      if (!delivered) return;
+      pending_sends_.pop_front();
+    }
+  }
+
   // In a trace, the collective is a span on the communication thread's lane, as the local
-  // backend's are (comm/collective_span.h); `bytes` is this rank's input.
-  Work submit(const char* name, int64_t bytes, std::function<void(const std::string& op)> body) {
+  // backend's are (comm/collective_span.h); `bytes` is this rank's input. A send or recv
+  // (`peer` >= 0) names its peer and tag there.
+  Work submit(const char* name, int64_t bytes, std::function<void(const std::string& op)> body, int peer = -1,
+              int tag = 0) {
     std::string op = std::string("mpi ") + name;
-    const CollectiveSpanLabel traced(name, bytes);
+    const CollectiveSpanLabel traced =
+        peer >= 0 ? CollectiveSpanLabel(name, bytes, peer, tag) : CollectiveSpanLabel(name, bytes);
     return session_->thread().submit([this, op, body, traced] {
       trace::Span span("comm", [&] { return traced.label("mpi", size_, rank_); });
       body(op);
@@ -297,10 +383,18 @@ class MpiCommunicator : public Communicator {
     backend_for(Device::cpu()).scale(1.0 / size_, t, t);
   }
 
+  // A send MPI may still be reading the payload of.
+  struct PendingSend {
+    MPI_Request request;
+    Tensor payload;
+  };
+
   std::shared_ptr<MpiSession> session_;
+  const std::chrono::milliseconds timeout_;
   CollectiveWatchdog watchdog_;
   MPI_Comm comm_ = MPI_COMM_NULL;
   int rank_ = 0, size_ = 1;
+  std::deque<PendingSend> pending_sends_;  // oldest first; only on the communication thread
 };
 
 }  // namespace

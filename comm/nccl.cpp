@@ -14,6 +14,12 @@
 //
 // NCCL refuses two ranks on one GPU; the device lists are checked first so that the user
 // sees why (check_nccl_devices). Average is ncclAvg, which scales by 1/size inside NCCL.
+//
+// Point to point: ncclSend/ncclRecv, each alone in an ncclGroupStart/End, on the
+// communication stream like the collectives. NCCL has no tags (as in torch's NCCL backend,
+// the tag is checked and otherwise ignored: a pair's messages match in issue order), cannot
+// tell a recv of the wrong size, and runs a send only with its recv: two ranks that both
+// send first to each other wait until the timeout. split() is ncclCommSplit.
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 #include <unistd.h>
@@ -227,12 +233,54 @@ class NcclCommunicator : public Communicator {
     }).wait();
   }
 
+  Work send(const Tensor& t, int dst, int tag) override {
+    std::string op = "nccl send";
+    check_point_to_point(op, "destination", dst, tag, t, rank_, size_);
+    return launch(op, {t}, [&](ncclComm_t comm, cudaStream_t stream) {
+      return grouped(
+          [&] { return ncclSend(t.raw_data(), size_t(t.numel()), nccl_type(t.dtype()), dst, comm, stream); });
+    });
+  }
+
+  Work recv(Tensor& t, int src, int tag) override {
+    std::string op = "nccl recv";
+    check_point_to_point(op, "source", src, tag, t, rank_, size_);
+    return launch(op, {t}, [&](ncclComm_t comm, cudaStream_t stream) {
+      return grouped(
+          [&] { return ncclRecv(t.raw_data(), size_t(t.numel()), nccl_type(t.dtype()), src, comm, stream); });
+    });
+  }
+
+  std::unique_ptr<Communicator> split(int color, int key) override {
+    const std::string op = "nccl split";
+    kernels::cuda_runtime::DeviceGuard guard(state_->device);
+    ncclComm_t sub = nullptr;
+    {
+      std::lock_guard<std::mutex> lock(state_->mutex);
+      DPCORE_CHECK(state_->abort_reason.empty(), op, ": the communicator was aborted: ", state_->abort_reason);
+      check_nccl(ncclCommSplit(state_->comm, color < 0 ? NCCL_SPLIT_NOCOLOR : color, key, &sub, nullptr), op,
+                 state_->comm);
+    }
+    if (sub == nullptr) return nullptr;
+    return std::make_unique<NcclCommunicator>(sub, state_->device, state_->timeout);
+  }
+
   void abort(const std::string& reason) override {
     std::lock_guard<std::mutex> lock(state_->mutex);
     state_->abort_locked(reason);
   }
 
  private:
+  // `call()` (an ncclSend or ncclRecv) inside a group of its own; the first error wins.
+  template <class Call>
+  static ncclResult_t grouped(Call call) {
+    ncclResult_t result = ncclGroupStart();
+    if (result != ncclSuccess) return result;
+    result = call();
+    ncclResult_t ended = ncclGroupEnd();
+    return result != ncclSuccess ? result : ended;
+  }
+
   template <class Call>
   Work launch(const std::string& op, std::vector<Tensor> tensors, Call call) {
     for (const Tensor& t : tensors) {

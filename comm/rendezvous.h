@@ -13,12 +13,25 @@
 // A replica that waits longer than the timeout aborts the group naming the replicas that
 // did not arrive (it throws ReplicasMissing, which lists them), so one missing replica
 // never hangs the others.
+//
+// Point to point, the rendezvous is also a mailbox: a sender posts a message (its own copy
+// of the payload) under (source, destination, tag) and goes on; the receiver takes the
+// oldest one under its triple, waiting for it up to the timeout (then the group fails
+// naming the sender) or until the group is aborted.
+//
+// Sub-groups: the members of a split meet their new group's Rendezvous through
+// subgroup(), which the first of them to ask creates.
 #pragma once
 
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
 #include <mutex>
+#include <tuple>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -42,11 +55,21 @@ class Rendezvous {
  public:
   Rendezvous(int size, std::chrono::milliseconds timeout);
   int size() const { return size_; }
+  std::chrono::milliseconds timeout() const { return timeout_; }
 
   // Publishes `mine`, waits for every replica, returns all their slots in rank order.
   // `op` names the collective in errors ("local allreduce").
   std::vector<Slot> exchange(int rank, Slot mine, const std::string& op);
   void barrier(int rank, const std::string& op) { exchange(rank, Slot{}, op); }
+
+  // Leaves `message` for replica `dst` from `src` under `tag`.
+  void post(int src, int dst, int tag, Slot message);
+  // The oldest message from `src` to `dst` under `tag`, once there is one.
+  Slot take(int src, int dst, int tag, const std::string& op);
+
+  // The Rendezvous of the group of `size` replicas that split number `split` of this group
+  // gives `color`: the same object for each of its members, who must each ask once.
+  std::shared_ptr<Rendezvous> subgroup(uint64_t split, int color, int size);
 
   // The first reason wins; later calls keep it.
   void abort(const std::string& reason);
@@ -54,6 +77,7 @@ class Rendezvous {
 
  private:
   [[noreturn]] void fail_timeout(const std::string& op);
+  void check_not_aborted() const;  // with the mutex held
 
   const int size_;
   const std::chrono::milliseconds timeout_;
@@ -64,6 +88,14 @@ class Rendezvous {
   std::vector<bool> arrived_;
   std::vector<Slot> slots_[2];
   std::string abort_reason_;  // empty while the group is healthy
+
+  std::condition_variable mail_arrived_;
+  std::map<std::tuple<int, int, int>, std::deque<Slot>> mailboxes_;  // (src, dst, tag) -> oldest first
+  struct Subgroup {
+    std::shared_ptr<Rendezvous> rendezvous;
+    int members_to_come;
+  };
+  std::map<std::pair<uint64_t, int>, Subgroup> subgroups_;  // (split, color), until every member has it
 };
 
 }  // namespace dpcore::comm
