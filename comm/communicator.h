@@ -57,12 +57,13 @@ class Communicator {
   // Only the two ranks take part. A recv takes the oldest message from `src` under `tag`
   // not yet received (messages between two ranks under one tag arrive in the order they
   // were sent); t must have the message's dtype and element count (its shape is the
-  // caller's business). A send's Work is done once `t` may be reused; it does not wait for
-  // the receiver (local and mpi copy the payload), so two ranks may both send first. A
-  // recv holds this rank's communication queue until its message arrives: the calls
-  // issued after it start after it. A message to oneself, or a negative tag, is refused.
-  // Waiting longer than the timeout fails (local) or aborts the job (mpi, nccl), naming
-  // the call. docs/collectives.md, "Point to point and sub-groups".
+  // caller's business). A send's Work is done once `t` may be reused. On local and mpi a
+  // send copies the payload and does not wait for the receiver, so two ranks may both
+  // send first; on nccl a send may wait for its recv, and the tag is ignored. A recv holds
+  // this rank's communication queue until its message arrives: the calls issued after it
+  // start after it. A message to oneself, or a negative tag, is refused. Waiting longer
+  // than the timeout fails the group (local), aborts the job (mpi) or the communicator
+  // (nccl), naming the call. docs/collectives.md, "Point to point and sub-groups".
   virtual Work send(const Tensor& t, int dst, int tag = 0) = 0;
   virtual Work recv(Tensor& t, int src, int tag = 0) = 0;
 
@@ -70,8 +71,10 @@ class Communicator {
   // Every rank of this group calls it, in the same place of its sequence of calls. Ranks
   // with the same color >= 0 form a new group, ranked by (key, rank here); a rank with a
   // negative color joins none and gets null. The new communicator has every collective
-  // and send/recv, the same transport and timeout, and is independent of this one (its
-  // own queue; an abort in it ends only its group, but on mpi, where it ends the job).
+  // and send/recv and the same transport and timeout. local: it has a queue and
+  // communication thread of its own, and an abort in it ends only its group. mpi: every
+  // communicator of a process shares its one communication thread (a recv waiting there
+  // holds the others' calls too), and an abort ends the job.
   virtual std::unique_ptr<Communicator> split(int color, int key) = 0;
 
   // Gives up on the group: collectives waiting on this rank (and, where the transport can,

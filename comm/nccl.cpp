@@ -18,8 +18,9 @@
 // Point to point: ncclSend/ncclRecv, each alone in an ncclGroupStart/End, on the
 // communication stream like the collectives. NCCL has no tags (as in torch's NCCL backend,
 // the tag is checked and otherwise ignored: a pair's messages match in issue order), cannot
-// tell a recv of the wrong size, and runs a send only with its recv: two ranks that both
-// send first to each other wait until the timeout. split() is ncclCommSplit.
+// tell a recv of the wrong size, and a send need not complete before its recv is posted:
+// two ranks that both send first to each other can wait until the timeout. split() is
+// ncclCommSplit.
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 #include <unistd.h>

@@ -1,5 +1,5 @@
 // The nccl backend on real GPUs: one rank on cuda:0 (NCCL supports world size 1), and a
-// group over every GPU when there are two or more. Skipped on machines without a GPU; the
+// group over every GPU when there are two or more; send/recv and split() on both. Skipped on machines without a GPU; the
 // device-list checks that need none are in choose_test.cpp.
 #include <gtest/gtest.h>
 
@@ -70,6 +70,60 @@ TEST(NcclCollectives, GroupOverEveryGpu) {
   });
   EXPECT_LE(max_relative_error(results[0].data(), serial.data(), serial.size()), 1e-3);
   for (int r = 1; r < gpus; ++r) EXPECT_TRUE(bit_identical(results[size_t(r)], results[0])) << "rank " << r;
+}
+
+TEST(NcclPointToPoint, SendToItselfIsRefusedAndSplitOfOneRank) {
+  if (!cuda_available()) GTEST_SKIP() << "no usable CUDA device on this machine";
+  auto group = comm::make_nccl_group({Device::cuda(0)});
+  Communicator& c = *group[0];
+  try {
+    c.send(on_gpu({1.0f}, 0), 0).wait();
+    ADD_FAILURE() << "a send to itself succeeded";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("nccl send: destination 0 is this rank itself"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(c.split(-1, 0), nullptr);
+  std::unique_ptr<Communicator> sub = c.split(0, 0);
+  ASSERT_NE(sub, nullptr);
+  EXPECT_EQ(sub->size(), 1);
+  Tensor t = on_gpu({1.0f, 2.0f}, 0);
+  sub->allreduce(t).wait();
+  EXPECT_EQ(t.to_vector<float>(), (std::vector<float>{1.0f, 2.0f}));
+}
+
+// Every rank passes its data to the right. NCCL runs a send only with its recv, so even
+// ranks send first and odd ranks receive first; then the ranks split by parity and each
+// group allreduces among itself.
+TEST(NcclPointToPoint, RingExchangeAndSplitOverEveryGpu) {
+  int gpus = runtime::cuda_device_count();
+  if (gpus < 2) GTEST_SKIP() << "needs 2 or more GPUs (NCCL refuses two ranks on one GPU); this machine has " << gpus;
+  auto group = comm::make_nccl_group(comm::place_replicas(gpus, Device::Type::CUDA));
+  const int64_t count = 65537;
+  run_replicas(group, [&](Communicator& c) {
+    const int right = (c.rank() + 1) % gpus, left = (c.rank() + gpus - 1) % gpus;
+    Tensor mine = on_gpu(rank_input<float>(c.rank(), count), c.rank());
+    Tensor got = Tensor::zeros({count}, DType::Float32, Device::cuda(c.rank()));
+    if (c.rank() % 2 == 0) {
+      c.send(mine, right).wait();
+      c.recv(got, left).wait();
+    } else {
+      c.recv(got, left).wait();
+      c.send(mine, right).wait();
+    }
+    EXPECT_TRUE(bit_identical(got.to_vector<float>(), rank_input<float>(left, count))) << "rank " << c.rank();
+
+    std::unique_ptr<Communicator> sub = c.split(c.rank() % 2, c.rank());
+    ASSERT_NE(sub, nullptr);
+    std::vector<std::vector<float>> inputs;
+    for (int r = c.rank() % 2; r < gpus; r += 2) inputs.push_back(rank_input<float>(r, count));
+    EXPECT_EQ(sub->size(), int(inputs.size()));
+    Tensor t = on_gpu(rank_input<float>(c.rank(), count), c.rank());
+    sub->allreduce(t).wait();
+    std::vector<float> serial = serial_reduction(inputs, ReduceOp::Sum);
+    EXPECT_LE(max_relative_error(t.to_vector<float>().data(), serial.data(), serial.size()), 1e-3)
+        << "rank " << c.rank();
+  });
 }
 
 }  // namespace

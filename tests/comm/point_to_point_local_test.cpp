@@ -11,7 +11,10 @@
 #include "collective_reference.h"
 #include "comm/communicator.h"
 #include "engine/seconds_since.h"
+#include "engine/trace.h"
 #include "replicas.h"
+#include "support/test_support.h"
+#include "support/trace_checks.h"
 
 namespace dpcore::testing {
 namespace {
@@ -121,6 +124,34 @@ TEST_P(LocalPointToPoint, InterleavesWithCollectives) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Worlds, LocalPointToPoint, ::testing::Values(2, 4));
+
+// A traced ring exchange: each communication lane has one send and one recv span, with
+// the message's bytes, the peer and the tag.
+TEST(LocalPointToPointTrace, SendAndRecvSpansNameBytesPeerAndTag) {
+  const int world = 2;
+  TempDir dir;
+  auto group = comm::make_local_group(world);
+  trace::start();
+  run_replicas(group, [&](Communicator& c) {
+    Tensor got = Tensor::zeros({1001}, DType::Float64);
+    c.send(filled(1001, 1.0), (c.rank() + 1) % world, 3);
+    c.recv(got, (c.rank() + world - 1) % world, 3).wait();
+  });
+  trace::stop();
+  trace::write(dir.file("trace.json"));
+  TraceFile t = read_trace(dir.file("trace.json"));
+  for (int r = 0; r < world; ++r) {
+    const std::string lane = "comm " + std::to_string(r);
+    for (const char* name : {"send", "recv"}) {
+      std::vector<TraceSpan> spans = spans_of(t, lane, name);
+      ASSERT_EQ(spans.size(), 1u) << lane << ": " << name;
+      EXPECT_EQ(spans[0].args["bytes"], 1001 * 8) << lane << ": " << name;
+      EXPECT_EQ(spans[0].args["peer"], (r + 1) % world) << lane << ": " << name;  // 2 ranks: left is right
+      EXPECT_EQ(spans[0].args["tag"], 3) << lane << ": " << name;
+      EXPECT_EQ(spans[0].args["algorithm"], "mailbox") << lane << ": " << name;
+    }
+  }
+}
 
 // ---- errors: named, and never a hang ----
 TEST(LocalPointToPointErrors, SendToItselfIsRefusedNamingTheRank) {
