@@ -1,6 +1,6 @@
 // The nccl backend on real GPUs: one rank on cuda:0 (NCCL supports world size 1), and a
-// group over every GPU when there are two or more; send/recv and split() on both. Skipped on machines without a GPU; the
-// device-list checks that need none are in choose_test.cpp.
+// group over every GPU when there are two or more; send/recv and split() on both. Skipped
+// on machines without a GPU; the device-list checks that need none are in choose_test.cpp.
 #include <gtest/gtest.h>
 
 #include "collective_reference.h"

@@ -10,6 +10,7 @@
 
 #include "collective_reference.h"
 #include "comm/communicator.h"
+#include "engine/backend.h"
 #include "engine/seconds_since.h"
 #include "engine/trace.h"
 #include "replicas.h"
@@ -227,6 +228,34 @@ TEST(LocalPointToPointErrors, AbortReleasesAWaitingRecv) {
   });
   EXPECT_LT(seconds_since(start), 5.0) << "the recv waited for the timeout instead of the abort";
   EXPECT_NE(error.find("aborted by replica 0: the loss is NaN"), std::string::npos) << error;
+}
+
+// ---- CUDA (skipped without a GPU) ----
+// Replicas on one GPU and on the CPU pass messages around a ring; each fills its message on
+// a stream of its own and sends it without waiting, and overwrites it as soon as the send
+// is done: the send's copy must order itself after the caller's stream, and across devices
+// the receiver's copy after the sender's.
+TEST(LocalPointToPointCuda, RingOrdersAfterTheCallersStreamAcrossDevices) {
+  if (!cuda_available()) GTEST_SKIP() << "no usable CUDA device on this machine";
+  const std::vector<Device> devices = {Device::cuda(0), Device::cpu(), Device::cuda(0), Device::cuda(0)};
+  const int world = int(devices.size());
+  const int64_t count = int64_t(1) << 22;
+  auto group = comm::make_local_group(world);
+  run_replicas(group, [&](Communicator& c) {
+    const Device device = devices[size_t(c.rank())];
+    if (device.is_cuda()) backend_for(device).use_thread_stream(device.index, c.rank());
+    const int left = (c.rank() + world - 1) % world;
+    Tensor message = Tensor::empty({count}, DType::Float32, device);
+    Tensor got = Tensor::zeros({count}, DType::Float32, device);
+    for (int round = 0; round < 3; ++round) {
+      backend_for(device).fill(message, double(10 * c.rank() + round));  // queued, not waited for
+      c.send(message, (c.rank() + 1) % world).wait();
+      backend_for(device).fill(message, -1.0);  // the send's copy is what goes
+      c.recv(got, left).wait();
+      EXPECT_EQ(got.to_vector<float>(), std::vector<float>(size_t(count), float(10 * left + round)))
+          << "rank " << c.rank() << ", round " << round;
+    }
+  });
 }
 
 // ---- sub-groups ----
