@@ -199,8 +199,12 @@ TEST(LocalPointToPointErrors, SenderThatNeverComesIsNamedAfterTheTimeout) {
   run_replicas(group, [&](Communicator& c) {
     if (c.rank() != 1) return;  // rank 2 never sends
     Tensor t = Tensor::zeros({4}, DType::Float64);
+    // Held until the error has been read: the Work's release then orders the read before
+    // the communication thread frees the error (which ThreadSanitizer cannot see through
+    // the exception's own reference count).
+    comm::Work received = c.recv(t, 2, 5);
     try {
-      c.recv(t, 2, 5).wait();
+      received.wait();
     } catch (const comm::ReplicasMissing& e) {
       error = e.what();
       missing = e.missing;
