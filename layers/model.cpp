@@ -99,6 +99,12 @@ void Model::set_batch_position(uint64_t step, int64_t first_sample) {
   net_->apply([&](Module& m) { m.set_batch_position({derive_seed(seed_, index++), step, first_sample}); });
 }
 
+bool Model::draws_random_numbers() const {
+  bool draws = false;
+  net_->apply([&](Module& m) { draws = draws || m.draws_random_numbers(); });
+  return draws;
+}
+
 std::unique_ptr<Model> Model::replicate(Device device) const {
   auto net = std::unique_ptr<Sequential>(static_cast<Sequential*>(net_->clone().release()));
   auto copy = std::make_unique<Model>(std::move(net), input_shape_, device, dtype(), seed_);

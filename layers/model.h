@@ -60,6 +60,9 @@ class Model {
   // the model's seed and the module's place in the network), so dropout draws the same
   // masks however the batch is split and on resume (layers/module.h, BatchPosition).
   void set_batch_position(uint64_t step, int64_t first_sample);
+  // Whether a forward now draws random numbers (a module's dropout in training mode): its
+  // result then depends on the batch position, which a recorded CUDA graph would hold fixed.
+  bool draws_random_numbers() const;
   // Whether the model takes int64 token ids (its first layer is an embedding).
   bool takes_token_ids() const { return net_->takes_token_ids(); }
 

@@ -96,6 +96,7 @@ class BertLayer : public Composite {
   std::unique_ptr<Module> clone() const override { return std::make_unique<BertLayer>(config_); }
   // The attention probabilities' dropout draws from this module's stream.
   void set_batch_position(const BatchPosition& position) override { position_ = position; }
+  bool draws_random_numbers() const override { return is_training() && config_.attention_probs_dropout_prob > 0; }
 
  private:
   BertConfig config_;

@@ -514,5 +514,32 @@ TEST(GraphRunner, AFailedRecordingWarnsAndTrainingGoesOnEagerly) {
             "dpcore: warning: recording backend: capture invalidated; training goes on without a CUDA graph\n");
 }
 
+// Dropout draws its masks by the step number (layers/module.h, BatchPosition), which a
+// recorded step would hold fixed: every replay would drop what the recorded step dropped.
+// A model that draws random numbers in training therefore trains eagerly, step for step
+// as the eager reference with each step's own masks.
+TEST(GraphRunner, AModelWithDropoutTrainsEagerlyWithEachStepsMasks) {
+  RecordingBackend backend;
+  const Shape input{4, 6};
+  auto make = [&] {
+    auto net = layers::parse_layer_spec("encoder(heads=2,ff=8,dropout=0.3) meanpool linear(5)", input);
+    return std::make_unique<layers::Model>(std::move(net), input, Device::cpu(), DType::Float32, 7);
+  };
+  SingleDeviceRunner runner(make(), kSgd, 2);
+  auto reference = make();
+  Sgd sgd(reference->parameters(), kSgd);
+  for (int step = 0; step < 5; ++step) {
+    HostBatch b(step);
+    b.view.sample = input;  // [8, 4, 6]: the first 192 of the batch's values
+    runner.set_step_number(step + 1);
+    runner.step(b.view);
+    auto [x, y] = batch_tensors(b.view, Device::cpu());
+    accumulate_and_step(*reference, sgd, x, y, 2, counted_targets(b.view), {uint64_t(step + 1), 0});
+  }
+  EXPECT_EQ(backend.recordings, 0);
+  EXPECT_FALSE(runner.replaying());
+  EXPECT_EQ(values(runner.model()), values(*reference));
+}
+
 }  // namespace
 }  // namespace dpcore::train
