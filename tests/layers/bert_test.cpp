@@ -142,6 +142,41 @@ TEST(Bert, StartsAsHuggingFacesInitWeights) {
   EXPECT_EQ(ln[3], 1.0);
 }
 
+// The ids form's key-padding mask is made on the device (a lookup of the ids, not a read to
+// the host): exactly ids != pad_token_id, in the model's dtype, for any pad id; with no
+// padding at all it is all ones and the output equals the rows form's, which then has no mask.
+TEST(Bert, TheIdsFormsMaskIsIdsNotEqualToPadInTheModelsDtype) {
+  BertConfig c = small_config();
+  c.pad_token_id = 3;
+  const std::vector<int64_t> ids = {5, 3, 3, 0, 39, 3, 2, 8, 4, 1};
+  for (DType dtype : {DType::Float32, DType::Float64}) {
+    PositionIds positions;
+    const BertInputs in = bert_inputs(Tensor::from_vector(ids, {2, 5}), c, dtype, positions);
+    ASSERT_TRUE(in.attention_mask.defined());
+    EXPECT_EQ(in.attention_mask.dtype(), dtype);
+    EXPECT_EQ(in.attention_mask.shape(), (Shape{2, 5}));
+    const std::vector<double> mask = dtype == DType::Float64 ? in.attention_mask.to_vector<double>() : [&] {
+      const std::vector<float> f = in.attention_mask.to_vector<float>();
+      return std::vector<double>(f.begin(), f.end());
+    }();
+    EXPECT_EQ(mask, (std::vector<double>{1, 0, 0, 1, 1, 0, 1, 1, 1, 1}));
+    EXPECT_EQ(in.position_ids.to_vector<int64_t>(), (std::vector<int64_t>{0, 1, 2, 3, 4, 0, 1, 2, 3, 4}));
+    // The next batch of that shape finds its position ids kept, not made anew.
+    EXPECT_EQ(bert_inputs(Tensor::from_vector(ids, {2, 5}), c, dtype, positions).position_ids.raw_data(),
+              in.position_ids.raw_data());
+  }
+  const std::vector<int64_t> unpadded = {5, 9, 4, 1, 2, 7, 2, 8, 4, 1};
+  std::vector<int64_t> rows;
+  for (int s = 0; s < 2; ++s) {
+    for (int j = 0; j < 5; ++j) rows.push_back(unpadded[size_t(s * 5 + j)]);
+    for (int j = 0; j < 10; ++j) rows.push_back(j < 5 ? 0 : 1);
+  }
+  Model a = build(bert_for_sequence_classification(c), {5});
+  Model b = build(bert_for_sequence_classification(c), {3, 5});
+  EXPECT_EQ(a.forward_logits(Tensor::from_vector(unpadded, {2, 5})).to_vector<double>(),
+            b.forward_logits(Tensor::from_vector(rows, {2, 3, 5})).to_vector<double>());
+}
+
 // [N, T] ids mean: attend where id != pad, token types 0. The [N, 3, T] form with exactly
 // that must give the same output; padded positions must not matter, whatever their ids.
 TEST(Bert, IdsFormEqualsTheRowsFormAndPaddingIsIgnored) {
