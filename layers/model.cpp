@@ -57,6 +57,7 @@ void Model::bind_tied_slots(const std::vector<ParamSlot>& tied_slots) {
                  shape_str(tied.shape), " is tied to '", tied.tied_to, "' of another shape ",
                  shape_str(slots_[owner].shape));
     *tied.tensor = params_->param(owner);  // the same leaf: both uses accumulate into one gradient
+    tied_names_.emplace_back(tied.name, tied.tied_to);
   }
 }
 
