@@ -2,7 +2,10 @@
 """dpcore's training step against PyTorch's on the CPU, side by side on one machine.
 
 One step = zero grads, forward, NLL loss (mean), backward, SGD (lr 0.01, momentum 0.9), on
-a random batch made once before the clock starts. Both sides run as fresh processes with
+a random batch made once before the clock starts. bert-tiny and bert-mini (BertForSequence-
+Classification, the torch.nn twin of tests/layers/torch_bert.py on the PyTorch side; 32
+sequences of 128 ids, no padding, dropout 0.1) step with AdamW (torch.optim.AdamW's defaults)
+on both sides. Both sides run as fresh processes with
 the same thread count, alternating (dpcore, PyTorch, dpcore, PyTorch, ...) so that a burst
 of load from other work on the machine hits both; each round's ratio compares two runs
 next to each other in time, and the table reports the median over the rounds.
@@ -11,6 +14,7 @@ next to each other in time, and the table reports the median over the rounds.
         --threads 1 2 --rounds 3 --json cpu.json
     /usr/bin/python3 bench/compare_cpu.py --models resnet8 resnet20 --threads 2 --rounds 1
     /usr/bin/python3 bench/compare_cpu.py --models resnet18 resnet50 --image-size 64 --threads 1 2
+    /usr/bin/python3 bench/compare_cpu.py --models bert-tiny bert-mini --threads 1 2 --rounds 3
 
 Every PyTorch of --torch-python runs in each round beside dpcore, so the table has one
 ratio per PyTorch: by default Debian's 1.13 (/usr/bin/python3) and, once
@@ -28,7 +32,7 @@ import sys
 import time
 
 from machine import default_torch_pythons, describe, record
-from torch_models import build_torch_model, make_step, random_batch, sgd, summarize, write_json
+from torch_models import BERT, adamw, build_torch_model, make_step, random_batch, sgd, summarize, write_json
 
 # Steps per run: enough for a stable median, few enough that 3 rounds x 2 engines x
 # 2 thread counts stay within minutes on a 2-core machine (vggs is ~20x simplenet). The
@@ -44,6 +48,10 @@ PLAN = {  # model: (batch, warmup, steps)
     # 224): steps of seconds (64) to a minute (resnet50 at 224) on the development machine.
     "resnet18": (32, 1, 3),
     "resnet50": (32, 1, 2),
+    # Batch 32 of 128 tokens: PyTorch 1.13 takes about 3.5 s a step for bert-tiny on 2 threads
+    # of the (loaded) development machine, and several times that for bert-mini.
+    "bert-tiny": (32, 1, 4),
+    "bert-mini": (32, 1, 2),
 }
 
 
@@ -58,7 +66,7 @@ def torch_worker(args):
     torch.manual_seed(args.seed)
     model = build_torch_model(args.model)
     x, y = random_batch(args.model, args.batch, "cpu", args.seed, args.image_size)
-    step = make_step(model, sgd(model), x, y, args.accum)
+    step = make_step(model, adamw(model) if args.model in BERT else sgd(model), x, y, args.accum)
     for _ in range(args.warmup):
         step()
     times = []
@@ -97,7 +105,8 @@ def compare(args, model, threads):
     steps = args.steps or steps
     common = ["--model", model, "--batch", str(batch), "--threads", str(threads),
               "--warmup", str(warmup), "--steps", str(steps), "--image-size", str(args.image_size)]
-    commands = [[args.bench, "--device", "cpu"] + common]
+    optimizer = ["--optimizer", "adamw"] if model in BERT else []
+    commands = [[args.bench, "--device", "cpu"] + common + optimizer]
     commands += [[python, os.path.abspath(__file__), "--torch-worker"] + common for python in args.torch_python]
     env = environment(args.omp_wait_policy)
     rounds = []

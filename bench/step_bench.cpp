@@ -2,7 +2,10 @@
 // the way the PyTorch side of bench/compare_cpu.py and bench/compare_gpu.py measures it.
 //
 // One step = zero the gradients, forward, NLL loss (mean over the batch), backward, SGD
-// (lr 0.01, momentum 0.9). The batch is random (fixed seed) and made once, before the
+// (lr 0.01, momentum 0.9) or, with --optimizer adamw, AdamW (torch.optim.AdamW's defaults:
+// lr 0.001, weight decay 0.01). Models of token ids (bert-tiny, bert-mini, a bert(...)
+// spec) take batches of --seq-len ids drawn from [1, --vocab): no padding, so every token
+// is attended. The batch is random (fixed seed) and made once, before the
 // clock starts, on the device the model lives on, exactly as PyTorch's side keeps its
 // tensors on the GPU: no data loading is timed. With --replicas R > 1 the step goes
 // through the data-parallel runner (--mode dp|ddp), which takes its batch from host
@@ -40,6 +43,7 @@
 #include "kernels/error.h"
 #include "engine/random.h"
 #include "engine/runtime.h"
+#include "engine/optimizer.h"
 #include "engine/sgd.h"
 #include "engine/trace.h"
 #include "train/runner.h"
@@ -61,6 +65,9 @@ using namespace dpcore;
 struct BenchOptions {
   std::string model = "simplenet";
   int64_t image_size = 0;  // the ResNets: images of image_size x image_size (0: the model's own)
+  int64_t seq_len = 0;     // token models: ids per sample (0: the model's own)
+  int64_t vocab = 0;       // token models: ids drawn from [1, vocab) (0: the first embedding's rows)
+  std::string optimizer = "sgd";
   int64_t batch = 64, accum = 1;
   int steps = 100, warmup = 20, block = 10;
   std::string device = "cpu";
@@ -108,23 +115,31 @@ struct CudaFlags {
   }
 };
 
-// A random batch: pixels uniform in [-1, 1), labels uniform over the classes.
+// A random batch: pixels uniform in [-1, 1) or, for a model of token ids, ids uniform in
+// [1, vocab); labels uniform over the classes.
 struct HostBatch {
   std::vector<float> images;
+  std::vector<int64_t> ids;
   std::vector<int64_t> labels;
   data::Batch view;
 };
 
-HostBatch random_batch(const Shape& sample, int64_t n, int64_t classes, uint64_t seed) {
+HostBatch random_batch(const Shape& sample, int64_t n, int64_t classes, int64_t vocab, uint64_t seed) {
   HostBatch b;
   Generator gen(seed);
-  b.images.resize(size_t(n * shape_numel(sample)));
-  for (float& v : b.images) v = float(gen.uniform(-1.0, 1.0));
+  if (vocab > 0) {
+    b.ids.resize(size_t(n * shape_numel(sample)));
+    for (int64_t& v : b.ids) v = 1 + int64_t(gen.below(uint64_t(vocab - 1)));
+    b.view.ids = b.ids.data();
+  } else {
+    b.images.resize(size_t(n * shape_numel(sample)));
+    for (float& v : b.images) v = float(gen.uniform(-1.0, 1.0));
+    b.view.images = b.images.data();
+  }
   b.labels.resize(size_t(n));
   for (int64_t& v : b.labels) v = int64_t(gen.below(uint64_t(classes)));
   b.view.size = n;
   b.view.sample = sample;
-  b.view.images = b.images.data();
   b.view.labels = b.labels.data();
   return b;
 }
@@ -219,26 +234,36 @@ nlohmann::json run(const BenchOptions& o, const CudaFlags& cuda) {
   bench::TimingBackend* timing = o.profile ? &bench::TimingBackend::install() : nullptr;
   if (!o.trace.empty()) trace::check_writable(o.trace, "--trace");
 
-  Shape input = layers::reference_model(o.model).input_shape;
+  const bool spec = o.model.find('(') != std::string::npos;
+  Shape input = spec ? Shape{} : layers::reference_model(o.model).input_shape;
   if (o.image_size > 0) input = {input[0], o.image_size, o.image_size};
+  if (o.seq_len > 0) input = {o.seq_len};
   layers::ModelDef def = layers::model_from_flag(o.model, input);
   auto model = std::make_unique<layers::Model>(std::move(def.net), def.input_shape, device, DType::Float32, o.seed);
-  HostBatch host = random_batch(model->input_shape(), o.batch, model->num_classes(), o.seed + 1);
-  SgdConfig sgd;  // torch.optim.SGD(lr=0.01, momentum=0.9), the reference's optimizer
-  sgd.lr = 0.01;
-  sgd.momentum = 0.9;
+  input = model->input_shape();
+  DPCORE_CHECK(model->takes_token_ids() || (o.seq_len == 0 && o.vocab == 0), "--seq-len and --vocab are for models of ",
+               "token ids; ", o.model, " takes float inputs");
+  const int64_t vocab = !model->takes_token_ids() ? 0 : o.vocab > 0 ? o.vocab : model->parameters().entries()[0].shape[0];
+  DPCORE_CHECK(!model->takes_token_ids() || vocab >= 2, "--vocab ", vocab, " must be at least 2 (ids from [1, vocab))");
+  HostBatch host = random_batch(model->input_shape(), o.batch, model->num_classes(), vocab, o.seed + 1);
+  OptimizerConfig optimizer_config;  // torch.optim.SGD(lr=0.01, momentum=0.9), the reference's optimizer
+  if (o.optimizer == "adamw") {
+    optimizer_config = AdamConfig{1e-3, 0.9, 0.999, 1e-8, 0.01, true};  // torch.optim.AdamW's defaults
+  } else {
+    optimizer_config = SgdConfig{0.01, 0.9, 0.0, 0.0, false};
+  }
 
   // One model: accumulate_and_step on tensors already on the device, which queues the
   // whole step without reading anything back (as PyTorch's step does not). Replicas: the
   // runner, which scatters the host batch itself.
   std::unique_ptr<train::StepRunner> runner;
-  std::unique_ptr<Sgd> optimizer;
+  std::unique_ptr<Optimizer> optimizer;
   Tensor x, y;
   if (o.parallel.replicas == 1) {
     std::tie(x, y) = train::batch_tensors(host.view, device);
-    optimizer = std::make_unique<Sgd>(model->parameters(), sgd);
+    optimizer = make_optimizer(model->parameters(), optimizer_config);
   } else {
-    runner = train::make_runner(std::move(model), sgd, o.accum, o.parallel);
+    runner = train::make_runner(std::move(model), optimizer_config, o.accum, o.parallel);
   }
   // The summed loss of the batch, one element on the device.
   const int64_t counted = train::counted_targets(host.view);
@@ -254,8 +279,12 @@ nlohmann::json run(const BenchOptions& o, const CudaFlags& cuda) {
   // kernels/cuda_runtime/graph.h: cuDNN's and cuBLAS's first calls on a stream set it up,
   // which a capture forbids). Elsewhere, and for the replicas' runner, the timed steps run
   // as the warm-up did.
+  // (Not AdamW's step, whose bias corrections change at every step, nor a model with dropout,
+  // whose masks do: SingleDeviceRunner's rules.)
   std::unique_ptr<Backend::Captured> graph =
-      !runner && o.warmup > 0 ? backend_for(device).make_graph(device.index) : nullptr;
+      !runner && o.warmup > 0 && optimizer->replayable() && !model->draws_random_numbers()
+          ? backend_for(device).make_graph(device.index)
+          : nullptr;
   double first_loss = 0;
   for (int i = 0; i < o.warmup; ++i) {
     Tensor loss_sum;
@@ -313,6 +342,7 @@ nlohmann::json run(const BenchOptions& o, const CudaFlags& cuda) {
                       {"input", input},
                       {"batch", o.batch},
                       {"accum", o.accum},
+                      {"optimizer", o.optimizer},
                       {"replicas", o.parallel.replicas},
                       {"device", device.str()},
                       {"threads", o.threads > 0 ? o.threads : runtime::cpu_threads()},
@@ -349,13 +379,24 @@ int main(int argc, char** argv) {
                "on random data already on the device; prints one JSON line"};
   BenchOptions o;
   CudaFlags cuda;
-  app.add_option("--model", o.model, "simplenet, fashioncnn, vggs, resnet8, resnet20, resnet18, resnet34 or resnet50")
+  app.add_option("--model", o.model,
+                 "simplenet, fashioncnn, vggs, resnet8, resnet20, resnet18, resnet34, resnet50, bert-tiny, bert-mini or "
+                 "a bert(...) spec")
       ->check(CLI::IsMember(dpcore::layers::reference_model_names()))
       ->capture_default_str();
   app.add_option("--image-size", o.image_size,
                  "the ResNets: square images of this many pixels a side (0: the model's own; the other models take "
                  "only their own)")
       ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_option("--seq-len", o.seq_len, "models of token ids: ids per sample (0: the model's own, 128 for BERT)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_option("--vocab", o.vocab, "models of token ids: ids drawn from [1, VOCAB) (0: the model's vocabulary)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_option("--optimizer", o.optimizer, "sgd (lr 0.01, momentum 0.9) or adamw (torch.optim.AdamW's defaults)")
+      ->check(CLI::IsMember({"sgd", "adamw"}))
       ->capture_default_str();
   app.add_option("--batch", o.batch, "samples per step")->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--accum", o.accum, "gradient accumulation micro-batches per step")

@@ -22,6 +22,11 @@ Its names and shapes are torchvision's state_dict, which tests/layers/torchvisio
 checks dpcore's against with torchvision itself; the parameter counts are asserted. A
 log_softmax after fc; inputs 3x224x224 by default, any size works.
 
+bert-tiny, bert-mini: Hugging Face's BertForSequenceClassification (2 labels) as the torch.nn
+twin of tests/layers/torch_bert.py builds it (transformers 4.30.2's modules, its eager
+attention, dropout 0.1), the attention mask ids != 0 passed as dpcore's [N, T] ids form means,
+then a log_softmax. Inputs: BERT_SEQ_LEN ids drawn from [1, vocab_size) (no padding).
+
 torch is imported inside the functions, so that the scripts can print their plans (--dry-run)
 and be compiled (python3 -m py_compile) where torch is absent.
 """
@@ -30,6 +35,10 @@ INPUT = {"simplenet": (3, 32, 32), "fashioncnn": (1, 28, 28), "vggs": (3, 32, 32
          "resnet8": (1, 28, 28), "resnet20": (1, 28, 28),
          "resnet18": (3, 224, 224), "resnet34": (3, 224, 224), "resnet50": (3, 224, 224)}
 CLASSES = 10
+# BertConfig fields of dpcore's presets (layers/transformer/bert.h), the rest transformers' defaults.
+BERT = {"bert-tiny": dict(num_hidden_layers=2, hidden_size=128, num_attention_heads=2, intermediate_size=512),
+        "bert-mini": dict(num_hidden_layers=4, hidden_size=256, num_attention_heads=4, intermediate_size=1024)}
+BERT_SEQ_LEN, BERT_VOCAB, BERT_LABELS = 128, 30522, 2
 RESNET_BLOCKS = {"resnet8": 1, "resnet20": 3}  # BasicBlocks per stage: depth 6n + 2
 # Parameter counts with one input channel (each further input channel adds 16*3*3 = 144).
 RESNET_PARAMETERS_1CH = {"resnet8": 77754, "resnet20": 272186}
@@ -46,8 +55,10 @@ def build_torch_model(name, in_channels=None):
     import torch.nn as nn
     import torch.nn.functional as F
 
+    if name in BERT:
+        return build_bert(name)
     if name not in INPUT:
-        raise ValueError(f"unknown model '{name}' (known: {', '.join(INPUT)})")
+        raise ValueError(f"unknown model '{name}' (known: {', '.join(list(INPUT) + list(BERT))})")
     if in_channels is None:
         in_channels = INPUT[name][0]
     if name in RESNET_BLOCKS:
@@ -229,12 +240,41 @@ def build_torchvision_resnet(name, in_channels):
     return model
 
 
+def build_bert(name):
+    """BERT (BERT[name]) from the twin of tests/layers/torch_bert.py, ending in log_softmax."""
+    import os
+    import sys
+
+    import torch.nn as nn
+    import torch.nn.functional as F
+
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "layers"))
+    import torch_bert
+
+    config = torch_bert.Config(**BERT[name])
+
+    class LogProbabilities(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.model = torch_bert.build(config, "classification")
+
+        def forward(self, ids):
+            return F.log_softmax(self.model(**torch_bert.model_inputs(ids, config)), dim=-1)
+
+    return LogProbabilities()
+
+
 def random_batch(name, batch, device, seed=0, image_size=0):
     """Pixels uniform in [-1, 1), labels uniform over the classes, made once on `device`;
-    image_size > 0: square images of that size (the ResNets) instead of INPUT[name]'s."""
+    image_size > 0: square images of that size (the ResNets) instead of INPUT[name]'s.
+    BERT: BERT_SEQ_LEN ids uniform in [1, BERT_VOCAB), labels over BERT_LABELS."""
     import torch
 
     g = torch.Generator().manual_seed(seed)
+    if name in BERT:
+        x = torch.randint(1, BERT_VOCAB, (batch, BERT_SEQ_LEN), generator=g)
+        y = torch.randint(0, BERT_LABELS, (batch,), generator=g)
+        return x.to(device), y.to(device)
     shape = INPUT[name] if image_size <= 0 else (INPUT[name][0], image_size, image_size)
     x = torch.rand(batch, *shape, generator=g) * 2 - 1
     y = torch.randint(0, CLASSES, (batch,), generator=g)
@@ -263,6 +303,13 @@ def sgd(model):
     import torch
 
     return torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+
+
+def adamw(model):
+    """torch.optim.AdamW's defaults (lr 0.001, weight decay 0.01), as dpcore_step_bench --optimizer adamw."""
+    import torch
+
+    return torch.optim.AdamW(model.parameters())
 
 
 def percentile(sorted_values, p):

@@ -57,6 +57,7 @@ void Model::bind_tied_slots(const std::vector<ParamSlot>& tied_slots) {
                  shape_str(tied.shape), " is tied to '", tied.tied_to, "' of another shape ",
                  shape_str(slots_[owner].shape));
     *tied.tensor = params_->param(owner);  // the same leaf: both uses accumulate into one gradient
+    tied_names_.emplace_back(tied.name, tied.tied_to);
   }
 }
 
@@ -97,6 +98,12 @@ void Model::init_parameters(uint64_t seed) {
 void Model::set_batch_position(uint64_t step, int64_t first_sample) {
   uint64_t index = 0;
   net_->apply([&](Module& m) { m.set_batch_position({derive_seed(seed_, index++), step, first_sample}); });
+}
+
+bool Model::draws_random_numbers() const {
+  bool draws = false;
+  net_->apply([&](Module& m) { draws = draws || m.draws_random_numbers(); });
+  return draws;
 }
 
 std::unique_ptr<Model> Model::replicate(Device device) const {

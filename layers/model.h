@@ -60,6 +60,12 @@ class Model {
   // the model's seed and the module's place in the network), so dropout draws the same
   // masks however the batch is split and on resume (layers/module.h, BatchPosition).
   void set_batch_position(uint64_t step, int64_t first_sample);
+  // Whether a forward now draws random numbers (a module's dropout in training mode): its
+  // result then depends on the batch position, which a recorded CUDA graph would hold fixed.
+  bool draws_random_numbers() const;
+  // The parameters tied to another (ParamSlot::tied_to), which the flat layout holds once:
+  // {name, the name of the parameter it uses}.
+  const std::vector<std::pair<std::string, std::string>>& tied_names() const { return tied_names_; }
   // Whether the model takes int64 token ids (its first layer is an embedding).
   bool takes_token_ids() const { return net_->takes_token_ids(); }
 
@@ -89,6 +95,7 @@ class Model {
   void bind_tied_slots(const std::vector<ParamSlot>& tied_slots);
 
   std::vector<ParamSlot> slots_;  // one per parameter of the flat layout (tied slots are not)
+  std::vector<std::pair<std::string, std::string>> tied_names_;
   std::unique_ptr<FlatParameters> params_;
   std::unique_ptr<FlatBuffers> buffers_;
 };

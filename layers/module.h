@@ -99,6 +99,9 @@ class Module {
   // Only modules that draw random numbers (dropout) use it; Model::set_batch_position
   // gives each module its own stream key.
   virtual void set_batch_position(const BatchPosition& /*position*/) {}
+  // Whether this module's own forward draws random numbers now (dropout with p > 0 in
+  // training mode); Model::draws_random_numbers asks every module.
+  virtual bool draws_random_numbers() const { return false; }
 
   // Training or evaluation mode, for this module and every module inside it
   // (torch.nn.Module.train / eval). Only batch norm behaves differently. Modules start in

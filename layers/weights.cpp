@@ -76,6 +76,38 @@ void upload(const std::vector<double>& host, Tensor values) {
   }
 }
 
+// Whether `t`, which is no parameter or buffer of the model, is one of the two tensors Hugging
+// Face's BERT files carry besides (its load_state_dict accepts both): a tied alias such as
+// cls.predictions.decoder.weight, which must equal the tensor it is tied to, or the buffer
+// <...>embeddings.position_ids, which must be int64 [1, P] holding 0..P-1 for the P rows of
+// the model's <...>embeddings.position_embeddings.weight. Fails naming it when it is one of
+// them but holds anything else.
+bool hugging_face_extra(const Model& model, const io::SafetensorsFile& file, const io::TensorRecord& t) {
+  for (const auto& [alias, owner] : model.tied_names()) {
+    if (t.name != alias) continue;
+    const io::TensorRecord* tied = file.find(owner);
+    DPCORE_CHECK(tied && tied->dtype == t.dtype && tied->shape == t.shape && tied->data == t.data, file.source(),
+                 ": tensor '", alias, "' is tied to '", owner, "' but differs from it",
+                 tied ? "" : " (the file does not hold it)");
+    return true;
+  }
+  const std::string suffix = "embeddings.position_ids";
+  if (t.name.size() < suffix.size() || t.name.compare(t.name.size() - suffix.size(), suffix.size(), suffix) != 0) {
+    return false;
+  }
+  const std::string table = t.name.substr(0, t.name.size() - suffix.size()) + "embeddings.position_embeddings.weight";
+  for (const auto& e : model.parameters().entries()) {
+    if (e.name != table) continue;
+    const int64_t positions = e.shape[0];
+    bool counts_up = t.dtype == DType::Int64 && t.shape == std::vector<int64_t>{1, positions};
+    for (int64_t i = 0; counts_up && i < positions; ++i) counts_up = t.values<int64_t>()[i] == i;
+    DPCORE_CHECK(counts_up, file.source(), ": tensor '", t.name, "' must be int64 [1, ", positions, "] holding 0..",
+                 positions - 1, " (the positions of ", table, "), got ", dtype_name(t.dtype), " ", shape_str(t.shape));
+    return true;
+  }
+  return false;
+}
+
 }  // namespace
 
 void load_weights(Model& model, const io::SafetensorsFile& file, const std::string& prefix) {
@@ -96,7 +128,8 @@ void load_weights(Model& model, const std::string& path) {
     bool known = false;
     for (const auto& e : model.parameters().entries()) known = known || e.name == t.name;
     for (const auto& e : model.buffers().entries()) known = known || e.name == t.name;
-    DPCORE_CHECK(known, path, ": unexpected tensor '", t.name, "' (not a parameter or buffer of this model)");
+    DPCORE_CHECK(known || hugging_face_extra(model, file, t), path, ": unexpected tensor '", t.name,
+                 "' (not a parameter or buffer of this model)");
   }
   load_weights(model, file, "");
 }

@@ -32,7 +32,9 @@ void save_weights(const Model& model, const std::string& path, const std::map<st
 
 // Loads the state_dict strictly, as load_state_dict(strict=True): every parameter and
 // buffer of the model must be present with its exact shape, and the file may hold no other
-// tensors. Float32 and float64 files both load into either precision; counters load from
+// tensors but the two that Hugging Face's BERT files carry: a tied alias
+// (cls.predictions.decoder.weight), equal to the tensor it is tied to, and the buffer
+// bert.embeddings.position_ids, 0..P-1 (docs/differences.md). Float32 and float64 files both load into either precision; counters load from
 // int64 (or a float holding a whole number).
 void load_weights(Model& model, const std::string& path);
 // The same from an already-parsed file; tensors are looked up as prefix + name, and only

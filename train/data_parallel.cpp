@@ -274,7 +274,7 @@ StepStats DataParallelRunner::attempt_step(const data::Batch& batch) {
   const Device root = replicas_[0].device();
   std::vector<double> seconds(R, 0.0);
   std::vector<int64_t> computed(R, 0);
-  Tensor loss_sum = Tensor::zeros({}, DType::Float32, root);
+  Tensor loss_sum = Tensor::zeros({}, replicas_[0].model->dtype(), root);
   // The main thread's time in the phases the replicas run (forward, backward): a replica
   // idles for what of it it does not compute (train/step_times.h).
   double apply_seconds = 0;

@@ -52,8 +52,10 @@ StepStats SingleDeviceRunner::step(const data::Batch& batch) {
     return {static_loss_.clone(), batch.size, counted};
   }
   auto [x, y] = batch_tensors(batch, device);
-  // (Not at a step whose rates just changed: they may change again at the next.)
-  if (!graph_ && !eager_only_ && !new_rates && (graph_batch_ == 0 || graph_batch_ == batch.size)) {
+  // (Not at a step whose rates just changed: they may change again at the next. Not for a
+  // model that draws random numbers: a replay would draw the recorded step's dropout masks.)
+  if (!graph_ && !eager_only_ && !new_rates && !model_->draws_random_numbers() &&
+      (graph_batch_ == 0 || graph_batch_ == batch.size)) {
     graph_batch_ = batch.size;
     if (++warmup_steps_ == kWarmupSteps) return {warm_up_and_record(x, y, accum, counted, start), batch.size, counted};
   }

@@ -61,51 +61,77 @@ int64_t bert_sequence_length(const Shape& s, const BertConfig& config) {
   return t;
 }
 
+const Tensor& PositionIds::of(int64_t n, int64_t t, Device device) {
+  if (!ids_.defined() || ids_.shape() != Shape{n, t} || ids_.device() != device) {
+    std::vector<int64_t> positions(size_t(n * t));
+    for (size_t i = 0; i < positions.size(); ++i) positions[i] = int64_t(i % size_t(t));
+    ids_ = Tensor::from_vector(positions, {n, t}, device);
+  }
+  return ids_;
+}
+
 namespace {
+
 template <class F>
 Tensor host_tensor(const std::vector<double>& values, const Shape& shape, Device device) {
   return Tensor::from_vector(std::vector<F>(values.begin(), values.end()), shape, device);
 }
-}  // namespace
 
-BertInputs bert_inputs(const Tensor& x, const BertConfig& config, DType dtype) {
-  DPCORE_CHECK(x.defined() && x.dtype() == DType::Int64, "bert: the input must be int64 token ids, got ",
-               x.defined() ? x.str() : "an undefined tensor");
-  const int64_t t = bert_sequence_length(x.shape(), config), n = x.size(0);
+// ids != pad_token_id as 1 / 0 in `dtype` on the ids' device, without reading the ids: their
+// rows in a [vocab_size, 1] table of ones with a 0 at pad_token_id. (Ids outside the
+// vocabulary fail here as they would in the word embedding, naming the id.)
+Tensor key_padding_mask(const Tensor& ids, const BertConfig& config, DType dtype) {
+  autograd::NoGradGuard no_grad;
+  const Tensor table = Tensor::full({config.vocab_size, 1}, 1.0, dtype, ids.device());
+  table.narrow0(config.pad_token_id, config.pad_token_id + 1).zero_();
+  return ops::reshape(ops::embedding(ids, table), ids.shape());
+}
+
+// The rows form [N, 3, T], read on the host: input_ids and token_type_ids checked and on the
+// device, and the mask (undefined when nothing is padding).
+void split_rows(const Tensor& x, const BertConfig& config, DType dtype, BertInputs& in) {
+  const int64_t n = x.size(0), t = x.size(2);
   const Shape ids_shape{n, t};
   const std::vector<int64_t> host = x.to_vector<int64_t>();
-  BertInputs in;
+  std::vector<int64_t> ids(size_t(n * t)), types(size_t(n * t));
   std::vector<double> mask(size_t(n * t));
-  if (x.dim() == 2) {
-    in.input_ids = x;
-    in.token_type_ids = Tensor::zeros(ids_shape, DType::Int64, x.device());
-    for (size_t i = 0; i < mask.size(); ++i) mask[i] = host[i] != config.pad_token_id ? 1.0 : 0.0;
-  } else {
-    std::vector<int64_t> ids(size_t(n * t)), types(size_t(n * t));
-    for (int64_t s = 0; s < n; ++s) {
-      for (int64_t j = 0; j < t; ++j) {
-        const size_t at = size_t(s * t + j), row = size_t(s * 3 * t + j);
-        ids[at] = host[row];
-        types[at] = host[row + size_t(t)];
-        const int64_t m = host[row + 2 * size_t(t)];
-        DPCORE_CHECK(types[at] >= 0 && types[at] < config.type_vocab_size, "bert: token_type_ids[", s, ", ", j,
-                     "] = ", types[at], " is outside [0, type_vocab_size ", config.type_vocab_size, ")");
-        DPCORE_CHECK(m == 0 || m == 1, "bert: attention_mask[", s, ", ", j, "] = ", m, " is neither 0 nor 1");
-        mask[at] = double(m);
-      }
-    }
-    in.input_ids = Tensor::from_vector(ids, ids_shape, x.device());
-    in.token_type_ids = Tensor::from_vector(types, ids_shape, x.device());
-  }
-  std::vector<int64_t> positions(size_t(n * t));
-  for (size_t i = 0; i < positions.size(); ++i) positions[i] = int64_t(i % size_t(t));
-  in.position_ids = Tensor::from_vector(positions, ids_shape, x.device());
   bool padded = false;
-  for (double m : mask) padded = padded || m == 0.0;
+  for (int64_t s = 0; s < n; ++s) {
+    for (int64_t j = 0; j < t; ++j) {
+      const size_t at = size_t(s * t + j), row = size_t(s * 3 * t + j);
+      ids[at] = host[row];
+      types[at] = host[row + size_t(t)];
+      const int64_t m = host[row + 2 * size_t(t)];
+      DPCORE_CHECK(types[at] >= 0 && types[at] < config.type_vocab_size, "bert: token_type_ids[", s, ", ", j,
+                   "] = ", types[at], " is outside [0, type_vocab_size ", config.type_vocab_size, ")");
+      DPCORE_CHECK(m == 0 || m == 1, "bert: attention_mask[", s, ", ", j, "] = ", m, " is neither 0 nor 1");
+      mask[at] = double(m);
+      padded = padded || m == 0;
+    }
+  }
+  in.input_ids = Tensor::from_vector(ids, ids_shape, x.device());
+  in.token_type_ids = Tensor::from_vector(types, ids_shape, x.device());
   if (padded) {
     in.attention_mask = dtype == DType::Float64 ? host_tensor<double>(mask, ids_shape, x.device())
                                                 : host_tensor<float>(mask, ids_shape, x.device());
   }
+}
+
+}  // namespace
+
+BertInputs bert_inputs(const Tensor& x, const BertConfig& config, DType dtype, PositionIds& positions) {
+  DPCORE_CHECK(x.defined() && x.dtype() == DType::Int64, "bert: the input must be int64 token ids, got ",
+               x.defined() ? x.str() : "an undefined tensor");
+  const int64_t t = bert_sequence_length(x.shape(), config), n = x.size(0);
+  BertInputs in;
+  if (x.dim() == 2) {
+    in.input_ids = x;
+    in.token_type_ids = Tensor::zeros({n, t}, DType::Int64, x.device());
+    in.attention_mask = key_padding_mask(x, config, dtype);
+  } else {
+    split_rows(x, config, dtype, in);
+  }
+  in.position_ids = positions.of(n, t, x.device());
   return in;
 }
 
@@ -159,7 +185,7 @@ BertEmbeddings::BertEmbeddings(const BertConfig& config) : config_(config) {
   dropout_ = &add_child("dropout", std::make_unique<Dropout>(c.hidden_dropout_prob));
 }
 
-Tensor BertEmbeddings::forward(const Tensor& x) { return forward(bert_inputs(x, config_, dtype())); }
+Tensor BertEmbeddings::forward(const Tensor& x) { return forward(bert_inputs(x, config_, dtype(), positions_)); }
 
 Tensor BertEmbeddings::forward(const BertInputs& in) {
   // Hugging Face's order: (words + token types) + positions.
@@ -236,7 +262,7 @@ BertModel::BertModel(const BertConfig& config, bool with_pooler) : config_(confi
 }
 
 Tensor BertModel::forward(const Tensor& x) {
-  const BertInputs in = bert_inputs(x, config_, embeddings_->dtype());
+  const BertInputs in = bert_inputs(x, config_, embeddings_->dtype(), positions_);
   Tensor h = embeddings_->forward(in);
   for (BertLayer* layer : layers_) h = layer->forward(h, in.attention_mask);
   if (!with_pooler_) return h;

@@ -6,7 +6,9 @@
 // each part computes and where we differ.
 //
 // Input: int64 [N, T] token ids (attention mask ids != pad_token_id, token types 0) or
-// [N, 3, T] (rows input_ids, token_type_ids, attention_mask 0/1); positions 0..T-1.
+// [N, 3, T] (rows input_ids, token_type_ids, attention_mask 0/1); positions 0..T-1. The ids
+// form stays on the device: a forward reads nothing back to the host, and once warm copies
+// nothing to the device either, so a CUDA graph can hold it.
 #pragma once
 
 #include <cstdint>
@@ -51,13 +53,27 @@ struct BertConfig {
 // The three int64 [N, T] inputs and the key-padding mask of a BERT forward pass.
 struct BertInputs {
   Tensor input_ids, token_type_ids, position_ids;
-  Tensor attention_mask;  // [N, T] in the model's dtype, 1 = attend; undefined when nothing is padding
+  // [N, T] in the model's dtype, 1 = attend. The ids form: always, ids != pad_token_id made
+  // on the device. The rows form: undefined when nothing is padding.
+  Tensor attention_mask;
 };
+
+// position_ids [N, T] (each row 0..T-1) on a device, made on the host at the first forward of
+// a shape and kept, so that the next forwards of that shape copy nothing to the device.
+class PositionIds {
+ public:
+  const Tensor& of(int64_t n, int64_t t, Device device);
+
+ private:
+  Tensor ids_;
+};
+
 // Splits a batch [N, T] or [N, 3, T] as the header says, failing naming the problem: a rank
 // or shape that is neither, T above max_position_embeddings, a mask value other than 0/1,
 // a token type outside [0, type_vocab_size). (Ids outside the vocabulary fail in the
-// embedding.) The rows are read on the host.
-BertInputs bert_inputs(const Tensor& x, const BertConfig& config, DType dtype);
+// embedding.) The ids form is not read on the host (its mask is a lookup of the ids in a
+// table of ones with a 0 at pad_token_id); the rows form is, to split and check its rows.
+BertInputs bert_inputs(const Tensor& x, const BertConfig& config, DType dtype, PositionIds& positions);
 // The per-sample input shape {T} or {3, T} checked as bert_inputs checks a batch; returns T.
 int64_t bert_sequence_length(const Shape& batch_shape, const BertConfig& config);
 
@@ -80,6 +96,7 @@ class BertEmbeddings : public Composite {
   Embedding *word_, *position_, *token_type_;
   LayerNorm* norm_;
   Dropout* dropout_;
+  PositionIds positions_;
 };
 
 // encoder.layer.i: post-norm self-attention (attention.self.query / key / value,
@@ -96,6 +113,7 @@ class BertLayer : public Composite {
   std::unique_ptr<Module> clone() const override { return std::make_unique<BertLayer>(config_); }
   // The attention probabilities' dropout draws from this module's stream.
   void set_batch_position(const BatchPosition& position) override { position_ = position; }
+  bool draws_random_numbers() const override { return is_training() && config_.attention_probs_dropout_prob > 0; }
 
  private:
   BertConfig config_;
@@ -124,6 +142,7 @@ class BertModel : public Composite {
   std::vector<BertLayer*> layers_;
   Linear* pooler_ = nullptr;
   Tanh* pooler_activation_ = nullptr;
+  PositionIds positions_;
 };
 
 // BertForMaskedLM's cls: predictions.transform.dense, the activation,

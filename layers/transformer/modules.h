@@ -92,6 +92,7 @@ class Dropout : public Module {
   std::string describe() const override;  // "dropout(0.1)"
   std::unique_ptr<Module> clone() const override { return std::make_unique<Dropout>(p_); }
   void set_batch_position(const BatchPosition& position) override { position_ = position; }
+  bool draws_random_numbers() const override { return is_training() && p_ > 0; }
   double p() const { return p_; }
 
  private:

@@ -36,6 +36,7 @@ class MultiheadAttention : public Module {
   std::unique_ptr<Module> clone() const override;
   void collect_parameters(const std::string& prefix, std::vector<ParamSlot>& out) override;
   void set_batch_position(const BatchPosition& position) override { position_ = position; }
+  bool draws_random_numbers() const override { return is_training() && dropout_ > 0; }
 
   int64_t embed_dim() const { return embed_dim_; }
   int64_t num_heads() const { return num_heads_; }

@@ -111,6 +111,60 @@ TEST(Bert, MaskedLMWeightsRoundTripWithTheTiedMatrixOnce) {
   EXPECT_EQ(a.forward_logits(ids).to_vector<float>(), b.forward_logits(ids).to_vector<float>());
 }
 
+// A file as Hugging Face writes BertForMaskedLM's state_dict (torch.save of a model whose
+// BertEmbeddings registers position_ids persistently, as transformers before 4.31 does, and
+// whose tied decoder appears under its own name too): the strict load accepts exactly those
+// two, when the alias equals the word embeddings and position_ids is 0..P-1; otherwise it
+// names the tensor and what is wrong, and other unknown tensors are still refused.
+TEST(Bert, StrictLoadAcceptsHuggingFacesTiedAliasAndPositionIds) {
+  const BertConfig c = small_config();  // max_position_embeddings 12
+  Model a = build(bert_for_masked_lm(c), {5}, DType::Float32);
+  testing::TempDir dir;
+  const std::string ours = dir.file("ours.safetensors");
+  save_weights(a, ours);
+  const io::SafetensorsFile saved = io::load_safetensors(ours);
+  const io::TensorRecord& words = saved.at("bert.embeddings.word_embeddings.weight");
+  std::vector<int64_t> positions(12);
+  for (int64_t i = 0; i < 12; ++i) positions[size_t(i)] = i;
+  auto write_like_hugging_face = [&](const std::string& name, const std::vector<uint8_t>& alias,
+                                     const std::vector<int64_t>& position_ids, const std::string& extra = "") {
+    std::vector<io::TensorView> views;
+    for (const io::TensorRecord& t : saved.tensors()) views.push_back({t.name, t.dtype, t.shape, t.data.data(), t.data.size()});
+    views.push_back({"cls.predictions.decoder.weight", words.dtype, words.shape, alias.data(), alias.size()});
+    views.push_back({"bert.embeddings.position_ids", DType::Int64, {1, int64_t(position_ids.size())},
+                     position_ids.data(), position_ids.size() * sizeof(int64_t)});
+    if (!extra.empty()) views.push_back({extra, DType::Int64, {1, 12}, positions.data(), 12 * sizeof(int64_t)});
+    const std::string path = dir.file(name);
+    io::save_safetensors(path, views);
+    return path;
+  };
+  Model b = build(bert_for_masked_lm(c), {5}, DType::Float32);
+  b.init_parameters(99);
+  load_weights(b, write_like_hugging_face("hf.safetensors", words.data, positions));
+  EXPECT_EQ(b.parameters().values().to_vector<float>(), a.parameters().values().to_vector<float>());
+
+  std::vector<uint8_t> other = words.data;
+  other[7] ^= 1;  // one bit of one element
+  EXPECT_NE(error_of([&] { load_weights(b, write_like_hugging_face("alias.safetensors", other, positions)); })
+                .find("'cls.predictions.decoder.weight' is tied to 'bert.embeddings.word_embeddings.weight' but differs "
+                      "from it"),
+            std::string::npos);
+  std::vector<int64_t> shifted = positions;
+  shifted[3] = 4;
+  EXPECT_NE(error_of([&] { load_weights(b, write_like_hugging_face("shifted.safetensors", words.data, shifted)); })
+                .find("'bert.embeddings.position_ids' must be int64 [1, 12] holding 0..11"),
+            std::string::npos);
+  const std::vector<int64_t> short_positions(positions.begin(), positions.begin() + 8);
+  EXPECT_NE(error_of([&] { load_weights(b, write_like_hugging_face("short.safetensors", words.data, short_positions)); })
+                .find("'bert.embeddings.position_ids' must be int64 [1, 12] holding 0..11"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] {
+              load_weights(b, write_like_hugging_face("extra.safetensors", words.data, positions,
+                                                      "bert.embeddings.token_type_ids"));
+            }).find("unexpected tensor 'bert.embeddings.token_type_ids'"),
+            std::string::npos);
+}
+
 TEST(Bert, StartsAsHuggingFacesInitWeights) {
   BertConfig c = small_config();
   c.vocab_size = 400;
@@ -140,6 +194,41 @@ TEST(Bert, StartsAsHuggingFacesInitWeights) {
   const auto ln = stats("bert.encoder.layer.0.output.LayerNorm.weight");
   EXPECT_EQ(ln[2], 1.0);
   EXPECT_EQ(ln[3], 1.0);
+}
+
+// The ids form's key-padding mask is made on the device (a lookup of the ids, not a read to
+// the host): exactly ids != pad_token_id, in the model's dtype, for any pad id; with no
+// padding at all it is all ones and the output equals the rows form's, which then has no mask.
+TEST(Bert, TheIdsFormsMaskIsIdsNotEqualToPadInTheModelsDtype) {
+  BertConfig c = small_config();
+  c.pad_token_id = 3;
+  const std::vector<int64_t> ids = {5, 3, 3, 0, 39, 3, 2, 8, 4, 1};
+  for (DType dtype : {DType::Float32, DType::Float64}) {
+    PositionIds positions;
+    const BertInputs in = bert_inputs(Tensor::from_vector(ids, {2, 5}), c, dtype, positions);
+    ASSERT_TRUE(in.attention_mask.defined());
+    EXPECT_EQ(in.attention_mask.dtype(), dtype);
+    EXPECT_EQ(in.attention_mask.shape(), (Shape{2, 5}));
+    const std::vector<double> mask = dtype == DType::Float64 ? in.attention_mask.to_vector<double>() : [&] {
+      const std::vector<float> f = in.attention_mask.to_vector<float>();
+      return std::vector<double>(f.begin(), f.end());
+    }();
+    EXPECT_EQ(mask, (std::vector<double>{1, 0, 0, 1, 1, 0, 1, 1, 1, 1}));
+    EXPECT_EQ(in.position_ids.to_vector<int64_t>(), (std::vector<int64_t>{0, 1, 2, 3, 4, 0, 1, 2, 3, 4}));
+    // The next batch of that shape finds its position ids kept, not made anew.
+    EXPECT_EQ(bert_inputs(Tensor::from_vector(ids, {2, 5}), c, dtype, positions).position_ids.raw_data(),
+              in.position_ids.raw_data());
+  }
+  const std::vector<int64_t> unpadded = {5, 9, 4, 1, 2, 7, 2, 8, 4, 1};
+  std::vector<int64_t> rows;
+  for (int s = 0; s < 2; ++s) {
+    for (int j = 0; j < 5; ++j) rows.push_back(unpadded[size_t(s * 5 + j)]);
+    for (int j = 0; j < 10; ++j) rows.push_back(j < 5 ? 0 : 1);
+  }
+  Model a = build(bert_for_sequence_classification(c), {5});
+  Model b = build(bert_for_sequence_classification(c), {3, 5});
+  EXPECT_EQ(a.forward_logits(Tensor::from_vector(unpadded, {2, 5})).to_vector<double>(),
+            b.forward_logits(Tensor::from_vector(rows, {2, 3, 5})).to_vector<double>());
 }
 
 // [N, T] ids mean: attend where id != pad, token types 0. The [N, 3, T] form with exactly

@@ -4,6 +4,7 @@
 
 #include <cctype>
 #include <cmath>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -170,6 +171,50 @@ inline std::vector<RunnerCase> runner_cases(const std::vector<int>& replicas, co
 // max |a - b| / max |b|
 inline double relative_difference(const std::vector<float>& a, const std::vector<float>& b) {
   return scaled_difference(a.data(), b.data(), b.size());
+}
+
+
+// ---- runner configurations for the token tests (per-token targets, token ids, BERT) ----
+
+inline ParallelOptions options_for(const std::string& mode, const std::string& sync, int replicas,
+                                   const std::string& split) {
+  ParallelOptions o;
+  o.mode = mode, o.sync = sync, o.replicas = replicas, o.split = split, o.timeout_s = 60;
+  return o;
+}
+
+// One runner configuration: make_runner's options and the micro-batches.
+struct TokenCase {
+  std::string mode, sync;
+  int replicas;
+  int64_t accum;
+  std::string split;
+};
+
+// "full_ddp_R3_A2_weights_5_1_2": a test name.
+inline std::string token_case_name(const TokenCase& c) {
+  std::string sync = c.sync;
+  for (char& ch : sync) ch = std::isalnum(static_cast<unsigned char>(ch)) ? ch : '_';
+  return sync + "_" + case_name({c.mode, c.replicas, c.accum, c.split});
+}
+inline void PrintTo(const TokenCase& c, std::ostream* os) { *os << token_case_name(c); }
+
+// Every runner the CNN equivalence tests cover, where equivalence with the one-device full
+// step applies: one device with accumulation, dp and ddp (even and uneven shares), local SGD
+// with K = 1, async with one replica.
+inline std::vector<TokenCase> token_cases() {
+  std::vector<TokenCase> out;
+  for (int64_t accum : {2, 3}) out.push_back({"ddp", "full", 1, accum, "even"});
+  for (const RunnerCase& c : runner_cases({2, 3}, {1, 2})) out.push_back({c.mode, "full", c.replicas, c.accum, c.split});
+  out.push_back({"ddp", "local:1", 2, 1, "even"});
+  out.push_back({"ddp", "local:1", 3, 2, "weights:5,1,2"});
+  out.push_back({"ddp", "async", 1, 2, "even"});
+  return out;
+}
+
+inline std::unique_ptr<StepRunner> runner_for(const TokenCase& c, std::unique_ptr<layers::Model> model,
+                                              const OptimizerConfig& optimizer = kSgd) {
+  return make_runner(std::move(model), optimizer, c.accum, options_for(c.mode, c.sync, c.replicas, c.split));
 }
 
 }  // namespace dpcore::testing

@@ -514,5 +514,70 @@ TEST(GraphRunner, AFailedRecordingWarnsAndTrainingGoesOnEagerly) {
             "dpcore: warning: recording backend: capture invalidated; training goes on without a CUDA graph\n");
 }
 
+// Dropout draws its masks by the step number (layers/module.h, BatchPosition), which a
+// recorded step would hold fixed: every replay would drop what the recorded step dropped.
+// A model that draws random numbers in training therefore trains eagerly, step for step
+// as the eager reference with each step's own masks.
+TEST(GraphRunner, AModelWithDropoutTrainsEagerlyWithEachStepsMasks) {
+  RecordingBackend backend;
+  const Shape input{4, 6};
+  auto make = [&] {
+    auto net = layers::parse_layer_spec("encoder(heads=2,ff=8,dropout=0.3) meanpool linear(5)", input);
+    return std::make_unique<layers::Model>(std::move(net), input, Device::cpu(), DType::Float32, 7);
+  };
+  SingleDeviceRunner runner(make(), kSgd, 2);
+  auto reference = make();
+  Sgd sgd(reference->parameters(), kSgd);
+  for (int step = 0; step < 5; ++step) {
+    HostBatch b(step);
+    b.view.sample = input;  // [8, 4, 6]: the first 192 of the batch's values
+    runner.set_step_number(step + 1);
+    runner.step(b.view);
+    auto [x, y] = batch_tensors(b.view, Device::cpu());
+    accumulate_and_step(*reference, sgd, x, y, 2, counted_targets(b.view), {uint64_t(step + 1), 0});
+  }
+  EXPECT_EQ(backend.recordings, 0);
+  EXPECT_FALSE(runner.replaying());
+  EXPECT_EQ(values(runner.model()), values(*reference));
+}
+
+// A BERT step over token ids copies nothing between host and device once warm (the
+// key-padding mask is built on the device from the ids, the position ids kept from the step
+// before), so the runner records it and replays it, bit for bit as eager steps, padding
+// included. (The masked-LM head: the classification head's pooler takes the first token
+// with a copy, which this recording backend refuses as it refuses every copy.)
+TEST(GraphRunner, ABertStepIsRecordedAndReplaysAsEagerSteps) {
+  RecordingBackend backend;
+  auto make = [] {
+    layers::ModelDef def = layers::model_from_flag(
+        "bert(layers=1,hidden=8,heads=2,intermediate=16,vocab=20,max_len=8,dropout=0,head=mlm)", {6});
+    return std::make_unique<layers::Model>(std::move(def.net), def.input_shape, Device::cpu(), DType::Float32, 7);
+  };
+  SingleDeviceRunner runner(make(), kSgd, 2);
+  auto reference = make();
+  Sgd sgd(reference->parameters(), kSgd);
+  for (int step = 0; step < 5; ++step) {
+    std::vector<int64_t> ids, labels;
+    for (int64_t i = 0; i < kBatch; ++i) {
+      // Real tokens, then padding (id 0); as many counted targets at every step (33), so
+      // that the steps after the recording replay it.
+      const int64_t real = i < 6 ? 1 + (i + 2 * step) % 6 : 6;
+      for (int64_t k = 0; k < 6; ++k) {
+        ids.push_back(k < real ? 1 + (i * 7 + k * 3 + step) % 19 : 0);
+        labels.push_back(k < real ? (i + k + step) % 20 : kernels::kDefaultIgnoreIndex);
+      }
+    }
+    data::Batch b;
+    b.size = kBatch, b.sample = {6}, b.ids = ids.data(), b.labels = labels.data(), b.labels_per_sample = 6;
+    const double loss = runner.step(b).loss_sum.item();
+    auto [x, y] = batch_tensors(b, Device::cpu());
+    EXPECT_EQ(loss, accumulate_and_step(*reference, sgd, x, y, 2, counted_targets(b)).item()) << "step " << step;
+  }
+  EXPECT_EQ(backend.recordings, 1);
+  EXPECT_TRUE(runner.replaying());
+  EXPECT_EQ(runner.optimizer().steps_taken(), 5);
+  EXPECT_EQ(values(runner.model()), values(*reference));
+}
+
 }  // namespace
 }  // namespace dpcore::train

@@ -3,6 +3,7 @@
 // training on the whole batch (computed locally by each process as the reference).
 #include <gtest/gtest.h>
 
+#include "bert_batches.h"
 #include "equivalence.h"
 
 namespace dpcore::train {
@@ -61,6 +62,30 @@ TEST(MpiTokens, UnevenCountedTokensEqualTheOneDeviceStep) {
     auto runner = train::make_runner(testing::token_net(), kSgd, sync == "full" ? 2 : 1, options);
     auto got = testing::train_tokens_with(*runner, 13, 3);
     EXPECT_LE(testing::relative_difference(got, testing::token_reference_params(13, 3)), 1e-5) << runner->describe();
+  }
+}
+
+// BERT with dropout on and padded batches (tests/train/bert_batches.h), both heads: ddp with
+// uneven shares and accumulation (float64, AdamW) and local:1 (float32, SGD) across the
+// processes equal the one-device full-batch training each process computes, within the bounds
+// of tests/train/bert_equivalence_test.cpp (1e-12 and 1e-6).
+TEST(MpiBert, UnevenTokensEqualTheOneDeviceStep) {
+  const int world = comm::mpirun_launch() ? comm::mpirun_launch()->size : 1;
+  for (bool masked_lm : {false, true}) {
+    for (const std::string& sync : {"full", "local:1"}) {
+      const DType dtype = sync == "full" ? DType::Float64 : DType::Float32;
+      const OptimizerConfig optimizer = sync == "full" ? OptimizerConfig(testing::kBertAdamW) : OptimizerConfig(kSgd);
+      train::ParallelOptions options;
+      options.mode = "ddp", options.backend = "mpi", options.sync = sync, options.timeout_s = 120;
+      options.replicas = world, options.split = "weights:5";
+      for (int k = 1; k < world; ++k) options.split += "," + std::to_string(k);
+      auto runner = train::make_runner(testing::bert_net(masked_lm, dtype), optimizer, sync == "full" ? 2 : 1, options);
+      const auto got = testing::train_bert_with(*runner, masked_lm, 13, 3);
+      train::SingleDeviceRunner single(testing::bert_net(masked_lm, dtype), optimizer, 1);
+      const auto want = testing::train_bert_with(single, masked_lm, 13, 3);
+      EXPECT_LE(testing::scaled_difference(got.data(), want.data(), want.size()), dtype == DType::Float64 ? 1e-12 : 1e-6)
+          << runner->describe() << (masked_lm ? ", masked LM" : ", classification");
+    }
   }
 }
 
