@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """One training epoch of a ResNet on the real Fashion-MNIST, dpcore against each PyTorch of
 --torch-python (Debian's 1.13 and, once bench/install-torch.sh has made bench/.venv, the
-current one pinned there), side by side: the `dpcore train` recipe of the model (train/recipe.h: batch 128, SGD with
+current one pinned there), side by side: the `dpcore train` recipe of the model (train/schedule/recipe.h: batch 128, SGD with
 Nesterov momentum 0.9 and weight decay 5e-4, one-cycle to 0.1 with a 15% warm-up over
 `--epochs` epochs, no augmentation) and the same recipe written in PyTorch, alternating
 (dpcore, each PyTorch, dpcore, ...) so that load from other work hits all of them.

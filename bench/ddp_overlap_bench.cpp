@@ -19,7 +19,7 @@
 #include <thread>
 
 #include "comm/communicator.h"
-#include "train/ddp.h"
+#include "train/runners/ddp.h"
 #include "engine/random.h"
 #include "engine/runtime.h"
 #include "layers/zoo.h"

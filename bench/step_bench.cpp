@@ -46,8 +46,8 @@
 #include "engine/optimizer.h"
 #include "engine/sgd.h"
 #include "engine/trace.h"
-#include "train/runner.h"
-#include "train/step.h"
+#include "train/runners/runner.h"
+#include "train/step/step.h"
 #include "layers/zoo.h"
 
 #ifdef DPCORE_HAVE_CUDA

@@ -13,8 +13,8 @@
 #include <cstring>
 
 #include "kernels/error.h"
-#include "train/checkpoint.h"
-#include "train/checkpoint_files.h"
+#include "train/checkpoints/checkpoint.h"
+#include "train/checkpoints/checkpoint_files.h"
 
 namespace dpcore::cli {
 namespace {

@@ -21,10 +21,10 @@
 #include "engine/device.h"
 #include "engine/runtime.h"
 #include "kernels/error.h"
-#include "train/fault_injection.h"
-#include "train/lr_schedule.h"
-#include "train/recipe.h"
-#include "train/predict.h"
+#include "train/faults/fault_injection.h"
+#include "train/schedule/lr_schedule.h"
+#include "train/schedule/recipe.h"
+#include "train/predict/predict.h"
 #include "train/trainer.h"
 
 namespace {
@@ -173,7 +173,7 @@ Rule one_of(const std::vector<std::string>& choices, std::string needs = "") {
           }};
 }
 
-// --lr-schedule: the words train/lr_schedule.h uses for what is wrong.
+// --lr-schedule: the words train/schedule/lr_schedule.h uses for what is wrong.
 Rule lr_schedule_rule() {
   return {"constant, step:EPOCHS:GAMMA, cosine, onecycle or linear", "", [](const std::string& text) {
             return dpcore::train::lr_schedule_needs(text);
@@ -475,7 +475,7 @@ void add_train_flags(CLI::App& cmd, TrainOptions& o, BackendFlags& b) {
 
 }  // namespace
 
-// The model's training defaults (train/recipe.h) for every flag the command line left out.
+// The model's training defaults (train/schedule/recipe.h) for every flag the command line left out.
 // A recipe's optimizer settings are SGD's: with --optimizer adam or adamw it gives the rest.
 void apply_recipe(const CLI::App& cmd, TrainOptions& o) {
   const std::optional<dpcore::train::Recipe> recipe = dpcore::train::model_recipe(o.model);

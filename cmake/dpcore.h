@@ -1,6 +1,6 @@
 // dpcore for embedding programs: #include <dpcore/dpcore.h> (after find_package(dpcore)
 // and target_link_libraries(app dpcore::dpcore)). Each header below can also be included
-// on its own as <dpcore/PATH>, e.g. <dpcore/train/step.h>. docs/embedding.md shows a program.
+// on its own as <dpcore/PATH>, e.g. <dpcore/train/step/step.h>. docs/embedding.md shows a program.
 #pragma once
 
 // engine: tensors, autograd, the differentiable ops, devices and allocators, SGD, traces
@@ -25,9 +25,9 @@
 // comm: communicators (local ring, MPI, NCCL)
 #include "comm/communicator.h"
 // train: the exact accumulation step, runners (one device, dp, ddp), checkpoints, the loop
-#include "train/checkpoint.h"
-#include "train/lr_schedule.h"
-#include "train/recipe.h"
-#include "train/runner.h"
-#include "train/step.h"
+#include "train/checkpoints/checkpoint.h"
+#include "train/schedule/lr_schedule.h"
+#include "train/schedule/recipe.h"
+#include "train/runners/runner.h"
+#include "train/step/step.h"
 #include "train/trainer.h"

@@ -46,7 +46,7 @@ Range chunk_range(int64_t count, int n, int c);
 std::vector<Tensor> split(const Tensor& flat, int n);
 
 // The ring's chunk arithmetic, in one place: reduce_scatter and allgather below run it,
-// and `dpcore train --explain` (train/explain.h) prints it, so the two cannot disagree.
+// and `dpcore train --explain` (train/observe/explain.h) prints it, so the two cannot disagree.
 // At step `step` (0 .. n-2) of a phase, rank `rank` of n sends chunk `send` to its right
 // neighbour `to` and receives chunk `receive` from its left neighbour `from`.
 struct Move {

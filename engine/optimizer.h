@@ -77,7 +77,7 @@ class Optimizer {
   void uncount_recorded_step() { --steps_; }
   void count_replayed_step() { ++steps_; }
   // Host seconds the last step() took (on a GPU, its launch), for the per-epoch breakdown
-  // of train/step_times.h.
+  // of train/observe/step_times.h.
   double last_step_seconds() const { return last_step_seconds_; }
 
  protected:

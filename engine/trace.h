@@ -12,7 +12,7 @@
 // (set_lane): "replica 2", "comm 2" (replica 2's communication thread), "main", "loader";
 // the sort index puts the lanes in that order in the viewer (replicas first). pid is the
 // process (set_process; 0 unless set): an mpirun job's ranks, each with its own pid, go
-// into one file through take() and write_merged() (train/job_trace.h). Times are
+// into one file through take() and write_merged() (train/observe/job_trace.h). Times are
 // microseconds of the host's monotonic clock (steady_clock), the same clock in every
 // process of one host.
 //
@@ -74,7 +74,7 @@ void stop();
 // Fails with an Error naming the path.
 size_t write(const std::string& path);
 
-// ---- the processes of one job in one file (train/job_trace.h gathers them) ----
+// ---- the processes of one job in one file (train/observe/job_trace.h gathers them) ----
 // The events write() would write, as the text of {"traceEvents": [...], "otherData": {...}},
 // taken: a later take() or write() starts after them. Each rank of an mpirun job takes its
 // own and sends the text to the one that writes.

@@ -4,7 +4,7 @@
 // Building a model walks the network once with the input shape (so a layer that does not
 // fit fails at construction, naming the shapes), collects the parameter and buffer slots,
 // lays them out in the flat buffers and initialises them as PyTorch does. A model starts
-// in training mode; evaluation runs in eval mode (train/step.h).
+// in training mode; evaluation runs in eval mode (train/step/step.h).
 #pragma once
 
 #include <cstdint>

@@ -9,7 +9,7 @@ writes tests/fixtures/lr_schedules.json, read by tests/train/lr_schedule_test.cp
 Deterministic: running it again produces a byte-identical file.
 
 Each case runs torch.optim.SGD on one parameter for `total` steps, with the scheduler that
-train/lr_schedule.h names as the PyTorch equivalent of the dpcore schedule, stepped once
+train/schedule/lr_schedule.h names as the PyTorch equivalent of the dpcore schedule, stepped once
 after every optimizer step, and records param_groups[0]["lr"] and ["momentum"] as each
 step uses them (before optimizer.step()). Floats are written with repr: they read back
 exactly.

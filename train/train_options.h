@@ -1,12 +1,12 @@
 // What `dpcore train` is asked to do, flag by flag (cli/main.cpp fills it in): what the
-// training loop (train/trainer.h) runs and a checkpoint records (train/resume.h).
+// training loop (train/trainer.h) runs and a checkpoint records (train/checkpoints/resume.h).
 #pragma once
 
 #include <cstdint>
 #include <string>
 
 #include "engine/optimizer.h"
-#include "train/runner.h"
+#include "train/runners/runner.h"
 
 namespace dpcore::train {
 
@@ -29,10 +29,10 @@ struct TrainOptions {
   SgdConfig sgd{0.03, 0.9, 0.0, 0.0, false};
   AdamConfig adam;  // --betas and --eps (its lr and weight_decay: sgd's above)
   double clip_grad_norm = -1;  // --clip-grad-norm MAX (Optimizer::set_clip_grad_norm); negative: none
-  std::string lr_schedule = "constant";  // constant | step:EPOCHS:GAMMA | cosine | onecycle (train/lr_schedule.h)
+  std::string lr_schedule = "constant";  // constant | step:EPOCHS:GAMMA | cosine | onecycle (train/schedule/lr_schedule.h)
   int64_t warmup_steps = 0;              // linear warm-up steps; with onecycle, pct_start = W/T
   double warmup_fraction = 0;            // when warmup_steps is 0: the warm-up as this fraction of the
-                                         // run's steps (a model's recipe, train/recipe.h)
+                                         // run's steps (a model's recipe, train/schedule/recipe.h)
   uint64_t seed = 0;
   bool shuffle = true;
   bool normalize = true;
@@ -44,15 +44,15 @@ struct TrainOptions {
   std::string save;             // safetensors weights written at the end
   std::string checkpoint_dir;
   int64_t checkpoint_every = 0; // steps; 0: only at the end
-  int keep_checkpoints = 1;     // the newest K checkpoints are kept (train/checkpoint_files.h)
+  int keep_checkpoints = 1;     // the newest K checkpoints are kept (train/checkpoints/checkpoint_files.h)
   bool resume = false;
-  bool force_resume = false;    // resume even where recorded settings differ, logging each (train/resume.h)
+  bool force_resume = false;    // resume even where recorded settings differ, logging each (train/checkpoints/resume.h)
   std::string metrics;          // JSONL file, one object per epoch (and per --eval-every evaluation)
   int64_t eval_every = 0;       // also evaluate every this many steps; 0: at the end of each epoch only
-  std::string trace;            // Chrome trace-event JSON of a few steps (train/trace_window.h)
+  std::string trace;            // Chrome trace-event JSON of a few steps (train/observe/trace_window.h)
   int64_t trace_steps = 3;      // steps in the trace
   bool nvtx = false;            // every trace span also an NVTX range, from the start of training on (CUDA builds)
-  bool explain = false;         // print the run's first step move by move (train/explain.h)
+  bool explain = false;         // print the run's first step move by move (train/observe/explain.h)
   int progress = -1;            // -1: a progress bar when stdout is a terminal; 0: plain lines; 1: bar
   ParallelOptions parallel;
 };

@@ -18,16 +18,16 @@
 #include "engine/runtime.h"
 #include "engine/seconds_since.h"
 #include "engine/trace.h"
-#include "train/checkpoint.h"
-#include "train/checkpoint_files.h"
-#include "train/class_to_idx.h"
-#include "train/explain.h"
-#include "train/lr_schedule.h"
-#include "train/resume.h"
-#include "train/step.h"
-#include "train/sync_strategy.h"
-#include "train/job_trace.h"
-#include "train/trace_window.h"
+#include "train/checkpoints/checkpoint.h"
+#include "train/checkpoints/checkpoint_files.h"
+#include "train/checkpoints/class_to_idx.h"
+#include "train/observe/explain.h"
+#include "train/schedule/lr_schedule.h"
+#include "train/checkpoints/resume.h"
+#include "train/step/step.h"
+#include "train/sync/sync_strategy.h"
+#include "train/observe/job_trace.h"
+#include "train/observe/trace_window.h"
 #include "layers/weights.h"
 #include "layers/zoo.h"
 
@@ -257,7 +257,7 @@ class TrainingRun {
   void end_epoch(int64_t epoch);
   EpochMetrics epoch_metrics(int64_t epoch);
   void print_epoch(const EpochMetrics& m) const;
-  // The epoch's breakdown of its time (train/epoch_breakdown.h), on a line of its own.
+  // The epoch's breakdown of its time (train/observe/epoch_breakdown.h), on a line of its own.
   void print_breakdown(const EpochMetrics& m) const;
 
   // Rank 0 writes the checkpoint (every --checkpoint-every steps, and at the end) and the
@@ -317,7 +317,7 @@ TrainingRun::TrainingRun(const TrainOptions& options, std::ostream& primary_out)
     out_ << "note: --check-replicas: one replica, nothing to compare\n";
   }
   metrics_.emplace(primary_ ? o_.metrics : "", o_.resume);
-  // (Every rank of a multi-process run records; rank 0 writes them all: train/job_trace.h.)
+  // (Every rank of a multi-process run records; rank 0 writes them all: train/observe/job_trace.h.)
   trace_.emplace(o_.trace, o_.trace_steps, progress_.step, total_steps_,
                  [this](const std::string& path) { return write_run_trace(path, *runner_); });
   trace::set_lane("main", trace::kMainLane);

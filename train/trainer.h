@@ -9,7 +9,7 @@
 #include <utility>
 #include <vector>
 
-#include "train/epoch_breakdown.h"
+#include "train/observe/epoch_breakdown.h"
 #include "train/train_options.h"
 
 namespace dpcore::train {
@@ -28,7 +28,7 @@ struct EpochMetrics {
   // What the runner counted over the epoch (StepRunner::epoch_counters), e.g. async's
   // staleness histogram: in the metrics JSONL, each an array.
   std::vector<std::pair<std::string, std::vector<int64_t>>> counters;
-  // Where the epoch's time went (train/epoch_breakdown.h): the parts, the wall time they lie
+  // Where the epoch's time went (train/observe/epoch_breakdown.h): the parts, the wall time they lie
   // within (from the epoch's start to its evaluation), each replica's samples/s over its
   // compute, and the shares of the last step (this process's replicas).
   TimeParts time;

@@ -53,7 +53,8 @@ constexpr Area kAreas[] = {
     {"kernels/cuda_runtime", 0, 1, true},
     {"kernels/cuda", 0, 2, true},
     {"kernels/cuda_libraries", 0, 3, true},
-    // layers 1-5: each folder (with its subfolders: engine/ops, engine/data, engine/io) is one area
+    // layers 1-5: each folder (with its subfolders: engine/ops, engine/data, engine/io, train/step,
+    // train/runners, ...) is one area
     {"engine", 1, 0, true},
     {"layers", 2, 0, true},
     {"comm", 3, 0, true},
@@ -249,8 +250,8 @@ class TempTree {
     write("engine/ops/relu.cpp", "#include \"engine/tensor.h\"\n#include \"kernels/cpu/relu.cpp\"\n");
     write("layers/module.h", "#pragma once\n#include \"engine/tensor.h\"\n");
     write("comm/communicator.h", "#pragma once\n#include \"engine/tensor.h\"\n");
-    write("train/step.h", "#pragma once\n#include \"layers/module.h\"\n#include \"comm/communicator.h\"\n");
-    write("cli/main.cpp", "#include \"train/step.h\"\n#include <vector>\n");
+    write("train/step/step.h", "#pragma once\n#include \"layers/module.h\"\n#include \"comm/communicator.h\"\n");
+    write("cli/main.cpp", "#include \"train/step/step.h\"\n#include <vector>\n");
     // Outside the layers anything goes.
     write("tests/anything_test.cpp", "#include \"cli/main.cpp\"\n#include \"does/not/exist.h\"\n");
   }
@@ -276,15 +277,15 @@ TEST(architecture, CheckerCleanTreePasses) {
 TEST(architecture, CheckerWrongWayIncludeIsReportedWithFileLineAndInclude) {
   TempTree tree;
   tree.write_clean_tree();
-  tree.write("kernels/cpu/relu.cpp", "#include \"kernels/error.h\"\n\n#include \"train/step.h\"\n");
+  tree.write("kernels/cpu/relu.cpp", "#include \"kernels/error.h\"\n\n#include \"train/step/step.h\"\n");
   const Report r = check_tree(tree.root());
   ASSERT_EQ(r.violations.size(), 1u) << ::testing::PrintToString(messages(r));
   const Violation& v = r.violations[0];
   EXPECT_EQ(v.file, "kernels/cpu/relu.cpp");
   EXPECT_EQ(v.line, 3);
-  EXPECT_EQ(v.include, "train/step.h");
+  EXPECT_EQ(v.include, "train/step/step.h");
   EXPECT_EQ(v.message(),
-            "kernels/cpu/relu.cpp:3 includes train/step.h: kernels (layer 0) may not include train (layer 4)");
+            "kernels/cpu/relu.cpp:3 includes train/step/step.h: kernels (layer 0) may not include train (layer 4)");
 }
 
 TEST(architecture, CheckerKernelsSubOrderIsEnforced) {
@@ -343,7 +344,7 @@ TEST(architecture, CheckerEveryLayerMayIncludeEveryLowerOneButNoHigherOne) {
   TempTree tree;
   tree.write_clean_tree();
   const char* file_of[] = {"kernels/shapes.h",    "engine/tensor.h", "layers/module.h",
-                           "comm/communicator.h", "train/step.h",    "cli/main.cpp"};
+                           "comm/communicator.h", "train/step/step.h",    "cli/main.cpp"};
   const char* probe_of[] = {"kernels/cpu/probe.cpp", "engine/ops/probe.cpp", "layers/probe.cpp",
                             "comm/probe.cpp",        "train/probe.cpp",      "cli/probe.cpp"};
   for (int from = 0; from < 6; ++from) {

@@ -21,7 +21,7 @@
 #include "engine/io/safetensors.h"
 #include "support/test_support.h"
 #include "support/trace_checks.h"
-#include "train/checkpoint.h"
+#include "train/checkpoints/checkpoint.h"
 
 namespace {
 
@@ -596,7 +596,7 @@ TEST(Cli, NoShuffleNoNormalizeRunIsReproducibleInPyTorch) {
   replay(onecycle);
 }
 
-// dpcore predict (train/predict.h): a row per power of two up to --max-replicas, full
+// dpcore predict (train/predict/predict.h): a row per power of two up to --max-replicas, full
 // efficiency on one replica, and a saved profile that gives the same predictions again.
 TEST(Cli, PredictTabulatesEveryPowerOfTwoAndReplaysASavedProfile) {
   dpcore::testing::TempDir dir;

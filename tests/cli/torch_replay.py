@@ -10,7 +10,7 @@ Used by tests/cli/cli_test.cpp (Cli.NoShuffleNoNormalizeRunIsReproducibleInPyTor
         --result RESULT --batch B --steps S --lr LR --momentum M [--lr-schedule onecycle --warmup-steps W]
 
 With --lr-schedule onecycle the loop steps torch.optim.lr_scheduler.OneCycleLR after every
-optimizer step, as train/lr_schedule.h says dpcore's onecycle does (pct_start W/S, or 0.3
+optimizer step, as train/schedule/lr_schedule.h says dpcore's onecycle does (pct_start W/S, or 0.3
 without a warm-up; momentum cycled when M > 0).
 
 Exits 0 when every parameter matches to 1e-5 of its largest magnitude, 1 otherwise.

@@ -26,7 +26,7 @@
 #include "layers/transformer/bert.h"
 #include "layers/weights.h"
 #include "support/test_support.h"
-#include "train/lr_schedule.h"
+#include "train/schedule/lr_schedule.h"
 
 namespace dpcore::layers {
 namespace {
@@ -278,7 +278,7 @@ TEST(BertParity, LogitsAndGradientsMatchTheTwin) {
 }
 
 // 20 AdamW steps, driven as the runners drive them: the linear schedule's rate before each
-// step (train/lr_schedule.h), Optimizer::step clipping then updating.
+// step (train/schedule/lr_schedule.h), Optimizer::step clipping then updating.
 void check_adamw(Case& c, double tolerance) {
   SCOPED_TRACE(c.name);
   Model& m = *c.model;

@@ -14,7 +14,7 @@
 #include "engine/autograd.h"
 #include "engine/io/safetensors.h"
 #include "engine/ops.h"
-#include "train/step.h"
+#include "train/step/step.h"
 #include "layers/zoo.h"
 #include "support/fixture_weights.h"
 #include "support/test_support.h"

@@ -25,7 +25,7 @@
 #include "layers/weights.h"
 #include "layers/zoo.h"
 #include "support/test_support.h"
-#include "train/step.h"
+#include "train/step/step.h"
 
 namespace dpcore::layers {
 namespace {

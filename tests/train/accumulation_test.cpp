@@ -3,7 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "engine/sgd.h"
-#include "train/step.h"
+#include "train/step/step.h"
 #include "layers/zoo.h"
 #include "support/test_support.h"
 

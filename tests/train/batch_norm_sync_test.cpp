@@ -11,7 +11,7 @@
 #include <gtest/gtest.h>
 
 #include "layers/zoo.h"
-#include "train/data_parallel.h"
+#include "train/runners/data_parallel.h"
 #include "equivalence.h"
 
 namespace dpcore::train {

@@ -1,4 +1,4 @@
-// The checkpoint files of a run on disk (train/checkpoint_files.h): the kept copy where the
+// The checkpoint files of a run on disk (train/checkpoints/checkpoint_files.h): the kept copy where the
 // filesystem has no hard links, what writes killed midway leave, and a directory that
 // cannot be synced.
 //
@@ -23,8 +23,8 @@
 
 #include "engine/sgd.h"
 #include "support/error_of.h"
-#include "train/checkpoint.h"
-#include "train/checkpoint_files.h"
+#include "train/checkpoints/checkpoint.h"
+#include "train/checkpoints/checkpoint_files.h"
 #include "train/tiny_job.h"
 
 namespace {

@@ -9,7 +9,7 @@
 #include "engine/backend.h"
 #include "engine/data/loader.h"
 #include "engine/data/synthetic.h"
-#include "train/runner.h"
+#include "train/runners/runner.h"
 #include "layers/zoo.h"
 #include "support/test_support.h"
 

@@ -1,4 +1,4 @@
-// The per-epoch breakdown of training time (train/step_times.h, train/epoch_breakdown.h):
+// The per-epoch breakdown of training time (train/observe/step_times.h, train/observe/epoch_breakdown.h):
 // the lanes of a step combined by hand-worked numbers; then real runs (one device, dp,
 // ddp), whose parts must be non-negative, add up to the steps and the loader waits, and
 // stay within the epoch's wall time; the metrics JSONL carries every field.
@@ -11,7 +11,7 @@
 #include <sstream>
 
 #include "support/test_support.h"
-#include "train/epoch_breakdown.h"
+#include "train/observe/epoch_breakdown.h"
 #include "train/trainer.h"
 
 namespace dpcore::testing {

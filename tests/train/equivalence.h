@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "kernels/index_check.h"
-#include "train/runner.h"
+#include "train/runners/runner.h"
 #include "layers/zoo.h"
 #include "support/test_support.h"
 

@@ -4,8 +4,8 @@
 
 #include <thread>
 
-#include "train/data_parallel.h"
-#include "train/ddp.h"
+#include "train/runners/data_parallel.h"
+#include "train/runners/ddp.h"
 #include "equivalence.h"
 
 namespace dpcore::train {

@@ -1,4 +1,4 @@
-// --explain (train/explain.h): what it tells of a step must be what the runner did. Each
+// --explain (train/observe/explain.h): what it tells of a step must be what the runner did. Each
 // number is checked against what is known without the runner after a real step: the
 // model's buffers counted by hand, the optimizer and shares the test asked for, the loss
 // computed from the model's logits; ddp's buckets against its reducer and their ready
@@ -12,8 +12,8 @@
 
 #include "comm/ring.h"
 #include "equivalence.h"
-#include "train/explain.h"
-#include "train/step.h"
+#include "train/observe/explain.h"
+#include "train/step/step.h"
 
 namespace dpcore::testing {
 namespace {

@@ -1,4 +1,4 @@
-// Fault injection (train/fault_injection.h) and the guards (train/guards.h) on every runner:
+// Fault injection (train/faults/fault_injection.h) and the guards (train/faults/guards.h) on every runner:
 // --skip-nonfinite leaves the state bit for bit as before a NaN step and training goes on;
 // --check-replicas catches a flipped bit at the step it happens, naming the replica and the
 // tensor; injected throws and hangs fail the step naming the replica, never hanging.
@@ -10,8 +10,8 @@
 
 #include "engine/sgd.h"
 #include "tiny_job.h"
-#include "train/guards.h"
-#include "train/data_parallel.h"
+#include "train/faults/guards.h"
+#include "train/runners/data_parallel.h"
 
 namespace dpcore::train {
 namespace {

@@ -20,8 +20,8 @@
 #include "kernels/index_check.h"
 #include "layers/zoo.h"
 #include "support/test_support.h"
-#include "train/runner.h"
-#include "train/step.h"
+#include "train/runners/runner.h"
+#include "train/step/step.h"
 
 namespace dpcore::train {
 namespace {

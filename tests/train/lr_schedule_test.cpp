@@ -1,4 +1,4 @@
-// --lr-schedule and --warmup-steps (train/lr_schedule.h): the rates of every step against
+// --lr-schedule and --warmup-steps (train/schedule/lr_schedule.h): the rates of every step against
 // the ones Debian's PyTorch 1.13 schedulers give (tests/fixtures/lr_schedules.json, written
 // by scripts/make_lr_schedule_fixture.py), and the errors for bad flag values.
 #include <gtest/gtest.h>
@@ -9,7 +9,7 @@
 
 #include "kernels/error.h"
 #include "support/test_support.h"
-#include "train/lr_schedule.h"
+#include "train/schedule/lr_schedule.h"
 
 namespace dpcore::train {
 namespace {

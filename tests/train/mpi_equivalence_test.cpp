@@ -38,7 +38,7 @@ void expect_sync_batch_norm_equivalent(int64_t accum, const std::string& split) 
 }
 
 // --sync local:1 across processes: each rank's own step on its own share, averaged with
-// weights share/N, is the full step (train/local_sgd.h), here over MPI's allreduce.
+// weights share/N, is the full step (train/sync/local_sgd.h), here over MPI's allreduce.
 TEST(MpiLocalSgd, OneStepPeriodEqualsSingleReplicaTraining) {
   train::ParallelOptions options;
   options.backend = "mpi", options.sync = "local:1", options.timeout_s = 120;

@@ -1,6 +1,6 @@
-// The step-time model of train/scaling_model.h: its formulas on cases small enough to work
+// The step-time model of train/predict/scaling_model.h: its formulas on cases small enough to work
 // out by hand, and the properties any such model must have.
-#include "train/scaling_model.h"
+#include "train/predict/scaling_model.h"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-// --on-replica-failure shrink (train/replica_failure.h): a replica that throws or hangs in a
+// --on-replica-failure shrink (train/faults/replica_failure.h): a replica that throws or hangs in a
 // step is dropped and the step runs again over the same batch on the survivors, with the
 // maths of a run that used the survivors from that step on (a 4-replica run taken to the
 // step before, its state carried to 3 replicas as a checkpoint would be), no partial update
@@ -15,8 +15,8 @@
 #include "engine/trace.h"
 #include "equivalence.h"
 #include "tiny_job.h"
-#include "train/data_parallel.h"
-#include "train/split.h"
+#include "train/runners/data_parallel.h"
+#include "train/step/split.h"
 
 namespace dpcore::train {
 namespace {

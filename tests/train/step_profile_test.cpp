@@ -1,6 +1,6 @@
-// measure_step_profile (train/step_profile.h): what it measures must follow from the order
+// measure_step_profile (train/predict/step_profile.h): what it measures must follow from the order
 // in which a step runs, whatever the machine's speed.
-#include "train/step_profile.h"
+#include "train/predict/step_profile.h"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-// --sync local:K and async (train/local_sgd.h, train/async_sgd.h): each against the
+// --sync local:K and async (train/sync/local_sgd.h, train/sync/async_sgd.h): each against the
 // synchronous step it must reduce to, and the properties that define it.
 #include <gtest/gtest.h>
 
@@ -10,10 +10,10 @@
 
 #include "engine/adam.h"
 #include "engine/sgd.h"
-#include "train/async_sgd.h"
-#include "train/local_sgd.h"
-#include "train/step.h"
-#include "train/sync_strategy.h"
+#include "train/sync/async_sgd.h"
+#include "train/sync/local_sgd.h"
+#include "train/step/step.h"
+#include "train/sync/sync_strategy.h"
 #include "equivalence.h"
 
 namespace dpcore::train {

@@ -12,8 +12,8 @@
 #include "layers/zoo.h"
 #include "support/error_of.h"
 #include "support/test_support.h"
-#include "train/fault_injection.h"
-#include "train/runner.h"
+#include "train/faults/fault_injection.h"
+#include "train/runners/runner.h"
 
 namespace dpcore::train::tiny_job {
 

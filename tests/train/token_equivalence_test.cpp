@@ -1,4 +1,4 @@
-// Token inputs and the weighting of a step by counted targets (train/step.h): per-token labels
+// Token inputs and the weighting of a step by counted targets (train/step/step.h): per-token labels
 // with ignore_index in uneven numbers per sample, so that micro-batches and replicas hold
 // different numbers of counted tokens. Every runner must give PyTorch's mean over the counted
 // tokens of the whole global batch, and hand the model the global position of every
@@ -11,9 +11,9 @@
 
 #include "engine/autograd.h"
 #include "engine/ops.h"
-#include "train/async_sgd.h"
-#include "train/data_parallel.h"
-#include "train/step.h"
+#include "train/sync/async_sgd.h"
+#include "train/runners/data_parallel.h"
+#include "train/step/step.h"
 #include "equivalence.h"
 
 namespace dpcore::train {

@@ -13,9 +13,9 @@
 #include "engine/trace.h"
 #include "equivalence.h"
 #include "support/trace_checks.h"
-#include "train/ddp.h"
-#include "train/job_trace.h"
-#include "train/trace_window.h"
+#include "train/runners/ddp.h"
+#include "train/observe/job_trace.h"
+#include "train/observe/trace_window.h"
 
 namespace dpcore::testing {
 namespace {

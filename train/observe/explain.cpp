@@ -1,0 +1,125 @@
+// Builds the Explanation of a step from the runner's own state (train/observe/explain.h).
+#include "train/observe/explain.h"
+
+#include "comm/ring.h"
+#include "train/runners/ddp.h"
+#include "train/step/step.h"
+
+namespace dpcore::train {
+
+namespace {
+
+int64_t bytes_of(const Tensor& t) { return t.defined() ? int64_t(t.nbytes()) : 0; }
+
+// What every runner has: the batch, the model's buffers, the loss and the optimizer.
+Explanation common(const Model& model, const Optimizer& optimizer, const data::Batch& batch, const StepStats& stats) {
+  Explanation e;
+  e.batch = batch.size;
+  e.image_bytes = batch.sample_numel() * int64_t(batch.token_ids() ? sizeof(int64_t) : sizeof(float));
+  e.label_bytes = batch.labels_per_sample * int64_t(sizeof(int64_t));
+  e.classes = model.num_classes();
+  const FlatParameters& params = model.parameters();
+  e.param_tensors = int64_t(params.entries().size());
+  e.param_elements = params.total();
+  e.param_bytes = bytes_of(params.values());
+  e.grad_bytes = bytes_of(params.grads());
+  e.buffer_bytes = model.has_batch_norm() ? bytes_of(model.buffers().values()) : 0;
+  e.loss = stats.loss_sum.item() / double(stats.targets);
+  e.seed = gradient_scale(stats.targets);
+  e.optimizer = optimizer.name();
+  if (const auto* sgd = dynamic_cast<const Sgd*>(&optimizer)) {
+    e.sgd = sgd->config();
+    e.momentum_bytes = bytes_of(sgd->momentum());
+  }
+  if (const auto* adam = dynamic_cast<const Adam*>(&optimizer)) e.adam = adam->config();
+  e.sgd_steps = optimizer.steps_taken();
+  return e;
+}
+
+// What both data-parallel runners add: who the replicas are and how the batch was shared.
+void replicated(Explanation& e, const ReplicatedRunner& runner) {
+  const Replica& first = runner.replica(0);
+  e.backend = first.comm->backend();
+  e.replicas = first.comm->size();
+  for (size_t r = 0; r < runner.local_replicas(); ++r) {
+    e.devices.push_back(runner.replica(r).device().str());
+    e.ranks.push_back(runner.replica(r).rank());
+  }
+  e.shares = runner.last_shares();
+  for (const std::vector<int64_t>& pieces : e.shares) {
+    int64_t micro = 0;
+    for (int64_t p : pieces) micro += p;
+    e.micro.push_back(micro);
+  }
+  const Splitter& splitter = runner.splitter();
+  e.split = splitter.even() ? "even" : splitter.adaptive() ? "adaptive" : "weights";
+  e.weights = splitter.weights();
+  e.sync_batch_norm = runner.sync_batch_norm();
+}
+
+// The ring schedule of the gradient allreduce over [begin, end), when the communicator
+// runs dpcore's own ring (the local backend; MPI and NCCL choose their own algorithms).
+void ring_of(Explanation& e, int64_t begin, int64_t end) {
+  e.ring_begin = begin, e.ring_end = end;
+  if (e.backend == "local") e.ring = ring_schedule(e.replicas, begin, end);
+}
+
+}  // namespace
+
+std::vector<RingStep> ring_schedule(int n, int64_t begin, int64_t end) {
+  std::vector<RingStep> steps;
+  for (bool reduce : {true, false}) {
+    for (int s = 0; s < n - 1; ++s) {
+      RingStep step{reduce, s, {}};
+      for (int r = 0; r < n; ++r) {
+        const comm::ring::Move move =
+            reduce ? comm::ring::reduce_scatter_move(n, r, s) : comm::ring::allgather_move(n, r, s);
+        const comm::ring::Range range = comm::ring::chunk_range(end - begin, n, move.send);
+        step.transfers.push_back({r, move.to, move.send, begin + range.begin, begin + range.end});
+      }
+      steps.push_back(std::move(step));
+    }
+  }
+  return steps;
+}
+
+Explanation explain_step(StepRunner& runner, const data::Batch& batch, const StepStats& stats) {
+  Explanation e = common(runner.model(), runner.optimizer(), batch, stats);
+  // The runners are told apart here rather than by a virtual in StepRunner: the
+  // explanation is a reader of their state, not a part of what a runner must do.
+  if (const auto* ddp = dynamic_cast<const DistributedRunner*>(&runner)) {
+    const Replica& first = ddp->replica(0);
+    e.kind = Explanation::Kind::Distributed;
+    replicated(e, *ddp);
+    const BucketReducer& reducer = ddp->reducer(0);
+    const auto& entries = first.model->parameters().entries();
+    for (const Bucket& b : reducer.buckets()) {
+      ExplainedBucket x{b.begin, b.end, (b.end - b.begin) * int64_t(dtype_size(first.model->dtype())), {}, 0};
+      for (size_t p : b.params) x.params.push_back(entries[p].name);
+      e.buckets.push_back(std::move(x));
+    }
+    for (const BucketReducer::Ready& ready : reducer.ready_order()) {
+      e.buckets[ready.bucket].ready_after = ready.gradients;
+    }
+    e.first_cap_bytes = int64_t(ddp->first_bucket_cap_bytes());
+    e.cap_bytes = int64_t(ddp->bucket_cap_bytes());
+    ring_of(e, e.buckets[0].begin, e.buckets[0].end);
+    return e;
+  }
+  if (const auto* dp = dynamic_cast<const DataParallelRunner*>(&runner)) {
+    e.kind = Explanation::Kind::DataParallel;
+    replicated(e, *dp);
+    ring_of(e, 0, e.param_elements);
+    return e;
+  }
+  if (const auto* single = dynamic_cast<const SingleDeviceRunner*>(&runner)) {
+    e.kind = Explanation::Kind::SingleDevice;
+    e.devices = {single->device().str()};
+    e.micro = even_split(batch.size, std::min<int64_t>(single->accum(), batch.size));
+    return e;
+  }
+  fail("--explain: cannot explain a step of ", runner.describe(),
+       " (it explains one device, --mode dp and --mode ddp)");
+}
+
+}  // namespace dpcore::train

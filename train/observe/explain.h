@@ -1,0 +1,97 @@
+// dpcore train --explain: the first step of a run told move by move, with this run's
+// numbers. explain_step reads them from the runner after the step (the shares it used,
+// its replicas' flat buffers, its buckets and the order they became ready, its
+// optimizer), so the text describes what ran, not what the options asked for, and stays
+// true when the code changes; render turns them into plain text.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/data/loader.h"
+#include "engine/adam.h"
+#include "engine/sgd.h"
+#include "train/runners/runner.h"
+
+namespace dpcore::train {
+
+struct ExplainedBucket {
+  int64_t begin = 0, end = 0;  // element range of the flat gradient buffer
+  int64_t bytes = 0;
+  std::vector<std::string> params;  // in the order backward finalises them
+  // How many gradients of the armed backward had arrived when its last one did (on the
+  // first replica of this process); 0: launched by finish() (that replica had no samples).
+  int64_t ready_after = 0;
+};
+
+// One transfer of a ring allreduce: rank `from` passes chunk `chunk` (elements [begin,
+// end) of the flat gradient buffer) to rank `to`.
+struct RingTransfer {
+  int from = 0, to = 0, chunk = 0;
+  int64_t begin = 0, end = 0;
+};
+struct RingStep {
+  bool reduce = true;                   // reduce-scatter (the receiver adds) or allgather (it copies)
+  int step = 0;                         // within its phase, from 0
+  std::vector<RingTransfer> transfers;  // one per rank, by rank
+};
+
+struct Explanation {
+  enum class Kind { SingleDevice, DataParallel, Distributed };
+  Kind kind = Kind::SingleDevice;
+  std::string backend;               // local | mpi | nccl; empty for one device
+  int replicas = 1;                  // in the whole job
+  std::vector<std::string> devices;  // of this process's replicas, by local index
+  std::vector<int> ranks;            // of this process's replicas
+
+  // The batch and how it was cut.
+  int64_t batch = 0;                         // N, the global batch
+  int64_t image_bytes = 0, label_bytes = 0;  // per sample, as copied (float32 pixels, int64 label)
+  int64_t classes = 0;
+  std::vector<int64_t> micro;                // micro-batch sizes
+  std::vector<std::vector<int64_t>> shares;  // [micro-batch][rank]; one device: empty
+  std::string split;                         // even | weights | adaptive
+  std::vector<double> weights;               // what the shares are proportional to (not even)
+
+  // The model's flat buffers (per replica) and what the step did with them.
+  int64_t param_tensors = 0;
+  int64_t param_elements = 0, param_bytes = 0;  // the parameter buffer; the gradient buffer's twin
+  int64_t grad_bytes = 0;
+  int64_t momentum_bytes = 0;  // 0: no momentum buffer
+  int64_t buffer_bytes = 0;    // batch norm's running statistics; 0: none
+  bool sync_batch_norm = false;
+
+  // The loss of the step (mean over the counted targets: the N samples, for one class per
+  // sample) and its backward seed 1/N.
+  double loss = 0;
+  double seed = 0;
+
+  // ddp: the buckets in launch order and their caps.
+  std::vector<ExplainedBucket> buckets;
+  int64_t first_cap_bytes = 0, cap_bytes = 0;
+  // The ring schedule of the first gradient allreduce (bucket 0 with ddp, the whole
+  // gradient buffer with dp), when this run's communicator runs dpcore's ring (local);
+  // 2(R-1) steps.
+  int64_t ring_begin = 0, ring_end = 0;  // its element range
+  std::vector<RingStep> ring;
+
+  std::string optimizer = "sgd";  // Optimizer::name: sgd, adam, adamw
+  SgdConfig sgd;                  // sgd's settings
+  AdamConfig adam;                // adam's and adamw's
+  int64_t sgd_steps = 0;          // the optimizer's step count after this step
+};
+
+// The step `runner` just took on `batch`, which returned `stats` (reads the runner only;
+// non-const because StepRunner's model() is). Fails naming the runner when it is none of
+// the three it knows (one device, dp, ddp).
+Explanation explain_step(StepRunner& runner, const data::Batch& batch, const StepStats& stats);
+
+// The ring schedule of an allreduce of elements [begin, end) over n ranks: comm/ring.h's
+// moves, with the element ranges of ring::chunk_range.
+std::vector<RingStep> ring_schedule(int n, int64_t begin, int64_t end);
+
+// The explanation as plain text, one move after another.
+std::string render(const Explanation& e);
+
+}  // namespace dpcore::train
