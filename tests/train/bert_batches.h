@@ -9,7 +9,7 @@
 
 #include "kernels/index_check.h"
 #include "layers/zoo.h"
-#include "train/runner.h"
+#include "train/runners/runner.h"
 
 namespace dpcore::testing {
 

@@ -5,7 +5,7 @@
 // The parameters equal one device's full-batch training: float64 within 1e-12, float32
 // within 1e-6. The classification head counts one target per sample; the masked-LM head
 // counts the tokens that are not ignore_index, so the runners must weight by counted tokens
-// (train/step.h) to give PyTorch's mean over the global batch.
+// (train/step/step.h) to give PyTorch's mean over the global batch.
 #include <gtest/gtest.h>
 
 #include <map>
