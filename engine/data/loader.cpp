@@ -78,7 +78,8 @@ DataLoader::DataLoader(const Dataset& data, LoaderOptions options, LoaderPositio
       batches_per_epoch_(count_batches(data, options_)),
       capacity_(std::min(options_.batch_size, data.n)),
       images_bytes_(round_up(size_t(capacity_) * sample_input_bytes(data))),
-      buffer_bytes_(images_bytes_ + size_t(capacity_) * sizeof(int64_t)),
+      // labels, then (token ids) the samples' lengths
+      buffer_bytes_(images_bytes_ + size_t(capacity_) * sizeof(int64_t) * (data.tokens() ? 2 : 1)),
       pad_value_(size_t(data.c)),
       queue_(size_t(options_.prefetch)),
       buffers_(size_t(options_.prefetch) + 1, nullptr),
@@ -221,6 +222,9 @@ Batch DataLoader::gather(int slot, LoaderPosition pos) {
   b.index = pos.batch;
   for (int64_t i = 0; i < size; ++i) labels[i] = data_.labels[size_t(order_[size_t(first + i)])];
   if (data_.tokens()) {
+    auto* lengths = labels + capacity_;
+    for (int64_t i = 0; i < size; ++i) lengths[i] = data_.length(order_[size_t(first + i)]);
+    b.lengths = lengths;
     gather_tokens(first, size, reinterpret_cast<int64_t*>(base), b);
     return b;
   }

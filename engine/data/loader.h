@@ -85,6 +85,7 @@ struct Batch {
   const float* images = nullptr;    // float inputs, size x sample
   const int64_t* ids = nullptr;     // or int64 token ids, size x sample
   const int64_t* labels = nullptr;  // size x labels_per_sample
+  const int64_t* lengths = nullptr; // token ids: each sample's tokens before its padding (else null)
   int64_t labels_per_sample = 1;
   int64_t epoch = 0, index = 0;     // which batch of which epoch this is
 

@@ -6,6 +6,7 @@
 #include <filesystem>
 
 #include "cli_run.h"
+#include "same_maths.h"
 #include "support/test_support.h"
 
 namespace dpcore::testing {
@@ -53,6 +54,37 @@ TEST(TextTraining, TextFlagsOnImagesAndBadTextDataAreRefusedInWords) {
   const CommandResult task = run(kTextJob + " --steps 1 --task mlm");
   EXPECT_NE(task.status, 0) << task.output;
   EXPECT_NE(task.output.find("--task mlm: must be one of classify"), std::string::npos) << task.output;
+}
+
+// The token-balanced scatter keeps the step exact: 2 replicas (dp) and 3 (ddp) train the
+// parameters one replica does, within float32's reordered sums (same_maths.h), dropout
+// included (its draws follow the sample, not the replica).
+TEST(TextTraining, TwoAndThreeReplicasSplitByTokensTrainWhatOneReplicaDoes) {
+  TempDir dir;
+  // SGD: a step linear in the gradient, so reordered sums stay rounding-sized (Adam's
+  // g / sqrt(v) would magnify them where a gradient is rounding noise, as the key biases'
+  // are: softmax ignores a bias added to every key).
+  const std::string job = "train --model bert-tiny --data text:" + kTexts +
+                          " --optimizer sgd --lr 0.05 --batch 16 --threads 1 --progress 0 --device cpu";
+  const std::string steps = " --steps 3 --seed 5 --save ";
+  const CommandResult one = run(job + steps + dir.file("one.safetensors"));
+  ASSERT_EQ(one.status, 0) << one.output;
+  const CommandResult two = run(job + " --replicas 2 --mode dp" + steps + dir.file("two.safetensors"));
+  ASSERT_EQ(two.status, 0) << two.output;
+  const CommandResult three = run(job + " --replicas 3 --mode ddp" + steps + dir.file("three.safetensors"));
+  ASSERT_EQ(three.status, 0) << three.output;
+  // (Per tensor, but relative to the model's largest parameter: the key biases are noise.)
+  expect_same_maths(dir.file("one.safetensors"), dir.file("two.safetensors"), 1e-5, true);
+  expect_same_maths(dir.file("one.safetensors"), dir.file("three.safetensors"), 1e-5, true);
+  EXPECT_NE(two.output.find("data parallel (dp, local) over 2 replicas"), std::string::npos) << two.output;
+}
+
+TEST(TextTraining, ExplainShowsTheTokensOfEachReplica) {
+  const CommandResult r = run(kTextJob + " --steps 1 --replicas 2 --explain");
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("--split even, by tokens"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("int64 token ids, padded to the batch's longest text"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find(" tokens), replica 1 rows "), std::string::npos) << r.output;
 }
 
 }  // namespace
