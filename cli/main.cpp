@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "cli/classify_command.h"
 #include "cli/launch.h"
 #include "cli/vocab_command.h"
 #include "comm/communicator.h"
@@ -639,12 +640,31 @@ int main(int argc, char** argv) {
       ->required();
   vocab_cmd->add_option("--out", vocab.out, "the vocab.txt to write")->required();
 
+  dpcore::cli::ClassifyOptions classify;
+  CLI::App* classify_cmd = app.add_subcommand(
+      "classify", "the top classes of texts, with their probabilities, by weights train --save wrote on text data: "
+                  "dpcore classify --weights W \"some text\" (or lines on stdin; docs/text.md)");
+  classify_cmd->add_option("--weights", classify.weights, "weights of dpcore train --save (safetensors); their class "
+                                                          "names are read from beside them, W.class_to_idx.json")
+      ->required();
+  classify_cmd->add_option("--model", classify.model, "the model the weights are of, as --model of train")
+      ->capture_default_str();
+  add_text_flags(*classify_cmd, classify.text);
+  with_rule(classify_cmd->add_option("--top", classify.top, "classes printed per text"), whole<int64_t>(1))
+      ->capture_default_str();
+  with_rule(classify_cmd->add_option("--device", classify.device, "cpu, cuda or cuda:N"), device_rule())
+      ->capture_default_str();
+  classify_cmd->add_option("texts", classify.texts, "texts to classify (none: the lines of stdin)");
+
   CLI11_PARSE(app, argc, argv);
   try {
     if (*launch_cmd) {
       return dpcore::cli::launch(launch, argv[0], std::cerr);
     } else if (*vocab_cmd) {
       dpcore::cli::write_vocab(vocab, std::cout);
+    } else if (*classify_cmd) {
+      if (classify.device == "auto") classify.device = dpcore::runtime::best_device().str();
+      dpcore::cli::classify(classify, std::cin, std::cout);
     } else if (*train_cmd) {
       // DPCORE_INJECT adds to --inject: faults for a command line one cannot change (a
       // launcher's, a script's).

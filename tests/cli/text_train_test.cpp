@@ -1,9 +1,11 @@
 // `dpcore train` on text (docs/text.md, "Training"): --data text:FILE.tsv tokenized with the
 // committed vocabulary, bert-tiny with the data's classes, batches padded per batch, and
 // the confusion table at the end; a text longer than --max-len is refused naming its line.
+// Then `dpcore classify` with the saved weights and class names.
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <sstream>
 
 #include "cli_run.h"
 #include "same_maths.h"
@@ -85,6 +87,63 @@ TEST(TextTraining, ExplainShowsTheTokensOfEachReplica) {
   EXPECT_NE(r.output.find("--split even, by tokens"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("int64 token ids, padded to the batch's longest text"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find(" tokens), replica 1 rows "), std::string::npos) << r.output;
+}
+
+// The lines classify prints for one text: the text, then "  NAME  P" per class of the top.
+std::vector<std::pair<std::string, double>> top_classes(const std::string& output, const std::string& text) {
+  std::istringstream lines(output.substr(output.find(text + "\n") + text.size() + 1));
+  std::vector<std::pair<std::string, double>> top;
+  for (std::string line; std::getline(lines, line) && line.rfind("  ", 0) == 0;) {
+    std::istringstream fields(line);
+    std::string name;
+    double p = 0;
+    fields >> name >> p;
+    top.emplace_back(name, p);
+  }
+  return top;
+}
+
+TEST(Classify, PrintsTheTopClassesOfTheSavedClassListWithTheirProbabilities) {
+  TempDir dir;
+  const std::string weights = dir.file("w.safetensors");
+  const CommandResult trained = run(kTextJob + " --epochs 2 --save " + weights);
+  ASSERT_EQ(trained.status, 0) << trained.output;
+  const std::string text = "the boat heeled in the strong wind";
+  const CommandResult r = run("classify --weights " + weights + " \"" + text + "\"");
+  ASSERT_EQ(r.status, 0) << r.output;
+  const auto top = top_classes(r.output, text);
+  ASSERT_EQ(top.size(), 3u) << r.output;  // --top 3 of 3 classes: every class once
+  double sum = 0;
+  std::vector<std::string> names;
+  for (size_t k = 0; k < top.size(); ++k) {
+    sum += top[k].second, names.push_back(top[k].first);
+    if (k > 0) EXPECT_LE(top[k].second, top[k - 1].second) << r.output;
+  }
+  EXPECT_NEAR(sum, 1.0, 2e-4) << r.output;  // three values printed to 4 decimals
+  std::sort(names.begin(), names.end());
+  EXPECT_EQ(names, (std::vector<std::string>{"computers", "cooking", "sailing"}));
+  // Lines on stdin, --top 1: the same top class.
+  const CommandResult piped =
+      run_command("classify --top 1 --weights " + weights, "printf '%s\\nbake the bread\\n' \"" + text + "\" |");
+  ASSERT_EQ(piped.status, 0) << piped.output;
+  ASSERT_EQ(top_classes(piped.output, text).size(), 1u) << piped.output;
+  EXPECT_EQ(top_classes(piped.output, text)[0].first, top[0].first) << piped.output;
+  EXPECT_EQ(top_classes(piped.output, "bake the bread").size(), 1u) << piped.output;
+}
+
+TEST(Classify, AMissingClassListOrALongTextIsRefusedNamingIt) {
+  TempDir dir;
+  const std::string weights = dir.file("w.safetensors");
+  ASSERT_EQ(run(kTextJob + " --steps 1 --save " + weights).status, 0);
+  const CommandResult long_text = run("classify --max-len 4 --weights " + weights + " \"one two three four\"");
+  EXPECT_EQ(long_text.status, 1) << long_text.output;
+  EXPECT_NE(long_text.output.find("is longer than the maximum length 4"), std::string::npos) << long_text.output;
+  std::filesystem::remove(dir.file("w.class_to_idx.json"));
+  const CommandResult no_classes = run("classify --weights " + weights + " hello");
+  EXPECT_EQ(no_classes.status, 1) << no_classes.output;
+  EXPECT_NE(no_classes.output.find(dir.file("w.class_to_idx.json") + ": cannot read the class names"),
+            std::string::npos)
+      << no_classes.output;
 }
 
 }  // namespace
