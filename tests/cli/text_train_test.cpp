@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
 #include <sstream>
 
 #include "cli_run.h"
@@ -53,6 +54,10 @@ TEST(TextTraining, TextFlagsOnImagesAndBadTextDataAreRefusedInWords) {
   const CommandResult no_tab = run("train --model bert-tiny --data text:" + dir.file("none.tsv") + " --steps 1");
   EXPECT_EQ(no_tab.status, 1) << no_tab.output;
   EXPECT_NE(no_tab.output.find("none.tsv not found"), std::string::npos) << no_tab.output;
+  std::ofstream(dir.file("bad.tsv")) << "a\tfine\nno tab here\n";
+  const CommandResult bad_line = run("train --model bert-tiny --data text:" + dir.file("bad.tsv") + " --steps 1");
+  EXPECT_EQ(bad_line.status, 1) << bad_line.output;
+  EXPECT_NE(bad_line.output.find(dir.file("bad.tsv") + " line 2: no tab"), std::string::npos) << bad_line.output;
   const CommandResult task = run(kTextJob + " --steps 1 --task mlm");
   EXPECT_NE(task.status, 0) << task.output;
   EXPECT_NE(task.output.find("--task mlm: must be one of classify"), std::string::npos) << task.output;

@@ -87,6 +87,24 @@ TEST(TokenDataset, TheTsvReaderNamesTheFileAndLineOfALongText) {
   EXPECT_NE(e.find(path + " line 2: a text of " + std::to_string(n) + " tokens"), std::string::npos) << e;
 }
 
+// A class whose every text falls in the test split (by the hash split, docs/text.md) was
+// never seen in training: the data is refused, naming the class.
+TEST(TokenDataset, ATestClassTheTrainSplitLacksIsRefusedNamingIt) {
+  std::string only_test;
+  for (int i = 0; only_test.empty(); ++i) {
+    const std::string text = "rare text " + std::to_string(i);
+    if (in_test_split(duplicate_key(text))) only_test = text;
+  }
+  TempDir dir;
+  const std::string path = dir.path() + "/unseen.tsv";
+  std::ofstream file(path);
+  for (int i = 0; i < 40; ++i) file << "common\tcommon text " << i << "\n";
+  file << "rare\t" << only_test << "\n";
+  file.close();
+  const std::string e = error_of([&] { load_data(parse_data_specs("text:" + path, "", {}), false); });
+  EXPECT_NE(e.find("has label \"rare\", which no text of the train split has"), std::string::npos) << e;
+}
+
 // An epoch's batches, copied (a batch's memory is valid until the next call).
 struct TokenBatch {
   int64_t size = 0, T = 0;
