@@ -367,6 +367,10 @@ void TrainingRun::print_header() const {
        << " steps per epoch";
   const data::Augment augment = data::parse_augment(o_.augment);
   if (!augment.none()) out_ << ", augment " << data::describe(augment);
+  if (data_.train.tokens()) {
+    out_ << ", task " << o_.task << ", max length " << data_.train.max_len
+         << (o_.bucket_by_length ? ", bucketed by length" : "");
+  }
   out_ << std::endl;
   print_image_folder();
 }

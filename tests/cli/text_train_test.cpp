@@ -25,6 +25,7 @@ TEST(TextTraining, BertTinyLearnsTheTsvClassesAndEndsWithTheConfusionTable) {
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_NE(r.output.find("texts of "), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("3 classes"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find(", task classify, max length 128, bucketed by length"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("class_to_idx: {\"computers\":0,\"cooking\":1,\"sailing\":2}"), std::string::npos)
       << r.output;
   EXPECT_NE(r.output.find("test accuracy"), std::string::npos) << r.output;
