@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "cli/classify_command.h"
 #include "cli/launch.h"
 #include "cli/vocab_command.h"
 #include "comm/communicator.h"
@@ -65,7 +66,9 @@ const char* kDataHelp =
     "fashion-mnist[:DIR] (IDX files, gzipped or not; default DIR /usr/share/datasets/fashion-mnist), "
     "cifar10:DIR (data_batch_*.bin, test_batch.bin), synthetic:C,H,W,CLASSES,N, or imagefolder:DIR (JPEG and PNG "
     "images in torchvision's ImageFolder layout, DIR/<class>/<image>, decoded as PIL's convert(\"RGB\"), all of one "
-    "size; its test set is --val-data, or without it the same images; docs/image-folders.md)";
+    "size; its test set is --val-data, or without it the same images; docs/image-folders.md), or labelled text: "
+    "fortunes-lang, fortunes-topic (Debian's fortune databases), text:FILE.tsv (label<TAB>text lines) or text:DIR "
+    "(DIR/<class>/*.txt), tokenized once with --vocab into [CLS] ... [SEP] ids (docs/text.md)";
 
 const char* kWorkersHelp =
     "threads decoding the images of an image folder, once, at the start (the data does not depend on the count)";
@@ -285,6 +288,19 @@ struct BackendFlags {
   }
 };
 
+// How the texts of a text --data become token ids (engine/data/spec.h), for train and eval.
+void add_text_flags(CLI::App& cmd, dpcore::data::TextOptions& t) {
+  cmd.add_option("--vocab", t.vocab,
+                 std::string("text data: the WordPiece vocabulary (Hugging Face's vocab.txt); default the committed ") +
+                     dpcore::data::kDefaultVocab);
+  with_rule(cmd.add_option("--max-len", t.max_len,
+                           "text data: the most tokens of a text, [CLS] and [SEP] included; a longer text stops the "
+                           "run, named, unless --truncate (batches are padded to their longest text, not to this)"),
+            whole<int64_t>(2))
+      ->capture_default_str();
+  cmd.add_flag("--truncate", t.truncate, "text data: keep the first --max-len tokens of a longer text");
+}
+
 // Faults to inject and the guards against bad steps (docs/fault-tolerance.md).
 void add_fault_tolerance_flags(CLI::App& cmd, TrainOptions& o) {
   cmd.add_option_function<std::vector<std::string>>(
@@ -342,6 +358,13 @@ void add_train_flags(CLI::App& cmd, TrainOptions& o, BackendFlags& b) {
                  "training images");
   with_rule(cmd.add_option("--workers", o.workers, kWorkersHelp), whole<int>(1))->capture_default_str();
   cmd.add_flag("--skip-bad-images", o.skip_bad_images, kSkipBadImagesHelp);
+  add_text_flags(cmd, o.text);
+  cmd.add_flag("--bucket-by-length", o.bucket_by_length,
+               "text data: cut each epoch's (seeded) order into windows of 50 batches and sort each by length, so a "
+               "batch holds texts of similar lengths and little padding (deterministic; docs/text.md)");
+  with_rule(cmd.add_option("--task", o.task, "what a text model learns: classify (a class per text, the default)"),
+            one_of({"classify"}))
+      ->capture_default_str();
   with_rule(cmd.add_option("--epochs", o.epochs, "passes over the training set"), whole<int64_t>(1))->capture_default_str();
   with_rule(cmd.add_option("--steps", o.steps, "total optimizer steps (overrides --epochs; with --resume, the total to reach)"),
             whole<int64_t>(0));
@@ -556,6 +579,7 @@ int main(int argc, char** argv) {
                        "as in training (default: --data's own images and statistics)");
   with_rule(eval_cmd->add_option("--workers", eval.workers, kWorkersHelp), whole<int>(1))->capture_default_str();
   eval_cmd->add_flag("--skip-bad-images", eval.skip_bad_images, kSkipBadImagesHelp);
+  add_text_flags(*eval_cmd, eval.text);
   eval_cmd->add_flag_callback("--no-normalize", [&eval] { eval.normalize = false; }, "as for train");
   with_rule(eval_cmd->add_option("--device", eval.device, "cpu, cuda, cuda:N, or auto"), device_rule())->capture_default_str();
   with_rule(eval_cmd->add_option("--batch", eval.batch, "evaluation batch size"), whole<int64_t>(1))->capture_default_str();
@@ -616,12 +640,31 @@ int main(int argc, char** argv) {
       ->required();
   vocab_cmd->add_option("--out", vocab.out, "the vocab.txt to write")->required();
 
+  dpcore::cli::ClassifyOptions classify;
+  CLI::App* classify_cmd = app.add_subcommand(
+      "classify", "the top classes of texts, with their probabilities, by weights train --save wrote on text data: "
+                  "dpcore classify --weights W \"some text\" (or lines on stdin; docs/text.md)");
+  classify_cmd->add_option("--weights", classify.weights, "weights of dpcore train --save (safetensors); their class "
+                                                          "names are read from beside them, W.class_to_idx.json")
+      ->required();
+  classify_cmd->add_option("--model", classify.model, "the model the weights are of, as --model of train")
+      ->capture_default_str();
+  add_text_flags(*classify_cmd, classify.text);
+  with_rule(classify_cmd->add_option("--top", classify.top, "classes printed per text"), whole<int64_t>(1))
+      ->capture_default_str();
+  with_rule(classify_cmd->add_option("--device", classify.device, "cpu, cuda or cuda:N"), device_rule())
+      ->capture_default_str();
+  classify_cmd->add_option("texts", classify.texts, "texts to classify (none: the lines of stdin)");
+
   CLI11_PARSE(app, argc, argv);
   try {
     if (*launch_cmd) {
       return dpcore::cli::launch(launch, argv[0], std::cerr);
     } else if (*vocab_cmd) {
       dpcore::cli::write_vocab(vocab, std::cout);
+    } else if (*classify_cmd) {
+      if (classify.device == "auto") classify.device = dpcore::runtime::best_device().str();
+      dpcore::cli::classify(classify, std::cin, std::cout);
     } else if (*train_cmd) {
       // DPCORE_INJECT adds to --inject: faults for a command line one cannot change (a
       // launcher's, a script's).

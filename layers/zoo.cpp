@@ -37,7 +37,7 @@ ModelDef bert_model(const BertConfig& config, bool masked_lm, const Shape& input
 
 }  // namespace
 
-ModelDef reference_model(const std::string& name, const Shape& input_shape, int64_t classes) {
+ModelDef reference_model(const std::string& name, const Shape& input_shape, int64_t classes, int64_t vocab_size) {
   const bool cifar_resnet_name = name == "resnet8" || name == "resnet20";
   const bool torchvision_name = name == "resnet18" || name == "resnet34" || name == "resnet50";
   if (cifar_resnet_name || torchvision_name) {
@@ -48,7 +48,11 @@ ModelDef reference_model(const std::string& name, const Shape& input_shape, int6
   }
   for (const char* size : {"bert-tiny", "bert-mini"}) {
     if (name == size || name == std::string(size) + "-mlm") {
-      return bert_model(BertConfig::preset(size), name != size, input_shape);
+      BertConfig config = BertConfig::preset(size);
+      config.num_labels = classes;
+      if (vocab_size > 0) config.vocab_size = vocab_size;
+      config.check();
+      return bert_model(config, name != size, input_shape);
     }
   }
   auto net = std::make_unique<Sequential>();
@@ -286,9 +290,9 @@ std::unique_ptr<Sequential> parse_layer_spec(const std::string& spec, const Shap
   return net;
 }
 
-ModelDef model_from_flag(const std::string& model, const Shape& input_shape, int64_t classes) {
+ModelDef model_from_flag(const std::string& model, const Shape& input_shape, int64_t classes, int64_t vocab_size) {
   if (model.find('(') == std::string::npos && model.find(' ') == std::string::npos) {
-    ModelDef def = reference_model(model, input_shape, classes);
+    ModelDef def = reference_model(model, input_shape, classes, vocab_size);
     DPCORE_CHECK(input_shape.empty() || def.input_shape == input_shape, "model ", model, " takes inputs ",
                  shape_str(def.input_shape), " but the data has samples of shape ", shape_str(input_shape));
     return def;

@@ -20,10 +20,12 @@ struct ModelDef {
 // data's (default {1, 28, 28}, Fashion-MNIST, for the CIFAR ResNets; {3, 224, 224} for
 // torchvision's), and `classes` outputs, the data's. Parameter names are PyTorch's
 // state_dict names (torchvision's for the ResNets).
-// "bert-tiny", "bert-mini" (BertForSequenceClassification, 2 labels) and "bert-tiny-mlm",
-// "bert-mini-mlm" (BertForMaskedLM) take token-id samples {T} or {3, T} (default {128};
-// layers/transformer/bert.h).
-ModelDef reference_model(const std::string& name, const Shape& input_shape = {}, int64_t classes = 10);
+// "bert-tiny", "bert-mini" (BertForSequenceClassification with `classes` labels, the
+// data's) and "bert-tiny-mlm", "bert-mini-mlm" (BertForMaskedLM) take token-id samples {T}
+// or {3, T} (default {128}; layers/transformer/bert.h), over a vocabulary of `vocab_size`
+// tokens (the data's; 0: BERT's 30522).
+ModelDef reference_model(const std::string& name, const Shape& input_shape = {}, int64_t classes = 10,
+                         int64_t vocab_size = 0);
 std::vector<std::string> reference_model_names();
 
 // A network from a layer spec such as "conv(16,3,p1) relu pool(2) flatten linear(10)",
@@ -54,8 +56,9 @@ std::unique_ptr<Sequential> parse_layer_spec(const std::string& spec, const Shap
 
 // A reference model's name, a BERT spec "bert(layers=...,hidden=...,heads=...,intermediate=...)"
 // (parse_bert_spec, layers/transformer/bert.h), or a layer spec (anything else containing
-// '('): the --model flag. `classes` goes to the ResNets (reference_model); a layer spec
-// says its own outputs.
-ModelDef model_from_flag(const std::string& model, const Shape& input_shape, int64_t classes = 10);
+// '('): the --model flag. `classes` and `vocab_size` go to the reference models
+// (reference_model); a layer spec and a BERT spec say their own.
+ModelDef model_from_flag(const std::string& model, const Shape& input_shape, int64_t classes = 10,
+                         int64_t vocab_size = 0);
 
 }  // namespace dpcore::layers

@@ -14,6 +14,7 @@
 
 #include "engine/backend.h"
 #include "engine/data/augment.h"
+#include "engine/data/loader.h"
 #include "engine/data/spec.h"
 #include "engine/runtime.h"
 #include "engine/seconds_since.h"
@@ -58,30 +59,37 @@ Device resolve_device(const std::string& flag) {
   }
 }
 
+// A text dataset's samples are token ids of up to max_len; the BERT presets take its
+// vocabulary size, and every classifier its classes.
 std::unique_ptr<Model> build_model(const std::string& flag, const data::Dataset& sample_of, Device device,
                                    uint64_t seed) {
-  layers::ModelDef def = layers::model_from_flag(flag, {sample_of.c, sample_of.h, sample_of.w}, sample_of.num_classes);
+  const Shape input = sample_of.tokens() ? Shape{sample_of.max_len} : Shape{sample_of.c, sample_of.h, sample_of.w};
+  layers::ModelDef def = layers::model_from_flag(flag, input, sample_of.num_classes, sample_of.vocab_size);
   auto model = std::make_unique<Model>(std::move(def.net), def.input_shape, device, DType::Float32, seed);
   DPCORE_CHECK(model->num_classes() == sample_of.num_classes, "--model ", flag, " has ", model->num_classes(),
                " outputs but the data has ", sample_of.num_classes, " classes");
   return model;
 }
 
-// Test loss and accuracy over a whole dataset, in evaluation mode.
+// Test loss, accuracy and the confusion table over a whole dataset, in evaluation mode,
+// `batch` samples at a time in the dataset's order (the loader pads token ids per batch).
 EpochMetrics evaluate_dataset(Model& model, const data::Dataset& test, int64_t batch) {
-  data::Batch all;  // the whole dataset as one host batch, cut into `batch` rows at a time
-  all.size = test.n, all.sample = {test.c, test.h, test.w};
-  all.images = test.images.data(), all.labels = test.labels.data();
+  data::LoaderOptions lo;
+  lo.batch_size = batch, lo.shuffle = false, lo.prefetch = 1;
+  data::DataLoader loader(test, lo);
   EvalResult total;
-  for (int64_t begin = 0; begin < test.n; begin += batch) {
-    auto [x, y] = batch_tensors(batch_rows(all, begin, std::min(begin + batch, test.n)), model.device());
+  for (data::Batch b; loader.next(b);) {
+    auto [x, y] = batch_tensors(b, model.device());
     EvalResult r = evaluate_batch(model, x, y);
     total.loss_sum += r.loss_sum, total.correct += r.correct, total.samples += r.samples;
     total.targets += r.targets;
+    if (total.confusion.empty()) total.confusion.assign(r.confusion.size(), 0);
+    for (size_t i = 0; i < r.confusion.size(); ++i) total.confusion[i] += r.confusion[i];
   }
   EpochMetrics m;  // over the counted targets: the samples, for one class per sample
   m.test_loss = total.targets ? total.loss_sum / double(total.targets) : 0;
   m.test_accuracy = total.targets ? double(total.correct) / double(total.targets) : 0;
+  m.confusion = std::move(total.confusion);
   return m;
 }
 
@@ -294,7 +302,7 @@ class TrainingRun {
 TrainingRun::TrainingRun(const TrainOptions& options, std::ostream& primary_out)
     : o_(checked(options)),
       device_(set_up_device(o_)),
-      data_(data::load_data(data::parse_data_specs(o_.data, o_.val_data, {o_.workers, o_.skip_bad_images}),
+      data_(data::load_data(data::parse_data_specs(o_.data, o_.val_data, {o_.workers, o_.skip_bad_images}, o_.text),
                             o_.normalize)),
       runner_(set_up_runner(o_, data_.train, device_)),
       primary_(runner_->is_primary()),
@@ -344,6 +352,7 @@ std::unique_ptr<data::DataLoader> TrainingRun::make_loader() const {
   data::LoaderOptions lo;
   lo.batch_size = o_.batch, lo.shuffle = o_.shuffle, lo.drop_last = o_.drop_last, lo.seed = o_.seed;
   lo.augment = data::parse_augment(o_.augment);
+  lo.bucket_by_length = o_.bucket_by_length;
   // Batches in memory the device can copy from asynchronously (pinned, on a GPU).
   Backend* host_memory = &backend_for(device_);
   lo.allocator = {[host_memory](size_t bytes) { return host_memory->alloc_host(bytes); },
@@ -358,6 +367,10 @@ void TrainingRun::print_header() const {
        << " steps per epoch";
   const data::Augment augment = data::parse_augment(o_.augment);
   if (!augment.none()) out_ << ", augment " << data::describe(augment);
+  if (data_.train.tokens()) {
+    out_ << ", task " << o_.task << ", max length " << data_.train.max_len
+         << (o_.bucket_by_length ? ", bucketed by length" : "");
+  }
   out_ << std::endl;
   print_image_folder();
 }
@@ -382,6 +395,10 @@ TrainResult TrainingRun::run() {
   }
   // A run that stops mid-epoch (--steps) still reports where it got to.
   if (totals_.samples > 0) end_epoch(epoch);
+  // Text classification ends with the test split's confusion table (of the last evaluation).
+  if (data_.test.tokens() && !result_.epochs.empty()) {
+    out_ << confusion_table(result_.epochs.back().confusion, data_.test.class_names);
+  }
   checkpoint();
   save_final_weights();
   result_.steps = progress_.step;
@@ -610,14 +627,41 @@ void TrainingRun::save_final_weights() {
 
 }  // namespace
 
+std::string confusion_table(const std::vector<int64_t>& confusion, const std::vector<std::string>& class_names) {
+  const size_t classes = size_t(std::llround(std::sqrt(double(confusion.size()))));
+  DPCORE_CHECK(classes * classes == confusion.size() && (class_names.empty() || class_names.size() == classes),
+               "confusion table: ", confusion.size(), " counts for ", class_names.size(), " classes");
+  std::vector<std::string> names = class_names;
+  for (size_t c = names.size(); c < classes; ++c) names.push_back(std::to_string(c));
+  size_t width = 6;  // "recall"
+  for (const std::string& n : names) width = std::max(width, n.size());
+  for (int64_t count : confusion) width = std::max(width, std::to_string(count).size());
+  std::ostringstream os;
+  os << "confusion (rows: true class, columns: predicted)\n" << std::setw(int(width)) << "";
+  for (const std::string& n : names) os << " " << std::setw(int(width)) << n;
+  os << " " << std::setw(int(width)) << "recall" << "\n";
+  for (size_t t = 0; t < classes; ++t) {
+    os << std::setw(int(width)) << names[t];
+    int64_t row = 0;
+    for (size_t p = 0; p < classes; ++p) row += confusion[t * classes + p];
+    for (size_t p = 0; p < classes; ++p) os << " " << std::setw(int(width)) << confusion[t * classes + p];
+    std::ostringstream recall;
+    recall << std::fixed << std::setprecision(1);
+    if (row > 0) recall << 100.0 * double(confusion[t * classes + t]) / double(row) << "%";
+    else recall << "-";
+    os << " " << std::setw(int(width)) << recall.str() << "\n";
+  }
+  return os.str();
+}
+
 TrainResult train(const TrainOptions& o, std::ostream& out) { return TrainingRun(o, out).run(); }
 
 EpochMetrics evaluate(const EvalOptions& o, std::ostream& out) {
   DPCORE_CHECK(!o.init.empty(), "eval: --init FILE.safetensors is required");
   if (o.threads > 0) runtime::set_cpu_threads(o.threads);
   Device device = resolve_device(o.device);
-  data::DataSplits data = data::load_data(data::parse_data_specs(o.data, o.val_data, {o.workers, o.skip_bad_images}),
-                                          o.normalize);
+  data::DataSplits data = data::load_data(
+      data::parse_data_specs(o.data, o.val_data, {o.workers, o.skip_bad_images}, o.text), o.normalize);
   auto model = build_model(o.model, data.test, device, 0);
   layers::load_weights(*model, o.init);
   EpochMetrics m = evaluate_dataset(*model, data.test, o.batch);

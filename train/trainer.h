@@ -35,7 +35,13 @@ struct EpochMetrics {
   double wall_seconds = 0;
   std::vector<double> replica_samples_per_s;
   std::vector<int64_t> shares;
+  // Over the test set: classes x classes counts, row the true class, column the prediction.
+  std::vector<int64_t> confusion;
 };
+
+// The confusion table: a row per true class, a column per predicted class, named by
+// `class_names` (or their indices when empty), with each class's recall.
+std::string confusion_table(const std::vector<int64_t>& confusion, const std::vector<std::string>& class_names);
 
 struct TrainResult {
   std::vector<EpochMetrics> epochs;
@@ -51,6 +57,7 @@ struct EvalOptions {
   std::string val_data;  // imagefolder:DIR evaluated, normalised with --data imagefolder:DIR's statistics
   int workers = 4;       // as TrainOptions' (train/train_options.h)
   bool skip_bad_images = false;
+  data::TextOptions text;  // as TrainOptions'
   bool normalize = true;
   int64_t batch = 1000;
   int threads = 0;

@@ -1,5 +1,6 @@
 // The data the trainer consumes, on plain types (no Tensor): N images of C x H x W float32
-// pixels and one int64 class label per image. The trainer wraps these buffers in tensors.
+// pixels, or N token-id sequences of different lengths (text, engine/data/text/token_dataset.h),
+// and one int64 class label per sample. The trainer wraps these buffers in tensors.
 #pragma once
 
 #include <cstdint>
@@ -25,16 +26,25 @@ struct Dataset {
   // class_to_idx; and the files --skip-bad-images left out. Empty for the other datasets.
   std::vector<std::string> class_names;
   std::vector<std::string> skipped;
+  // Token-id samples instead of images (then c = h = w = 0 and `images` is empty): sample i
+  // is token_ids[token_offsets[i], token_offsets[i + 1]), at most max_len ids, each in
+  // [0, vocab_size); the loader pads a batch to its longest sample with pad_id.
+  std::vector<int64_t> token_ids, token_offsets;
+  int64_t max_len = 0, vocab_size = 0, pad_id = 0;
 
+  bool tokens() const { return !token_offsets.empty(); }
+  int64_t length(int64_t i) const { return token_offsets[size_t(i) + 1] - token_offsets[size_t(i)]; }
+  const int64_t* ids(int64_t i) const { return token_ids.data() + token_offsets[size_t(i)]; }
   int64_t sample_size() const { return c * h * w; }
   const float* image(int64_t i) const { return images.data() + i * sample_size(); }
   float zero_of_channel(int64_t ch) const { return zero_value.empty() ? 0.0f : zero_value[size_t(ch)]; }
 };
 
-// Throws dpcore::Error unless the sizes agree with n, c, h, w and every label is a class.
+// Throws dpcore::Error unless the sizes agree with n, c, h, w (or the token offsets, lengths
+// and ids with n, max_len and vocab_size) and every label is a class.
 void check_dataset(const Dataset& data);
 
-// "60000 x 1 x 28 x 28, 10 classes"
+// "60000 x 1 x 28 x 28, 10 classes"; token ids: "4576 texts of 3 to 128 tokens, 10 classes"
 std::string describe(const Dataset& data);
 
 }  // namespace dpcore::data

@@ -42,13 +42,31 @@ std::vector<int64_t> sample_order(int64_t n, bool shuffle, uint64_t seed, int64_
   return order;
 }
 
+void bucket_by_length(std::vector<int64_t>& order, const Dataset& data, int64_t window) {
+  DPCORE_CHECK(data.tokens(), "--bucket-by-length: ", data.name, " has no token lengths (it is not text)");
+  DPCORE_CHECK(window >= 1, "--bucket-by-length: window of ", window, " samples");
+  for (size_t begin = 0; begin < order.size(); begin += size_t(window)) {
+    const auto end = order.begin() + std::min(order.size(), begin + size_t(window));
+    std::stable_sort(order.begin() + begin, end, [&](int64_t a, int64_t b) { return data.length(a) < data.length(b); });
+  }
+}
+
+// What one sample's input takes in a batch buffer: its pixels, or max_len token ids.
+static size_t sample_input_bytes(const Dataset& data) {
+  return data.tokens() ? size_t(data.max_len) * sizeof(int64_t) : size_t(data.sample_size()) * sizeof(float);
+}
+
 static int64_t count_batches(const Dataset& data, const LoaderOptions& o) {
   check_dataset(data);
   DPCORE_CHECK(o.batch_size > 0, "data loader for ", data.name, ": batch size must be positive, got ", o.batch_size);
   DPCORE_CHECK(o.prefetch >= 1, "data loader for ", data.name, ": prefetch must be at least 1, got ", o.prefetch);
   DPCORE_CHECK(o.allocator.allocate && o.allocator.deallocate, "data loader for ", data.name,
                ": the host allocator needs both allocate and deallocate");
-  check_augment(o.augment, data);
+  DPCORE_CHECK(!data.tokens() || o.augment.none(), "--augment ", describe(o.augment), ": ", data.name,
+               " is text (token ids); augmentation is for images");
+  DPCORE_CHECK(!o.bucket_by_length || data.tokens(), "--bucket-by-length: ", data.name,
+               " is not text (it has no token lengths)");
+  if (!data.tokens()) check_augment(o.augment, data);
   DPCORE_CHECK(!o.drop_last || o.batch_size <= data.n, "data loader for ", data.name, ": batch size ", o.batch_size,
                " is larger than the ", data.n, " samples and drop_last is on: no batch would ever be produced");
   return o.drop_last ? data.n / o.batch_size : (data.n + o.batch_size - 1) / o.batch_size;
@@ -59,8 +77,9 @@ DataLoader::DataLoader(const Dataset& data, LoaderOptions options, LoaderPositio
       options_(std::move(options)),
       batches_per_epoch_(count_batches(data, options_)),
       capacity_(std::min(options_.batch_size, data.n)),
-      images_bytes_(round_up(size_t(capacity_ * data.sample_size()) * sizeof(float))),
-      buffer_bytes_(images_bytes_ + size_t(capacity_) * sizeof(int64_t)),
+      images_bytes_(round_up(size_t(capacity_) * sample_input_bytes(data))),
+      // labels, then (token ids) the samples' lengths
+      buffer_bytes_(images_bytes_ + size_t(capacity_) * sizeof(int64_t) * (data.tokens() ? 2 : 1)),
       pad_value_(size_t(data.c)),
       queue_(size_t(options_.prefetch)),
       buffers_(size_t(options_.prefetch) + 1, nullptr),
@@ -181,6 +200,7 @@ void DataLoader::work(LoaderPosition pos) {
 Batch DataLoader::gather(int slot, LoaderPosition pos) {
   if (order_epoch_ != pos.epoch) {
     fill_sample_order(order_, options_.shuffle, options_.seed, pos.epoch);
+    if (options_.bucket_by_length) bucket_by_length(order_, data_, options_.batch_size * kBucketBatches);
     order_epoch_ = pos.epoch;
   }
   if (!buffers_[slot]) {
@@ -195,6 +215,19 @@ Batch DataLoader::gather(int slot, LoaderPosition pos) {
   auto* labels = reinterpret_cast<int64_t*>(base + images_bytes_);
   const int64_t first = pos.batch * options_.batch_size;
   const int64_t size = std::min(options_.batch_size, data_.n - first);
+  Batch b;
+  b.size = size;
+  b.labels = labels;
+  b.epoch = pos.epoch;
+  b.index = pos.batch;
+  for (int64_t i = 0; i < size; ++i) labels[i] = data_.labels[size_t(order_[size_t(first + i)])];
+  if (data_.tokens()) {
+    auto* lengths = labels + capacity_;
+    for (int64_t i = 0; i < size; ++i) lengths[i] = data_.length(order_[size_t(first + i)]);
+    b.lengths = lengths;
+    gather_tokens(first, size, reinterpret_cast<int64_t*>(base), b);
+    return b;
+  }
   const int64_t sample = data_.sample_size();
   const Augment& augment = options_.augment;
   for (int64_t i = 0; i < size; ++i) {
@@ -206,16 +239,23 @@ Batch DataLoader::gather(int slot, LoaderPosition pos) {
       augment_sample(data_.image(s), images + i * sample, data_.c, data_.h, data_.w, augment.crop_pad, draw,
                      pad_value_.data());
     }
-    labels[i] = data_.labels[size_t(s)];
   }
-  Batch b;
-  b.size = size;
   b.sample = {data_.c, data_.h, data_.w};
   b.images = images;
-  b.labels = labels;
-  b.epoch = pos.epoch;
-  b.index = pos.batch;
   return b;
+}
+
+void DataLoader::gather_tokens(int64_t first, int64_t size, int64_t* ids, Batch& b) const {
+  int64_t longest = 0;
+  for (int64_t i = 0; i < size; ++i) longest = std::max(longest, data_.length(order_[size_t(first + i)]));
+  for (int64_t i = 0; i < size; ++i) {
+    const int64_t s = order_[size_t(first + i)];
+    int64_t* row = ids + i * longest;
+    std::copy(data_.ids(s), data_.ids(s) + data_.length(s), row);
+    std::fill(row + data_.length(s), row + longest, data_.pad_id);
+  }
+  b.sample = {longest};
+  b.ids = ids;
 }
 
 }  // namespace dpcore::data

@@ -12,6 +12,14 @@
 // the epoch) and moves on to (epoch + 1, 0). Saving position() in a checkpoint and passing it
 // to seek() (or the constructor) reproduces the remaining batches exactly.
 //
+// Token ids (Dataset::tokens()). A batch's samples are padded with the dataset's pad id to
+// the longest of them, so Batch::sample is {T} with T that batch's longest length (at most
+// max_len), and changes from batch to batch. With LoaderOptions::bucket_by_length, the
+// epoch's order (shuffled or not, as above) is cut into windows of kBucketBatches batches and
+// each window is sorted by length (stable: equal lengths keep their order), so that a batch
+// holds texts of similar lengths and little padding; the order still depends only on the data's
+// lengths and (n, shuffle, seed, e).
+//
 // Augmentation. With LoaderOptions::augment other than none, the worker writes each sample
 // into its batch buffer through augment_sample() with the draws of draw_augment(augment,
 // seed, epoch, position), position being the sample's index in the epoch's order
@@ -54,6 +62,7 @@ struct LoaderOptions {
   uint64_t seed = 0;
   int prefetch = 2;  // batches prepared ahead of the consumer
   Augment augment;   // applied to every sample as it is gathered; default none
+  bool bucket_by_length = false;  // token ids: batches of similar lengths (see the top of this file)
   HostAllocator allocator = aligned_host_allocator();
 };
 
@@ -76,6 +85,7 @@ struct Batch {
   const float* images = nullptr;    // float inputs, size x sample
   const int64_t* ids = nullptr;     // or int64 token ids, size x sample
   const int64_t* labels = nullptr;  // size x labels_per_sample
+  const int64_t* lengths = nullptr; // token ids: each sample's tokens before its padding (else null)
   int64_t labels_per_sample = 1;
   int64_t epoch = 0, index = 0;     // which batch of which epoch this is
 
@@ -85,6 +95,11 @@ struct Batch {
 
 // The order in which epoch `epoch` visits samples 0..n-1 (see the top of this file).
 std::vector<int64_t> sample_order(int64_t n, bool shuffle, uint64_t seed, int64_t epoch);
+
+// --bucket-by-length: batches per window sorted by length.
+inline constexpr int64_t kBucketBatches = 50;
+// Sorts each window of `window` consecutive entries of `order` by the samples' lengths, stably.
+void bucket_by_length(std::vector<int64_t>& order, const Dataset& data, int64_t window);
 
 // One consumer thread calls next(), seek() and position(). The dataset must outlive the
 // loader and stay unchanged while it exists.
@@ -116,12 +131,13 @@ class DataLoader {
   void stop_worker();
   void work(LoaderPosition pos);
   Batch gather(int slot, LoaderPosition pos);
+  void gather_tokens(int64_t first, int64_t size, int64_t* ids, Batch& b) const;
 
   const Dataset& data_;
   const LoaderOptions options_;
   const int64_t batches_per_epoch_;
   const int64_t capacity_;                    // samples a buffer holds: min(batch size, n)
-  const size_t images_bytes_, buffer_bytes_;  // labels start at images_bytes_ in a buffer
+  const size_t images_bytes_, buffer_bytes_;  // labels start at images_bytes_ in a buffer (ids for tokens)
   std::vector<float> pad_value_;              // per channel, what crop:PAD pads with
 
   // Shared between the threads, guarded by mutex_.

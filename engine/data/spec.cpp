@@ -6,13 +6,18 @@
 #include "engine/data/cifar10.h"
 #include "engine/data/flag_text.h"
 #include "engine/data/fashion_mnist.h"
+#include "engine/data/text/text_spec.h"
+#include "engine/data/text/token_dataset.h"
 #include "engine/random.h"
 #include "kernels/error.h"
 
 namespace dpcore::data {
 
+const char* const kDefaultVocab = DPCORE_DEFAULT_VOCAB;
+
 static const char* const kForms =
-    "expected fashion-mnist, fashion-mnist:DIR, cifar10:DIR, synthetic:C,H,W,CLASSES,N or imagefolder:DIR";
+    "expected fashion-mnist, fashion-mnist:DIR, cifar10:DIR, synthetic:C,H,W,CLASSES,N, imagefolder:DIR, "
+    "fortunes-lang, fortunes-topic, text:FILE.tsv or text:DIR";
 
 static int64_t parse_positive(const std::string& field, const char* what, const std::string& value) {
   std::optional<int64_t> v = positive_integer(field);
@@ -54,6 +59,8 @@ DataSpec parse_data_spec(const std::string& value) {
     DPCORE_CHECK(!arg.empty(), "--data \"", value, "\": imagefolder needs a directory, imagefolder:DIR");
     spec.kind = DataSpec::Kind::image_folder;
     spec.dir = arg;
+  } else if (text::is_text_data(value)) {
+    spec.kind = DataSpec::Kind::text;
   } else if (kind == "synthetic") {
     DPCORE_CHECK(has_arg, "--data \"", value, "\": synthetic needs its sizes, synthetic:C,H,W,CLASSES,N");
     spec = parse_synthetic(arg, value);
@@ -64,9 +71,11 @@ DataSpec parse_data_spec(const std::string& value) {
   return spec;
 }
 
-DataSpec parse_data_specs(const std::string& data, const std::string& val_data, const ImageFolderOptions& images) {
+DataSpec parse_data_specs(const std::string& data, const std::string& val_data, const ImageFolderOptions& images,
+                          const TextOptions& text) {
   DataSpec spec = parse_data_spec(data);
   spec.images = images;
+  spec.text_options = text;
   if (val_data.empty()) return spec;
   const std::string prefix = "imagefolder:";
   DPCORE_CHECK(val_data.compare(0, prefix.size(), prefix) == 0 && val_data.size() > prefix.size(), "--val-data \"",
@@ -87,6 +96,12 @@ Dataset load_split(const DataSpec& spec, Split split) {
       const std::string& dir = split == Split::test && !spec.val_dir.empty() ? spec.val_dir : spec.dir;
       return load_image_folder(dir, spec.images, "imagefolder " + dir);
     }
+    case DataSpec::Kind::text: {
+      const TextOptions& t = spec.text_options;
+      DPCORE_CHECK(t.max_len >= 2, "--max-len ", t.max_len, ": must be at least 2 ([CLS] and [SEP])");
+      const text::WordPieceTokenizer tokenizer(text::Vocab::read(t.vocab.empty() ? kDefaultVocab : t.vocab));
+      return text::tokenize_dataset(text::load_text_split(spec.text, split), tokenizer, t.max_len, t.truncate);
+    }
     case DataSpec::Kind::synthetic: {
       // Both splits share the class patterns (stream 0) and draw their samples from
       // different streams, so the test set measures generalisation, not memory.
@@ -97,6 +112,18 @@ Dataset load_split(const DataSpec& spec, Split split) {
     }
   }
   fail("--data \"", spec.text, "\": invalid dataset kind ", int(spec.kind));
+}
+
+// Every class the test split holds must have training samples: a model never shown a class
+// cannot be measured on it.
+static void check_test_classes_trained(const Dataset& train, const Dataset& test, const std::string& flag) {
+  std::vector<char> trained(size_t(train.num_classes), 0);
+  for (int64_t label : train.labels) trained[size_t(label)] = 1;
+  for (int64_t i = 0; i < test.n; ++i) {
+    const int64_t label = test.labels[size_t(i)];
+    DPCORE_CHECK(trained[size_t(label)], "--data \"", flag, "\": the test split's text ", i, " has label \"",
+                 test.class_names[size_t(label)], "\", which no text of the train split has");
+  }
 }
 
 DataSplits load_data(const DataSpec& spec, bool normalize_pixels) {
@@ -113,6 +140,10 @@ DataSplits load_data(const DataSpec& spec, bool normalize_pixels) {
   DPCORE_CHECK(s.train.class_names == s.test.class_names, "--val-data imagefolder:", spec.val_dir,
                ": its class folders differ from those of --data \"", spec.text,
                "\" (the same class names are needed, so that an index means one class in both)");
+  if (spec.kind == DataSpec::Kind::text) {
+    check_test_classes_trained(s.train, s.test, spec.text);
+    return s;  // token ids: nothing to normalise
+  }
   if (normalize_pixels) {
     s.stats = channel_stats(s.train);
     normalize(s.train, s.stats);

@@ -102,7 +102,8 @@ TEST(DataSpec, ParsesEveryForm) {
 TEST(DataSpec, BadValuesNameTheFlagValueAndTheProblem) {
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"mnist", "unknown dataset \"mnist\"; expected fashion-mnist, fashion-mnist:DIR, cifar10:DIR, "
-                "synthetic:C,H,W,CLASSES,N or imagefolder:DIR"},
+                "synthetic:C,H,W,CLASSES,N, imagefolder:DIR, fortunes-lang, fortunes-topic, text:FILE.tsv or "
+                "text:DIR"},
       {"imagefolder", "imagefolder needs a directory"},
       {"imagefolder:", "imagefolder needs a directory"},
       {"", "unknown dataset \"\""},

@@ -39,7 +39,7 @@ std::vector<std::string> names(const Model& m) {
 }
 
 TEST(Bert, BertTinyHasHuggingFacesNamesShapesAndDecayFlags) {
-  ModelDef def = reference_model("bert-tiny");
+  ModelDef def = reference_model("bert-tiny", {}, 2);
   EXPECT_EQ(def.input_shape, (Shape{128}));
   Model m = build(std::move(def.net), def.input_shape, DType::Float32);
   std::vector<std::string> want = {"bert.embeddings.word_embeddings.weight", "bert.embeddings.position_embeddings.weight",
@@ -309,6 +309,20 @@ TEST(Bert, TheSpecAndTheZooNames) {
   }
   EXPECT_EQ(BertConfig::preset("bert-mini").hidden_size, 256);
   EXPECT_EQ(BertConfig::preset("bert-mini").intermediate_size, 1024);
+}
+
+// As the ResNets take the data's classes, the BERT presets take the data's classes (their
+// classifier's outputs) and its vocabulary's size (the word embeddings' rows).
+TEST(Bert, ThePresetsTakeTheDataClassesAndVocabularySize) {
+  ModelDef def = model_from_flag("bert-tiny", {16}, 5, 3000);
+  Model m = build(std::move(def.net), def.input_shape);
+  EXPECT_EQ(m.output_shape(), (Shape{5}));
+  EXPECT_EQ(m.parameters().entry("classifier.weight").shape, (Shape{5, 128}));
+  EXPECT_EQ(m.parameters().entry("bert.embeddings.word_embeddings.weight").shape, (Shape{3000, 128}));
+  ModelDef mini = model_from_flag("bert-mini", {16}, 12);
+  Model mm = build(std::move(mini.net), mini.input_shape);
+  EXPECT_EQ(mm.parameters().entry("bert.embeddings.word_embeddings.weight").shape, (Shape{30522, 256}));
+  EXPECT_EQ(mm.output_shape(), (Shape{12}));
 }
 
 TEST(Bert, BadSpecsNameTheKeyAndTheValue) {

@@ -18,4 +18,8 @@ std::string class_to_idx_path(const std::string& weights_path);
 // Writes class_to_idx_json(names) to `path` atomically (engine/io/atomic_file.h).
 void save_class_to_idx(const std::vector<std::string>& names, const std::string& path);
 
+// The class names in index order from a file save_class_to_idx wrote; dpcore::Error naming
+// the file when it is missing, not JSON, or not an object of indices 0..N-1, each once.
+std::vector<std::string> load_class_to_idx(const std::string& path);
+
 }  // namespace dpcore::train

@@ -15,6 +15,7 @@ int64_t bytes_of(const Tensor& t) { return t.defined() ? int64_t(t.nbytes()) : 0
 Explanation common(const Model& model, const Optimizer& optimizer, const data::Batch& batch, const StepStats& stats) {
   Explanation e;
   e.batch = batch.size;
+  e.token_ids = batch.token_ids();
   e.image_bytes = batch.sample_numel() * int64_t(batch.token_ids() ? sizeof(int64_t) : sizeof(float));
   e.label_bytes = batch.labels_per_sample * int64_t(sizeof(int64_t));
   e.classes = model.num_classes();
@@ -37,7 +38,7 @@ Explanation common(const Model& model, const Optimizer& optimizer, const data::B
 }
 
 // What both data-parallel runners add: who the replicas are and how the batch was shared.
-void replicated(Explanation& e, const ReplicatedRunner& runner) {
+void replicated(Explanation& e, const ReplicatedRunner& runner, const data::Batch& batch) {
   const Replica& first = runner.replica(0);
   e.backend = first.comm->backend();
   e.replicas = first.comm->size();
@@ -46,10 +47,18 @@ void replicated(Explanation& e, const ReplicatedRunner& runner) {
     e.ranks.push_back(runner.replica(r).rank());
   }
   e.shares = runner.last_shares();
+  int64_t row = 0;
   for (const std::vector<int64_t>& pieces : e.shares) {
     int64_t micro = 0;
-    for (int64_t p : pieces) micro += p;
+    std::vector<int64_t> tokens;
+    for (int64_t p : pieces) {
+      int64_t t = 0;
+      for (int64_t i = row; batch.lengths && i < row + p; ++i) t += batch.lengths[i];
+      tokens.push_back(t);
+      micro += p, row += p;
+    }
     e.micro.push_back(micro);
+    if (batch.lengths) e.tokens.push_back(std::move(tokens));
   }
   const Splitter& splitter = runner.splitter();
   e.split = splitter.even() ? "even" : splitter.adaptive() ? "adaptive" : "weights";
@@ -90,7 +99,7 @@ Explanation explain_step(StepRunner& runner, const data::Batch& batch, const Ste
   if (const auto* ddp = dynamic_cast<const DistributedRunner*>(&runner)) {
     const Replica& first = ddp->replica(0);
     e.kind = Explanation::Kind::Distributed;
-    replicated(e, *ddp);
+    replicated(e, *ddp, batch);
     const BucketReducer& reducer = ddp->reducer(0);
     const auto& entries = first.model->parameters().entries();
     for (const Bucket& b : reducer.buckets()) {
@@ -108,7 +117,7 @@ Explanation explain_step(StepRunner& runner, const data::Batch& batch, const Ste
   }
   if (const auto* dp = dynamic_cast<const DataParallelRunner*>(&runner)) {
     e.kind = Explanation::Kind::DataParallel;
-    replicated(e, *dp);
+    replicated(e, *dp, batch);
     ring_of(e, 0, e.param_elements);
     return e;
   }

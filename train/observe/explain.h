@@ -51,6 +51,8 @@ struct Explanation {
   int64_t classes = 0;
   std::vector<int64_t> micro;                // micro-batch sizes
   std::vector<std::vector<int64_t>> shares;  // [micro-batch][rank]; one device: empty
+  std::vector<std::vector<int64_t>> tokens;  // text batches: the tokens of each share, as `shares`; else empty
+  bool token_ids = false;                    // the batch is token ids (padded to the longest text)
   std::string split;                         // even | weights | adaptive
   std::vector<double> weights;               // what the shares are proportional to (not even)
 

@@ -39,6 +39,11 @@ std::string joined(const std::vector<std::string>& items, const std::string& sep
 void explain_split(std::ostream& os, const Explanation& e) {
   const int64_t n = e.micro.front();
   const int R = e.replicas;
+  if (e.split == "even" && !e.tokens.empty()) {
+    os << "   --split even, by tokens (a text batch): contiguous runs of the batch chosen so that the replica with "
+          "the most tokens (the texts' lengths before padding) has as few as possible\n";
+    return;
+  }
   if (e.split == "even") {
     os << "   --split even (torch.chunk): every replica gets ceil(" << n << "/" << R << ") = " << (n + R - 1) / R
        << " samples until the batch runs out\n";
@@ -68,6 +73,7 @@ void explain_shares(std::ostream& os, const Explanation& e) {
     int64_t row = begin;
     for (size_t r = 0; r < e.shares[m].size(); ++r) {
       os << (r ? "," : "") << " replica " << r << " rows " << range(row, row + e.shares[m][r]);
+      if (!e.tokens.empty()) os << " (" << e.tokens[m][r] << " tokens)";
       row += e.shares[m][r];
     }
     os << "\n";
@@ -175,7 +181,8 @@ void explain_header(std::ostream& os, const Explanation& e, const char* mode) {
                ? "process runs the same moves on its own share and prints nothing)\n"
                : std::to_string(others) + " processes run the same moves on their own shares and print nothing)\n");
   }
-  os << "   the batch: N = " << e.batch << " samples of " << bytes(e.image_bytes) << " (float32 pixels) + "
+  os << "   the batch: N = " << e.batch << " samples of " << bytes(e.image_bytes)
+     << (e.token_ids ? " (int64 token ids, padded to the batch's longest text) + " : " (float32 pixels) + ")
      << bytes(e.label_bytes) << " (int64 label), cut into "
      << plural(int64_t(e.micro.size()), "micro-batch", "micro-batches") << ", each shared among the replicas:\n";
   explain_split(os, e);

@@ -288,7 +288,7 @@ StepStats DataParallelRunner::attempt_step(const data::Batch& batch) {
   last_shares_.clear();
   for (int64_t micro : even_split(n, std::min<int64_t>(accum_, n))) {
     // scatter
-    std::vector<int64_t> shares = splitter_.shares(micro);
+    std::vector<int64_t> shares = splitter_.shares(batch, begin, micro);
     last_shares_.push_back(shares);
     for (Replica& r : replicas_) prepare_batch_norm(r, shares);
     std::vector<Shard> shards = scatter(batch, begin, shares, devices_);

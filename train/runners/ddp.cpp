@@ -182,8 +182,10 @@ StepStats DistributedRunner::attempt_step(const data::Batch& batch) {
   const std::vector<int64_t> micro = even_split(n, std::min<int64_t>(accum_, n));
   std::vector<std::vector<int64_t>> pieces;  // [micro-batch][rank]
   std::vector<int64_t> shares(size_t(world_size_), 0);
+  int64_t micro_begin = 0;
   for (int64_t size : micro) {
-    pieces.push_back(splitter_.shares(size));
+    pieces.push_back(splitter_.shares(batch, micro_begin, size));
+    micro_begin += size;
     for (int g = 0; g < world_size_; ++g) shares[size_t(g)] += pieces.back()[size_t(g)];
   }
   last_shares_ = pieces;

@@ -156,6 +156,7 @@ data::Batch batch_rows(const data::Batch& batch, int64_t begin, int64_t end) {
   if (batch.images) rows.images = batch.images + begin * sample;
   if (batch.ids) rows.ids = batch.ids + begin * sample;
   rows.labels = batch.labels + begin * batch.labels_per_sample;
+  if (batch.lengths) rows.lengths = batch.lengths + begin;
   return rows;
 }
 

@@ -38,6 +38,41 @@ std::vector<int64_t> weighted_sizes(int64_t n, const std::vector<double>& weight
   return sizes;
 }
 
+// Greedy from the first sample: runs of at most `cap` tokens, each leaving a sample for
+// every replica after it while there are enough. The sizes, or nothing when `parts` runs
+// cannot hold the samples.
+static std::vector<int64_t> runs_within(const int64_t* lengths, int64_t n, int parts, int64_t cap) {
+  std::vector<int64_t> sizes(size_t(parts), 0);
+  int64_t row = 0;
+  for (int p = 0; p < parts && row < n; ++p) {
+    const int64_t later_parts = parts - 1 - p;
+    int64_t tokens = 0;
+    while (row < n && tokens + lengths[row] <= cap && (sizes[size_t(p)] == 0 || n - row > later_parts)) {
+      tokens += lengths[row++];
+      ++sizes[size_t(p)];
+    }
+    if (sizes[size_t(p)] == 0) return {};  // a sample longer than cap
+  }
+  if (row < n) return {};
+  return sizes;
+}
+
+std::vector<int64_t> token_balanced_sizes(const int64_t* lengths, int64_t n, int parts) {
+  DPCORE_CHECK(parts >= 1, "split: ", parts, " replicas");
+  int64_t lo = 0, hi = 0;  // the smallest feasible cap lies in [longest sample, all tokens]
+  for (int64_t i = 0; i < n; ++i) {
+    DPCORE_CHECK(lengths[i] >= 0, "split: sample ", i, " has ", lengths[i], " tokens");
+    lo = std::max(lo, lengths[i]), hi += lengths[i];
+  }
+  if (n == 0) return std::vector<int64_t>(size_t(parts), 0);
+  while (lo < hi) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    if (runs_within(lengths, n, parts, mid).empty()) lo = mid + 1;
+    else hi = mid;
+  }
+  return runs_within(lengths, n, parts, lo);
+}
+
 Splitter::Splitter(const std::string& flag, int replicas) : replicas_(replicas) {
   DPCORE_CHECK(replicas >= 1, "--replicas ", replicas, " must be at least 1");
   if (flag == "even") {
@@ -85,6 +120,13 @@ Splitter Splitter::without(const std::vector<int>& dropped) const {
 
 std::vector<int64_t> Splitter::shares(int64_t n) const {
   return even_ ? chunk_sizes(n, replicas_) : weighted_sizes(n, weights_);
+}
+
+std::vector<int64_t> Splitter::shares(const data::Batch& batch, int64_t begin, int64_t n) const {
+  if (!even_ || !batch.lengths) return shares(n);
+  DPCORE_CHECK(0 <= begin && begin + n <= batch.size, "split: rows [", begin, ", ", begin + n, ") of a batch of ",
+               batch.size);
+  return token_balanced_sizes(batch.lengths + begin, n, replicas_);
 }
 
 void Splitter::observe(const std::vector<double>& seconds, const std::vector<int64_t>& shares) {

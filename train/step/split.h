@@ -9,11 +9,20 @@
 //             re-weights each replica by its measured speed (samples per second,
 //             exponentially smoothed), so a slow replica gets less work. The global batch
 //             and the exact mean gradient are unchanged: only who computes what moves.
+//
+// Text batches (token ids with their lengths, data::Batch::lengths) under `even` are split
+// by tokens instead of samples: contiguous runs of the batch, chosen so that the replica
+// with the most tokens has as few as possible (token_balanced_sizes), so that replicas get
+// nearly equal work when the texts' lengths differ. The gradient stays exact: the loss of
+// a classification is a mean over sequences, and every runner scales by the global batch's
+// counted targets (train/step/step.h), whoever computes which rows.
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <vector>
+
+#include "engine/data/loader.h"
 
 namespace dpcore::train {
 
@@ -21,6 +30,11 @@ namespace dpcore::train {
 std::vector<int64_t> chunk_sizes(int64_t n, int parts);
 // Shares of n proportional to `weights` (all > 0), summing to n.
 std::vector<int64_t> weighted_sizes(int64_t n, const std::vector<double>& weights);
+// Contiguous runs of the samples of `lengths` tokens over `parts` replicas that minimise
+// the largest run's tokens; every replica gets a sample while there are enough (at most
+// one empty run per missing sample, at the end). Of the splits reaching that minimum, the
+// one whose earlier runs are longest (greedy from the first sample): deterministic.
+std::vector<int64_t> token_balanced_sizes(const int64_t* lengths, int64_t n, int parts);
 
 class Splitter {
  public:
@@ -28,6 +42,9 @@ class Splitter {
   Splitter(const std::string& flag, int replicas);
 
   std::vector<int64_t> shares(int64_t n) const;
+  // The shares of rows [begin, begin + n) of `batch`: by tokens for a text batch under
+  // even (token_balanced_sizes), else shares(n).
+  std::vector<int64_t> shares(const data::Batch& batch, int64_t begin, int64_t n) const;
   // Feeds the seconds each replica spent computing its share of one step (every replica
   // must see the same numbers, so that all compute the same shares). No-op unless adaptive.
   void observe(const std::vector<double>& seconds, const std::vector<int64_t>& shares);

@@ -42,7 +42,7 @@ LocalSgdRunner::LocalSgdRunner(std::unique_ptr<layers::Model> model, const Optim
 
 StepStats LocalSgdRunner::step(const data::Batch& batch) {
   restore_kept();
-  const std::vector<int64_t> shares = splitter_.shares(batch.size);  // the same on every rank
+  const std::vector<int64_t> shares = splitter_.shares(batch, 0, batch.size);  // the same on every rank
   // Each share's counted targets (its samples, for one class per sample), known to every
   // rank: each holds the whole batch.
   std::vector<int64_t> counted(shares.size());

@@ -73,8 +73,10 @@ std::vector<std::string> folder_files(const fs::path& dir, bool recursive, const
 }
 
 void append_file(std::vector<LabelledText>& out, const std::string& label, const std::string& path) {
-  for (std::string& entry : fortune_entries(read_utf8_file(fortune_file_to_read(path))))
-    out.push_back({label, std::move(entry)});
+  const std::string file = fortune_file_to_read(path);
+  int64_t number = 0;
+  for (std::string& entry : fortune_entries(read_utf8_file(file)))
+    out.push_back({label, std::move(entry), file + " entry " + std::to_string(++number)});
 }
 
 }  // namespace

@@ -61,6 +61,7 @@ TextDataset make_text_dataset(const std::string& name, const std::vector<Labelle
   for (const auto& entry : order) {
     const LabelledText& item = *std::get<2>(entry);
     data.texts.push_back(item.text);
+    data.sources.push_back(item.source);
     const auto cls = std::lower_bound(data.class_names.begin(), data.class_names.end(), item.label);
     data.labels.push_back(int64_t(cls - data.class_names.begin()));
   }

@@ -17,10 +17,12 @@ struct TextDataset {
   std::vector<std::string> texts;        // UTF-8
   std::vector<int64_t> labels;           // one per text, in [0, class_names.size())
   std::vector<std::string> class_names;  // sorted
+  std::vector<std::string> sources;      // one per text, where it was read: "FILE line N", "FILE entry K", "FILE"
 };
 
 struct LabelledText {
   std::string label, text;
+  std::string source;  // where the reader found it, for messages about the text
 };
 
 // What two texts must agree in to be duplicates: the text with every run of spaces, tabs,

@@ -27,7 +27,7 @@ std::vector<LabelledText> read_text_tsv(const std::string& path) {
     if (line.empty()) continue;
     const size_t tab = line.find('\t');
     DPCORE_CHECK(tab != std::string::npos, path, " line ", line_no, ": no tab (expected label<TAB>text)");
-    LabelledText item{line.substr(0, tab), line.substr(tab + 1)};
+    LabelledText item{line.substr(0, tab), line.substr(tab + 1), path + " line " + std::to_string(line_no)};
     DPCORE_CHECK(!item.label.empty(), path, " line ", line_no, ": empty label before the tab");
     DPCORE_CHECK(!only_layout_space(item.text), path, " line ", line_no, ": empty text after the tab");
     out.push_back(std::move(item));
@@ -52,7 +52,7 @@ std::vector<LabelledText> read_text_dir(const std::string& dir) {
     for (const std::string& file : files) {
       std::string text = read_utf8_file(file);
       DPCORE_CHECK(!only_layout_space(text), file, ": empty text");
-      out.push_back({cls.filename().string(), std::move(text)});
+      out.push_back({cls.filename().string(), std::move(text), file});
     }
   }
   return out;

@@ -1,0 +1,156 @@
+// `dpcore train` on text (docs/text.md, "Training"): --data text:FILE.tsv tokenized with the
+// committed vocabulary, bert-tiny with the data's classes, batches padded per batch, and
+// the confusion table at the end; a text longer than --max-len is refused naming its line.
+// Then `dpcore classify` with the saved weights and class names.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "cli_run.h"
+#include "same_maths.h"
+#include "support/test_support.h"
+
+namespace dpcore::testing {
+namespace {
+
+const std::string kTexts = source_dir() + "/tests/fixtures/text/tiny_topics.tsv";
+const std::string kTextJob = "train --model bert-tiny --data text:" + kTexts +
+                             " --optimizer adamw --lr 1e-3 --batch 16 --threads 1 --progress 0 --device cpu";
+
+TEST(TextTraining, BertTinyLearnsTheTsvClassesAndEndsWithTheConfusionTable) {
+  TempDir dir;
+  const CommandResult r = run(kTextJob + " --steps 3 --bucket-by-length --save " + dir.file("w.safetensors"));
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("texts of "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("3 classes"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find(", task classify, max length 128, bucketed by length"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("class_to_idx: {\"computers\":0,\"cooking\":1,\"sailing\":2}"), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("test accuracy"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("confusion (rows: true class, columns: predicted)"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("recall"), std::string::npos) << r.output;
+  EXPECT_EQ(slurp(dir.file("w.class_to_idx.json")), "{\"computers\":0,\"cooking\":1,\"sailing\":2}\n");
+}
+
+TEST(TextTraining, ATextLongerThanMaxLenIsRefusedNamingItsLineUnlessTruncated) {
+  const CommandResult r = run(kTextJob + " --steps 1 --max-len 10");
+  EXPECT_EQ(r.status, 1) << r.output;
+  EXPECT_NE(r.output.find(kTexts + " line "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("is longer than the maximum length 10"), std::string::npos) << r.output;
+  const CommandResult t = run(kTextJob + " --steps 1 --max-len 10 --truncate");
+  EXPECT_EQ(t.status, 0) << t.output;
+  EXPECT_NE(t.output.find("texts of "), std::string::npos) << t.output;
+}
+
+TEST(TextTraining, TextFlagsOnImagesAndBadTextDataAreRefusedInWords) {
+  const CommandResult images = run(job() + " --steps 1 --bucket-by-length");
+  EXPECT_EQ(images.status, 1) << images.output;
+  EXPECT_NE(images.output.find("--bucket-by-length"), std::string::npos) << images.output;
+  const CommandResult missing = run(kTextJob + " --steps 1 --vocab /nonexistent/vocab.txt");
+  EXPECT_EQ(missing.status, 1) << missing.output;
+  EXPECT_NE(missing.output.find("/nonexistent/vocab.txt"), std::string::npos) << missing.output;
+  TempDir dir;
+  const CommandResult no_tab = run("train --model bert-tiny --data text:" + dir.file("none.tsv") + " --steps 1");
+  EXPECT_EQ(no_tab.status, 1) << no_tab.output;
+  EXPECT_NE(no_tab.output.find("none.tsv not found"), std::string::npos) << no_tab.output;
+  std::ofstream(dir.file("bad.tsv")) << "a\tfine\nno tab here\n";
+  const CommandResult bad_line = run("train --model bert-tiny --data text:" + dir.file("bad.tsv") + " --steps 1");
+  EXPECT_EQ(bad_line.status, 1) << bad_line.output;
+  EXPECT_NE(bad_line.output.find(dir.file("bad.tsv") + " line 2: no tab"), std::string::npos) << bad_line.output;
+  const CommandResult task = run(kTextJob + " --steps 1 --task mlm");
+  EXPECT_NE(task.status, 0) << task.output;
+  EXPECT_NE(task.output.find("--task mlm: must be one of classify"), std::string::npos) << task.output;
+}
+
+// The token-balanced scatter keeps the step exact: 2 replicas (dp) and 3 (ddp) train the
+// parameters one replica does, within float32's reordered sums (same_maths.h), dropout
+// included (its draws follow the sample, not the replica).
+TEST(TextTraining, TwoAndThreeReplicasSplitByTokensTrainWhatOneReplicaDoes) {
+  TempDir dir;
+  // SGD: a step linear in the gradient, so reordered sums stay rounding-sized (Adam's
+  // g / sqrt(v) would magnify them where a gradient is rounding noise, as the key biases'
+  // are: softmax ignores a bias added to every key).
+  const std::string job = "train --model bert-tiny --data text:" + kTexts +
+                          " --optimizer sgd --lr 0.05 --batch 16 --threads 1 --progress 0 --device cpu";
+  const std::string steps = " --steps 3 --seed 5 --save ";
+  const CommandResult one = run(job + steps + dir.file("one.safetensors"));
+  ASSERT_EQ(one.status, 0) << one.output;
+  const CommandResult two = run(job + " --replicas 2 --mode dp" + steps + dir.file("two.safetensors"));
+  ASSERT_EQ(two.status, 0) << two.output;
+  const CommandResult three = run(job + " --replicas 3 --mode ddp" + steps + dir.file("three.safetensors"));
+  ASSERT_EQ(three.status, 0) << three.output;
+  // (Per tensor, but relative to the model's largest parameter: the key biases are noise.)
+  expect_same_maths(dir.file("one.safetensors"), dir.file("two.safetensors"), 1e-5, true);
+  expect_same_maths(dir.file("one.safetensors"), dir.file("three.safetensors"), 1e-5, true);
+  EXPECT_NE(two.output.find("data parallel (dp, local) over 2 replicas"), std::string::npos) << two.output;
+}
+
+TEST(TextTraining, ExplainShowsTheTokensOfEachReplica) {
+  const CommandResult r = run(kTextJob + " --steps 1 --replicas 2 --explain");
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("--split even, by tokens"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("int64 token ids, padded to the batch's longest text"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find(" tokens), replica 1 rows "), std::string::npos) << r.output;
+}
+
+// The lines classify prints for one text: the text, then "  NAME  P" per class of the top.
+std::vector<std::pair<std::string, double>> top_classes(const std::string& output, const std::string& text) {
+  std::istringstream lines(output.substr(output.find(text + "\n") + text.size() + 1));
+  std::vector<std::pair<std::string, double>> top;
+  for (std::string line; std::getline(lines, line) && line.rfind("  ", 0) == 0;) {
+    std::istringstream fields(line);
+    std::string name;
+    double p = 0;
+    fields >> name >> p;
+    top.emplace_back(name, p);
+  }
+  return top;
+}
+
+TEST(Classify, PrintsTheTopClassesOfTheSavedClassListWithTheirProbabilities) {
+  TempDir dir;
+  const std::string weights = dir.file("w.safetensors");
+  const CommandResult trained = run(kTextJob + " --epochs 2 --save " + weights);
+  ASSERT_EQ(trained.status, 0) << trained.output;
+  const std::string text = "the boat heeled in the strong wind";
+  const CommandResult r = run("classify --weights " + weights + " \"" + text + "\"");
+  ASSERT_EQ(r.status, 0) << r.output;
+  const auto top = top_classes(r.output, text);
+  ASSERT_EQ(top.size(), 3u) << r.output;  // --top 3 of 3 classes: every class once
+  double sum = 0;
+  std::vector<std::string> names;
+  for (size_t k = 0; k < top.size(); ++k) {
+    sum += top[k].second, names.push_back(top[k].first);
+    if (k > 0) EXPECT_LE(top[k].second, top[k - 1].second) << r.output;
+  }
+  EXPECT_NEAR(sum, 1.0, 2e-4) << r.output;  // three values printed to 4 decimals
+  std::sort(names.begin(), names.end());
+  EXPECT_EQ(names, (std::vector<std::string>{"computers", "cooking", "sailing"}));
+  // Lines on stdin, --top 1: the same top class.
+  const CommandResult piped =
+      run_command("classify --top 1 --weights " + weights, "printf '%s\\nbake the bread\\n' \"" + text + "\" |");
+  ASSERT_EQ(piped.status, 0) << piped.output;
+  ASSERT_EQ(top_classes(piped.output, text).size(), 1u) << piped.output;
+  EXPECT_EQ(top_classes(piped.output, text)[0].first, top[0].first) << piped.output;
+  EXPECT_EQ(top_classes(piped.output, "bake the bread").size(), 1u) << piped.output;
+}
+
+TEST(Classify, AMissingClassListOrALongTextIsRefusedNamingIt) {
+  TempDir dir;
+  const std::string weights = dir.file("w.safetensors");
+  ASSERT_EQ(run(kTextJob + " --steps 1 --save " + weights).status, 0);
+  const CommandResult long_text = run("classify --max-len 4 --weights " + weights + " \"one two three four\"");
+  EXPECT_EQ(long_text.status, 1) << long_text.output;
+  EXPECT_NE(long_text.output.find("is longer than the maximum length 4"), std::string::npos) << long_text.output;
+  std::filesystem::remove(dir.file("w.class_to_idx.json"));
+  const CommandResult no_classes = run("classify --weights " + weights + " hello");
+  EXPECT_EQ(no_classes.status, 1) << no_classes.output;
+  EXPECT_NE(no_classes.output.find(dir.file("w.class_to_idx.json") + ": cannot read the class names"),
+            std::string::npos)
+      << no_classes.output;
+}
+
+}  // namespace
+}  // namespace dpcore::testing
