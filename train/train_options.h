@@ -14,7 +14,7 @@ struct TrainOptions {
   std::string model = "fashioncnn";
   std::string data = "fashion-mnist";
   std::string val_data;       // --val-data imagefolder:DIR: the test set of --data imagefolder:DIR
-  int workers = 4;            // threads decoding an image folder (engine/data/image_folder.h)
+  int workers = 4;            // threads decoding an image folder (engine/data/image/image_folder.h)
   bool skip_bad_images = false;  // leave out, and count, image files that do not decode
   int64_t epochs = 3;
   int64_t steps = 0;          // total optimizer steps; 0: run `epochs` epochs

@@ -12,7 +12,7 @@
 #include <string>
 
 #include "engine/data/dataset.h"
-#include "engine/data/image_folder.h"
+#include "engine/data/image/image_folder.h"
 #include "engine/data/normalize.h"
 #include "engine/data/synthetic.h"
 

@@ -8,7 +8,7 @@
 #include <iterator>
 
 #include "engine/data/bytes.h"
-#include "engine/data/image_decode.h"
+#include "engine/data/image/image_decode.h"
 #include "support/error_of.h"
 #include "support/test_support.h"
 

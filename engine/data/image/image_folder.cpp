@@ -1,4 +1,4 @@
-#include "engine/data/image_folder.h"
+#include "engine/data/image/image_folder.h"
 
 #include <algorithm>
 #include <atomic>
@@ -8,7 +8,7 @@
 #include <optional>
 #include <thread>
 
-#include "engine/data/image_decode.h"
+#include "engine/data/image/image_decode.h"
 #include "kernels/error.h"
 
 namespace dpcore::data {
