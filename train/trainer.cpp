@@ -294,7 +294,7 @@ class TrainingRun {
 TrainingRun::TrainingRun(const TrainOptions& options, std::ostream& primary_out)
     : o_(checked(options)),
       device_(set_up_device(o_)),
-      data_(data::load_data(data::parse_data_specs(o_.data, o_.val_data, {o_.workers, o_.skip_bad_images}),
+      data_(data::load_data(data::parse_data_specs(o_.data, o_.val_data, {o_.workers, o_.skip_bad_images, o_.transform, o_.val_transform}),
                             o_.normalize)),
       runner_(set_up_runner(o_, data_.train, device_)),
       primary_(runner_->is_primary()),
@@ -616,7 +616,7 @@ EpochMetrics evaluate(const EvalOptions& o, std::ostream& out) {
   DPCORE_CHECK(!o.init.empty(), "eval: --init FILE.safetensors is required");
   if (o.threads > 0) runtime::set_cpu_threads(o.threads);
   Device device = resolve_device(o.device);
-  data::DataSplits data = data::load_data(data::parse_data_specs(o.data, o.val_data, {o.workers, o.skip_bad_images}),
+  data::DataSplits data = data::load_data(data::parse_data_specs(o.data, o.val_data, {o.workers, o.skip_bad_images, o.transform, o.val_transform}),
                                           o.normalize);
   auto model = build_model(o.model, data.test, device, 0);
   layers::load_weights(*model, o.init);

@@ -51,6 +51,7 @@ struct EvalOptions {
   std::string val_data;  // imagefolder:DIR evaluated, normalised with --data imagefolder:DIR's statistics
   int workers = 4;       // as TrainOptions' (train/train_options.h)
   bool skip_bad_images = false;
+  std::string transform, val_transform;  // as in training: --val-transform is what evaluation applies
   bool normalize = true;
   int64_t batch = 1000;
   int threads = 0;

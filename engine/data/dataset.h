@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -11,6 +12,16 @@ namespace dpcore::data {
 enum class Split { train, test };
 
 inline const char* split_name(Split split) { return split == Split::train ? "train" : "test"; }
+
+// Samples made when a batch needs them, instead of held in Dataset::images: an image folder
+// with a random --transform decodes and transforms its files per batch (image/image_folder.h).
+class SampleSource {
+ public:
+  virtual ~SampleSource() = default;
+  // Writes samples indices[0..count) as they are at `epoch` (0-based), drawing from `seed`, to
+  // `out`: count x sample_size floats. Called by the loader's worker thread.
+  virtual void load(const int64_t* indices, int64_t count, int64_t epoch, uint64_t seed, float* out) const = 0;
+};
 
 struct Dataset {
   std::string name;  // e.g. "fashion-mnist train"; names the data in messages
@@ -25,6 +36,8 @@ struct Dataset {
   // class_to_idx; and the files --skip-bad-images left out. Empty for the other datasets.
   std::vector<std::string> class_names;
   std::vector<std::string> skipped;
+  // Set when the samples are made per batch (then `images` is empty): only the loader reads them.
+  std::shared_ptr<const SampleSource> source;
 
   int64_t sample_size() const { return c * h * w; }
   const float* image(int64_t i) const { return images.data() + i * sample_size(); }

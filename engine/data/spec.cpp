@@ -67,6 +67,19 @@ DataSpec parse_data_spec(const std::string& value) {
 DataSpec parse_data_specs(const std::string& data, const std::string& val_data, const ImageFolderOptions& images) {
   DataSpec spec = parse_data_spec(data);
   spec.images = images;
+  for (const std::string* flag : {&images.transform, &images.val_transform})
+    DPCORE_CHECK(flag->empty() || spec.kind == DataSpec::Kind::image_folder,
+                 flag == &images.transform ? "--transform" : "--val-transform", " \"", *flag,
+                 "\" needs --data imagefolder:DIR (--data \"", data, "\" is not images)");
+  if (!images.transform.empty() || !images.val_transform.empty()) {
+    spec.transform = parse_transform_spec("--transform", images.transform.empty() ? "ToTensor()" : images.transform);
+    if (!images.val_transform.empty()) {
+      spec.val_transform = parse_transform_spec("--val-transform", images.val_transform);
+    } else {
+      spec.val_transform = parse_transform_spec("--val-transform", "ToTensor()");
+      if (spec.transform->normalizes()) spec.val_transform->steps.push_back(spec.transform->steps.back());
+    }
+  }
   if (val_data.empty()) return spec;
   const std::string prefix = "imagefolder:";
   DPCORE_CHECK(val_data.compare(0, prefix.size(), prefix) == 0 && val_data.size() > prefix.size(), "--val-data \"",
@@ -84,8 +97,10 @@ Dataset load_split(const DataSpec& spec, Split split) {
     case DataSpec::Kind::cifar10:
       return load_cifar10(spec.dir, split);
     case DataSpec::Kind::image_folder: {
-      const std::string& dir = split == Split::test && !spec.val_dir.empty() ? spec.val_dir : spec.dir;
-      return load_image_folder(dir, spec.images, "imagefolder " + dir);
+      const bool test = split == Split::test;
+      const std::string& dir = test && !spec.val_dir.empty() ? spec.val_dir : spec.dir;
+      const std::optional<TransformSpec>& transform = test ? spec.val_transform : spec.transform;
+      return load_image_folder(dir, spec.images, "imagefolder " + dir, transform ? &*transform : nullptr);
     }
     case DataSpec::Kind::synthetic: {
       // Both splits share the class patterns (stream 0) and draw their samples from
@@ -102,10 +117,11 @@ Dataset load_split(const DataSpec& spec, Split split) {
 DataSplits load_data(const DataSpec& spec, bool normalize_pixels) {
   DataSplits s;
   s.train = load_split(spec, Split::train);
-  // An image folder without --val-data is its own test set: decoded once.
-  const bool same_images = spec.kind == DataSpec::Kind::image_folder && spec.val_dir.empty();
+  // An image folder without --val-data or --transform is its own test set: decoded once.
+  const bool same_images = spec.kind == DataSpec::Kind::image_folder && spec.val_dir.empty() && !spec.transform;
   s.test = same_images ? s.train : load_split(spec, Split::test);
-  if (same_images) s.test.name += " (the test set too: no --val-data)";
+  if (spec.kind == DataSpec::Kind::image_folder && spec.val_dir.empty())
+    s.test.name += " (the test set too: no --val-data)";
   DPCORE_CHECK(s.train.c == s.test.c && s.train.h == s.test.h && s.train.w == s.test.w &&
                    s.train.num_classes == s.test.num_classes,
                "--data \"", spec.text, "\": train (", describe(s.train), ") and test (", describe(s.test),
@@ -113,7 +129,7 @@ DataSplits load_data(const DataSpec& spec, bool normalize_pixels) {
   DPCORE_CHECK(s.train.class_names == s.test.class_names, "--val-data imagefolder:", spec.val_dir,
                ": its class folders differ from those of --data \"", spec.text,
                "\" (the same class names are needed, so that an index means one class in both)");
-  if (normalize_pixels) {
+  if (normalize_pixels && !spec.transform) {
     s.stats = channel_stats(s.train);
     normalize(s.train, s.stats);
     normalize(s.test, s.stats);

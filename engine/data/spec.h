@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "engine/data/dataset.h"
@@ -24,7 +25,10 @@ struct DataSpec {
   std::string text;          // the flag value as given, for messages
   std::string dir;           // fashion_mnist, cifar10, image_folder
   std::string val_dir;       // image_folder: the test set's folder (--val-data); empty: `dir`'s images
-  ImageFolderOptions images; // image_folder: decoding threads, --skip-bad-images
+  ImageFolderOptions images; // image_folder: decoding threads, --skip-bad-images, the transform flags
+  // image_folder: --transform for the train set and --val-transform for the test set, parsed;
+  // unset without --transform (both ToTensor() only, then the train set's statistics).
+  std::optional<TransformSpec> transform, val_transform;
   SyntheticShape shape;      // synthetic
   int64_t n = 0;             // synthetic: train samples
   uint64_t seed = 20240229;  // synthetic: class patterns and samples derive from it
@@ -34,7 +38,9 @@ struct DataSpec {
 DataSpec parse_data_spec(const std::string& value);
 
 // --data and --val-data together (val_data may be empty), with the image folder options:
-// --val-data must be imagefolder:DIR and needs --data imagefolder:DIR.
+// --val-data must be imagefolder:DIR and needs --data imagefolder:DIR, as do --transform and
+// --val-transform. Without --val-transform the test set gets ToTensor() and --transform's
+// Normalize, if it has one.
 DataSpec parse_data_specs(const std::string& data, const std::string& val_data, const ImageFolderOptions& images);
 
 Dataset load_split(const DataSpec& spec, Split split);
@@ -46,7 +52,8 @@ struct DataSplits {
 };
 
 // Both splits, checked to agree in sample shape and classes; with `normalize`, standardised
-// per channel with the train set's statistics, otherwise pixels stay in [0, 1].
+// per channel with the train set's statistics, otherwise pixels stay in [0, 1]. With
+// --transform the transforms alone say what is normalised (their Normalize), as in torchvision.
 DataSplits load_data(const DataSpec& spec, bool normalize);
 
 }  // namespace dpcore::data

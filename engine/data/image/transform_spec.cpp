@@ -3,7 +3,6 @@
 #include <cctype>
 #include <charconv>
 #include <cmath>
-#include <optional>
 
 #include "engine/data/image/image_resize.h"
 #include "engine/random.h"
@@ -259,6 +258,17 @@ bool TransformSpec::random() const {
 
 bool TransformSpec::normalizes() const {
   return !steps.empty() && steps.back().kind == TransformStep::Kind::normalize;
+}
+
+std::optional<Extent> TransformSpec::output_extent() const {
+  std::optional<Extent> extent;
+  for (const TransformStep& s : steps) {
+    if (s.kind == TransformStep::Kind::resize)
+      extent = s.resize.shorter_side() ? std::nullopt : std::optional<Extent>(Extent{s.resize.h, s.resize.w});
+    else if (s.kind == TransformStep::Kind::center_crop || s.kind == TransformStep::Kind::random_resized_crop)
+      extent = s.size;
+  }
+  return extent;
 }
 
 TransformSpec parse_transform_spec(const std::string& flag, const std::string& text) {

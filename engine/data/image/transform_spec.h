@@ -22,6 +22,7 @@
 
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -49,6 +50,9 @@ struct TransformSpec {
 
   bool random() const;      // draws (RandomResizedCrop, RandomHorizontalFlip)
   bool normalizes() const;  // ends with Normalize
+  // The size every image comes out with, when the steps fix it (their last resize or crop is
+  // RandomResizedCrop, CenterCrop or Resize((h,w))); nothing when it depends on the image.
+  std::optional<Extent> output_extent() const;
 };
 
 // Throws dpcore::Error naming the flag, the step and the value for an unknown step or
