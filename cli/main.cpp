@@ -65,7 +65,7 @@ const char* kDataHelp =
     "fashion-mnist[:DIR] (IDX files, gzipped or not; default DIR /usr/share/datasets/fashion-mnist), "
     "cifar10:DIR (data_batch_*.bin, test_batch.bin), synthetic:C,H,W,CLASSES,N, or imagefolder:DIR (JPEG and PNG "
     "images in torchvision's ImageFolder layout, DIR/<class>/<image>, decoded as PIL's convert(\"RGB\"), all of one "
-    "size; its test set is --val-data, or without it the same images; docs/image-folders.md)";
+    "size unless --transform resizes them; its test set is --val-data, or without it the same images; docs/image-folders.md)";
 
 const char* kTransformHelp =
     "imagefolder only: torchvision's transforms for the training images, applied on the --workers threads, e.g. "
