@@ -66,9 +66,18 @@ const char* kDataHelp =
     "fashion-mnist[:DIR] (IDX files, gzipped or not; default DIR /usr/share/datasets/fashion-mnist), "
     "cifar10:DIR (data_batch_*.bin, test_batch.bin), synthetic:C,H,W,CLASSES,N, or imagefolder:DIR (JPEG and PNG "
     "images in torchvision's ImageFolder layout, DIR/<class>/<image>, decoded as PIL's convert(\"RGB\"), all of one "
-    "size; its test set is --val-data, or without it the same images; docs/image-folders.md), or labelled text: "
+    "size unless --transform resizes them; its test set is --val-data, or without it the same images; docs/image-folders.md), or labelled text: "
     "fortunes-lang, fortunes-topic (Debian's fortune databases), text:FILE.tsv (label<TAB>text lines) or text:DIR "
     "(DIR/<class>/*.txt), tokenized once with --vocab into [CLS] ... [SEP] ids (docs/text.md)";
+
+const char* kTransformHelp =
+    "imagefolder only: torchvision's transforms for the training images, applied on the --workers threads, e.g. "
+    "\"RandomResizedCrop(224),RandomHorizontalFlip(),ToTensor(),Normalize(imagenet)\" (Resize, CenterCrop, "
+    "RandomResizedCrop, RandomHorizontalFlip, ToTensor, Normalize; docs/image-folders.md). With it, the images are "
+    "normalised only by its Normalize. Default: ToTensor(), then the train set's statistics";
+const char* kValTransformHelp =
+    "imagefolder only: the transforms for the test images, e.g. \"Resize(256),CenterCrop(224),ToTensor(),"
+    "Normalize(imagenet)\" (no random steps); default: ToTensor() and --transform's Normalize";
 
 const char* kWorkersHelp =
     "threads decoding the images of an image folder, once, at the start (the data does not depend on the count)";
@@ -365,6 +374,8 @@ void add_train_flags(CLI::App& cmd, TrainOptions& o, BackendFlags& b) {
   with_rule(cmd.add_option("--task", o.task, "what a text model learns: classify (a class per text, the default)"),
             one_of({"classify"}))
       ->capture_default_str();
+  cmd.add_option("--transform", o.transform, kTransformHelp);
+  cmd.add_option("--val-transform", o.val_transform, kValTransformHelp);
   with_rule(cmd.add_option("--epochs", o.epochs, "passes over the training set"), whole<int64_t>(1))->capture_default_str();
   with_rule(cmd.add_option("--steps", o.steps, "total optimizer steps (overrides --epochs; with --resume, the total to reach)"),
             whole<int64_t>(0));
@@ -580,6 +591,8 @@ int main(int argc, char** argv) {
   with_rule(eval_cmd->add_option("--workers", eval.workers, kWorkersHelp), whole<int>(1))->capture_default_str();
   eval_cmd->add_flag("--skip-bad-images", eval.skip_bad_images, kSkipBadImagesHelp);
   add_text_flags(*eval_cmd, eval.text);
+  eval_cmd->add_option("--transform", eval.transform, "as in training (its Normalize applies to the test images)");
+  eval_cmd->add_option("--val-transform", eval.val_transform, kValTransformHelp);
   eval_cmd->add_flag_callback("--no-normalize", [&eval] { eval.normalize = false; }, "as for train");
   with_rule(eval_cmd->add_option("--device", eval.device, "cpu, cuda, cuda:N, or auto"), device_rule())->capture_default_str();
   with_rule(eval_cmd->add_option("--batch", eval.batch, "evaluation batch size"), whole<int64_t>(1))->capture_default_str();

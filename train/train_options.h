@@ -15,11 +15,12 @@ struct TrainOptions {
   std::string model = "fashioncnn";
   std::string data = "fashion-mnist";
   std::string val_data;       // --val-data imagefolder:DIR: the test set of --data imagefolder:DIR
-  int workers = 4;            // threads decoding an image folder (engine/data/image_folder.h)
+  int workers = 4;            // threads decoding an image folder (engine/data/image/image_folder.h)
   bool skip_bad_images = false;  // leave out, and count, image files that do not decode
   data::TextOptions text;        // text data: --vocab, --max-len, --truncate (engine/data/spec.h)
   bool bucket_by_length = false; // text data: batches of similar lengths (engine/data/loader.h)
   std::string task = "classify"; // a class per sample (the only task yet)
+  std::string transform, val_transform;  // --transform, --val-transform (engine/data/image/transform_spec.h)
   int64_t epochs = 3;
   int64_t steps = 0;          // total optimizer steps; 0: run `epochs` epochs
   int64_t batch = 64;         // samples per optimizer step (split over micro-batches and replicas)

@@ -302,7 +302,8 @@ class TrainingRun {
 TrainingRun::TrainingRun(const TrainOptions& options, std::ostream& primary_out)
     : o_(checked(options)),
       device_(set_up_device(o_)),
-      data_(data::load_data(data::parse_data_specs(o_.data, o_.val_data, {o_.workers, o_.skip_bad_images}, o_.text),
+      data_(data::load_data(data::parse_data_specs(o_.data, o_.val_data,
+                                                   {o_.workers, o_.skip_bad_images, o_.transform, o_.val_transform}, o_.text),
                             o_.normalize)),
       runner_(set_up_runner(o_, data_.train, device_)),
       primary_(runner_->is_primary()),
@@ -661,7 +662,8 @@ EpochMetrics evaluate(const EvalOptions& o, std::ostream& out) {
   if (o.threads > 0) runtime::set_cpu_threads(o.threads);
   Device device = resolve_device(o.device);
   data::DataSplits data = data::load_data(
-      data::parse_data_specs(o.data, o.val_data, {o.workers, o.skip_bad_images}, o.text), o.normalize);
+      data::parse_data_specs(o.data, o.val_data, {o.workers, o.skip_bad_images, o.transform, o.val_transform}, o.text),
+      o.normalize);
   auto model = build_model(o.model, data.test, device, 0);
   layers::load_weights(*model, o.init);
   EpochMetrics m = evaluate_dataset(*model, data.test, o.batch);

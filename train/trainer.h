@@ -58,6 +58,7 @@ struct EvalOptions {
   int workers = 4;       // as TrainOptions' (train/train_options.h)
   bool skip_bad_images = false;
   data::TextOptions text;  // as TrainOptions'
+  std::string transform, val_transform;  // as in training: --val-transform is what evaluation applies
   bool normalize = true;
   int64_t batch = 1000;
   int threads = 0;

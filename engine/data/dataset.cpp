@@ -25,8 +25,8 @@ static void check_tokens(const Dataset& d) {
 
 static void check_images(const Dataset& d) {
   DPCORE_CHECK(d.n > 0 && d.c > 0 && d.h > 0 && d.w > 0, "dataset ", d.name, ": empty or invalid shape ", describe(d));
-  DPCORE_CHECK(int64_t(d.images.size()) == d.n * d.sample_size(), "dataset ", d.name, ": ", d.images.size(),
-               " pixel values for ", describe(d));
+  DPCORE_CHECK(int64_t(d.images.size()) == (d.source ? 0 : d.n * d.sample_size()), "dataset ", d.name, ": ",
+               d.images.size(), " pixel values for ", describe(d), d.source ? " made per batch" : "");
   DPCORE_CHECK(d.zero_value.empty() || int64_t(d.zero_value.size()) == d.c, "dataset ", d.name, ": ",
                d.zero_value.size(), " zero values for ", d.c, " channels");
 }

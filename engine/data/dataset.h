@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -12,6 +13,16 @@ namespace dpcore::data {
 enum class Split { train, test };
 
 inline const char* split_name(Split split) { return split == Split::train ? "train" : "test"; }
+
+// Samples made when a batch needs them, instead of held in Dataset::images: an image folder
+// with a random --transform decodes and transforms its files per batch (image/image_folder.h).
+class SampleSource {
+ public:
+  virtual ~SampleSource() = default;
+  // Writes samples indices[0..count) as they are at `epoch` (0-based), drawing from `seed`, to
+  // `out`: count x sample_size floats. Called by the loader's worker thread.
+  virtual void load(const int64_t* indices, int64_t count, int64_t epoch, uint64_t seed, float* out) const = 0;
+};
 
 struct Dataset {
   std::string name;  // e.g. "fashion-mnist train"; names the data in messages
@@ -31,6 +42,8 @@ struct Dataset {
   // [0, vocab_size); the loader pads a batch to its longest sample with pad_id.
   std::vector<int64_t> token_ids, token_offsets;
   int64_t max_len = 0, vocab_size = 0, pad_id = 0;
+  // Set when the samples are made per batch (then `images` is empty): only the loader reads them.
+  std::shared_ptr<const SampleSource> source;
 
   bool tokens() const { return !token_offsets.empty(); }
   int64_t length(int64_t i) const { return token_offsets[size_t(i) + 1] - token_offsets[size_t(i)]; }

@@ -67,6 +67,8 @@ static int64_t count_batches(const Dataset& data, const LoaderOptions& o) {
   DPCORE_CHECK(!o.bucket_by_length || data.tokens(), "--bucket-by-length: ", data.name,
                " is not text (it has no token lengths)");
   if (!data.tokens()) check_augment(o.augment, data);
+  DPCORE_CHECK(!data.source || o.augment.none(), "data loader for ", data.name, ": --augment \"", o.augment.text,
+               "\" and a random --transform together; use the transform's steps (RandomHorizontalFlip(), ...)");
   DPCORE_CHECK(!o.drop_last || o.batch_size <= data.n, "data loader for ", data.name, ": batch size ", o.batch_size,
                " is larger than the ", data.n, " samples and drop_last is on: no batch would ever be produced");
   return o.drop_last ? data.n / o.batch_size : (data.n + o.batch_size - 1) / o.batch_size;
@@ -230,8 +232,13 @@ Batch DataLoader::gather(int slot, LoaderPosition pos) {
   }
   const int64_t sample = data_.sample_size();
   const Augment& augment = options_.augment;
+  // Samples made per batch (an image folder with a random --transform): decoded and
+  // transformed here, on the source's own threads.
+  if (data_.source) data_.source->load(&order_[size_t(first)], size, pos.epoch, options_.seed, images);
   for (int64_t i = 0; i < size; ++i) {
     const int64_t s = order_[size_t(first + i)];
+    labels[i] = data_.labels[size_t(s)];
+    if (data_.source) continue;
     if (augment.none()) {
       std::memcpy(images + i * sample, data_.image(s), size_t(sample) * sizeof(float));
     } else {

@@ -9,6 +9,7 @@ namespace dpcore::data {
 
 ChannelStats channel_stats(const Dataset& d) {
   DPCORE_CHECK(d.n > 0, "channel statistics of ", d.name, ": the dataset is empty");
+  DPCORE_CHECK(!d.source, "channel statistics of ", d.name, ": its samples are made per batch (a random --transform)");
   const int64_t plane = d.h * d.w;
   const double count = double(d.n) * double(plane);
   ChannelStats s;
@@ -36,6 +37,7 @@ ChannelStats channel_stats(const Dataset& d) {
 void normalize(Dataset& d, const ChannelStats& s) {
   DPCORE_CHECK(int64_t(s.mean.size()) == d.c && int64_t(s.std.size()) == d.c, "normalize ", d.name, ": ", d.c,
                " channels but statistics for ", s.mean.size());
+  DPCORE_CHECK(!d.source, "normalize ", d.name, ": its samples are made per batch (a random --transform)");
   const int64_t plane = d.h * d.w;
   std::vector<float> zero(size_t(d.c));
   for (int64_t ch = 0; ch < d.c; ++ch) zero[size_t(ch)] = float((d.zero_of_channel(ch) - s.mean[ch]) / s.std[ch]);

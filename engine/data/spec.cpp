@@ -76,6 +76,19 @@ DataSpec parse_data_specs(const std::string& data, const std::string& val_data, 
   DataSpec spec = parse_data_spec(data);
   spec.images = images;
   spec.text_options = text;
+  for (const std::string* flag : {&images.transform, &images.val_transform})
+    DPCORE_CHECK(flag->empty() || spec.kind == DataSpec::Kind::image_folder,
+                 flag == &images.transform ? "--transform" : "--val-transform", " \"", *flag,
+                 "\" needs --data imagefolder:DIR (--data \"", data, "\" is not images)");
+  if (!images.transform.empty() || !images.val_transform.empty()) {
+    spec.transform = parse_transform_spec("--transform", images.transform.empty() ? "ToTensor()" : images.transform);
+    if (!images.val_transform.empty()) {
+      spec.val_transform = parse_transform_spec("--val-transform", images.val_transform);
+    } else {
+      spec.val_transform = parse_transform_spec("--val-transform", "ToTensor()");
+      if (spec.transform->normalizes()) spec.val_transform->steps.push_back(spec.transform->steps.back());
+    }
+  }
   if (val_data.empty()) return spec;
   const std::string prefix = "imagefolder:";
   DPCORE_CHECK(val_data.compare(0, prefix.size(), prefix) == 0 && val_data.size() > prefix.size(), "--val-data \"",
@@ -93,8 +106,10 @@ Dataset load_split(const DataSpec& spec, Split split) {
     case DataSpec::Kind::cifar10:
       return load_cifar10(spec.dir, split);
     case DataSpec::Kind::image_folder: {
-      const std::string& dir = split == Split::test && !spec.val_dir.empty() ? spec.val_dir : spec.dir;
-      return load_image_folder(dir, spec.images, "imagefolder " + dir);
+      const bool test = split == Split::test;
+      const std::string& dir = test && !spec.val_dir.empty() ? spec.val_dir : spec.dir;
+      const std::optional<TransformSpec>& transform = test ? spec.val_transform : spec.transform;
+      return load_image_folder(dir, spec.images, "imagefolder " + dir, transform ? &*transform : nullptr);
     }
     case DataSpec::Kind::text: {
       const TextOptions& t = spec.text_options;
@@ -129,10 +144,11 @@ static void check_test_classes_trained(const Dataset& train, const Dataset& test
 DataSplits load_data(const DataSpec& spec, bool normalize_pixels) {
   DataSplits s;
   s.train = load_split(spec, Split::train);
-  // An image folder without --val-data is its own test set: decoded once.
-  const bool same_images = spec.kind == DataSpec::Kind::image_folder && spec.val_dir.empty();
+  // An image folder without --val-data or --transform is its own test set: decoded once.
+  const bool same_images = spec.kind == DataSpec::Kind::image_folder && spec.val_dir.empty() && !spec.transform;
   s.test = same_images ? s.train : load_split(spec, Split::test);
-  if (same_images) s.test.name += " (the test set too: no --val-data)";
+  if (spec.kind == DataSpec::Kind::image_folder && spec.val_dir.empty())
+    s.test.name += " (the test set too: no --val-data)";
   DPCORE_CHECK(s.train.c == s.test.c && s.train.h == s.test.h && s.train.w == s.test.w &&
                    s.train.num_classes == s.test.num_classes,
                "--data \"", spec.text, "\": train (", describe(s.train), ") and test (", describe(s.test),
@@ -144,7 +160,7 @@ DataSplits load_data(const DataSpec& spec, bool normalize_pixels) {
     check_test_classes_trained(s.train, s.test, spec.text);
     return s;  // token ids: nothing to normalise
   }
-  if (normalize_pixels) {
+  if (normalize_pixels && !spec.transform) {
     s.stats = channel_stats(s.train);
     normalize(s.train, s.stats);
     normalize(s.test, s.stats);

@@ -12,10 +12,11 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "engine/data/dataset.h"
-#include "engine/data/image_folder.h"
+#include "engine/data/image/image_folder.h"
 #include "engine/data/normalize.h"
 #include "engine/data/synthetic.h"
 
@@ -38,7 +39,10 @@ struct DataSpec {
   std::string text;          // the flag value as given, for messages
   std::string dir;           // fashion_mnist, cifar10, image_folder
   std::string val_dir;       // image_folder: the test set's folder (--val-data); empty: `dir`'s images
-  ImageFolderOptions images; // image_folder: decoding threads, --skip-bad-images
+  ImageFolderOptions images; // image_folder: decoding threads, --skip-bad-images, the transform flags
+  // image_folder: --transform for the train set and --val-transform for the test set, parsed;
+  // unset without --transform (both ToTensor() only, then the train set's statistics).
+  std::optional<TransformSpec> transform, val_transform;
   TextOptions text_options;  // text: the tokenizer's settings (`dir` unused; `text` is the flag)
   SyntheticShape shape;      // synthetic
   int64_t n = 0;             // synthetic: train samples
@@ -49,7 +53,9 @@ struct DataSpec {
 DataSpec parse_data_spec(const std::string& value);
 
 // --data and --val-data together (val_data may be empty), with the image folder options and
-// the text options: --val-data must be imagefolder:DIR and needs --data imagefolder:DIR.
+// the text options: --val-data must be imagefolder:DIR and needs --data imagefolder:DIR, as do
+// --transform and --val-transform. Without --val-transform the test set gets ToTensor() and
+// --transform's Normalize, if it has one.
 DataSpec parse_data_specs(const std::string& data, const std::string& val_data, const ImageFolderOptions& images,
                           const TextOptions& text = {});
 
@@ -62,8 +68,9 @@ struct DataSplits {
 };
 
 // Both splits, checked to agree in sample shape and classes (text: every class of the test
-// split is one training saw); with `normalize`, standardised
-// per channel with the train set's statistics, otherwise pixels stay in [0, 1].
+// split is one training saw); with `normalize`, standardised per channel with the train set's
+// statistics, otherwise pixels stay in [0, 1]. With --transform the transforms alone say what
+// is normalised (their Normalize), as in torchvision.
 DataSplits load_data(const DataSpec& spec, bool normalize);
 
 }  // namespace dpcore::data

@@ -27,7 +27,8 @@ const std::string kRun = " --batch 2 --steps 2 --threads 1 --progress 0 --device
 TEST(CliImageFolder, HelpExplainsTheImageFolderFlags) {
   const CommandResult r = run("train --help");
   EXPECT_EQ(r.status, 0);
-  for (const char* flag : {"imagefolder:DIR", "--val-data", "--workers", "--skip-bad-images"})
+  for (const char* flag : {"imagefolder:DIR", "--val-data", "--workers", "--skip-bad-images", "--transform",
+                           "--val-transform"})
     EXPECT_NE(r.output.find(flag), std::string::npos) << flag;
 }
 
@@ -98,6 +99,35 @@ TEST(CliImageFolder, ResNet8TrainsOnFashionMnistWrittenAsPngs) {
   EXPECT_NE(r.output.find("40 x 3 x 28 x 28, 10 classes"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("\"0_T-shirt_top\":0,\"1_Trouser\":1"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("test accuracy"), std::string::npos) << r.output;
+}
+
+TEST(CliImageFolder, TransformsTrainAndEvaluateImagesOfDifferentSizes) {
+  dpcore::testing::TempDir dir;
+  const std::string train = dir.file("train");
+  copy_fixture("rgb.png", train + "/cat/1.png");      // 11 x 7
+  copy_fixture("rgb_5x3.png", train + "/cat/2.png");  // 5 x 3
+  copy_fixture("rgb.jpg", train + "/dog/1.jpg");
+  copy_fixture("grey.png", train + "/dog/2.png");
+  const std::string transforms = " --transform \"RandomResizedCrop(6),RandomHorizontalFlip(),ToTensor(),"
+                                 "Normalize(imagenet)\" --val-transform \"Resize(6),CenterCrop(6),ToTensor(),"
+                                 "Normalize(imagenet)\"";
+  CommandResult r = run("train --data imagefolder:" + train + transforms + kModel + kRun + " --workers 2 --save " +
+                        dir.file("w.safetensors"));
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("4 x 3 x 6 x 6, 2 classes"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("test accuracy"), std::string::npos) << r.output;
+  const CommandResult e = run("eval --data imagefolder:" + train + transforms + kModel + " --device cpu --init " +
+                              dir.file("w.safetensors"));
+  EXPECT_EQ(e.status, 0) << e.output;
+  EXPECT_NE(e.output.find("on 4 samples"), std::string::npos) << e.output;
+
+  r = run("train --data imagefolder:" + train + " --transform \"Rotate(3),ToTensor()\"" + kModel + kRun);
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.output.find("--transform \"Rotate(3),ToTensor()\": unknown transform \"Rotate\""), std::string::npos)
+      << r.output;
+  r = run("train --data fashion-mnist --transform \"ToTensor()\"" + kModel + kRun);
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.output.find("--transform \"ToTensor()\" needs --data imagefolder:DIR"), std::string::npos) << r.output;
 }
 
 }  // namespace

@@ -1,10 +1,10 @@
-// libFuzzer target: the JPEG and PNG decoders (engine/data/image_decode.h), above all their
+// libFuzzer target: the JPEG and PNG decoders (engine/data/image/image_decode.h), above all their
 // handling of libjpeg's and libpng's errors (libpng's longjmp) and of the sizes in headers.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
 
-#include "engine/data/image_decode.h"
+#include "engine/data/image/image_decode.h"
 
 using namespace dpcore::data;
 

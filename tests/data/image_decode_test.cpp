@@ -8,7 +8,8 @@
 #include <iterator>
 
 #include "engine/data/bytes.h"
-#include "engine/data/image_decode.h"
+#include "engine/data/image/image_decode.h"
+#include "rgb_file.h"
 #include "support/error_of.h"
 #include "support/test_support.h"
 
@@ -44,16 +45,9 @@ class PilReference : public ::testing::Test {
 
   // (ok, image): ok is false when PIL could not load the file.
   std::pair<bool, RgbImage> pil(const std::string& name) const {
-    const std::string text = read_text(dir_.file(name + ".rgb"));
-    RgbImage im;
-    const size_t newline = text.find('\n');
-    if (newline == std::string::npos) return {false, im};
-    std::sscanf(text.substr(0, newline).c_str(), "%lld %lld", reinterpret_cast<long long*>(&im.w),
-                reinterpret_cast<long long*>(&im.h));
-    im.pixels.assign(text.begin() + long(newline) + 1, text.end());
-    return {true, im};
+    std::optional<RgbImage> im = read_rgb_file(dir_.file(name + ".rgb"));
+    return {im.has_value(), im ? std::move(*im) : RgbImage{}};
   }
-
   testing::TempDir dir_;
 };
 

@@ -1,4 +1,4 @@
-// ImageFolder (engine/data/image_folder.h): the listing against torchvision 0.14's
+// ImageFolder (engine/data/image/image_folder.h): the listing against torchvision 0.14's
 // datasets.ImageFolder on a tree with every ordering rule in it, the decoded dataset, its
 // independence of the thread count, and every bad-input error.
 #include <gtest/gtest.h>
@@ -7,8 +7,8 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "engine/data/image_decode.h"
-#include "engine/data/image_folder.h"
+#include "engine/data/image/image_decode.h"
+#include "engine/data/image/image_folder.h"
 #include "engine/data/spec.h"
 #include "support/error_of.h"
 #include "support/test_support.h"

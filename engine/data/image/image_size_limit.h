@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <string>
 
-#include "engine/data/image_decode.h"
+#include "engine/data/image/image_decode.h"
 
 namespace dpcore::data {
 

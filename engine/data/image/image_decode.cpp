@@ -1,4 +1,4 @@
-#include "engine/data/image_decode.h"
+#include "engine/data/image/image_decode.h"
 
 #include <cstring>
 

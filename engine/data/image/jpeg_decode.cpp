@@ -4,8 +4,8 @@
 
 #include <memory>
 
-#include "engine/data/image_decode.h"
-#include "engine/data/image_size_limit.h"
+#include "engine/data/image/image_decode.h"
+#include "engine/data/image/image_size_limit.h"
 
 namespace dpcore::data {
 

@@ -1,14 +1,16 @@
-#include "engine/data/image_folder.h"
+#include "engine/data/image/image_folder.h"
 
 #include <algorithm>
 #include <atomic>
 #include <cctype>
+#include <cstring>
 #include <exception>
 #include <filesystem>
+#include <functional>
 #include <optional>
 #include <thread>
 
-#include "engine/data/image_decode.h"
+#include "engine/data/image/image_decode.h"
 #include "kernels/error.h"
 
 namespace dpcore::data {
@@ -101,42 +103,84 @@ ImageFolderListing list_image_folder(const std::string& dir) {
 
 namespace {
 
-// One file's outcome: its pixels, or why it has none.
+const TransformSpec& to_tensor_only() {
+  static const TransformSpec spec = parse_transform_spec("--transform", "ToTensor()");
+  return spec;
+}
+
+// Runs work(i) for i in [0, count) on up to `workers` threads taking the next index as they
+// go: which thread does an index changes nothing in the result. The first exception (by
+// index) is rethrown once all have finished.
+void for_each_index(size_t count, int workers, const std::function<void(size_t)>& work) {
+  std::vector<std::exception_ptr> errors(count);
+  std::atomic<size_t> next{0};
+  auto run = [&] {
+    for (size_t i; (i = next.fetch_add(1)) < count;) try {
+        work(i);
+      } catch (...) {
+        errors[i] = std::current_exception();
+      }
+  };
+  const size_t threads = std::min(count, size_t(std::max(1, workers)));
+  std::vector<std::thread> pool;
+  for (size_t t = 1; t < threads; ++t) pool.emplace_back(run);
+  run();
+  for (std::thread& t : pool) t.join();
+  for (const std::exception_ptr& e : errors)
+    if (e) std::rethrow_exception(e);
+}
+
+// One file's outcome at load: its tensor (kept only for a transform without random steps),
+// or why it has none.
 struct Decoded {
-  RgbImage image;
+  std::vector<float> tensor;
+  Extent extent;
   std::optional<std::string> bad;  // a BadImage's message
-  std::exception_ptr error;        // anything else (an unreadable file): always fatal
 };
 
-// Decodes paths[i] into out[i] on `workers` threads taking the next index as they go: which
-// thread decodes a file changes nothing in the result.
-void decode_all(const std::vector<std::string>& paths, int workers, std::vector<Decoded>& out) {
-  out.assign(paths.size(), Decoded{});
-  std::atomic<size_t> next{0};
-  auto work = [&] {
-    for (size_t i; (i = next.fetch_add(1)) < paths.size();) {
-      try {
-        out[i].image = decode_image_file(paths[i]);
-      } catch (const BadImage& e) {
-        out[i].bad = e.what();
-      } catch (...) {
-        out[i].error = std::current_exception();
-      }
-    }
-  };
-  const size_t threads = std::min(paths.size(), size_t(std::max(1, workers)));
-  std::vector<std::thread> pool;
-  for (size_t t = 1; t < threads; ++t) pool.emplace_back(work);
-  work();
-  for (std::thread& t : pool) t.join();
-}
+// A random transform's samples, decoded and transformed per batch.
+class TransformedFiles : public SampleSource {
+ public:
+  TransformedFiles(std::vector<std::string> paths, const TransformSpec& transform, Extent extent, int workers)
+      : paths_(std::move(paths)), transform_(transform), extent_(extent), workers_(workers) {}
+  void load(const int64_t* indices, int64_t count, int64_t epoch, uint64_t seed, float* out) const override {
+    const size_t sample = size_t(3 * extent_.h * extent_.w);
+    for_each_index(size_t(count), workers_, [&](size_t k) {
+      std::vector<float> tensor;
+      Extent extent;
+      apply_transforms(transform_, decode_image_file(paths_[size_t(indices[k])]), {seed, epoch, indices[k]}, tensor,
+                       extent);
+      std::memcpy(out + k * sample, tensor.data(), sample * sizeof(float));
+    });
+  }
+
+ private:
+  std::vector<std::string> paths_;
+  TransformSpec transform_;
+  Extent extent_;
+  int workers_;
+};
 
 }  // namespace
 
-Dataset load_image_folder(const std::string& dir, const ImageFolderOptions& options, std::string name) {
+Dataset load_image_folder(const std::string& dir, const ImageFolderOptions& options, std::string name,
+                          const TransformSpec* transform) {
   const ImageFolderListing listing = list_image_folder(dir);
-  std::vector<Decoded> decoded;
-  decode_all(listing.paths, options.workers, decoded);
+  const TransformSpec& steps = transform ? *transform : to_tensor_only();
+  const std::optional<Extent> fixed = steps.output_extent();
+  DPCORE_CHECK(!steps.random() || fixed, steps.flag, " \"", steps.text,
+               "\": its random steps give images of differing sizes; end the image steps with RandomResizedCrop, "
+               "CenterCrop or Resize((h,w)), one size for every image of a batch");
+  std::vector<Decoded> decoded(listing.paths.size());
+  for_each_index(listing.paths.size(), options.workers, [&](size_t i) {
+    try {
+      const RgbImage image = decode_image_file(listing.paths[i]);
+      // The pixels are kept when no draw changes them; a random transform makes them per batch.
+      if (!steps.random()) apply_transforms(steps, image, {}, decoded[i].tensor, decoded[i].extent);
+    } catch (const BadImage& e) {
+      decoded[i].bad = e.what();
+    }
+  });
 
   Dataset d;
   d.name = std::move(name);
@@ -145,7 +189,6 @@ Dataset load_image_folder(const std::string& dir, const ImageFolderOptions& opti
   d.class_names = listing.classes;
   std::vector<size_t> kept;
   for (size_t i = 0; i < decoded.size(); ++i) {
-    if (decoded[i].error) std::rethrow_exception(decoded[i].error);
     if (!decoded[i].bad) {
       kept.push_back(i);
     } else if (options.skip_bad_images) {
@@ -156,27 +199,31 @@ Dataset load_image_folder(const std::string& dir, const ImageFolderOptions& opti
   }
   DPCORE_CHECK(!kept.empty(), "imagefolder: ", dir, ": none of its ", decoded.size(),
                " image files decoded (all skipped by --skip-bad-images)");
-  const RgbImage& first = decoded[kept[0]].image;
-  for (size_t i : kept) {
-    const RgbImage& im = decoded[i].image;
-    DPCORE_CHECK(im.h == first.h && im.w == first.w, "imagefolder: ", listing.paths[kept[0]], " is ", first.w, " x ",
-                 first.h, " but ", listing.paths[i], " is ", im.w, " x ", im.h,
-                 " (width x height): images of different sizes need a --transform with Resize to one size");
-  }
   d.n = int64_t(kept.size());
+  for (size_t i : kept) d.labels.push_back(listing.labels[i]);
+  if (steps.random()) {
+    d.h = fixed->h;
+    d.w = fixed->w;
+    std::vector<std::string> paths;
+    for (size_t i : kept) paths.push_back(listing.paths[i]);
+    d.source = std::make_shared<TransformedFiles>(std::move(paths), steps, *fixed, options.workers);
+    return d;
+  }
+  const Extent first = decoded[kept[0]].extent;
+  for (size_t i : kept) {
+    const Extent& e = decoded[i].extent;
+    DPCORE_CHECK(e == first, "imagefolder: ", listing.paths[kept[0]], " is ", first.w, " x ", first.h, " but ",
+                 listing.paths[i], " is ", e.w, " x ", e.h,
+                 " (width x height, after the transform): images of different sizes need a --transform with "
+                 "Resize((h,w)) or a crop to one size");
+  }
   d.h = first.h;
   d.w = first.w;
-  const size_t plane = size_t(d.h * d.w);
-  d.images.resize(kept.size() * 3 * plane);
-  d.labels.reserve(kept.size());
+  const size_t sample = size_t(3 * d.h * d.w);
+  d.images.resize(kept.size() * sample);
   for (size_t k = 0; k < kept.size(); ++k) {
-    const std::vector<uint8_t>& rgb = decoded[kept[k]].image.pixels;
-    float* sample = d.images.data() + k * 3 * plane;
-    // HWC bytes to CHW floats; division by 255, exactly what torchvision's ToTensor gives.
-    for (size_t p = 0; p < plane; ++p)
-      for (size_t ch = 0; ch < 3; ++ch) sample[ch * plane + p] = float(rgb[p * 3 + ch]) / 255.0f;
-    d.labels.push_back(listing.labels[kept[k]]);
-    std::vector<uint8_t>().swap(decoded[kept[k]].image.pixels);  // the bytes are floats now
+    std::memcpy(d.images.data() + k * sample, decoded[kept[k]].tensor.data(), sample * sizeof(float));
+    std::vector<float>().swap(decoded[kept[k]].tensor);
   }
   return d;
 }

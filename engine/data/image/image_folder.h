@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "engine/data/dataset.h"
+#include "engine/data/image/transform_spec.h"
 
 namespace dpcore::data {
 
@@ -34,13 +35,20 @@ ImageFolderListing list_image_folder(const std::string& dir);
 struct ImageFolderOptions {
   int workers = 4;               // decoding threads; the result does not depend on it
   bool skip_bad_images = false;  // leave out (and name in Dataset::skipped) files that do not decode
+  std::string transform;         // --transform (transform_spec.h); empty: ToTensor() only
+  std::string val_transform;     // --val-transform; empty: ToTensor() and --transform's Normalize
 };
 
-// Decodes every image once, on `workers` threads, into a Dataset of 3 x H x W samples in
-// [0, 1] (byte / 255, as torchvision's ToTensor). The images must all have one size until
-// resizing transforms exist: the error names two files of different sizes. A file that does
-// not decode is an error naming it, or with skip_bad_images is left out; when nothing is left,
-// that is an error too.
-Dataset load_image_folder(const std::string& dir, const ImageFolderOptions& options, std::string name);
+// A Dataset of 3 x H x W samples from the folder's images, each decoded and run through
+// `transform` (nullptr: ToTensor(), byte / 255). Every file is decoded at load, on `workers`
+// threads: one that does not decode is an error naming it, or with skip_bad_images is left
+// out; when nothing is left, that is an error too. With a transform without random steps the
+// tensors are made there and kept; they must all have one size (the error names two files
+// of different sizes). With a random transform the pixels are dropped and
+// Dataset::source decodes and transforms each batch's files again on `workers` threads, so
+// the folder need not fit in memory; the transform must then end its image steps with a fixed
+// size (RandomResizedCrop, CenterCrop or Resize((h,w))).
+Dataset load_image_folder(const std::string& dir, const ImageFolderOptions& options, std::string name,
+                          const TransformSpec* transform = nullptr);
 
 }  // namespace dpcore::data
