@@ -1,5 +1,5 @@
 // The batch loader: coverage of every sample, order, resumption, the worker thread's
-// failures and shutdown, and reuse of its buffers.
+// failures and shutdown, reuse of its buffers, and its lane in a trace.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -11,12 +11,18 @@
 #include <thread>
 
 #include "engine/data/loader.h"
+#include "engine/trace.h"
 #include "support/error_of.h"
+#include "support/test_support.h"
+#include "support/trace_checks.h"
 
 namespace dpcore::data {
 namespace {
 
 using testing::error_of;
+using testing::read_trace;
+using testing::spans_of;
+using testing::TempDir;
 
 // n samples of 2 x 3 x 1; every pixel of sample i is i and its label i % 5, so a batch
 // tells which samples it holds.
@@ -328,6 +334,37 @@ TEST(Loader, DestroyingMidEpochDoesNotHang) {
     DataLoader loader(d, o);
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   });
+}
+
+// The worker records each batch it gathers as "prepare batch" on the lane "loader". With
+// recording on before the loader exists, the batches next() returned were all prepared
+// while recording (their spans end before they are queued); the worker may have begun the
+// next ones too, which stop() keeps when they were open.
+TEST(Loader, TheWorkerRecordsEachBatchItPreparesOnTheLoaderLane) {
+  TempDir dir;
+  trace::write(dir.file("before.json"));  // (starts the file below after any earlier events)
+  Dataset d = numbered(20);
+  trace::start();
+  {
+    DataLoader loader(d, options(5, false, false));
+    Batch b;
+    ASSERT_TRUE(loader.next(b));
+    ASSERT_TRUE(loader.next(b));
+    trace::stop();
+  }  // (joins the worker: a span it had open has ended)
+  trace::write(dir.file("t.json"));
+
+  testing::TraceFile t = read_trace(dir.file("t.json"));
+  std::vector<testing::TraceSpan> spans = spans_of(t, "loader", "");
+  ASSERT_GE(spans.size(), 2u);
+  ASSERT_LE(spans.size(), 4u) << "the worker stays within 2 batches queued beside the one in use";
+  for (size_t i = 0; i < spans.size(); ++i) {
+    EXPECT_EQ(spans[i].name, "prepare batch");
+    EXPECT_EQ(spans[i].args.value("epoch", 0), 1) << spans[i].args.dump();
+    EXPECT_EQ(spans[i].args.value("batch", -1), int64_t(i)) << spans[i].args.dump();
+    EXPECT_EQ(spans[i].args.value("samples", 0), 5) << spans[i].args.dump();
+    EXPECT_EQ(t.sort_index.at(spans[i].key()), trace::kLoaderLane);
+  }
 }
 
 }  // namespace
