@@ -322,6 +322,13 @@ class CpuBackend : public Backend {
       case DType::Float64: k::fill<double>(y.numel(), value, y.data<double>()); return;
       case DType::Int32: std::fill_n(y.data<int32_t>(), y.numel(), int32_t(value)); return;
       case DType::Int64: std::fill_n(y.data<int64_t>(), y.numel(), int64_t(value)); return;
+      // Through float32, as PyTorch converts a double scalar to its 16-bit types.
+      case DType::BFloat16:
+        std::fill_n(y.data<kernels::BFloat16>(), y.numel(), kernels::float_to_bfloat16(float(value)));
+        return;
+      case DType::Float16:
+        std::fill_n(y.data<kernels::Float16>(), y.numel(), kernels::float_to_float16(float(value)));
+        return;
     }
   }
   void add(const Tensor& a, const Tensor& b, Tensor& y) override {

@@ -369,6 +369,8 @@ class CudaBackend : public Backend {
       case DType::Int32: k::fill<int32_t>(y.numel(), int32_t(value), y.data<int32_t>(), stream); return;
       case DType::Int64: k::fill<int64_t>(y.numel(), int64_t(value), y.data<int64_t>(), stream); return;
       case DType::Float64: fail("fill: float64 is not supported on cuda; the CUDA kernels are float32");
+      case DType::BFloat16:
+      case DType::Float16: fail("fill: ", dtype_name(y.dtype()), " has no CUDA kernel yet (the CUDA kernels are float32)");
     }
   }
   void add(const Tensor& a, const Tensor& b, Tensor& y) override {
