@@ -349,6 +349,13 @@ class CpuBackend : public Backend {
       k::scale<T>(x.numel(), T(alpha), ptr<T>(x), ptr<T>(y));
     });
   }
+  void unscale_and_check_finite(float inv_scale, Tensor& x, Tensor& found_inf) override {
+    check_same_device_dtype("unscale_and_check_finite", x, found_inf);
+    dispatch_float("unscale_and_check_finite", x, [&](auto t) {
+      using T = decltype(t);
+      k::unscale_and_check_finite<T>(x.numel(), T(inv_scale), ptr<T>(x), ptr<T>(found_inf));
+    });
+  }
   void scale_by(const Tensor& s, const Tensor& x, Tensor& y) override {
     dispatch_float("scale", x, [&](auto t) {
       using T = decltype(t);

@@ -389,6 +389,10 @@ class CudaBackend : public Backend {
     cudaStream_t stream = begin_op("scale", {&s, &x, &y});
     k::scale_by(x.numel(), f32(s), f32(x), f32(y), stream);
   }
+  void unscale_and_check_finite(float inv_scale, Tensor& x, Tensor& found_inf) override {
+    cudaStream_t stream = begin_op("unscale_and_check_finite", {&x, &found_inf});
+    k::unscale_and_check_finite(x.numel(), inv_scale, f32(x), f32(found_inf), stream);
+  }
   void sum(const Tensor& x, Tensor& out) override {
     cudaStream_t stream = begin_op("sum", {&x, &out});
     k::sum(x.numel(), f32(x), f32(out), stream);
