@@ -5,7 +5,8 @@
 // (_amp_update_scale_ exists there for CUDA only), so the comparison is with
 // tests/fixtures/grad_scaler_torch.json, recorded from PyTorch 2.15.0 by that script, and
 // again with the script run live when bench/.venv (scripts: bench/install-torch.sh) is
-// there. Then unscale's Inf / NaN check on its own, and the state a checkpoint keeps.
+// there. Then a skipped step, the scaled loss, and the state a checkpoint keeps; the
+// unscale kernels on their own are in tests/ops/elementwise_test.cpp (every backend).
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
@@ -15,7 +16,6 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 
-#include "engine/backend.h"
 #include "engine/grad_scaler.h"
 #include "engine/ops.h"
 #include "engine/sgd.h"
@@ -95,36 +95,6 @@ TEST(GradScaler, ScaleSequenceIsLivePyTorch) {
       testing::run_python_script("tests/engine/torch_grad_scaler.py", "'" + out + "'", python);
   ASSERT_EQ(script.status, 0) << script.output;
   expect_torch_sequences(out);
-}
-
-// Buffers long enough for the CPU kernel's threads, with the bad element early, in the
-// middle and last; none, an Inf, a NaN; float32 and float64.
-template <class T>
-void expect_unscale_finds(T bad, int64_t at, bool preset) {
-  const int64_t n = (int64_t(1) << 16) + 3;
-  std::vector<T> values = testing::random_vector<T>(size_t(n), 9, -4.0, 4.0);
-  if (at >= 0) values[size_t(at)] = bad;
-  Tensor x = Tensor::from_vector(values, {n}), found = Tensor::full({1}, preset ? 1.0 : 0.0, dtype_of<T>::value);
-  backend_for(Device::cpu()).unscale_and_check_finite(0.125f, x, found);
-  EXPECT_EQ(found.item(), (preset || at >= 0) ? 1.0 : 0.0) << "bad " << bad << " at " << at;
-  const std::vector<T> got = x.template to_vector<T>();
-  for (int64_t i = 0; i < n; ++i) {
-    const T want = values[size_t(i)] * T(0.125f);
-    ASSERT_TRUE(std::isnan(want) ? std::isnan(got[size_t(i)]) : got[size_t(i)] == want) << i;
-  }
-}
-
-TEST(GradScaler, UnscaleFindsOneInfOrNaNAnywhere) {
-  const int64_t n = (int64_t(1) << 16) + 3;
-  for (int64_t at : {int64_t(0), n / 2, n - 1}) {
-    expect_unscale_finds<float>(std::numeric_limits<float>::infinity(), at, false);
-    expect_unscale_finds<float>(-std::numeric_limits<float>::infinity(), at, false);
-    expect_unscale_finds<float>(std::numeric_limits<float>::quiet_NaN(), at, false);
-    expect_unscale_finds<double>(std::numeric_limits<double>::quiet_NaN(), at, false);
-  }
-  expect_unscale_finds<float>(0.0f, -1, false);   // none
-  expect_unscale_finds<double>(0.0, -1, false);
-  expect_unscale_finds<float>(0.0f, -1, true);    // a flag already set stays set
 }
 
 TEST(GradScaler, SkipsTheStepWithAnInfAndBacksOff) {
