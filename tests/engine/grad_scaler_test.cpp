@@ -82,7 +82,9 @@ void expect_torch_sequences(const std::string& path) {
   for (const nlohmann::json& scenario : torch.at("scenarios")) expect_torch_sequence(scenario);
 }
 
-TEST(GradScaler, ScaleSequenceIsRecordedPyTorch) { expect_torch_sequences("fixtures/grad_scaler_torch.json"); }
+TEST(GradScaler, ScaleSequenceIsRecordedPyTorch) {
+  expect_torch_sequences(testing::source_dir() + "/tests/fixtures/grad_scaler_torch.json");
+}
 
 TEST(GradScaler, ScaleSequenceIsLivePyTorch) {
   const std::string python = testing::source_dir() + "/bench/.venv/bin/python";
