@@ -202,6 +202,9 @@ class TimingBackend : public Backend {
   void scale(double alpha, const Tensor& x, Tensor& y) override {
     timed(times_, "scale", [&] { inner_.scale(alpha, x, y); });
   }
+  void unscale_and_check_finite(float inv_scale, Tensor& x, Tensor& found_inf) override {
+    timed(times_, "unscale_and_check_finite", [&] { inner_.unscale_and_check_finite(inv_scale, x, found_inf); });
+  }
   void scale_by(const Tensor& s, const Tensor& x, Tensor& y) override {
     timed(times_, "scale", [&] { inner_.scale_by(s, x, y); });
   }

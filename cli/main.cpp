@@ -435,6 +435,8 @@ void add_train_flags(CLI::App& cmd, TrainOptions& o, BackendFlags& b) {
       ->capture_default_str();
   with_rule(cmd.add_option("--threads", o.threads, "CPU threads for the kernels (0: all cores)"), whole<int>(0));
   cmd.add_option("--init", o.init, "start from these weights (safetensors, PyTorch state_dict names)");
+  cmd.add_flag("--convert-weights", o.convert_weights,
+               "let --init load bfloat16 / float16 weights into the float32 model, converted (and said so)");
   cmd.add_option("--save", o.save, "write the final weights here (safetensors)");
   cmd.add_option("--checkpoint", o.checkpoint_dir, "directory for DIR/checkpoint.safetensors (written at the end)");
   with_rule(cmd.add_option("--checkpoint-every", o.checkpoint_every, "also write a checkpoint every N steps (0: only at the end)"),
@@ -584,6 +586,8 @@ int main(int argc, char** argv) {
   CLI::App* eval_cmd = app.add_subcommand("eval", "print test loss and accuracy of saved weights");
   eval_cmd->add_option("--model", eval.model, kModelHelp)->capture_default_str();
   eval_cmd->add_option("--init", eval.init, "weights to evaluate (safetensors)")->required();
+  eval_cmd->add_flag("--convert-weights", eval.convert_weights,
+                     "let --init load bfloat16 / float16 weights into the float32 model, converted (and said so)");
   eval_cmd->add_option("--data", eval.data, kDataHelp)->capture_default_str();
   eval_cmd->add_option("--val-data", eval.val_data,
                        "imagefolder:DIR: evaluate on these images, normalised with --data imagefolder:DIR's statistics "

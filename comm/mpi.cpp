@@ -62,6 +62,9 @@ MPI_Datatype mpi_type(DType dtype) {
     case DType::Float64: return MPI_DOUBLE;
     case DType::Int32: return MPI_INT32_T;
     case DType::Int64: return MPI_INT64_T;
+    // MPI has no 16-bit float: moved as bits (check_reducible refuses to reduce them).
+    case DType::BFloat16:
+    case DType::Float16: return MPI_UINT16_T;
   }
   return MPI_DATATYPE_NULL;
 }

@@ -179,6 +179,10 @@ class Backend {
   virtual void scale_by(const Tensor& s, const Tensor& x, Tensor& y) = 0;
   virtual void sum(const Tensor& x, Tensor& out) = 0;                         // out: one element, fixed order
   virtual void sum_of_squares(const Tensor& x, Tensor& out) = 0;              // out: one element, sum's order
+  // x *= inv_scale in place, in one pass that sets found_inf[0] (one element of x's dtype
+  // and device) to 1 when an element of x was an Inf or NaN and leaves it as it was
+  // otherwise: GradScaler's unscale (PyTorch's _amp_foreach_non_finite_check_and_unscale_).
+  virtual void unscale_and_check_finite(float inv_scale, Tensor& x, Tensor& found_inf) = 0;
 
   // One fused update of a whole flat buffer; momentum is undefined when cfg.momentum == 0.
   virtual void sgd_step(const kernels::SgdConfig& cfg, bool first_step, Tensor& param, const Tensor& grad, Tensor& momentum) = 0;

@@ -322,6 +322,13 @@ class CpuBackend : public Backend {
       case DType::Float64: k::fill<double>(y.numel(), value, y.data<double>()); return;
       case DType::Int32: std::fill_n(y.data<int32_t>(), y.numel(), int32_t(value)); return;
       case DType::Int64: std::fill_n(y.data<int64_t>(), y.numel(), int64_t(value)); return;
+      // Through float32, as PyTorch converts a double scalar to its 16-bit types.
+      case DType::BFloat16:
+        std::fill_n(y.data<kernels::BFloat16>(), y.numel(), kernels::float_to_bfloat16(float(value)));
+        return;
+      case DType::Float16:
+        std::fill_n(y.data<kernels::Float16>(), y.numel(), kernels::float_to_float16(float(value)));
+        return;
     }
   }
   void add(const Tensor& a, const Tensor& b, Tensor& y) override {
@@ -340,6 +347,13 @@ class CpuBackend : public Backend {
     dispatch_float("scale", x, [&](auto t) {
       using T = decltype(t);
       k::scale<T>(x.numel(), T(alpha), ptr<T>(x), ptr<T>(y));
+    });
+  }
+  void unscale_and_check_finite(float inv_scale, Tensor& x, Tensor& found_inf) override {
+    check_same_device_dtype("unscale_and_check_finite", x, found_inf);
+    dispatch_float("unscale_and_check_finite", x, [&](auto t) {
+      using T = decltype(t);
+      k::unscale_and_check_finite<T>(x.numel(), T(inv_scale), ptr<T>(x), ptr<T>(found_inf));
     });
   }
   void scale_by(const Tensor& s, const Tensor& x, Tensor& y) override {

@@ -369,6 +369,8 @@ class CudaBackend : public Backend {
       case DType::Int32: k::fill<int32_t>(y.numel(), int32_t(value), y.data<int32_t>(), stream); return;
       case DType::Int64: k::fill<int64_t>(y.numel(), int64_t(value), y.data<int64_t>(), stream); return;
       case DType::Float64: fail("fill: float64 is not supported on cuda; the CUDA kernels are float32");
+      case DType::BFloat16:
+      case DType::Float16: fail("fill: ", dtype_name(y.dtype()), " has no CUDA kernel yet (the CUDA kernels are float32)");
     }
   }
   void add(const Tensor& a, const Tensor& b, Tensor& y) override {
@@ -386,6 +388,10 @@ class CudaBackend : public Backend {
   void scale_by(const Tensor& s, const Tensor& x, Tensor& y) override {
     cudaStream_t stream = begin_op("scale", {&s, &x, &y});
     k::scale_by(x.numel(), f32(s), f32(x), f32(y), stream);
+  }
+  void unscale_and_check_finite(float inv_scale, Tensor& x, Tensor& found_inf) override {
+    cudaStream_t stream = begin_op("unscale_and_check_finite", {&x, &found_inf});
+    k::unscale_and_check_finite(x.numel(), inv_scale, f32(x), f32(found_inf), stream);
   }
   void sum(const Tensor& x, Tensor& out) override {
     cudaStream_t stream = begin_op("sum", {&x, &out});

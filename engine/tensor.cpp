@@ -49,6 +49,8 @@ template Tensor Tensor::from_vector(const std::vector<float>&, const Shape&, Dev
 template Tensor Tensor::from_vector(const std::vector<double>&, const Shape&, Device);
 template Tensor Tensor::from_vector(const std::vector<int32_t>&, const Shape&, Device);
 template Tensor Tensor::from_vector(const std::vector<int64_t>&, const Shape&, Device);
+template Tensor Tensor::from_vector(const std::vector<kernels::BFloat16>&, const Shape&, Device);
+template Tensor Tensor::from_vector(const std::vector<kernels::Float16>&, const Shape&, Device);
 
 Tensor Tensor::view_of(std::shared_ptr<Storage> storage, size_t offset, const Shape& shape, DType dtype) {
   check_shape(shape);
@@ -129,6 +131,8 @@ template std::vector<float> Tensor::to_vector() const;
 template std::vector<double> Tensor::to_vector() const;
 template std::vector<int32_t> Tensor::to_vector() const;
 template std::vector<int64_t> Tensor::to_vector() const;
+template std::vector<kernels::BFloat16> Tensor::to_vector() const;
+template std::vector<kernels::Float16> Tensor::to_vector() const;
 
 double Tensor::item() const {
   DPCORE_CHECK(numel() == 1, "item() on ", str(), ": needs exactly one element");
@@ -137,6 +141,8 @@ double Tensor::item() const {
     case DType::Float64: return to_vector<double>()[0];
     case DType::Int32: return to_vector<int32_t>()[0];
     case DType::Int64: return double(to_vector<int64_t>()[0]);
+    case DType::BFloat16: return kernels::bfloat16_to_float(to_vector<kernels::BFloat16>()[0]);
+    case DType::Float16: return kernels::float16_to_float(to_vector<kernels::Float16>()[0]);
   }
   return 0.0;
 }

@@ -43,23 +43,40 @@ namespace {
 
 // The file's tensor prefix + entry.name into host[entry.offset...], checking its shape;
 // `what` says what the model calls it ("parameter", "buffer").
+template <class Half, class Convert>
+void convert_half(const io::TensorRecord& t, int64_t n, Convert convert, double* out) {
+  const Half* v = t.values<Half>();
+  for (int64_t i = 0; i < n; ++i) out[i] = convert(v[i]);
+}
+
 template <class Entry>
 void read_entry(const io::SafetensorsFile& file, const std::string& prefix, const Entry& e, bool counter,
-                const char* what, std::vector<double>& host) {
+                const char* what, const WeightsLoading& loading, std::vector<double>& host,
+                WeightsConverted& converted) {
   const io::TensorRecord* t = file.find(prefix + e.name);
   DPCORE_CHECK(t != nullptr, file.source(), ": no tensor '", prefix + e.name, "' for the model's ", what, " ", e.name);
   DPCORE_CHECK(t->shape == e.shape, file.source(), ": tensor '", t->name, "' has shape ", shape_str(t->shape),
                " but the model's ", e.name, " is ", shape_str(e.shape));
+  DPCORE_CHECK(!is_half_precision(t->dtype) || loading.convert_half_precision, file.source(), ": tensor '", t->name,
+               "' is ", dtype_name(t->dtype), ", the model's ", what, " ", e.name,
+               " is not: a 16-bit file loads only converted, when asked (dpcore's --convert-weights, "
+               "WeightsLoading::convert_half_precision)");
   double* out = host.data() + e.offset;
   if (t->dtype == DType::Float32) {
     std::copy(t->values<float>(), t->values<float>() + e.numel, out);
   } else if (t->dtype == DType::Float64) {
     std::copy(t->values<double>(), t->values<double>() + e.numel, out);
+  } else if (t->dtype == DType::BFloat16) {
+    convert_half<kernels::BFloat16>(*t, e.numel, kernels::bfloat16_to_float, out);
+    ++converted.from_bfloat16;
+  } else if (t->dtype == DType::Float16) {
+    convert_half<kernels::Float16>(*t, e.numel, kernels::float16_to_float, out);
+    ++converted.from_float16;
   } else if (t->dtype == DType::Int64 && counter) {
     std::copy(t->values<int64_t>(), t->values<int64_t>() + e.numel, out);
   } else {
     fail(file.source(), ": tensor '", t->name, "' is ", dtype_name(t->dtype), "; the model's ", what, " ", e.name,
-         " must be ", counter ? "I64, F32 or F64" : "F32 or F64");
+         " must be ", counter ? "I64, F32 or F64" : "F32 or F64 (or BF16, F16 converted)");
   }
   for (int64_t i = 0; i < e.numel; ++i) {
     DPCORE_CHECK(!counter || (out[i] >= 0 && out[i] == std::floor(out[i])), file.source(), ": tensor '", t->name,
@@ -110,19 +127,32 @@ bool hugging_face_extra(const Model& model, const io::SafetensorsFile& file, con
 
 }  // namespace
 
-void load_weights(Model& model, const io::SafetensorsFile& file, const std::string& prefix) {
-  // Assemble each whole flat buffer on the host (padding stays zero), then one copy each.
-  FlatParameters& params = model.parameters();
-  std::vector<double> host(size_t(params.total()), 0.0);
-  for (const auto& e : params.entries()) read_entry(file, prefix, e, false, "parameter", host);
-  FlatBuffers& buffers = model.buffers();
-  std::vector<double> host_buffers(size_t(buffers.total()), 0.0);
-  for (const auto& e : buffers.entries()) read_entry(file, prefix, e, e.counter, "buffer", host_buffers);
-  upload(host, params.values());
-  if (!buffers.empty()) upload(host_buffers, buffers.values());
+std::string conversion_log(const WeightsConverted& converted, DType model_dtype) {
+  std::string log;
+  for (auto [n, from] : {std::pair{converted.from_bfloat16, "bfloat16"}, std::pair{converted.from_float16, "float16"}})
+    if (n > 0)
+      log += "converted " + std::to_string(n) + (n == 1 ? " tensor" : " tensors") + " from " + from + " to " +
+             dtype_name(model_dtype) + "\n";
+  return log;
 }
 
-void load_weights(Model& model, const std::string& path) {
+WeightsConverted load_weights(Model& model, const io::SafetensorsFile& file, const std::string& prefix,
+                              const WeightsLoading& loading) {
+  // Assemble each whole flat buffer on the host (padding stays zero), then one copy each.
+  WeightsConverted converted;
+  FlatParameters& params = model.parameters();
+  std::vector<double> host(size_t(params.total()), 0.0);
+  for (const auto& e : params.entries()) read_entry(file, prefix, e, false, "parameter", loading, host, converted);
+  FlatBuffers& buffers = model.buffers();
+  std::vector<double> host_buffers(size_t(buffers.total()), 0.0);
+  for (const auto& e : buffers.entries())
+    read_entry(file, prefix, e, e.counter, "buffer", loading, host_buffers, converted);
+  upload(host, params.values());
+  if (!buffers.empty()) upload(host_buffers, buffers.values());
+  return converted;
+}
+
+WeightsConverted load_weights(Model& model, const std::string& path, const WeightsLoading& loading) {
   io::SafetensorsFile file = io::load_safetensors(path);
   for (const auto& t : file.tensors()) {
     bool known = false;
@@ -131,7 +161,7 @@ void load_weights(Model& model, const std::string& path) {
     DPCORE_CHECK(known || hugging_face_extra(model, file, t), path, ": unexpected tensor '", t.name,
                  "' (not a parameter or buffer of this model)");
   }
-  load_weights(model, file, "");
+  return load_weights(model, file, "", loading);
 }
 
 }  // namespace dpcore::layers

@@ -30,15 +30,31 @@ class HostState {
 // Writes the model's state_dict, atomically.
 void save_weights(const Model& model, const std::string& path, const std::map<std::string, std::string>& metadata = {});
 
+// Whether load_weights may convert bfloat16 and float16 tensors (as PyTorch writes a model
+// after .half() or .bfloat16()) to the model's float32 or float64. The conversion is exact,
+// but without this a 16-bit file is refused, naming the tensor and its dtype: weights that
+// were rounded to 8 or 11 significant bits should not enter a float32 run unannounced.
+struct WeightsLoading {
+  bool convert_half_precision = false;
+};
+// How many tensors load_weights converted, by the file's dtype.
+struct WeightsConverted {
+  int64_t from_bfloat16 = 0, from_float16 = 0;
+};
+// "converted 12 tensors from bfloat16 to float32\n" for each dtype that had any; empty if none.
+std::string conversion_log(const WeightsConverted& converted, DType model_dtype);
+
 // Loads the state_dict strictly, as load_state_dict(strict=True): every parameter and
 // buffer of the model must be present with its exact shape, and the file may hold no other
 // tensors but the two that Hugging Face's BERT files carry: a tied alias
 // (cls.predictions.decoder.weight), equal to the tensor it is tied to, and the buffer
-// bert.embeddings.position_ids, 0..P-1 (docs/differences.md). Float32 and float64 files both load into either precision; counters load from
-// int64 (or a float holding a whole number).
-void load_weights(Model& model, const std::string& path);
+// bert.embeddings.position_ids, 0..P-1 (docs/differences.md). Float32 and float64 files both
+// load into either precision, bfloat16 and float16 ones with `loading.convert_half_precision`;
+// counters load from int64 (or a float holding a whole number).
+WeightsConverted load_weights(Model& model, const std::string& path, const WeightsLoading& loading = {});
 // The same from an already-parsed file; tensors are looked up as prefix + name, and only
 // those are checked (other tensors in the file are allowed).
-void load_weights(Model& model, const io::SafetensorsFile& file, const std::string& prefix);
+WeightsConverted load_weights(Model& model, const io::SafetensorsFile& file, const std::string& prefix,
+                              const WeightsLoading& loading = {});
 
 }  // namespace dpcore::layers

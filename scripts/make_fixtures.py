@@ -223,7 +223,8 @@ def sampled(t):
 # not packaged for Debian; it is used when installed).
 # ---------------------------------------------------------------------------------------
 
-DTYPES = {"F32": (torch.float32, "<f4"), "F64": (torch.float64, "<f8"),
+DTYPES = {"F32": (torch.float32, "<f4"), "F64": (torch.float64, "<f8"), "F16": (torch.float16, "<f2"),
+          "BF16": (torch.bfloat16, "<i2"),  # numpy has no bfloat16: its bits, as int16
           "I32": (torch.int32, "<i4"), "I64": (torch.int64, "<i8")}
 DTYPE_NAMES = {torch_dtype: name for name, (torch_dtype, _) in DTYPES.items()}
 MAX_HEADER_BYTES = 100_000_000
@@ -240,7 +241,9 @@ def save_safetensors(tensors, path, metadata):
     header = {"__metadata__": metadata} if metadata else {}  # the reference writer omits it when empty
     chunks, offset = [], 0
     for name, t in tensors.items():
-        data = t.detach().contiguous().numpy().astype(DTYPES[DTYPE_NAMES[t.dtype]][1]).tobytes()
+        stored = t.detach().contiguous()
+        stored = stored.view(torch.int16) if stored.dtype == torch.bfloat16 else stored
+        data = stored.numpy().astype(DTYPES[DTYPE_NAMES[t.dtype]][1]).tobytes()
         header[name] = {"dtype": DTYPE_NAMES[t.dtype], "shape": list(t.shape),
                         "data_offsets": [offset, offset + len(data)]}
         chunks.append(data)
@@ -317,8 +320,11 @@ def load_safetensors(path):
         covered = end
     if covered != len(buffer):
         raise FixtureError(f"{path}: the last {len(buffer) - covered} bytes of the buffer belong to no tensor")
-    return {name: torch.from_numpy(np.frombuffer(buffer, DTYPES[dtype][1], math.prod(shape), begin).copy())
-            .to(DTYPES[dtype][0]).view(shape) for begin, _, name, dtype, shape in entries}
+    def tensor(begin, dtype, shape):
+        t = torch.from_numpy(np.frombuffer(buffer, DTYPES[dtype][1], math.prod(shape), begin).copy())
+        return (t.view(torch.bfloat16) if dtype == "BF16" else t.to(DTYPES[dtype][0])).view(shape)
+
+    return {name: tensor(begin, dtype, shape) for begin, _, name, dtype, shape in entries}
 
 
 # ---------------------------------------------------------------------------------------

@@ -206,11 +206,17 @@ Device set_up_device(const TrainOptions& o) {
   return resolve_device(o.device);
 }
 
-// The model of --model (with --init's weights) inside the runner of the parallel options.
-std::unique_ptr<StepRunner> set_up_runner(const TrainOptions& o, const data::Dataset& train_data, Device device) {
+// The model of --model (with --init's weights) inside the runner of the parallel options;
+// the primary says what --convert-weights converted.
+std::unique_ptr<StepRunner> set_up_runner(const TrainOptions& o, const data::Dataset& train_data, Device device,
+                                          std::ostream& primary_out) {
   auto model = build_model(o.model, train_data, device, o.seed);
-  if (!o.init.empty()) layers::load_weights(*model, o.init);
-  return make_runner(std::move(model), optimizer_config(o), o.accum, o.parallel);
+  std::string converted;
+  if (!o.init.empty())
+    converted = layers::conversion_log(layers::load_weights(*model, o.init, {o.convert_weights}), model->dtype());
+  auto runner = make_runner(std::move(model), optimizer_config(o), o.accum, o.parallel);
+  if (runner->is_primary()) primary_out << converted;
+  return runner;
 }
 
 // What the epoch in progress has accumulated since its first step (or since the resume).
@@ -305,7 +311,7 @@ TrainingRun::TrainingRun(const TrainOptions& options, std::ostream& primary_out)
       data_(data::load_data(data::parse_data_specs(o_.data, o_.val_data,
                                                    {o_.workers, o_.skip_bad_images, o_.transform, o_.val_transform}, o_.text),
                             o_.normalize)),
-      runner_(set_up_runner(o_, data_.train, device_)),
+      runner_(set_up_runner(o_, data_.train, device_, primary_out)),
       primary_(runner_->is_primary()),
       out_(primary_ ? primary_out : silent_) {
   restore_state();
@@ -665,7 +671,7 @@ EpochMetrics evaluate(const EvalOptions& o, std::ostream& out) {
       data::parse_data_specs(o.data, o.val_data, {o.workers, o.skip_bad_images, o.transform, o.val_transform}, o.text),
       o.normalize);
   auto model = build_model(o.model, data.test, device, 0);
-  layers::load_weights(*model, o.init);
+  out << layers::conversion_log(layers::load_weights(*model, o.init, {o.convert_weights}), model->dtype());
   EpochMetrics m = evaluate_dataset(*model, data.test, o.batch);
   out << std::fixed << std::setprecision(4) << "test loss " << m.test_loss << ", test accuracy "
       << std::setprecision(2) << 100 * m.test_accuracy << "% on " << data.test.n << " samples\n";

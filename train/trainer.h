@@ -54,6 +54,7 @@ TrainResult train(const TrainOptions& options, std::ostream& out);
 // `dpcore eval`: test loss and accuracy of saved weights.
 struct EvalOptions {
   std::string model = "fashioncnn", data = "fashion-mnist", init, device = "auto";
+  bool convert_weights = false;  // --init may be bfloat16 / float16, converted (layers/weights.h)
   std::string val_data;  // imagefolder:DIR evaluated, normalised with --data imagefolder:DIR's statistics
   int workers = 4;       // as TrainOptions' (train/train_options.h)
   bool skip_bad_images = false;

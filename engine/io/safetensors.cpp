@@ -8,6 +8,8 @@ const char* safetensors_dtype_name(DType dtype) {
     case DType::Float64: return "F64";
     case DType::Int32: return "I32";
     case DType::Int64: return "I64";
+    case DType::BFloat16: return "BF16";
+    case DType::Float16: return "F16";
   }
   fail("safetensors: unknown DType ", int(dtype));
 }

@@ -84,7 +84,7 @@ SafetensorsFile load_safetensors(const std::string& path);
 // The same validation on an in-memory file image; source_name is used in error messages.
 SafetensorsFile parse_safetensors(const uint8_t* data, size_t size, const std::string& source_name);
 
-// "F32", "F64", "I32", "I64".
+// "F32", "F64", "I32", "I64", "BF16", "F16" (the names PyTorch's safetensors writes).
 const char* safetensors_dtype_name(DType dtype);
 
 }  // namespace dpcore::io

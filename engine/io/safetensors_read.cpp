@@ -92,11 +92,12 @@ std::map<std::string, std::string> parse_metadata(const Json& v, const std::stri
 DType parse_dtype(const Json& v, const std::string& where) {
   DPCORE_CHECK(v.is_string(), where, ": dtype must be a string, got ", describe(v));
   const std::string& s = v.get_ref<const std::string&>();
-  for (DType t : {DType::Float32, DType::Float64, DType::Int32, DType::Int64})
+  for (DType t : {DType::Float32, DType::Float64, DType::Int32, DType::Int64, DType::BFloat16, DType::Float16})
     if (s == safetensors_dtype_name(t)) return t;
   static const std::set<std::string> other_format_dtypes = {"BOOL", "U8",  "I8",  "F8_E5M2", "F8_E4M3",
-                                                            "I16",  "U16", "F16", "BF16",    "U32", "U64"};
-  if (other_format_dtypes.count(s)) fail(where, ": dtype ", s, " is not supported by dpcore (F32, F64, I32, I64 are)");
+                                                            "I16",  "U16", "U32", "U64"};
+  if (other_format_dtypes.count(s))
+    fail(where, ": dtype ", s, " is not supported by dpcore (F32, F64, BF16, F16, I32, I64 are)");
   fail(where, ": unknown dtype '", s, "'");
 }
 

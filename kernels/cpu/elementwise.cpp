@@ -1,5 +1,6 @@
 // Elementwise operations and the sum over flat arrays.
 #include <algorithm>
+#include <cmath>
 #include <vector>
 
 #include "kernels/cpu/kernels.h"
@@ -83,7 +84,20 @@ void sum_of_squares(int64_t n, const T* x, T* out) {
   out[0] = T(fixed_order_sum<true>(n, x));
 }
 
+template <class T>
+void unscale_and_check_finite(int64_t n, T inv_scale, T* x, T* found_inf) {
+  int nonfinite = 0;
+#pragma omp parallel for simd num_threads(kernel_threads()) if (n >= kMinParallelElements) schedule(static) \
+    reduction(| : nonfinite)
+  for (int64_t i = 0; i < n; ++i) {
+    nonfinite |= int(!std::isfinite(x[i]));
+    x[i] *= inv_scale;
+  }
+  if (nonfinite) found_inf[0] = T(1);
+}
+
 #define DPCORE_INSTANTIATE(T)                                  \
+  template void unscale_and_check_finite<T>(int64_t, T, T*, T*); \
   template void fill<T>(int64_t, T, T*);                       \
   template void add<T>(int64_t, const T*, const T*, T*);       \
   template void axpy<T>(int64_t, T, const T*, T*);             \

@@ -135,6 +135,8 @@ template <class T> void axpy(int64_t n, T alpha, const T* x, T* y);         // y
 template <class T> void scale(int64_t n, T alpha, const T* x, T* y);        // y = alpha * x (may alias)
 template <class T> void sum(int64_t n, const T* x, T* out);                 // out[0] = sum(x), fixed (pairwise) order
 template <class T> void sum_of_squares(int64_t n, const T* x, T* out);      // out[0] = sum(x * x), sum's order, in double
+// x *= inv_scale; found_inf[0] = 1 when an element of x was an Inf or NaN (else unchanged).
+template <class T> void unscale_and_check_finite(int64_t n, T inv_scale, T* x, T* found_inf);
 
 // ---- SGD over whole flat buffers, torch.optim.SGD semantics:
 //   g = grad + wd * p; if momentum: buf = first_step ? g : mu*buf + (1-dampening)*g;

@@ -1,4 +1,4 @@
-// Elementwise kernels on flat float arrays (fill, add, axpy, scale), each a functor applied
+// Elementwise kernels on flat float arrays (fill, add, axpy, scale, GradScaler's unscale), each a functor applied
 // by map() (kernels/cuda/map.cuh). Outputs may alias inputs.
 #include "kernels/cuda_runtime/check.h"
 #include "kernels/cuda/kernels.h"
@@ -31,6 +31,17 @@ __global__ void fill_kernel(int64_t n, T value, T* y) {
     y[i] = value;
 }
 
+// Every thread that meets an Inf or NaN writes the same 1, so the race is benign.
+__global__ void unscale_and_check_finite_kernel(int64_t n, float inv_scale, float* x, float* found_inf) {
+  bool nonfinite = false;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const float v = x[i];
+    nonfinite |= !isfinite(v);
+    x[i] = v * inv_scale;
+  }
+  if (nonfinite) *found_inf = 1.0f;
+}
+
 }  // namespace
 
 template <class T>
@@ -54,6 +65,12 @@ void scale(int64_t n, float alpha, const float* x, float* y, cudaStream_t stream
 
 void scale_by(int64_t n, const float* s, const float* x, float* y, cudaStream_t stream) {
   map(n, x, nullptr, y, ScaleBy{s}, stream);
+}
+
+void unscale_and_check_finite(int64_t n, float inv_scale, float* x, float* found_inf, cudaStream_t stream) {
+  if (n == 0) return;
+  launch("unscale_and_check_finite_kernel", unscale_and_check_finite_kernel, blocks_for(n, kElementwiseThreads),
+         kElementwiseThreads, stream, n, inv_scale, x, found_inf);
 }
 
 }  // namespace dpcore::kernels::cuda

@@ -143,6 +143,8 @@ void axpy(int64_t n, float alpha, const float* x, float* y, cudaStream_t stream)
 void scale(int64_t n, float alpha, const float* x, float* y, cudaStream_t stream);   // y = alpha * x, may alias
 // y = s[0] * x with s a one-element device array (a captured graph reads its current value).
 void scale_by(int64_t n, const float* s, const float* x, float* y, cudaStream_t stream);
+// x *= inv_scale; *found_inf = 1 when an element of x was an Inf or NaN (else unchanged).
+void unscale_and_check_finite(int64_t n, float inv_scale, float* x, float* found_inf, cudaStream_t stream);
 // out[0] = sum(x): fixed partition into block sums, then one block adds those in order.
 void sum(int64_t n, const float* x, float* out, cudaStream_t stream);
 // out[0] = sum(x * x), in sum's order (the squares in the first pass).

@@ -80,16 +80,20 @@ TEST(Safetensors, RoundTripKeepsOrderDtypesShapesBytesAndMetadata) {
   std::vector<double> f64 = {3.141592653589793, -1e300};
   std::vector<int32_t> i32 = {-1, 2147483647};
   std::vector<int64_t> i64 = {int64_t(1) << 62, -5, 0};
+  std::vector<kernels::BFloat16> bf16 = {{0x3f80}, {0xff80}, {0x0001}};
+  std::vector<kernels::Float16> f16 = {{0x3c00}, {0x7bff}};
   std::vector<float> scalar = {42.0f}, empty;
   // Deliberately not sorted by name or dtype: the file keeps the caller's order.
   std::vector<TensorView> views = {view_of("z.f32", {2, 3}, f32), view_of("a.f64", {2}, f64),
                                    view_of("m.i32", {1, 2}, i32), view_of("b.i64", {3}, i64),
+                                   view_of("h.bf16", {3}, bf16), view_of("g.f16", {2, 1}, f16),
                                    view_of("scalar", {}, scalar), view_of("empty", {0, 4}, empty)};
   std::map<std::string, std::string> meta = {{"lr", "0.1"}, {"note", "ünïcode"}};
   save_safetensors(dir.file("m.safetensors"), views, meta);
 
   SafetensorsFile file = load_safetensors(dir.file("m.safetensors"));
-  EXPECT_EQ(file.names(), (std::vector<std::string>{"z.f32", "a.f64", "m.i32", "b.i64", "scalar", "empty"}));
+  EXPECT_EQ(file.names(),
+            (std::vector<std::string>{"z.f32", "a.f64", "m.i32", "b.i64", "h.bf16", "g.f16", "scalar", "empty"}));
   EXPECT_EQ(file.metadata(), meta);
   ASSERT_EQ(file.tensors().size(), views.size());
   for (size_t i = 0; i < views.size(); ++i) {
@@ -104,6 +108,19 @@ TEST(Safetensors, RoundTripKeepsOrderDtypesShapesBytesAndMetadata) {
   EXPECT_EQ(file.at("b.i64").values<int64_t>()[0], int64_t(1) << 62);
   EXPECT_EQ(file.at("scalar").numel(), 1);
   EXPECT_EQ(file.at("empty").numel(), 0);
+  EXPECT_EQ(file.at("h.bf16").values<kernels::BFloat16>()[1].bits, 0xff80u);
+  EXPECT_EQ(file.at("g.f16").numel(), 2);
+}
+
+TEST(Safetensors, HalfPrecisionHasPyTorchsDtypeNames) {
+  TempDir dir;
+  std::vector<kernels::BFloat16> bf16 = {{0x3f80}};
+  std::vector<kernels::Float16> f16 = {{0x3c00}};
+  save_safetensors(dir.file("h.safetensors"), {view_of("b", {1}, bf16), view_of("h", {1}, f16)});
+  std::ifstream in(dir.file("h.safetensors"), std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(bytes.find("\"b\":{\"dtype\":\"BF16\""), std::string::npos) << bytes;
+  EXPECT_NE(bytes.find("\"h\":{\"dtype\":\"F16\""), std::string::npos) << bytes;
 }
 
 TEST(Safetensors, ParseFromMemoryMatchesLoadFromFile) {
@@ -207,8 +224,8 @@ TEST(Safetensors, BadJsonIsRejected) {
 }
 
 TEST(Safetensors, DtypesOutsideDpcoreAreNamed) {
-  std::string msg = parse_error(image("{" + entry("h", "BF16", "[4]", 0, 8) + "}", 8));
-  EXPECT_TRUE(contains(msg, "tensor 'h': dtype BF16 is not supported by dpcore")) << msg;
+  std::string msg = parse_error(image("{" + entry("h", "I16", "[4]", 0, 8) + "}", 8));
+  EXPECT_TRUE(contains(msg, "tensor 'h': dtype I16 is not supported by dpcore")) << msg;
   msg = parse_error(image("{" + entry("h", "Q4_K", "[4]", 0, 8) + "}", 8));
   EXPECT_TRUE(contains(msg, "tensor 'h': unknown dtype 'Q4_K'")) << msg;
 }

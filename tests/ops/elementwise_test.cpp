@@ -1,4 +1,4 @@
-// The elementwise operations (fill, add, axpy, scale) and the deterministic sum on every
+// The elementwise operations (fill, add, axpy, scale, GradScaler's unscale) and the deterministic sum on every
 // backend (tests/support/op_backends.h), against scalar loops and a long-double sum, on
 // lengths around the vector and thread boundaries and on misaligned pointers (which must
 // take the CUDA kernels' scalar path).
@@ -79,6 +79,45 @@ TYPED_TEST(ElementwiseTest, FillAddAxpyScaleMatchScalarLoops) {
       y = dev_y.download();
       EXPECT_TRUE(untouched_before(y, at));
       for (int64_t i = at; i < n + at; ++i) ASSERT_EQ(y[i], T(3) * a[i]) << i;
+    }
+  }
+}
+
+// GradScaler's unscale: every element times inv_scale, and the flag set exactly when an
+// Inf, -Inf or NaN was there (first, in the middle or last); a clean buffer leaves the flag
+// as it was (0 or already 1).
+template <class B, class T>
+void expect_unscaled(std::vector<T> x, int64_t at, int64_t n, int64_t bad_at, T bad, T preset) {
+  SCOPED_TRACE("bad at " + std::to_string(bad_at) + ", flag " + std::to_string(preset));
+  if (bad_at >= 0) x[size_t(at + bad_at)] = bad;
+  typename B::template Array<T> dev_x(x), flag(std::vector<T>{preset});
+  B::unscale_and_check_finite(n, T(0.125), dev_x.get() + at, flag.get());
+  ASSERT_EQ(flag.download()[0], bad_at >= 0 ? T(1) : preset);
+  const auto got = dev_x.download();
+  for (int64_t i = 0; i < at; ++i) ASSERT_EQ(got[i], x[i]) << "element before the start was written";
+  for (int64_t i = at; i < n + at; ++i) ASSERT_TRUE(std::isnan(x[i]) ? std::isnan(got[i]) : got[i] == x[i] * T(0.125)) << i;
+}
+
+TYPED_TEST(ElementwiseTest, UnscaleFindsAnInfOrNaNAnywhere) {
+  using B = TypeParam;
+  using T = typename B::Scalar;
+  const T bads[] = {std::numeric_limits<T>::infinity(), -std::numeric_limits<T>::infinity(),
+                    std::numeric_limits<T>::quiet_NaN()};
+  for (const FlatCase& c : kCases) {
+    if (c.n == 0 || !B::runs_elements(c.n + c.offset)) continue;
+    const int64_t n = c.n, at = c.offset;
+    const auto x = random_vector<T>(n + at, 7, -4.0, 4.0);
+    for (int threads : B::thread_counts()) {
+      SCOPED_TRACE(describe(c, threads));
+      ScopedKernelThreads scope(threads);
+      expect_unscaled<B>(x, at, n, -1, T(0), T(0));
+      expect_unscaled<B>(x, at, n, -1, T(0), T(1));
+      if (n > 70001) {  // the long buffers once, with a NaN last (the others cost time, not coverage)
+        expect_unscaled<B>(x, at, n, n - 1, bads[2], T(0));
+        continue;
+      }
+      for (int64_t bad_at : {int64_t(0), n / 2, n - 1})
+        for (const T bad : bads) expect_unscaled<B>(x, at, n, bad_at, bad, T(0));
     }
   }
 }

@@ -223,6 +223,9 @@ struct CpuBackend {
   static void scale(int64_t n, T alpha, const T* x, T* y) { kernels::cpu::scale<T>(n, alpha, x, y); }
   static void sum(int64_t n, const T* x, T* out) { kernels::cpu::sum<T>(n, x, out); }
   static void sum_of_squares(int64_t n, const T* x, T* out) { kernels::cpu::sum_of_squares<T>(n, x, out); }
+  static void unscale_and_check_finite(int64_t n, T inv_scale, T* x, T* found_inf) {
+    kernels::cpu::unscale_and_check_finite<T>(n, inv_scale, x, found_inf);
+  }
   static void sgd_step(int64_t n, const kernels::SgdConfig& cfg, bool first_step, T* param, const T* grad,
                        T* momentum) {
     kernels::cpu::sgd_step<T>(n, cfg, first_step, param, grad, momentum);
@@ -445,6 +448,9 @@ struct CudaBackend {
   static void sum(int64_t n, const float* x, float* out) { kernels::cuda::sum(n, x, out, nullptr); }
   static void sum_of_squares(int64_t n, const float* x, float* out) {
     kernels::cuda::sum_of_squares(n, x, out, nullptr);
+  }
+  static void unscale_and_check_finite(int64_t n, float inv_scale, float* x, float* found_inf) {
+    kernels::cuda::unscale_and_check_finite(n, inv_scale, x, found_inf, nullptr);
   }
   static void sgd_step(int64_t n, const kernels::SgdConfig& cfg, bool first_step, float* param, const float* grad,
                        float* momentum) {

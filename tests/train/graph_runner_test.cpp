@@ -215,6 +215,9 @@ class RecordingBackend : public Backend {
   void sum_of_squares(const Tensor& x, Tensor& out) override {
     run([=, out = out]() mutable { cpu_.sum_of_squares(x, out); });
   }
+  void unscale_and_check_finite(float inv_scale, Tensor& x, Tensor& found_inf) override {
+    run([=, x = x, found_inf = found_inf]() mutable { cpu_.unscale_and_check_finite(inv_scale, x, found_inf); });
+  }
   void sgd_step(const kernels::SgdConfig& cfg, bool first_step, Tensor& param, const Tensor& grad,
                 Tensor& momentum) override {
     run([=, param = param, momentum = momentum]() mutable { cpu_.sgd_step(cfg, first_step, param, grad, momentum); });

@@ -76,8 +76,12 @@ bool all_finite(const Tensor& t) {
   switch (host.dtype()) {
     case DType::Float32: return bits_finite<uint32_t>(host.raw_data(), host.numel(), 0x7f800000u);
     case DType::Float64: return bits_finite<uint64_t>(host.raw_data(), host.numel(), 0x7ff0000000000000ull);
-    default: return true;  // integers are always finite
+    case DType::BFloat16: return bits_finite<uint16_t>(host.raw_data(), host.numel(), 0x7f80u);
+    case DType::Float16: return bits_finite<uint16_t>(host.raw_data(), host.numel(), 0x7c00u);
+    case DType::Int32:
+    case DType::Int64: return true;  // integers are always finite
   }
+  return true;
 }
 
 bool step_is_nonfinite(const Tensor& loss_sum, const Tensor& grads) { return !all_finite(loss_sum) || !all_finite(grads); }
