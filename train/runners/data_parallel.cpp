@@ -28,6 +28,12 @@ std::vector<Replica> replicate(std::unique_ptr<layers::Model> root, const std::v
     replicas[r].comm = std::move(comms[r]);
     replicas[r].id = replicas[r].comm->rank();
   }
+  // The copies and zero fills above (parameters, gradients, optimizer state) are queued on
+  // this thread's current stream of each device, the legacy default one; the collectives
+  // that come next (broadcast_state) run on the replica threads' and the communicators'
+  // non-blocking streams, which CUDA does not order after the legacy stream. Waiting for
+  // each device here orders all of it before the first collective.
+  for (Replica& r : replicas) finish_device_work(r);
   return replicas;
 }
 

@@ -251,6 +251,11 @@ AsyncRunner::AsyncRunner(std::unique_ptr<layers::Model> model, const OptimizerCo
   for (const Device& d : replica_devices(options, model->device())) s.replicas.push_back(model->replicate(d));
   s.master = std::move(model);
   s.optimizer = make_optimizer(s.master->parameters(), optimizer);
+  // The copies and zero fills above went to this thread's legacy default stream of each
+  // device; the replica threads snapshot and update on their own non-blocking streams,
+  // which CUDA does not order after it. Waiting for the devices here orders them first.
+  runtime::synchronize(s.master->device());
+  for (const auto& replica : s.replicas) runtime::synchronize(replica->device());
   s.in_flight.assign(s.replicas.size(), -1);
   s.exited.assign(s.replicas.size(), false);
   s.lanes.assign(s.replicas.size(), ReplicaLane{});
