@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "comm/communicator.h"
@@ -66,5 +67,15 @@ bool bit_identical(const std::vector<T>& a, const std::vector<T>& b) {
 // The per-rank block of allgather and reduce_scatter for a message of about `count`
 // elements in total: ceil(count / world).
 inline int64_t block_for(int64_t count, int world) { return (count + world - 1) / world; }
+
+// What waiting on `work` throws, or "" when it completes: the failure tests' view of a Work.
+inline std::string error_of(const comm::Work& work) {
+  try {
+    work.wait();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
 
 }  // namespace dpcore::testing

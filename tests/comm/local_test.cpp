@@ -316,15 +316,6 @@ TEST(LocalAsync, BarrierWaitsForEveryone) {
 }
 
 // ---- failures: never hang, always name the culprit ----
-std::string error_of(const comm::Work& work) {
-  try {
-    work.wait();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
-
 TEST(LocalFailures, ReplicaThatThrowsAbortsTheOthersAtOnce) {
   const int world = 4;
   auto group = comm::make_local_group(world, {std::chrono::seconds(2)});

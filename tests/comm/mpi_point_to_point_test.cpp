@@ -21,15 +21,6 @@ comm::Communicator& world() {
 
 Tensor tensor_of(const std::vector<double>& values) { return Tensor::from_vector(values, {int64_t(values.size())}); }
 
-std::string error_of(const comm::Work& work) {
-  try {
-    work.wait();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
-
 TEST(MpiPointToPoint, RingExchangeIsBitExact) {
   comm::Communicator& c = world();
   const int n = c.size(), right = (c.rank() + 1) % n, left = (c.rank() + n - 1) % n;

@@ -26,15 +26,6 @@ using Clock = std::chrono::steady_clock;
 Tensor tensor_of(const std::vector<double>& values) { return Tensor::from_vector(values, {int64_t(values.size())}); }
 Tensor filled(int64_t count, double value) { return Tensor::full({count}, value, DType::Float64); }
 
-std::string error_of(const comm::Work& work) {
-  try {
-    work.wait();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
-
 class LocalPointToPoint : public ::testing::TestWithParam<int> {};
 
 // Every rank sends its data to the right and receives its left neighbour's, both issued
