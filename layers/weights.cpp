@@ -41,20 +41,18 @@ void save_weights(const Model& model, const std::string& path, const std::map<st
 
 namespace {
 
-// The file's tensor prefix + entry.name into host[entry.offset...], checking its shape;
-// `what` says what the model calls it ("parameter", "buffer").
 template <class Half, class Convert>
 void convert_half(const io::TensorRecord& t, int64_t n, Convert convert, double* out) {
   const Half* v = t.values<Half>();
   for (int64_t i = 0; i < n; ++i) out[i] = convert(v[i]);
 }
 
+// The file's tensor `t` into host[entry.offset...], checking its shape and dtype; `what` says
+// what the model calls it ("parameter", "buffer").
 template <class Entry>
-void read_entry(const io::SafetensorsFile& file, const std::string& prefix, const Entry& e, bool counter,
+void read_entry(const io::SafetensorsFile& file, const io::TensorRecord* t, const Entry& e, bool counter,
                 const char* what, const WeightsLoading& loading, std::vector<double>& host,
                 WeightsConverted& converted) {
-  const io::TensorRecord* t = file.find(prefix + e.name);
-  DPCORE_CHECK(t != nullptr, file.source(), ": no tensor '", prefix + e.name, "' for the model's ", what, " ", e.name);
   DPCORE_CHECK(t->shape == e.shape, file.source(), ": tensor '", t->name, "' has shape ", shape_str(t->shape),
                " but the model's ", e.name, " is ", shape_str(e.shape));
   DPCORE_CHECK(!is_half_precision(t->dtype) || loading.convert_half_precision, file.source(), ": tensor '", t->name,
@@ -84,6 +82,25 @@ void read_entry(const io::SafetensorsFile& file, const std::string& prefix, cons
   }
 }
 
+// The file's tensor prefix + entry.name, which must exist, read as read_entry does.
+template <class Entry>
+void read_required_entry(const io::SafetensorsFile& file, const std::string& prefix, const Entry& e, bool counter,
+                         const char* what, const WeightsLoading& loading, std::vector<double>& host,
+                         WeightsConverted& converted) {
+  const io::TensorRecord* t = file.find(prefix + e.name);
+  DPCORE_CHECK(t != nullptr, file.source(), ": no tensor '", prefix + e.name, "' for the model's ", what, " ", e.name);
+  read_entry(file, t, e, counter, what, loading, host, converted);
+}
+
+// A flat buffer's values on the host, one double per element: the state a partial load keeps
+// where the file has nothing.
+std::vector<double> host_values(const Tensor& values) {
+  const Tensor host = values.to(Device::cpu());
+  if (host.dtype() == DType::Float64) return host.to_vector<double>();
+  const std::vector<float> v = host.to_vector<float>();
+  return {v.begin(), v.end()};
+}
+
 // host (one double per element of a flat buffer, padding zero) into `values` in one copy.
 void upload(const std::vector<double>& host, Tensor values) {
   if (values.dtype() == DType::Float64) {
@@ -91,6 +108,15 @@ void upload(const std::vector<double>& host, Tensor values) {
   } else {
     values.copy_(Tensor::from_vector(std::vector<float>(host.begin(), host.end()), values.shape()));
   }
+}
+
+// Whether the model has a parameter or buffer named `name`.
+bool has_tensor(const Model& model, const std::string& name) {
+  for (const auto& e : model.parameters().entries())
+    if (e.name == name) return true;
+  for (const auto& e : model.buffers().entries())
+    if (e.name == name) return true;
+  return false;
 }
 
 // Whether `t`, which is no parameter or buffer of the model, is one of the two tensors Hugging
@@ -142,11 +168,12 @@ WeightsConverted load_weights(Model& model, const io::SafetensorsFile& file, con
   WeightsConverted converted;
   FlatParameters& params = model.parameters();
   std::vector<double> host(size_t(params.total()), 0.0);
-  for (const auto& e : params.entries()) read_entry(file, prefix, e, false, "parameter", loading, host, converted);
+  for (const auto& e : params.entries())
+    read_required_entry(file, prefix, e, false, "parameter", loading, host, converted);
   FlatBuffers& buffers = model.buffers();
   std::vector<double> host_buffers(size_t(buffers.total()), 0.0);
   for (const auto& e : buffers.entries())
-    read_entry(file, prefix, e, e.counter, "buffer", loading, host_buffers, converted);
+    read_required_entry(file, prefix, e, e.counter, "buffer", loading, host_buffers, converted);
   upload(host, params.values());
   if (!buffers.empty()) upload(host_buffers, buffers.values());
   return converted;
@@ -155,13 +182,54 @@ WeightsConverted load_weights(Model& model, const io::SafetensorsFile& file, con
 WeightsConverted load_weights(Model& model, const std::string& path, const WeightsLoading& loading) {
   io::SafetensorsFile file = io::load_safetensors(path);
   for (const auto& t : file.tensors()) {
-    bool known = false;
-    for (const auto& e : model.parameters().entries()) known = known || e.name == t.name;
-    for (const auto& e : model.buffers().entries()) known = known || e.name == t.name;
-    DPCORE_CHECK(known || hugging_face_extra(model, file, t), path, ": unexpected tensor '", t.name,
+    DPCORE_CHECK(has_tensor(model, t.name) || hugging_face_extra(model, file, t), path, ": unexpected tensor '", t.name,
                  "' (not a parameter or buffer of this model)");
   }
   return load_weights(model, file, "", loading);
+}
+
+WeightsReport load_weights_partially(Model& model, const io::SafetensorsFile& file, const std::string& model_name,
+                                     const WeightsLoading& loading) {
+  WeightsReport report;
+  for (const auto& t : file.tensors())
+    if (!has_tensor(model, t.name) && !hugging_face_extra(model, file, t)) report.unused.push_back(t.name);
+  // Each whole flat buffer as the model holds it, the file's tensors over it, then one copy each.
+  FlatParameters& params = model.parameters();
+  FlatBuffers& buffers = model.buffers();
+  std::vector<double> host = host_values(params.values());
+  std::vector<double> host_buffers = buffers.empty() ? std::vector<double>() : host_values(buffers.values());
+  auto take = [&](const auto& e, bool counter, const char* what, std::vector<double>& into) {
+    const io::TensorRecord* t = file.find(e.name);
+    (t ? report.loaded : report.new_).push_back(e.name);
+    if (t) read_entry(file, t, e, counter, what, loading, into, report.converted);
+  };
+  for (const auto& e : params.entries()) take(e, false, "parameter", host);
+  for (const auto& e : buffers.entries()) take(e, e.counter, "buffer", host_buffers);
+  DPCORE_CHECK(!report.loaded.empty(), file.source(), ": no tensor of ", model_name,
+               " is in it; is it a checkpoint of another model? (its first tensor is '",
+               file.tensors().empty() ? std::string("none") : file.tensors().front().name, "', the model's first is '",
+               params.entries().front().name, "')");
+  upload(host, params.values());
+  if (!buffers.empty()) upload(host_buffers, buffers.values());
+  return report;
+}
+
+std::string weights_report_log(const WeightsReport& report, const std::string& source, const std::string& model_name) {
+  const size_t of_model = report.loaded.size() + report.new_.size();
+  std::string log = source + ": loaded " + std::to_string(report.loaded.size()) + " of the " +
+                    std::to_string(of_model) + " tensors of " + model_name + "; " +
+                    std::to_string(report.new_.size()) + " newly initialized, " +
+                    std::to_string(report.unused.size()) + " of the file's not used\n";
+  auto list = [&log](const std::string& what, const std::vector<std::string>& names) {
+    if (names.empty()) return;
+    log += what;
+    for (size_t i = 0; i < names.size(); ++i) log += (i ? ", " : " ") + names[i];
+    log += "\n";
+  };
+  list("  newly initialized (not in the file, so as " + model_name + " starts):", report.new_);
+  list("  not used (" + model_name + " has no such tensor):", report.unused);
+  list("  loaded:", report.loaded);
+  return log;
 }
 
 }  // namespace dpcore::layers

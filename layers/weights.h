@@ -57,4 +57,28 @@ WeightsConverted load_weights(Model& model, const std::string& path, const Weigh
 WeightsConverted load_weights(Model& model, const io::SafetensorsFile& file, const std::string& prefix,
                               const WeightsLoading& loading = {});
 
+// What load_weights_partially did, in the three lists Hugging Face's from_pretrained reports:
+// the model's parameters and buffers taken from the file (`loaded`), the model's that the
+// file does not hold, which keep their fresh initialisation (`new_`: "newly initialized"),
+// and the file's tensors the model has none of (`unused`: "not used"), each in the model's
+// or the file's order.
+struct WeightsReport {
+  std::vector<std::string> loaded, new_, unused;
+  WeightsConverted converted;
+};
+
+// Loads what the file shares with the model, as from_pretrained does to fine-tune (a
+// BertForMaskedLM file into a BertForSequenceClassification: bert.* loaded, the pooler and
+// classifier.* new, cls.* unused). `model_name` (the --model spec) names the model in errors.
+// A tensor the model has with another shape fails naming it and both shapes (as Hugging Face
+// does without ignore_mismatched_sizes), dtypes and 16-bit files as in load_weights, and so
+// does a file that shares no tensor with the model (a checkpoint of another model). The two
+// Hugging Face extras load_weights accepts are checked the same way and not listed as unused.
+WeightsReport load_weights_partially(Model& model, const io::SafetensorsFile& file, const std::string& model_name,
+                                     const WeightsLoading& loading = {});
+
+// The report in dpcore's words: a count line, then the new and the unused tensors and the
+// loaded ones, each list on a line of its own (left out when empty); `source` is the file.
+std::string weights_report_log(const WeightsReport& report, const std::string& source, const std::string& model_name);
+
 }  // namespace dpcore::layers
