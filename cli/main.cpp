@@ -435,8 +435,11 @@ void add_train_flags(CLI::App& cmd, TrainOptions& o, BackendFlags& b) {
       ->capture_default_str();
   with_rule(cmd.add_option("--threads", o.threads, "CPU threads for the kernels (0: all cores)"), whole<int>(0));
   cmd.add_option("--init", o.init, "start from these weights (safetensors, PyTorch state_dict names)");
+  cmd.add_option("--init-from", o.init_from,
+                 "fine-tune from these weights (safetensors, Hugging Face's names): the tensors the model shares "
+                 "with them loaded, the rest (the head) new, and a report of both (docs/text.md)");
   cmd.add_flag("--convert-weights", o.convert_weights,
-               "let --init load bfloat16 / float16 weights into the float32 model, converted (and said so)");
+               "let --init or --init-from load bfloat16 / float16 weights into the float32 model, converted (and said so)");
   cmd.add_option("--save", o.save, "write the final weights here (safetensors)");
   cmd.add_option("--checkpoint", o.checkpoint_dir, "directory for DIR/checkpoint.safetensors (written at the end)");
   with_rule(cmd.add_option("--checkpoint-every", o.checkpoint_every, "also write a checkpoint every N steps (0: only at the end)"),

@@ -46,7 +46,8 @@ struct TrainOptions {
   std::string device = "auto";  // cpu | cuda | cuda:N | auto
   int threads = 0;
   std::string init;             // safetensors weights to start from
-  bool convert_weights = false; // --init may be bfloat16 / float16, converted (layers/weights.h)
+  std::string init_from;        // safetensors weights to fine-tune from: what the model shares with them
+  bool convert_weights = false; // --init / --init-from may be bfloat16 / float16, converted (layers/weights.h)
   std::string save;             // safetensors weights written at the end
   std::string checkpoint_dir;
   int64_t checkpoint_every = 0; // steps; 0: only at the end

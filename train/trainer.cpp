@@ -164,6 +164,11 @@ const TrainOptions& checked(const TrainOptions& o) {
                " cannot be split into --accum ", o.accum, " x --replicas ", o.parallel.replicas, " micro-batches");
   DPCORE_CHECK(!o.resume || !o.checkpoint_dir.empty(), "--resume needs --checkpoint DIR");
   DPCORE_CHECK(!o.force_resume || o.resume, "--force-resume needs --resume");
+  DPCORE_CHECK(o.init.empty() || o.init_from.empty(), "--init ", o.init, " and --init-from ", o.init_from,
+               ": give one (--init loads every tensor of the model, strictly; --init-from those the file shares "
+               "with it, to fine-tune)");
+  DPCORE_CHECK(o.init_from.empty() || !o.resume, "--init-from ", o.init_from,
+               " with --resume: the checkpoint holds the weights to continue from; give one");
   DPCORE_CHECK(o.keep_checkpoints >= 1, "--keep-checkpoints ", o.keep_checkpoints, " must be at least 1");
   data::parse_augment(o.augment);  // refuses a bad --augment before any data is loaded
   DPCORE_CHECK(o.checkpoint_every >= 0, "--checkpoint-every ", o.checkpoint_every, " must not be negative");
@@ -206,16 +211,31 @@ Device set_up_device(const TrainOptions& o) {
   return resolve_device(o.device);
 }
 
-// The model of --model (with --init's weights) inside the runner of the parallel options;
-// the primary says what --convert-weights converted.
+// --init-from: the tensors the file shares with the model loaded (layers::load_weights_partially),
+// the rest as initialised; returns the report of what was loaded, new and unused. A dpcore
+// checkpoint is refused by name: its tensors are "model.<name>" beside the optimizer's state.
+std::string init_from(const TrainOptions& o, layers::Model& model) {
+  const io::SafetensorsFile file = io::load_safetensors(o.init_from);
+  DPCORE_CHECK(!is_checkpoint(file), "--init-from ", o.init_from,
+               ": is a dpcore training checkpoint (the model's tensors as model.<name>, beside the optimizer's "
+               "state), not a model's weights: fine-tune from the weights its run wrote with --save, or continue "
+               "the run with --checkpoint DIR --resume");
+  const layers::WeightsReport report = layers::load_weights_partially(model, file, o.model, {o.convert_weights});
+  return layers::weights_report_log(report, "--init-from " + o.init_from, o.model) +
+         layers::conversion_log(report.converted, model.dtype());
+}
+
+// The model of --model (with --init's or --init-from's weights) inside the runner of the
+// parallel options; the primary says what --init-from loaded and --convert-weights converted.
 std::unique_ptr<StepRunner> set_up_runner(const TrainOptions& o, const data::Dataset& train_data, Device device,
                                           std::ostream& primary_out) {
   auto model = build_model(o.model, train_data, device, o.seed);
-  std::string converted;
+  std::string loaded;
   if (!o.init.empty())
-    converted = layers::conversion_log(layers::load_weights(*model, o.init, {o.convert_weights}), model->dtype());
+    loaded = layers::conversion_log(layers::load_weights(*model, o.init, {o.convert_weights}), model->dtype());
+  if (!o.init_from.empty()) loaded = init_from(o, *model);
   auto runner = make_runner(std::move(model), optimizer_config(o), o.accum, o.parallel);
-  if (runner->is_primary()) primary_out << converted;
+  if (runner->is_primary()) primary_out << loaded;
   return runner;
 }
 
@@ -240,8 +260,8 @@ class TrainingRun {
   TrainResult run();
 
  private:
-  // --resume: the checkpoint's weights, optimizer state and position; with --resume or
-  // --init, every replica then starts from the root's state.
+  // --resume: the checkpoint's weights, optimizer state and position; with --resume,
+  // --init or --init-from, every replica then starts from the root's state.
   void restore_state();
   std::unique_ptr<data::DataLoader> make_loader() const;
   void print_header() const;
@@ -350,7 +370,7 @@ void TrainingRun::restore_state() {
     runner_->sync_replicas();
     progress_ = resumed.progress;
     for (const std::string& line : resumed.log) out_ << line << "\n";
-  } else if (!o_.init.empty()) {
+  } else if (!o_.init.empty() || !o_.init_from.empty()) {
     runner_->sync_replicas();
   }
 }

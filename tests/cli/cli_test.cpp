@@ -48,7 +48,7 @@ TEST(Cli, HelpExplainsEveryFlag) {
   for (const char* flag : {"--model", "--data", "--epochs", "--steps", "--batch", "--accum", "--lr", "--momentum",
                            "--nesterov", "--weight-decay", "--seed", "--no-shuffle", "--no-normalize", "--augment",
                            "--device",
-                           "--threads", "--init", "--save", "--checkpoint", "--checkpoint-every", "--resume",
+                           "--threads", "--init", "--init-from", "--convert-weights", "--save", "--checkpoint", "--checkpoint-every", "--resume",
                            "--keep-checkpoints", "--force-resume",
                            "--metrics", "--replicas", "--mode", "--backend", "--split", "--bucket-mb",
                            "--conv-engine", "--gemm-engine", "--tf32", "--cuda-graph", "--lr-schedule",

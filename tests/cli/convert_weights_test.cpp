@@ -1,4 +1,4 @@
-// `--init` with bfloat16 weights (written by PyTorch 1.13, tests/layers/torch_half_weights.py):
+// `--init` (and `--init-from`) with bfloat16 weights (written by PyTorch 1.13, tests/layers/torch_half_weights.py):
 // `dpcore eval` and `dpcore train` refuse them naming the tensor and the flag, and with
 // --convert-weights load them and log what they converted.
 #include <gtest/gtest.h>
@@ -33,6 +33,13 @@ TEST(ConvertWeights, Bfloat16InitNeedsTheFlagAndIsLogged) {
   r = run("train " + kModel + " --steps 1 --batch 16 --init " + f16 + " --convert-weights");
   EXPECT_EQ(r.status, 0) << r.output;
   EXPECT_NE(r.output.find("converted 4 tensors from float16 to float32\n"), std::string::npos) << r.output;
+  r = run("train " + kModel + " --steps 1 --batch 16 --init-from " + bf16);
+  EXPECT_NE(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("tensor '0.weight' is bfloat16"), std::string::npos) << r.output;
+  r = run("train " + kModel + " --steps 1 --batch 16 --init-from " + bf16 + " --convert-weights");
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("loaded 4 of the 4 tensors"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("converted 4 tensors from bfloat16 to float32\n"), std::string::npos) << r.output;
 }
 
 }  // namespace

@@ -9,6 +9,11 @@
 #include <sstream>
 
 #include "cli_run.h"
+#include "engine/data/spec.h"
+#include "engine/data/text/vocab.h"
+#include "engine/io/safetensors.h"
+#include "layers/weights.h"
+#include "layers/zoo.h"
 #include "same_maths.h"
 #include "support/test_support.h"
 
@@ -93,6 +98,89 @@ TEST(TextTraining, ExplainShowsTheTokensOfEachReplica) {
   EXPECT_NE(r.output.find("--split even, by tokens"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("int64 token ids, padded to the batch's longest text"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find(" tokens), replica 1 rows "), std::string::npos) << r.output;
+}
+
+// `name` of the committed vocabulary's size and the tiny topics' 3 classes (a bert-tiny of
+// kTextJob's shape), initialised with `seed`, its weights written to `path`.
+void save_reference_bert(const std::string& name, int64_t classes, uint64_t seed, const std::string& path) {
+  layers::ModelDef def = layers::reference_model(name, {128}, classes, data::text::Vocab::read(data::kDefaultVocab).size());
+  layers::save_weights(layers::Model(std::move(def.net), def.input_shape, Device::cpu(), DType::Float32, seed), path);
+}
+
+bool starts_with(const std::string& s, const std::string& prefix) { return s.rfind(prefix, 0) == 0; }
+
+// Fine-tuning from a masked-LM file (docs/text.md): the encoder starts as the file's, the
+// pooler and the classifier as a run without --init-from starts them (--lr 0: the saved
+// weights are the start), and the log lists what was loaded, new and unused.
+TEST(TextTraining, InitFromAMaskedLanguageModelLoadsTheEncoderAndStartsANewHead) {
+  TempDir dir;
+  const std::string mlm = dir.file("mlm.safetensors");
+  save_reference_bert("bert-tiny-mlm", 3, 7, mlm);
+  const std::string job = "train --model bert-tiny --data text:" + kTexts +
+                          " --optimizer sgd --lr 0 --batch 16 --threads 1 --progress 0 --device cpu --steps 1 "
+                          "--seed 5 --save ";
+  const CommandResult tuned = run(job + dir.file("tuned.safetensors") + " --init-from " + mlm);
+  ASSERT_EQ(tuned.status, 0) << tuned.output;
+  const CommandResult fresh = run(job + dir.file("fresh.safetensors"));
+  ASSERT_EQ(fresh.status, 0) << fresh.output;
+
+  const io::SafetensorsFile file = io::load_safetensors(mlm), start = io::load_safetensors(dir.file("tuned.safetensors")),
+                            fresh_start = io::load_safetensors(dir.file("fresh.safetensors"));
+  size_t loaded = 0, unused = 0;
+  for (const io::TensorRecord& t : start.tensors()) {
+    const bool encoder = starts_with(t.name, "bert.") && !starts_with(t.name, "bert.pooler.");
+    const io::TensorRecord* expected = (encoder ? file : fresh_start).find(t.name);
+    ASSERT_NE(expected, nullptr) << t.name;
+    EXPECT_EQ(t.data, expected->data) << t.name << (encoder ? " is not the file's" : " is not a fresh model's");
+    loaded += encoder ? 1 : 0;
+  }
+  for (const io::TensorRecord& t : file.tensors()) unused += start.find(t.name) ? 0 : 1;
+  EXPECT_EQ(loaded, start.tensors().size() - 4);
+  const std::string report = "--init-from " + mlm + ": loaded " + std::to_string(loaded) + " of the " +
+                             std::to_string(start.tensors().size()) + " tensors of bert-tiny; 4 newly initialized, " +
+                             std::to_string(unused) + " of the file's not used\n";
+  EXPECT_NE(tuned.output.find(report), std::string::npos) << tuned.output;
+  EXPECT_NE(tuned.output.find("  newly initialized (not in the file, so as bert-tiny starts): bert.pooler.dense.weight, "
+                              "bert.pooler.dense.bias, classifier.weight, classifier.bias\n"),
+            std::string::npos)
+      << tuned.output;
+  EXPECT_NE(tuned.output.find("  not used (bert-tiny has no such tensor): cls.predictions."), std::string::npos)
+      << tuned.output;
+  EXPECT_NE(tuned.output.find("  loaded: bert.embeddings.word_embeddings.weight, "), std::string::npos) << tuned.output;
+}
+
+TEST(TextTraining, InitFromRefusesAnotherShapeAnotherModelACheckpointAndInitBesideIt) {
+  TempDir dir;
+  const std::string two_labels = dir.file("two.safetensors");
+  save_reference_bert("bert-tiny", 2, 1, two_labels);
+  const CommandResult shape = run(kTextJob + " --steps 1 --init-from " + two_labels);
+  EXPECT_EQ(shape.status, 1) << shape.output;
+  EXPECT_NE(shape.output.find(two_labels + ": tensor 'classifier.weight' has shape [2, 128] but the model's "
+                                           "classifier.weight is [3, 128]"),
+            std::string::npos)
+      << shape.output;
+
+  const std::string image = dir.file("image.safetensors");
+  ASSERT_EQ(run(job() + " --steps 1 --save " + image).status, 0);
+  const CommandResult other = run(kTextJob + " --steps 1 --init-from " + image);
+  EXPECT_EQ(other.status, 1) << other.output;
+  EXPECT_NE(other.output.find(image + ": no tensor of bert-tiny is in it; is it a checkpoint of another model?"),
+            std::string::npos)
+      << other.output;
+
+  ASSERT_EQ(run(kTextJob + " --steps 1 --checkpoint " + dir.file("ck")).status, 0);
+  const std::string checkpoint = dir.file("ck") + "/checkpoint.safetensors";
+  const CommandResult ck = run(kTextJob + " --steps 1 --init-from " + checkpoint);
+  EXPECT_EQ(ck.status, 1) << ck.output;
+  EXPECT_NE(ck.output.find("--init-from " + checkpoint + ": is a dpcore training checkpoint"), std::string::npos)
+      << ck.output;
+  EXPECT_NE(ck.output.find("--save"), std::string::npos) << ck.output;
+
+  const CommandResult both = run(kTextJob + " --steps 1 --init " + two_labels + " --init-from " + two_labels);
+  EXPECT_EQ(both.status, 1) << both.output;
+  EXPECT_NE(both.output.find("--init " + two_labels + " and --init-from " + two_labels + ": give one"),
+            std::string::npos)
+      << both.output;
 }
 
 // The lines classify prints for one text: the text, then "  NAME  P" per class of the top.

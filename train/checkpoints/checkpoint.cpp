@@ -82,7 +82,7 @@ io::SafetensorsFile read_checkpoint(const std::string& path) {
   DPCORE_CHECK(std::filesystem::exists(path), path, ": no such file");
   io::SafetensorsFile file = io::load_safetensors(path);
   auto fmt = file.metadata().find("format");
-  DPCORE_CHECK(fmt != file.metadata().end() && fmt->second == kFormat, path, ": not a dpcore checkpoint (format ",
+  DPCORE_CHECK(is_checkpoint(file), path, ": not a dpcore checkpoint (format ",
                fmt == file.metadata().end() ? "missing" : "'" + fmt->second + "'", ")");
   std::vector<std::pair<const void*, size_t>> blocks;
   for (const auto& t : file.tensors()) blocks.emplace_back(t.data.data(), t.data.size());
@@ -90,6 +90,11 @@ io::SafetensorsFile read_checkpoint(const std::string& path) {
   DPCORE_CHECK(crc != file.metadata().end() && std::to_string(crc_of(blocks)) == crc->second, path,
                ": checkpoint is damaged (CRC-32 of its tensors does not match)");
   return file;
+}
+
+bool is_checkpoint(const io::SafetensorsFile& file) {
+  auto fmt = file.metadata().find("format");
+  return fmt != file.metadata().end() && fmt->second == kFormat;
 }
 
 TrainProgress checkpoint_progress(const io::SafetensorsFile& file) {

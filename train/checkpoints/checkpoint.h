@@ -40,6 +40,10 @@ void write_checkpoint(const std::string& path, const Model& model, const Optimiz
 // CRC-32; fails naming the file and what is wrong (missing, truncated, damaged, other format).
 io::SafetensorsFile read_checkpoint(const std::string& path);
 
+// Whether the file's metadata says it is a dpcore checkpoint (read_checkpoint checks the rest):
+// so that --init-from can refuse one by name rather than as a file of another model.
+bool is_checkpoint(const io::SafetensorsFile& file);
+
 // The step and data position a checkpoint read by read_checkpoint continues from.
 TrainProgress checkpoint_progress(const io::SafetensorsFile& file);
 
