@@ -396,14 +396,34 @@ TEST(Cli, ResumeRefusesDifferentSettingsAndDamagedCheckpoints) {
   EXPECT_NE(r.output.find("damaged"), std::string::npos) << r.output;
 }
 
+// Waits (at most `limit`) until the run `pid` has written `path`: until it exists with another
+// modification time than `before` (a checkpoint replaced by rename is a new file). False when
+// the run ended first (left for waitpid to collect) or the limit passed.
+bool wait_for_new_file(pid_t pid, const std::string& path, std::filesystem::file_time_type before,
+                       std::chrono::seconds limit) {
+  const auto until = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < until) {
+    std::error_code ec;
+    const auto written = std::filesystem::last_write_time(path, ec);
+    if (!ec && written != before) return true;
+    siginfo_t ended{};
+    if (waitid(P_PID, id_t(pid), &ended, WEXITED | WNOHANG | WNOWAIT) == 0 && ended.si_pid == pid) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return false;
+}
+
 TEST(Cli, KillingTheProcessNeverLeavesABrokenCheckpoint) {
   dpcore::testing::TempDir dir;
   std::string ckpt_dir = dir.file("ckpt");
+  const std::string ckpt = ckpt_dir + "/checkpoint.safetensors";
   // A larger model so each checkpoint takes a while to write; one every step.
   std::string args = "train --data synthetic:3,32,32,10,2000 --model vggs --batch 8 --threads 1 --device cpu "
                      "--progress 0 --checkpoint-every 1 --checkpoint " + ckpt_dir;
   int64_t step = 0;
   for (int attempt = 0; attempt < 6; ++attempt) {
+    std::error_code no_file;
+    const auto before = std::filesystem::last_write_time(ckpt, no_file);
     pid_t pid = fork();
     ASSERT_GE(pid, 0);
     if (pid == 0) {
@@ -413,15 +433,18 @@ TEST(Cli, KillingTheProcessNeverLeavesABrokenCheckpoint) {
       execl("/bin/sh", "sh", "-c", ("exec " + command).c_str(), nullptr);
       _exit(127);
     }
-    // Let it write a few checkpoints, then kill it at an arbitrary moment.
-    std::this_thread::sleep_for(std::chrono::milliseconds(1200 + 170 * attempt));
+    // Once it has written a checkpoint of its own (however slowly a loaded machine starts
+    // it), let it write a few more, then kill it at an arbitrary moment.
+    const bool wrote = wait_for_new_file(pid, ckpt, before, std::chrono::seconds(60));
+    if (wrote) std::this_thread::sleep_for(std::chrono::milliseconds(100 + 170 * attempt));
     kill(pid, SIGKILL);
     int status = 0;
     waitpid(pid, &status, 0);
-    ASSERT_TRUE(WIFSIGNALED(status)) << "the run ended before it was killed";
+    ASSERT_TRUE(WIFSIGNALED(status)) << "attempt " << attempt << ": the run ended before it was killed";
+    ASSERT_TRUE(wrote) << "attempt " << attempt << ": the run wrote no checkpoint within 60 s";
     // Whatever moment it died at, the checkpoint on disk is a whole, valid one (its CRC-32
     // included).
-    const auto file = dpcore::train::read_checkpoint(ckpt_dir + "/checkpoint.safetensors");
+    const auto file = dpcore::train::read_checkpoint(ckpt);
     step = dpcore::train::checkpoint_progress(file).step;
     EXPECT_GT(step, 0) << "attempt " << attempt;
   }
