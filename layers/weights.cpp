@@ -208,7 +208,7 @@ WeightsReport load_weights_partially(Model& model, const io::SafetensorsFile& fi
   DPCORE_CHECK(!report.loaded.empty(), file.source(), ": no tensor of ", model_name,
                " is in it; is it a checkpoint of another model? (its first tensor is '",
                file.tensors().empty() ? std::string("none") : file.tensors().front().name, "', the model's first is '",
-               params.entries().front().name, "')");
+               params.entries().empty() ? std::string("none") : params.entries().front().name, "')");
   upload(host, params.values());
   if (!buffers.empty()) upload(host_buffers, buffers.values());
   return report;

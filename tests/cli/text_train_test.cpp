@@ -149,7 +149,7 @@ TEST(TextTraining, InitFromAMaskedLanguageModelLoadsTheEncoderAndStartsANewHead)
   EXPECT_NE(tuned.output.find("  loaded: bert.embeddings.word_embeddings.weight, "), std::string::npos) << tuned.output;
 }
 
-TEST(TextTraining, InitFromRefusesAnotherShapeAnotherModelACheckpointAndInitBesideIt) {
+TEST(TextTraining, InitFromRefusesAnotherShapeAnotherModelACheckpointAndInitOrResumeBesideIt) {
   TempDir dir;
   const std::string two_labels = dir.file("two.safetensors");
   save_reference_bert("bert-tiny", 2, 1, two_labels);
@@ -175,6 +175,11 @@ TEST(TextTraining, InitFromRefusesAnotherShapeAnotherModelACheckpointAndInitBesi
   EXPECT_NE(ck.output.find("--init-from " + checkpoint + ": is a dpcore training checkpoint"), std::string::npos)
       << ck.output;
   EXPECT_NE(ck.output.find("--save"), std::string::npos) << ck.output;
+
+  const CommandResult resume =
+      run(kTextJob + " --steps 2 --checkpoint " + dir.file("ck") + " --resume --init-from " + two_labels);
+  EXPECT_EQ(resume.status, 1) << resume.output;
+  EXPECT_NE(resume.output.find("--init-from " + two_labels + " with --resume: "), std::string::npos) << resume.output;
 
   const CommandResult both = run(kTextJob + " --steps 1 --init " + two_labels + " --init-from " + two_labels);
   EXPECT_EQ(both.status, 1) << both.output;
