@@ -124,21 +124,24 @@ bool has_tensor(const Model& model, const std::string& name) {
 // cls.predictions.decoder.weight, which must equal the tensor it is tied to, or the buffer
 // <...>embeddings.position_ids, which must be int64 [1, P] holding 0..P-1 for the P rows of
 // the model's <...>embeddings.position_embeddings.weight. Fails naming it when it is one of
-// them but holds anything else.
-bool hugging_face_extra(const Model& model, const io::SafetensorsFile& file, const io::TensorRecord& t) {
+// them but holds anything else. The model calls `t` added + t.name (added: the base model's
+// prefix a bare base model's file lacks, load_weights_partially; else empty).
+bool hugging_face_extra(const Model& model, const io::SafetensorsFile& file, const io::TensorRecord& t,
+                        const std::string& added = "") {
+  const std::string name = added + t.name;
   for (const auto& [alias, owner] : model.tied_names()) {
-    if (t.name != alias) continue;
-    const io::TensorRecord* tied = file.find(owner);
+    if (name != alias) continue;
+    const io::TensorRecord* tied = file.find(owner.rfind(added, 0) == 0 ? owner.substr(added.size()) : owner);
     DPCORE_CHECK(tied && tied->dtype == t.dtype && tied->shape == t.shape && tied->data == t.data, file.source(),
                  ": tensor '", alias, "' is tied to '", owner, "' but differs from it",
                  tied ? "" : " (the file does not hold it)");
     return true;
   }
   const std::string suffix = "embeddings.position_ids";
-  if (t.name.size() < suffix.size() || t.name.compare(t.name.size() - suffix.size(), suffix.size(), suffix) != 0) {
+  if (name.size() < suffix.size() || name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0) {
     return false;
   }
-  const std::string table = t.name.substr(0, t.name.size() - suffix.size()) + "embeddings.position_embeddings.weight";
+  const std::string table = name.substr(0, name.size() - suffix.size()) + "embeddings.position_embeddings.weight";
   for (const auto& e : model.parameters().entries()) {
     if (e.name != table) continue;
     const int64_t positions = e.shape[0];
@@ -149,6 +152,18 @@ bool hugging_face_extra(const Model& model, const io::SafetensorsFile& file, con
     return true;
   }
   return false;
+}
+
+// Hugging Face's base_model_prefix for BERT: "bert." when the model's tensors are under it
+// (BertForSequenceClassification, BertForMaskedLM) and none of the file's is, so that the
+// file is a bare BertModel's (embeddings.*, encoder.*, pooler.*) and from_pretrained reads
+// the model's bert.<name> from its <name>; else empty.
+std::string bare_base_model_prefix(const Model& model, const io::SafetensorsFile& file) {
+  const std::string prefix = "bert.";
+  bool model_has = false, file_has = false;
+  for (const auto& e : model.parameters().entries()) model_has = model_has || e.name.rfind(prefix, 0) == 0;
+  for (const auto& t : file.tensors()) file_has = file_has || t.name.rfind(prefix, 0) == 0;
+  return model_has && !file_has ? prefix : "";
 }
 
 }  // namespace
@@ -191,15 +206,18 @@ WeightsConverted load_weights(Model& model, const std::string& path, const Weigh
 WeightsReport load_weights_partially(Model& model, const io::SafetensorsFile& file, const std::string& model_name,
                                      const WeightsLoading& loading) {
   WeightsReport report;
+  report.added_prefix = bare_base_model_prefix(model, file);
+  const std::string& added = report.added_prefix;
   for (const auto& t : file.tensors())
-    if (!has_tensor(model, t.name) && !hugging_face_extra(model, file, t)) report.unused.push_back(t.name);
+    if (!has_tensor(model, added + t.name) && !hugging_face_extra(model, file, t, added)) report.unused.push_back(t.name);
   // Each whole flat buffer as the model holds it, the file's tensors over it, then one copy each.
   FlatParameters& params = model.parameters();
   FlatBuffers& buffers = model.buffers();
   std::vector<double> host = host_values(params.values());
   std::vector<double> host_buffers = buffers.empty() ? std::vector<double>() : host_values(buffers.values());
   auto take = [&](const auto& e, bool counter, const char* what, std::vector<double>& into) {
-    const io::TensorRecord* t = file.find(e.name);
+    const bool prefixed = !added.empty() && e.name.rfind(added, 0) == 0;
+    const io::TensorRecord* t = file.find(prefixed ? e.name.substr(added.size()) : e.name);
     (t ? report.loaded : report.new_).push_back(e.name);
     if (t) read_entry(file, t, e, counter, what, loading, into, report.converted);
   };
@@ -229,6 +247,9 @@ std::string weights_report_log(const WeightsReport& report, const std::string& s
   list("  newly initialized (not in the file, so as " + model_name + " starts):", report.new_);
   list("  not used (" + model_name + " has no such tensor):", report.unused);
   list("  loaded:", report.loaded);
+  if (!report.added_prefix.empty())
+    log += "  (a bare base model's file: its tensors read as " + report.added_prefix +
+           "<name>, as from_pretrained reads them)\n";
   return log;
 }
 

@@ -65,6 +65,7 @@ WeightsConverted load_weights(Model& model, const io::SafetensorsFile& file, con
 struct WeightsReport {
   std::vector<std::string> loaded, new_, unused;
   WeightsConverted converted;
+  std::string added_prefix;  // "bert." when the file is a bare base model's (see below), else empty
 };
 
 // Loads what the file shares with the model, as from_pretrained does to fine-tune (a
@@ -74,6 +75,9 @@ struct WeightsReport {
 // does without ignore_mismatched_sizes), dtypes and 16-bit files as in load_weights, and so
 // does a file that shares no tensor with the model (a checkpoint of another model). The two
 // Hugging Face extras load_weights accepts are checked the same way and not listed as unused.
+// As from_pretrained adds the base model's prefix, a bare BertModel's file (no tensor under
+// "bert.", e.g. embeddings.word_embeddings.weight) into a model under "bert." reads each
+// bert.<name> from <name> (report.added_prefix says so).
 WeightsReport load_weights_partially(Model& model, const io::SafetensorsFile& file, const std::string& model_name,
                                      const WeightsLoading& loading = {});
 

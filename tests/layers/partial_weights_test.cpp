@@ -106,6 +106,45 @@ TEST(PartialWeights, AMaskedLanguageModelFileLoadsTheEncoderKeepsTheNewHeadAndRe
   EXPECT_NE(log.find("  loaded: bert.embeddings.word_embeddings.weight, "), std::string::npos) << log;
 }
 
+// A bare BertModel's file (embeddings.*, encoder.*, pooler.*, as sentence-transformers ships
+// all-MiniLM-L6-v2, with position_ids) loads into the model's bert.*, as from_pretrained adds
+// the base model's prefix: everything but the classifier loaded, nothing unused.
+TEST(PartialWeights, ABareBaseModelFileLoadsUnderTheBertPrefix) {
+  const Model source = classifier(11);
+  HostState state(source);
+  std::vector<io::TensorView> bare;
+  for (io::TensorView v : state.views()) {
+    if (!starts_with(v.name, "bert.")) continue;
+    v.name = v.name.substr(5);
+    bare.push_back(v);
+  }
+  std::vector<int64_t> positions(kPositions);
+  for (int64_t i = 0; i < kPositions; ++i) positions[size_t(i)] = i;
+  bare.push_back({"embeddings.position_ids", DType::Int64, {1, kPositions}, positions.data(),
+                  positions.size() * sizeof(int64_t)});
+  TempDir dir;
+  const std::string path = dir.file("bert_model.safetensors");
+  io::save_safetensors(path, bare);
+
+  Model model = classifier(5);
+  const Model fresh = classifier(5);
+  const WeightsReport report = load_weights_partially(model, io::load_safetensors(path), "small-bert");
+  std::vector<std::string> encoder;
+  for (const std::string& name : names_of(model))
+    if (starts_with(name, "bert.")) encoder.push_back(name);
+  EXPECT_EQ(report.loaded, encoder);
+  EXPECT_EQ(report.new_, (std::vector<std::string>{"classifier.weight", "classifier.bias"}));
+  EXPECT_TRUE(report.unused.empty()) << report.unused.front();
+  EXPECT_EQ(report.added_prefix, "bert.");
+  for (const std::string& name : encoder) EXPECT_EQ(values_of(model, name), values_of(source, name)) << name;
+  for (const char* name : {"classifier.weight", "classifier.bias"})
+    EXPECT_EQ(values_of(model, name), values_of(fresh, name)) << name;
+  const std::string log = weights_report_log(report, path, "small-bert");
+  EXPECT_NE(log.find("  (a bare base model's file: its tensors read as bert.<name>, as from_pretrained reads them)\n"),
+            std::string::npos)
+      << log;
+}
+
 TEST(PartialWeights, ATensorOfAnotherShapeIsRefusedNamingBothShapes) {
   TempDir dir;
   const std::string path = dir.file("two_labels.safetensors");
