@@ -75,6 +75,22 @@ TEST(MaskedLmTraining, TwoAndThreeReplicasTrainWhatOneReplicaDoes) {
   expect_same_maths(dir.file("one.safetensors"), dir.file("three.safetensors"), 1e-5, true);
 }
 
+// --explain tells the per-token step: the seed 1/M, M the batch's masked tokens, not 1/N.
+TEST(MaskedLmTraining, ExplainSeedsTheBackwardWithOneOverTheMaskedTokens) {
+  for (const char* mode : {"dp", "ddp"}) {
+    const CommandResult r = run(kMlmJob + " --steps 1 --replicas 2 --explain --mode " + mode);
+    ASSERT_EQ(r.status, 0) << r.output;
+    EXPECT_NE(r.output.find("backward seeded with 1/M = 1/"), std::string::npos) << r.output;
+    EXPECT_EQ(r.output.find("1/N"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find(" (int64 per-token labels)"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("the loss of step 1: "), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find(" (the mean over the M = "), std::string::npos) << r.output;
+  }
+  const CommandResult one = run(kMlmJob + " --steps 1 --explain");
+  ASSERT_EQ(one.status, 0) << one.output;
+  EXPECT_NE(one.output.find("backward seeded with 1/M = 1/"), std::string::npos) << one.output;
+}
+
 TEST(MaskedLmTraining, ATaskTheModelCannotLearnOrAVocabularyWithoutMaskIsRefusedNamed) {
   const std::string on_texts = " --data text:" + kTexts + " --steps 1 --threads 1 --progress 0 --device cpu";
   const CommandResult classifier = run("train --task mlm --model bert-tiny" + on_texts);
