@@ -1,7 +1,7 @@
 // `dpcore train --task mlm` (docs/text.md, "Masked-LM pretraining"): BERT's masked-LM on any
 // text data, the loss over the masked tokens, the masked-token accuracy and the perplexity in
 // the epoch line and the metrics, test masks the same every epoch, exact under data
-// parallelism; a task that does not fit the model, or a vocabulary without [MASK], refused.
+// parallelism and across a resume; a task that does not fit the model, or a vocabulary without [MASK], refused.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -73,6 +73,19 @@ TEST(MaskedLmTraining, TwoAndThreeReplicasTrainWhatOneReplicaDoes) {
   ASSERT_EQ(three.status, 0) << three.output;
   expect_same_maths(dir.file("one.safetensors"), dir.file("two.safetensors"), 1e-5, true);
   expect_same_maths(dir.file("one.safetensors"), dir.file("three.safetensors"), 1e-5, true);
+}
+
+// A text's masks follow (seed, epoch, text), so a resumed run, here across the epoch boundary
+// (8 steps per epoch), masks the rest of the run as the uninterrupted one: the same bits.
+TEST(MaskedLmTraining, AResumedRunIsBitIdenticalToAnUninterruptedOne) {
+  TempDir dir;
+  const std::string job = kMlmJob + " --optimizer sgd --lr 0.05";
+  ASSERT_EQ(run(job + " --steps 11 --save " + dir.file("whole.safetensors")).status, 0);
+  const std::string ck = " --checkpoint " + dir.file("ck");
+  ASSERT_EQ(run(job + " --steps 5" + ck).status, 0);
+  const CommandResult resumed = run(job + " --steps 11 --resume" + ck + " --save " + dir.file("resumed.safetensors"));
+  ASSERT_EQ(resumed.status, 0) << resumed.output;
+  EXPECT_EQ(slurp(dir.file("whole.safetensors")), slurp(dir.file("resumed.safetensors")));
 }
 
 // --explain tells the per-token step: the seed 1/M, M the batch's masked tokens, not 1/N.
