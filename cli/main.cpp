@@ -371,8 +371,10 @@ void add_train_flags(CLI::App& cmd, TrainOptions& o, BackendFlags& b) {
   cmd.add_flag("--bucket-by-length", o.bucket_by_length,
                "text data: cut each epoch's (seeded) order into windows of 50 batches and sort each by length, so a "
                "batch holds texts of similar lengths and little padding (deterministic; docs/text.md)");
-  with_rule(cmd.add_option("--task", o.task, "what a text model learns: classify (a class per text, the default)"),
-            one_of({"classify"}))
+  with_rule(cmd.add_option("--task", o.task,
+                           "what a text model learns: classify (a class per text, the default) or mlm (BERT's "
+                           "masked-LM pretraining: a masked token's id, the data's labels unused; docs/text.md)"),
+            one_of({"classify", "mlm"}))
       ->capture_default_str();
   cmd.add_option("--transform", o.transform, kTransformHelp);
   cmd.add_option("--val-transform", o.val_transform, kValTransformHelp);

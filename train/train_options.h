@@ -19,7 +19,7 @@ struct TrainOptions {
   bool skip_bad_images = false;  // leave out, and count, image files that do not decode
   data::TextOptions text;        // text data: --vocab, --max-len, --truncate (engine/data/spec.h)
   bool bucket_by_length = false; // text data: batches of similar lengths (engine/data/loader.h)
-  std::string task = "classify"; // a class per sample (the only task yet)
+  std::string task = "classify"; // text: classify (a class per text) or mlm (masked-LM pretraining, docs/text.md)
   std::string transform, val_transform;  // --transform, --val-transform (engine/data/image/transform_spec.h)
   int64_t epochs = 3;
   int64_t steps = 0;          // total optimizer steps; 0: run `epochs` epochs

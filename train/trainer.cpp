@@ -60,12 +60,24 @@ Device resolve_device(const std::string& flag) {
 }
 
 // A text dataset's samples are token ids of up to max_len; the BERT presets take its
-// vocabulary size, and every classifier its classes.
+// vocabulary size, and every classifier its classes. On text, --task classify needs an output
+// per text and --task mlm one per token, over the vocabulary.
 std::unique_ptr<Model> build_model(const std::string& flag, const data::Dataset& sample_of, Device device,
-                                   uint64_t seed) {
+                                   uint64_t seed, const std::string& task) {
   const Shape input = sample_of.tokens() ? Shape{sample_of.max_len} : Shape{sample_of.c, sample_of.h, sample_of.w};
   layers::ModelDef def = layers::model_from_flag(flag, input, sample_of.num_classes, sample_of.vocab_size);
   auto model = std::make_unique<Model>(std::move(def.net), def.input_shape, device, DType::Float32, seed);
+  const bool per_token = model->output_shape().size() == 2;
+  if (task == "mlm") {
+    DPCORE_CHECK(per_token, "--task mlm: --model ", flag, " is a classifier (an output per text); masked-LM "
+                 "pretraining needs an output per token: bert-tiny-mlm, bert-mini-mlm or bert(...,head=mlm)");
+    DPCORE_CHECK(model->num_classes() == sample_of.vocab_size, "--task mlm: --model ", flag, " predicts ",
+                 model->num_classes(), " tokens but the vocabulary ", sample_of.vocab, " has ", sample_of.vocab_size);
+    return model;
+  }
+  DPCORE_CHECK(!per_token || !sample_of.tokens(), "--task ", task, ": --model ", flag,
+               " is a masked-LM model (an output per token); use --task mlm, or a classifier: bert-tiny, bert-mini "
+               "or bert(...)");
   DPCORE_CHECK(model->num_classes() == sample_of.num_classes, "--model ", flag, " has ", model->num_classes(),
                " outputs but the data has ", sample_of.num_classes, " classes");
   return model;
@@ -73,9 +85,12 @@ std::unique_ptr<Model> build_model(const std::string& flag, const data::Dataset&
 
 // Test loss, accuracy and the confusion table over a whole dataset, in evaluation mode,
 // `batch` samples at a time in the dataset's order (the loader pads token ids per batch).
-EpochMetrics evaluate_dataset(Model& model, const data::Dataset& test, int64_t batch) {
+// With `mlm` on, over the masked tokens (the loss, the masked-token accuracy, the perplexity)
+// and without a confusion table.
+EpochMetrics evaluate_dataset(Model& model, const data::Dataset& test, int64_t batch,
+                              const data::MlmMasking& mlm = {}) {
   data::LoaderOptions lo;
-  lo.batch_size = batch, lo.shuffle = false, lo.prefetch = 1;
+  lo.batch_size = batch, lo.shuffle = false, lo.prefetch = 1, lo.mlm = mlm;
   data::DataLoader loader(test, lo);
   EvalResult total;
   for (data::Batch b; loader.next(b);) {
@@ -90,7 +105,18 @@ EpochMetrics evaluate_dataset(Model& model, const data::Dataset& test, int64_t b
   m.test_loss = total.targets ? total.loss_sum / double(total.targets) : 0;
   m.test_accuracy = total.targets ? double(total.correct) / double(total.targets) : 0;
   m.confusion = std::move(total.confusion);
+  if (mlm.on()) m.test_perplexity = std::exp(m.test_loss);
   return m;
+}
+
+// ", test accuracy 51.24%", or for masked-LM ", test perplexity 123.45, masked-token accuracy 12.34%".
+std::string test_accuracy_text(const EpochMetrics& m) {
+  std::ostringstream os;
+  os << std::fixed << std::setprecision(2);
+  if (!std::isnan(m.test_perplexity)) os << ", test perplexity " << m.test_perplexity << ", masked-token";
+  else os << ", test";
+  os << " accuracy " << 100 * m.test_accuracy << "%";
+  return os.str();
 }
 
 std::string format_duration(double s) {
@@ -124,6 +150,7 @@ class MetricsLog {
                         {"wall_s", m.wall_seconds}, {"replica_samples_per_s", m.replica_samples_per_s},
                         {"shares", m.shares}};
     for (const auto& [name, values] : m.counters) j[name] = values;
+    if (!std::isnan(m.test_perplexity)) j["test_perplexity"] = m.test_perplexity;
     if (!std::isnan(m.grad_norm)) j["grad_norm"] = m.grad_norm;
     write(j);
   }
@@ -159,6 +186,7 @@ std::string describe_adam(const TrainOptions& o) {
 // Checks the options that train() cannot start without; returns them.
 const TrainOptions& checked(const TrainOptions& o) {
   DPCORE_CHECK(o.batch >= 1, "--batch ", o.batch, " must be at least 1");
+  DPCORE_CHECK(o.task == "classify" || o.task == "mlm", "--task ", o.task, ": unknown (expected classify or mlm)");
   DPCORE_CHECK(o.epochs >= 1 || o.steps >= 1, "--epochs or --steps must be at least 1");
   DPCORE_CHECK(o.accum >= 1 && o.accum * o.parallel.replicas <= o.batch, "--batch ", o.batch,
                " cannot be split into --accum ", o.accum, " x --replicas ", o.parallel.replicas, " micro-batches");
@@ -229,7 +257,7 @@ std::string init_from(const TrainOptions& o, layers::Model& model) {
 // parallel options; the primary says what --init-from loaded and --convert-weights converted.
 std::unique_ptr<StepRunner> set_up_runner(const TrainOptions& o, const data::Dataset& train_data, Device device,
                                           std::ostream& primary_out) {
-  auto model = build_model(o.model, train_data, device, o.seed);
+  auto model = build_model(o.model, train_data, device, o.seed, o.task);
   std::string loaded;
   if (!o.init.empty())
     loaded = layers::conversion_log(layers::load_weights(*model, o.init, {o.convert_weights}), model->dtype());
@@ -308,6 +336,9 @@ class TrainingRun {
   std::ostream silent_{nullptr};
   std::ostream& out_;
 
+  // --task mlm: the test split's masks, from the evaluation key (engine/data/mlm_masking.h)
+  // and independent of --seed, so that the test numbers of every epoch and run compare.
+  const data::MlmMasking eval_masking_;
   TrainProgress progress_;
   std::unique_ptr<data::DataLoader> loader_;
   int64_t per_epoch_ = 0, total_steps_ = 0;
@@ -333,7 +364,8 @@ TrainingRun::TrainingRun(const TrainOptions& options, std::ostream& primary_out)
                             o_.normalize)),
       runner_(set_up_runner(o_, data_.train, device_, primary_out)),
       primary_(runner_->is_primary()),
-      out_(primary_ ? primary_out : silent_) {
+      out_(primary_ ? primary_out : silent_),
+      eval_masking_(o_.task == "mlm" ? data::mlm_masking_of(data_.test, 0, true) : data::MlmMasking{}) {
   restore_state();
   loader_ = make_loader();
   per_epoch_ = loader_->batches_per_epoch();
@@ -380,6 +412,7 @@ std::unique_ptr<data::DataLoader> TrainingRun::make_loader() const {
   lo.batch_size = o_.batch, lo.shuffle = o_.shuffle, lo.drop_last = o_.drop_last, lo.seed = o_.seed;
   lo.augment = data::parse_augment(o_.augment);
   lo.bucket_by_length = o_.bucket_by_length;
+  if (o_.task == "mlm") lo.mlm = data::mlm_masking_of(data_.train, o_.seed, false);
   // Batches in memory the device can copy from asynchronously (pinned, on a GPU).
   Backend* host_memory = &backend_for(device_);
   lo.allocator = {[host_memory](size_t bytes) { return host_memory->alloc_host(bytes); },
@@ -395,7 +428,8 @@ void TrainingRun::print_header() const {
   const data::Augment augment = data::parse_augment(o_.augment);
   if (!augment.none()) out_ << ", augment " << data::describe(augment);
   if (data_.train.tokens()) {
-    out_ << ", task " << o_.task << ", max length " << data_.train.max_len
+    out_ << ", task " << o_.task << (o_.task == "mlm" ? " (the data's labels are not used)" : "")
+         << ", max length " << data_.train.max_len
          << (o_.bucket_by_length ? ", bucketed by length" : "");
   }
   out_ << std::endl;
@@ -404,7 +438,8 @@ void TrainingRun::print_header() const {
 
 void TrainingRun::print_image_folder() const {
   if (data_.train.class_names.empty()) return;
-  out_ << "class_to_idx: " << class_to_idx_json(data_.train.class_names) << std::endl;
+  if (o_.task == "classify")  // (masked-LM learns no classes)
+    out_ << "class_to_idx: " << class_to_idx_json(data_.train.class_names) << std::endl;
   // (Without --val-data the test set is the train set, and its files were counted once.)
   for (const data::Dataset* d : {&data_.train, o_.val_data.empty() ? nullptr : &data_.test})
     if (d && !d->skipped.empty())
@@ -423,7 +458,7 @@ TrainResult TrainingRun::run() {
   // A run that stops mid-epoch (--steps) still reports where it got to.
   if (totals_.samples > 0) end_epoch(epoch);
   // Text classification ends with the test split's confusion table (of the last evaluation).
-  if (data_.test.tokens() && !result_.epochs.empty()) {
+  if (data_.test.tokens() && o_.task == "classify" && !result_.epochs.empty()) {
     out_ << confusion_table(result_.epochs.back().confusion, data_.test.class_names);
   }
   checkpoint();
@@ -567,7 +602,7 @@ void TrainingRun::evaluate_mid_epoch(int64_t epoch) {
   EpochMetrics m = epoch_metrics(epoch);
   m.kind = "eval";
   out_ << (bar_ ? "\n" : "") << std::fixed << std::setprecision(4) << "step " << m.step << ": test loss "
-       << m.test_loss << ", test accuracy " << std::setprecision(2) << 100 * m.test_accuracy << "%" << std::endl;
+       << m.test_loss << test_accuracy_text(m) << std::endl;
   metrics_->write(m);
 }
 
@@ -586,7 +621,7 @@ void TrainingRun::end_epoch(int64_t epoch) {
 
 EpochMetrics TrainingRun::epoch_metrics(int64_t epoch) {
   const double wall = breakdown_.wall_seconds();  // (the evaluation is not the epoch's)
-  EpochMetrics m = evaluate_dataset(runner_->model(), data_.test, kEvalBatch);
+  EpochMetrics m = evaluate_dataset(runner_->model(), data_.test, kEvalBatch, eval_masking_);
   m.time = breakdown_.parts(), m.wall_seconds = wall;
   m.replica_samples_per_s = breakdown_.replica_samples_per_s(), m.shares = breakdown_.shares();
   m.epoch = epoch + 1, m.step = progress_.step, m.lr = last_lr_;
@@ -603,8 +638,7 @@ EpochMetrics TrainingRun::epoch_metrics(int64_t epoch) {
 void TrainingRun::print_epoch(const EpochMetrics& m) const {
   if (bar_) out_ << "\n";  // leave the bar's line
   out_ << std::fixed << std::setprecision(4) << "epoch " << m.epoch << ": train loss " << m.train_loss
-       << ", test loss " << m.test_loss << ", test accuracy " << std::setprecision(2) << 100 * m.test_accuracy
-       << "%, " << std::setprecision(0) << m.samples_per_s << " samples/s, " << std::setprecision(1) << m.seconds
+       << ", test loss " << m.test_loss << test_accuracy_text(m) << ", " << std::setprecision(0) << m.samples_per_s << " samples/s, " << std::setprecision(1) << m.seconds
        << " s, peak memory " << format_bytes(m.peak_bytes) << std::endl;
   print_breakdown(m);
 }
@@ -645,7 +679,7 @@ void TrainingRun::save_final_weights() {
   if (!primary_) return;
   layers::save_weights(runner_->model(), o_.save);
   out_ << "saved weights to " << o_.save << "\n";
-  if (!data_.train.class_names.empty()) {
+  if (!data_.train.class_names.empty() && o_.task == "classify") {  // (masked-LM learns no classes)
     const std::string classes = class_to_idx_path(o_.save);
     save_class_to_idx(data_.train.class_names, classes);
     out_ << "saved class_to_idx to " << classes << "\n";
@@ -690,7 +724,7 @@ EpochMetrics evaluate(const EvalOptions& o, std::ostream& out) {
   data::DataSplits data = data::load_data(
       data::parse_data_specs(o.data, o.val_data, {o.workers, o.skip_bad_images, o.transform, o.val_transform}, o.text),
       o.normalize);
-  auto model = build_model(o.model, data.test, device, 0);
+  auto model = build_model(o.model, data.test, device, 0, "classify");
   out << layers::conversion_log(layers::load_weights(*model, o.init, {o.convert_weights}), model->dtype());
   EpochMetrics m = evaluate_dataset(*model, data.test, o.batch);
   out << std::fixed << std::setprecision(4) << "test loss " << m.test_loss << ", test accuracy "

@@ -19,6 +19,9 @@ struct EpochMetrics {
   int64_t epoch = 0, step = 0;
   double train_loss = 0, test_loss = 0, test_accuracy = 0;
   double lr = 0;  // the learning rate of the epoch's last step
+  // --task mlm: exp(test_loss), the test loss then the mean over the masked tokens (and
+  // test_accuracy the masked-token accuracy). NaN for the other tasks: not written.
+  double test_perplexity = std::nan("");
   // --clip-grad-norm: the gradient norm of the epoch's last step (before clipping; the
   // root's, the same on every replica of --sync full). NaN without clipping: not written.
   double grad_norm = std::nan("");

@@ -42,6 +42,11 @@ struct Dataset {
   // [0, vocab_size); the loader pads a batch to its longest sample with pad_id.
   std::vector<int64_t> token_ids, token_offsets;
   int64_t max_len = 0, vocab_size = 0, pad_id = 0;
+  // Token ids, for masked-LM (mlm_masking.h): [MASK]'s id (-1 when the vocabulary has none),
+  // the ids never masked ([CLS], [SEP], [PAD]) and the vocabulary's file, for messages.
+  int64_t mask_id = -1;
+  std::vector<int64_t> special_ids;
+  std::string vocab;
   // Set when the samples are made per batch (then `images` is empty): only the loader reads them.
   std::shared_ptr<const SampleSource> source;
 

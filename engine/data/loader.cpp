@@ -9,6 +9,7 @@
 #include "engine/random.h"
 #include "engine/trace.h"
 #include "kernels/error.h"
+#include "kernels/index_check.h"
 
 namespace dpcore::data {
 
@@ -67,6 +68,7 @@ static int64_t count_batches(const Dataset& data, const LoaderOptions& o) {
   DPCORE_CHECK(!o.bucket_by_length || data.tokens(), "--bucket-by-length: ", data.name,
                " is not text (it has no token lengths)");
   if (!data.tokens()) check_augment(o.augment, data);
+  DPCORE_CHECK(!o.mlm.on() || data.tokens(), "--task mlm: ", data.name, " is not text (it has no token ids)");
   DPCORE_CHECK(!data.source || o.augment.none(), "data loader for ", data.name, ": --augment \"", o.augment.text,
                "\" and a random --transform together; use the transform's steps (RandomHorizontalFlip(), ...)");
   DPCORE_CHECK(!o.drop_last || o.batch_size <= data.n, "data loader for ", data.name, ": batch size ", o.batch_size,
@@ -79,9 +81,10 @@ DataLoader::DataLoader(const Dataset& data, LoaderOptions options, LoaderPositio
       options_(std::move(options)),
       batches_per_epoch_(count_batches(data, options_)),
       capacity_(std::min(options_.batch_size, data.n)),
+      labels_capacity_(options_.mlm.on() ? capacity_ * data.max_len : capacity_),
       images_bytes_(round_up(size_t(capacity_) * sample_input_bytes(data))),
       // labels, then (token ids) the samples' lengths
-      buffer_bytes_(images_bytes_ + size_t(capacity_) * sizeof(int64_t) * (data.tokens() ? 2 : 1)),
+      buffer_bytes_(images_bytes_ + size_t(labels_capacity_ + (data.tokens() ? capacity_ : 0)) * sizeof(int64_t)),
       pad_value_(size_t(data.c)),
       queue_(size_t(options_.prefetch)),
       buffers_(size_t(options_.prefetch) + 1, nullptr),
@@ -222,12 +225,11 @@ Batch DataLoader::gather(int slot, LoaderPosition pos) {
   b.labels = labels;
   b.epoch = pos.epoch;
   b.index = pos.batch;
-  for (int64_t i = 0; i < size; ++i) labels[i] = data_.labels[size_t(order_[size_t(first + i)])];
   if (data_.tokens()) {
-    auto* lengths = labels + capacity_;
+    auto* lengths = labels + labels_capacity_;
     for (int64_t i = 0; i < size; ++i) lengths[i] = data_.length(order_[size_t(first + i)]);
     b.lengths = lengths;
-    gather_tokens(first, size, reinterpret_cast<int64_t*>(base), b);
+    gather_tokens(first, size, reinterpret_cast<int64_t*>(base), labels, b);
     return b;
   }
   const int64_t sample = data_.sample_size();
@@ -252,17 +254,26 @@ Batch DataLoader::gather(int slot, LoaderPosition pos) {
   return b;
 }
 
-void DataLoader::gather_tokens(int64_t first, int64_t size, int64_t* ids, Batch& b) const {
+void DataLoader::gather_tokens(int64_t first, int64_t size, int64_t* ids, int64_t* labels, Batch& b) const {
   int64_t longest = 0;
   for (int64_t i = 0; i < size; ++i) longest = std::max(longest, data_.length(order_[size_t(first + i)]));
+  const MlmMasking& mlm = options_.mlm;
   for (int64_t i = 0; i < size; ++i) {
     const int64_t s = order_[size_t(first + i)];
     int64_t* row = ids + i * longest;
     std::copy(data_.ids(s), data_.ids(s) + data_.length(s), row);
     std::fill(row + data_.length(s), row + longest, data_.pad_id);
+    if (!mlm.on()) {
+      labels[i] = data_.labels[size_t(s)];
+      continue;
+    }
+    int64_t* targets = labels + i * longest;
+    mask_tokens(mlm, b.epoch, s, row, data_.length(s), targets);
+    std::fill(targets + data_.length(s), targets + longest, kernels::kDefaultIgnoreIndex);
   }
   b.sample = {longest};
   b.ids = ids;
+  b.labels_per_sample = mlm.on() ? longest : 1;
 }
 
 }  // namespace dpcore::data

@@ -20,6 +20,11 @@
 // holds texts of similar lengths and little padding; the order still depends only on the data's
 // lengths and (n, shuffle, seed, e).
 //
+// Masked-LM (LoaderOptions::mlm on, token ids only). Each sample's ids are masked as it is
+// gathered, by mask_tokens() with its index in the dataset (engine/data/mlm_masking.h), and
+// the batch's labels are the per-token targets instead of the class: labels_per_sample T, -100
+// at the padding.
+//
 // Augmentation. With LoaderOptions::augment other than none, the worker writes each sample
 // into its batch buffer through augment_sample() with the draws of draw_augment(augment,
 // seed, epoch, position), position being the sample's index in the epoch's order
@@ -37,6 +42,7 @@
 
 #include "engine/data/augment.h"
 #include "engine/data/dataset.h"
+#include "engine/data/mlm_masking.h"
 
 namespace dpcore::data {
 
@@ -63,6 +69,7 @@ struct LoaderOptions {
   int prefetch = 2;  // batches prepared ahead of the consumer
   Augment augment;   // applied to every sample as it is gathered; default none
   bool bucket_by_length = false;  // token ids: batches of similar lengths (see the top of this file)
+  MlmMasking mlm;                 // token ids: masked-LM inputs and targets (see the top of this file)
   HostAllocator allocator = aligned_host_allocator();
 };
 
@@ -131,12 +138,13 @@ class DataLoader {
   void stop_worker();
   void work(LoaderPosition pos);
   Batch gather(int slot, LoaderPosition pos);
-  void gather_tokens(int64_t first, int64_t size, int64_t* ids, Batch& b) const;
+  void gather_tokens(int64_t first, int64_t size, int64_t* ids, int64_t* labels, Batch& b) const;
 
   const Dataset& data_;
   const LoaderOptions options_;
   const int64_t batches_per_epoch_;
   const int64_t capacity_;                    // samples a buffer holds: min(batch size, n)
+  const int64_t labels_capacity_;             // label entries a buffer holds: capacity_, or capacity_ x max_len (mlm)
   const size_t images_bytes_, buffer_bytes_;  // labels start at images_bytes_ in a buffer (ids for tokens)
   std::vector<float> pad_value_;              // per channel, what crop:PAD pads with
 

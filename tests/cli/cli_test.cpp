@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "cli/cli_run.h"
+#include "cli/metrics_lines.h"
 #include "data/data_files.h"
 #include "engine/io/safetensors.h"
 #include "support/test_support.h"
@@ -28,19 +29,12 @@ namespace {
 using dpcore::testing::CommandResult;
 using dpcore::testing::job;
 using dpcore::testing::kData;
+using dpcore::testing::metrics_lines;
 using dpcore::testing::kSpec;
 using dpcore::testing::run;
 using dpcore::testing::slurp;
 
 const std::string kJob = job();
-
-// The records of a --metrics JSONL file, one per line.
-std::vector<nlohmann::json> metrics_lines(const std::string& path) {
-  std::istringstream lines(slurp(path));
-  std::vector<nlohmann::json> out;
-  for (std::string line; std::getline(lines, line);) out.push_back(nlohmann::json::parse(line));
-  return out;
-}
 
 TEST(Cli, HelpExplainsEveryFlag) {
   CommandResult r = run("train --help");

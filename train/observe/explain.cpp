@@ -18,6 +18,8 @@ Explanation common(const Model& model, const Optimizer& optimizer, const data::B
   e.token_ids = batch.token_ids();
   e.image_bytes = batch.sample_numel() * int64_t(batch.token_ids() ? sizeof(int64_t) : sizeof(float));
   e.label_bytes = batch.labels_per_sample * int64_t(sizeof(int64_t));
+  e.labels_per_sample = batch.labels_per_sample;
+  e.targets = stats.targets;
   e.classes = model.num_classes();
   const FlatParameters& params = model.parameters();
   e.param_tensors = int64_t(params.entries().size());

@@ -48,6 +48,8 @@ struct Explanation {
   // The batch and how it was cut.
   int64_t batch = 0;                         // N, the global batch
   int64_t image_bytes = 0, label_bytes = 0;  // per sample, as copied (float32 pixels, int64 label)
+  int64_t labels_per_sample = 1;             // T for per-token labels (masked-LM), else 1
+  int64_t targets = 0;                       // M, the counted targets (N for one class per sample)
   int64_t classes = 0;
   std::vector<int64_t> micro;                // micro-batch sizes
   std::vector<std::vector<int64_t>> shares;  // [micro-batch][rank]; one device: empty
@@ -65,7 +67,7 @@ struct Explanation {
   bool sync_batch_norm = false;
 
   // The loss of the step (mean over the counted targets: the N samples, for one class per
-  // sample) and its backward seed 1/N.
+  // sample) and its backward seed 1/M.
   double loss = 0;
   double seed = 0;
 

@@ -150,8 +150,24 @@ void explain_optimizer(std::ostream& os, const Explanation& e, int move, const s
      << "; the optimizer has now taken " << e.sgd_steps << " step" << (e.sgd_steps == 1 ? "" : "s") << "\n";
 }
 
+bool per_token(const Explanation& e) { return e.labels_per_sample > 1; }
+
+// The backward's seed: "1/N = 1/64 = 0.015625", or per-token "1/M = 1/57 = 0.0175439".
+std::string seed_text(const Explanation& e) {
+  return (per_token(e) ? "1/M = 1/" + std::to_string(e.targets) : "1/N = 1/" + std::to_string(e.batch)) + " = " +
+         number(e.seed);
+}
+
+// What the seed divides by, for the runners that share the batch.
+const char* seed_denominator(const Explanation& e) {
+  return per_token(e) ? "M the global batch's counted targets, its per-token labels that are not -100"
+                      : "N the global batch";
+}
+
 void explain_loss(std::ostream& os, const Explanation& e) {
-  os << "   the loss of step 1: " << number(e.loss) << " (the mean over the " << e.batch << " samples)\n";
+  os << "   the loss of step 1: " << number(e.loss) << " (the mean over the ";
+  if (per_token(e)) os << "M = " << e.targets << " counted targets)\n";
+  else os << e.batch << " samples)\n";
 }
 
 void explain_single(std::ostream& os, const Explanation& e) {
@@ -162,8 +178,8 @@ void explain_single(std::ostream& os, const Explanation& e) {
   for (int64_t m : e.micro) micro.push_back(std::to_string(m));
   os << "2. zero the gradient buffer (" << bytes(e.grad_bytes) << ", one fill)\n";
   os << "3. " << plural(int64_t(e.micro.size()), "micro-batch", "micro-batches") << " of " << joined(micro)
-     << " samples, each: forward, cross-entropy summed over its samples, backward seeded with 1/N = 1/" << e.batch
-     << " = " << number(e.seed) << "; the gradients add up in the flat buffer to the mean over all N\n";
+     << " samples, each: forward, cross-entropy summed over its samples, backward seeded with " << seed_text(e)
+     << "; the gradients add up in the flat buffer to the mean over all " << (per_token(e) ? "M" : "N") << "\n";
   explain_loss(os, e);
   explain_optimizer(os, e, 4, "");
 }
@@ -183,7 +199,7 @@ void explain_header(std::ostream& os, const Explanation& e, const char* mode) {
   }
   os << "   the batch: N = " << e.batch << " samples of " << bytes(e.image_bytes)
      << (e.token_ids ? " (int64 token ids, padded to the batch's longest text) + " : " (float32 pixels) + ")
-     << bytes(e.label_bytes) << " (int64 label), cut into "
+     << bytes(e.label_bytes) << (per_token(e) ? " (int64 per-token labels)" : " (int64 label)") << ", cut into "
      << plural(int64_t(e.micro.size()), "micro-batch", "micro-batches") << ", each shared among the replicas:\n";
   explain_split(os, e);
   explain_shares(os, e);
@@ -211,20 +227,23 @@ void explain_header(std::ostream& os, const Explanation& e, const char* mode) {
 
 void explain_dp(std::ostream& os, const Explanation& e) {
   explain_header(os, e, "--mode dp (nn.DataParallel made explicit)");
-  const int64_t logit_bytes = e.classes * int64_t(sizeof(float));
+  // Per token, a row's logits are [T, classes].
+  const int64_t logit_bytes = e.labels_per_sample * e.classes * int64_t(sizeof(float));
+  const std::string row_shape = (per_token(e) ? std::to_string(e.labels_per_sample) + ", " : "") +
+                                std::to_string(e.classes);
   for (size_t m = 0; m < e.shares.size(); ++m) {
     os << micro_move(e, m) << "micro-batch " << m + 1 << " of " << e.shares.size() << " (" << e.micro[m]
        << " samples):\n";
     os << "   scatter: the main thread copies each replica's rows to its device:\n";
     explain_scatter(os, e, m);
-    os << "   parallel_apply forward: every replica on its own thread -> its logits [rows, " << e.classes << "]\n";
-    os << "   gather: the logits into one [" << e.micro[m] << ", " << e.classes << "] tensor on the root ("
+    os << "   parallel_apply forward: every replica on its own thread -> its logits [rows, " << row_shape << "]\n";
+    os << "   gather: the logits into one [" << e.micro[m] << ", " << row_shape << "] tensor on the root ("
        << e.devices.front() << "):";
     for (size_t r = 0; r < e.shares[m].size(); ++r) os << (r ? " +" : "") << " " << bytes(e.shares[m][r] * logit_bytes);
     os << "; the micro-batch's labels too (" << bytes(e.micro[m] * e.label_bytes) << ")\n";
-    os << "   loss on the root: cross-entropy summed over the " << e.micro[m] << " rows; backward seeded with 1/N = 1/"
-       << e.batch << " = " << number(e.seed) << " (N the global batch: the shares' gradients add up to the mean)\n";
-    os << "   scatter the loss gradient [" << e.micro[m] << ", " << e.classes << "] back:";
+    os << "   loss on the root: cross-entropy summed over the " << e.micro[m] << " rows; backward seeded with "
+       << seed_text(e) << " (" << seed_denominator(e) << ": the shares' gradients add up to the mean)\n";
+    os << "   scatter the loss gradient [" << e.micro[m] << ", " << row_shape << "] back:";
     for (size_t r = 0; r < e.shares[m].size(); ++r) os << (r ? " +" : "") << " " << bytes(e.shares[m][r] * logit_bytes);
     os << "\n   parallel_apply backward: every replica from its rows of that gradient, into its flat gradient buffer\n";
   }
@@ -243,9 +262,9 @@ void explain_ddp(std::ostream& os, const Explanation& e) {
        << " samples), hooks " << (last ? "armed: this backward communicates" : "disarmed: no communication") << "\n";
     os << "   each replica copies its own rows of the host batch to its device (no scatter from a root, no gather):\n";
     explain_scatter(os, e, m);
-    os << "   each replica: forward, cross-entropy summed over its rows, backward seeded with 1/N = 1/" << e.batch
-       << " = " << number(e.seed)
-       << "\n   (the global N, not the share: the SUM allreduce then gives the exact mean)\n";
+    os << "   each replica: forward, cross-entropy summed over its rows, backward seeded with " << seed_text(e)
+       << "\n   (the global " << (per_token(e) ? "M" : "N")
+       << ", not the share's: the SUM allreduce then gives the exact mean)\n";
   }
   const int64_t cap_mib = e.cap_bytes >> 20;
   os << "3. buckets: the gradient buffer cut in reverse parameter order (the order backward finalises them), the first "

@@ -102,7 +102,9 @@ EvalResult evaluate_batch(Model& model, const Tensor& x, const Tensor& y) {
   Tensor host = logp.to(Device::cpu());
   auto targets = y.to_vector<int64_t>();
   const int64_t classes = model.num_classes();
-  r.confusion.assign(size_t(classes * classes), 0);
+  // (Per-token targets, e.g. masked-LM over a vocabulary, get no classes x classes table.)
+  const bool per_sample = y.dim() == 1;
+  if (per_sample) r.confusion.assign(size_t(classes * classes), 0);
   // Row i of the output's [targets, classes] view is target i's log-probabilities.
   auto add_up = [&](auto* p) {
     for (size_t i = 0; i < targets.size(); ++i) {
@@ -116,7 +118,7 @@ EvalResult evaluate_batch(Model& model, const Tensor& x, const Tensor& y) {
         if (row[c] > row[best]) best = c;
       }
       r.correct += best == target;
-      ++r.confusion[size_t(target * classes + best)];
+      if (per_sample) ++r.confusion[size_t(target * classes + best)];
       r.loss_sum -= double(row[target]);
       ++r.targets;
     }

@@ -85,7 +85,8 @@ struct EvalResult {
   int64_t correct = 0;   // argmax hits among them
   int64_t samples = 0;
   int64_t targets = 0;   // counted targets: the samples, or the tokens not ignored
-  // classes x classes counts of the counted targets, row the target, column the argmax.
+  // classes x classes counts of the counted targets, row the target, column the argmax (one
+  // class per sample only: empty for per-token targets).
   std::vector<int64_t> confusion;
 };
 // Evaluation: in eval mode (batch norm uses its running statistics; the model's mode is

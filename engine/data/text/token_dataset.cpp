@@ -16,6 +16,9 @@ Dataset tokenize_dataset(const TextDataset& texts, const WordPieceTokenizer& tok
   d.max_len = max_len;
   d.vocab_size = tokenizer.vocab().size();
   d.pad_id = tokenizer.vocab().required_id(kPadToken);
+  d.mask_id = tokenizer.vocab().id_of(kMaskToken);
+  d.special_ids = {tokenizer.vocab().required_id(kClsToken), tokenizer.vocab().required_id(kSepToken), d.pad_id};
+  d.vocab = tokenizer.vocab().source();
   d.token_offsets.reserve(size_t(d.n) + 1);
   d.token_offsets.push_back(0);
   for (size_t i = 0; i < texts.texts.size(); ++i) {

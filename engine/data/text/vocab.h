@@ -35,6 +35,7 @@ class Vocab {
   // The id of a token that must be present (the special tokens), else an error naming it.
   int64_t required_id(const std::string& token) const;
   const std::vector<std::string>& tokens() const { return tokens_; }
+  const std::string& source() const { return source_; }  // the file it was read from, for messages
 
  private:
   std::vector<std::string> tokens_;
