@@ -40,7 +40,9 @@ inline std::unique_ptr<layers::Model> simplenet(uint64_t seed = 5, Device device
 const SgdConfig kSgd{0.05, 0.9, 0.0, 0.001, true};
 
 // Parameters after `steps` steps of `runner` on the batches make(step) (step from 0), each
-// step numbered as the trainer numbers it (from 1).
+// step numbered as the trainer numbers it (from 1), read after settle() as the trainer reads
+// them: an async runner's replica threads may still be applying updates to the master when
+// step() returns (ThreadSanitizer reported that read racing Sgd's update in CI).
 template <class MakeBatch>
 std::vector<float> train_on(train::StepRunner& runner, int steps, MakeBatch make) {
   for (int s = 0; s < steps; ++s) {
@@ -48,6 +50,7 @@ std::vector<float> train_on(train::StepRunner& runner, int steps, MakeBatch make
     runner.set_step_number(s + 1);
     runner.step(b.batch);
   }
+  runner.settle();
   return runner.model().parameters().values().to_vector<float>();
 }
 
