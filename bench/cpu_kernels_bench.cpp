@@ -1,5 +1,6 @@
 // The CPU conv2d and linear kernels on the reference models' layer shapes (batch 64,
-// float32), and batched_matmul on attention's shapes, on 1 and 2 threads. Reports GFLOP/s (2 flops per multiply-add) as a counter.
+// float32; bert-tiny's linears over its 32 x 128 tokens), and batched_matmul on attention's
+// shapes, on 1 and 2 threads. Reports GFLOP/s (2 flops per multiply-add) as a counter.
 // The convolutions run on both CPU paths where the direct one applies (argument
 // "direct": 1 = the default choice, kernels/cpu/conv2d_direct.h where it applies; 0 =
 // im2col + GEMM everywhere, set_direct_conv2d(false)), one after the other.
@@ -37,12 +38,20 @@ const ConvLayer kConvLayers[] = {
 
 struct LinearLayer {
   const char* name;
-  int64_t in, out;
+  int64_t rows, in, out;  // rows: the batch, or the tokens of a batch of sequences
 };
+// bert-tiny's (hidden 128, intermediate 512) over batch 32 x sequence length 128: the
+// attention's projections, the intermediate layer and the output layer. Its weight
+// gradient dW = dy^T x sums over the 4096 tokens. Run the forward and the weight gradient
+// side by side:
+//   cpu_kernels_bench --benchmark_filter='Linear(Forward|BackwardWeight).*layer:[345]/'
 const LinearLayer kLinearLayers[] = {
-    {"fashioncnn.f1 3136->128", 3136, 128},
-    {"fashioncnn.f2 128->10", 128, 10},
-    {"simplenet/vggs.fc 4096->10", 4096, 10},
+    {"fashioncnn.f1 3136->128", kBatch, 3136, 128},
+    {"fashioncnn.f2 128->10", kBatch, 128, 10},
+    {"simplenet/vggs.fc 4096->10", kBatch, 4096, 10},
+    {"bert-tiny attention 4096x128->128", 32 * 128, 128, 128},
+    {"bert-tiny intermediate 4096x128->512", 32 * 128, 128, 512},
+    {"bert-tiny output 4096x512->128", 32 * 128, 512, 128},
 };
 
 Conv2dShape conv_shape(const ConvLayer& l) {
@@ -87,7 +96,7 @@ enum class LinearPass { Forward, BackwardData, BackwardWeight };
 void run_linear(benchmark::State& state, LinearPass pass) {
   const LinearLayer& layer = kLinearLayers[state.range(0)];
   prepare(state, layer.name);
-  const LinearShape s{kBatch, layer.in, layer.out};
+  const LinearShape s{layer.rows, layer.in, layer.out};
   auto x = random_floats(s.N * s.in), w = random_floats(s.out * s.in), b = random_floats(s.out),
        y = random_floats(s.N * s.out), dw = random_floats(s.out * s.in);
   for (auto _ : state) {

@@ -2,8 +2,8 @@
 // cpu_kernels_bench. The arguments are the shapes themselves, so a benchmark's name says
 // what it ran (bench/compare_cpu_ops.py reads them from there to run PyTorch on the same).
 //   attention, fused against explicit: GFLOP/s counted with the explicit formula
-//   layer_norm, gelu, softmax, AdamW: GB/s beside a copy of as many bytes, in the same run
-//   cpu_kernels_bench --benchmark_filter='Attention|LayerNorm|Gelu|Softmax|AdamW'
+//   layer_norm, gelu, softmax, dropout, AdamW: GB/s beside a copy of as many bytes, in the same run
+//   cpu_kernels_bench --benchmark_filter='Attention|LayerNorm|Gelu|Softmax|Dropout|AdamW'
 #include <benchmark/benchmark.h>
 
 #include <omp.h>
@@ -317,6 +317,29 @@ void softmax_args(benchmark::internal::Benchmark* b) {
 }
 BENCHMARK(BM_SoftmaxForward)->Apply(softmax_args);
 BENCHMARK(BM_SoftmaxBackward)->Apply(softmax_args);
+
+// dropout (p 0.1) over [samples, sample_size]: bert-tiny's hidden states [32, 128 x 128]
+// and attention probabilities [32, 2 x 128 x 128]. The backward is the same kernel on dy.
+// Bytes at least: reads x, writes y: 8 n.
+void BM_Dropout(benchmark::State& state) {
+  const int64_t samples = state.range(0), sample_size = state.range(1), n = samples * sample_size;
+  const int threads = int(state.range(2));
+  dpcore::bench::prepare(state, threads, "p 0.1");
+  auto x = random_floats(n);
+  std::vector<float> y(n);
+  dpcore::kernels::DropoutConfig cfg{0.1, 2026, 0, 0};
+  run_against_copy(state, threads, 8.0 * n, [&] {
+    ++cfg.step;  // a new mask every iteration, as in training
+    cpu::dropout(cfg, samples, sample_size, x.data(), y.data());
+  });
+}
+void dropout_args(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"samples", "sample_size", "threads"});
+  for (int64_t sample_size : {128 * 128, 2 * 128 * 128})
+    for (int64_t threads : kThreadCounts) b->Args({32, sample_size, threads});
+  manual_time(b);
+}
+BENCHMARK(BM_Dropout)->Apply(dropout_args);
 
 // One AdamW step (lr 1e-4, betas 0.9 0.999, eps 1e-8, weight decay 0.01 on every element:
 // no mask) over a flat buffer of n parameters: those of BertForSequenceClassification

@@ -37,10 +37,14 @@ T dropout_scale(double p) {
   return p < 1.0 ? T(1) / T(1.0 - p) : T(0);
 }
 
-// The four uniform words of elements 4 * group .. 4 * group + 3 of global sample `sample`.
+// The Philox counter of elements 4 * group .. 4 * group + 3 of global sample `sample`.
+DPCORE_PHILOX_FN Philox4x32 dropout_counter(uint64_t step, int64_t sample, int64_t group) {
+  return Philox4x32{{uint32_t(group), uint32_t(sample), uint32_t(step), uint32_t(step >> 32)}};
+}
+
+// The four uniform words of those elements.
 DPCORE_PHILOX_FN Philox4x32 dropout_words(uint64_t seed, uint64_t step, int64_t sample, int64_t group) {
-  const Philox4x32 counter{{uint32_t(group), uint32_t(sample), uint32_t(step), uint32_t(step >> 32)}};
-  return philox4x32_10(counter, uint32_t(seed), uint32_t(seed >> 32));
+  return philox4x32_10(dropout_counter(step, sample, group), uint32_t(seed), uint32_t(seed >> 32));
 }
 
 }  // namespace dpcore::kernels

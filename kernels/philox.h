@@ -26,19 +26,28 @@ constexpr uint32_t kMultiplier0 = 0xD2511F53u, kMultiplier1 = 0xCD9E8D57u;  // t
 constexpr uint32_t kWeyl0 = 0x9E3779B9u, kWeyl1 = 0xBB67AE85u;              // key increments: golden ratio, sqrt(3) - 1
 }  // namespace philox_detail
 
-// counter (c0 the lowest word) and key (k0, k1) -> four words.
+// One round on the counter words (c0 the lowest) with that round's key: two 32x32->64
+// products, their halves crossed and mixed with the other words and the key. On four
+// scalars, so that a caller running many counters side by side (kernels/cpu/dropout.cpp)
+// can apply it to each lane of its arrays.
+DPCORE_PHILOX_FN void philox_round(uint32_t& c0, uint32_t& c1, uint32_t& c2, uint32_t& c3, uint32_t k0, uint32_t k1) {
+  using namespace philox_detail;
+  const uint64_t p0 = uint64_t(kMultiplier0) * c0, p1 = uint64_t(kMultiplier1) * c2;
+  const uint32_t next0 = uint32_t(p1 >> 32) ^ c1 ^ k0, next2 = uint32_t(p0 >> 32) ^ c3 ^ k1;
+  c1 = uint32_t(p1);
+  c3 = uint32_t(p0);
+  c0 = next0;
+  c2 = next2;
+}
+
+// counter (c0 the lowest word) and key (k0, k1) -> four words. The key schedule bumps the
+// key before every round but the first.
 DPCORE_PHILOX_FN Philox4x32 philox4x32_10(Philox4x32 counter, uint32_t k0, uint32_t k1) {
   using namespace philox_detail;
   uint32_t* c = counter.v;
   for (int round = 0; round < 10; ++round) {
-    if (round > 0) k0 += kWeyl0, k1 += kWeyl1;  // the key schedule bumps the key before every round but the first
-    const uint64_t p0 = uint64_t(kMultiplier0) * c[0], p1 = uint64_t(kMultiplier1) * c[2];
-    const uint32_t hi0 = uint32_t(p0 >> 32), lo0 = uint32_t(p0), hi1 = uint32_t(p1 >> 32), lo1 = uint32_t(p1);
-    const uint32_t c1 = c[1], c3 = c[3];
-    c[0] = hi1 ^ c1 ^ k0;
-    c[1] = lo1;
-    c[2] = hi0 ^ c3 ^ k1;
-    c[3] = lo0;
+    if (round > 0) k0 += kWeyl0, k1 += kWeyl1;
+    philox_round(c[0], c[1], c[2], c[3], k0, k1);
   }
   return counter;
 }

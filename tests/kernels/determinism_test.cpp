@@ -5,16 +5,19 @@
 
 #include <cstring>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "support/kernel_checks.h"
 #include "kernels/cpu/kernels.h"
 #include "kernels/index_check.h"
+#include "kernels/naive/naive.h"
 
 namespace dpcore::testing {
 namespace {
 
 namespace cpu = kernels::cpu;
+namespace naive = kernels::naive;
 
 template <class T>
 bool bit_identical(const std::vector<T>& a, const std::vector<T>& b) {
@@ -119,6 +122,28 @@ TEST(DeterminismTest, ConvAndLinearGradientsAreBitIdenticalWithTwoThreads) {
   expect_repeatable<float>("linear_forward", ls.N * ls.out, [&](std::vector<float>& y) {
     cpu::linear_forward(ls, lx.data(), lw.data(), lb.data(), y.data());
   });
+}
+
+// linear's bias gradient is each column of dy summed over the rows in row order, in double,
+// then rounded once (and added to the old value when accumulating), on any thread count:
+// the same bits as the reference loop nest. Wider than one thread's block of columns and
+// no multiple of 16, with more rows than the cache holds down one column.
+TEST(DeterminismTest, LinearBiasGradientIsTheReferenceBitForBitOnOneAndTwoThreads) {
+  const kernels::LinearShape s{3001, 3, 1100};
+  const auto x = random_vector<float>(s.N * s.in, 21), dy = random_vector<float>(s.N * s.out, 22),
+             start = random_vector<float>(s.out, 23);
+  for (bool accumulate : {false, true}) {
+    SCOPED_TRACE(accumulate ? "accumulate" : "overwrite");
+    std::vector<float> want_dw(s.out * s.in), want_db = start;
+    naive::linear_backward_weight(s, x.data(), dy.data(), want_dw.data(), want_db.data(), accumulate);
+    for (int threads : {1, 2}) {
+      SCOPED_TRACE(std::to_string(threads) + " threads");
+      ScopedKernelThreads scope(threads);
+      std::vector<float> dw(s.out * s.in), db = start;
+      cpu::linear_backward_weight(s, x.data(), dy.data(), dw.data(), db.data(), accumulate);
+      EXPECT_TRUE(bit_identical(db, want_db));
+    }
+  }
 }
 
 TEST(DeterminismTest, LossAndSumAreBitIdenticalWithTwoThreads) {

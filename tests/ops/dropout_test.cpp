@@ -50,7 +50,9 @@ TYPED_TEST(DropoutTest, BitForBitTheReferenceOnAnyThreadCount) {
     if (!B::runs_elements(n + c.offset)) continue;
     const auto x = random_vector<T>(size_t(n + c.offset), 31);
     typename B::template Array<T> dev_x(x);
-    for (double p : {0.0, 0.1, 0.5, 1.0}) {
+    // and the edges of the threshold: 2^-34 keeps every word (threshold 2^32), 1 - 2^-34
+    // none (threshold 0) though its scale 1 / (1 - p) = 2^34 is finite
+    for (double p : {0.0, 0.1, 0.5, 1.0, std::ldexp(1.0, -34), 1.0 - std::ldexp(1.0, -34)}) {
       const DropoutConfig cfg{p, 0x0123456789abcdefull, 7 + (uint64_t(1) << 33), 11};
       std::vector<T> want = HostArray<T>(static_cast<size_t>(n + c.offset)).download();  // the arrays' padding
       naive::dropout<T>(cfg, c.samples, c.sample_size, x.data() + c.offset, want.data() + c.offset);
