@@ -24,6 +24,13 @@ inline uint64_t mix64(uint64_t x) {
 // The seed of sub-stream `stream` of `seed`, e.g. the shuffle of epoch e of a loader.
 inline uint64_t derive_seed(uint64_t seed, uint64_t stream) { return mix64(mix64(seed) ^ stream); }
 
+// The seed of one sample's draws at one epoch in sub-stream `stream` (augmentation,
+// transforms, masked-LM masks): a function of these four alone, so the draws never depend on
+// the batch a sample lands in, the replicas, the threads or a resume.
+inline uint64_t sample_seed(uint64_t seed, uint64_t stream, uint64_t epoch, uint64_t sample) {
+  return derive_seed(derive_seed(derive_seed(seed, stream), epoch), sample);
+}
+
 // Uniform integer in [0, n), n >= 1. Rejection sampling: draws below 2^64 mod n are
 // redrawn, so the accepted range is a whole number of copies of [0, n) and x % n is unbiased.
 inline uint64_t uniform_below(std::mt19937_64& rng, uint64_t n) {

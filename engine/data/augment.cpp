@@ -57,8 +57,7 @@ void check_augment(const Augment& a, const Dataset& data) {
 AugmentDraw draw_augment(const Augment& a, uint64_t seed, int64_t epoch, int64_t position) {
   AugmentDraw d;
   if (a.none()) return d;
-  std::mt19937_64 rng(
-      derive_seed(derive_seed(derive_seed(seed, kAugmentStream), uint64_t(epoch)), uint64_t(position)));
+  std::mt19937_64 rng(sample_seed(seed, kAugmentStream, uint64_t(epoch), uint64_t(position)));
   if (a.crop_pad > 0) {
     const uint64_t offsets = uint64_t(2 * a.crop_pad + 1);
     d.dy = int64_t(uniform_below(rng, offsets));

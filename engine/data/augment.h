@@ -19,8 +19,8 @@
 //
 // Random draws. The draws of a sample depend only on (seed, epoch, position of the sample in
 // the epoch's order), never on the batch size, prefetch depth or thread timing: a
-// std::mt19937_64 seeded with derive_seed(derive_seed(derive_seed(seed, kAugmentStream),
-// epoch), position) (engine/random.h) gives, in this order, dy = uniform_below(rng, 2*PAD+1)
+// std::mt19937_64 seeded with sample_seed(seed, kAugmentStream, epoch, position)
+// (engine/random.h) gives, in this order, dy = uniform_below(rng, 2*PAD+1)
 // and dx = uniform_below(rng, 2*PAD+1) when cropping, then flip = uniform_below(rng, 2) == 1
 // when flipping. A loader resumed at a checkpoint's position (seek) therefore produces
 // exactly the augmented batches of an uninterrupted run. The generator's output and these

@@ -22,7 +22,7 @@ void mask_tokens(const MlmMasking& m, int64_t epoch, int64_t sample, int64_t* id
                  int64_t* targets) {
   const uint64_t stream = m.fixed ? kMlmEvalStream : kMlmStream;
   const uint64_t at_epoch = m.fixed ? 0 : uint64_t(epoch);
-  std::mt19937_64 rng(derive_seed(derive_seed(derive_seed(m.seed, stream), at_epoch), uint64_t(sample)));
+  std::mt19937_64 rng(sample_seed(m.seed, stream, at_epoch, uint64_t(sample)));
   for (int64_t t = 0; t < length; ++t) {
     const double u = uniform01(rng);
     const bool special = std::find(m.special_ids.begin(), m.special_ids.end(), ids[t]) != m.special_ids.end();

@@ -11,8 +11,8 @@
 //
 // Random draws. The masks of a sample depend only on (seed, epoch, the sample's index in the
 // dataset), never on the batch it lands in, the batch size, the replicas, the order of the
-// epoch or a resume: a std::mt19937_64 seeded with derive_seed(derive_seed(derive_seed(seed,
-// kMlmStream), epoch), sample) (engine/random.h) gives, token by token from the first,
+// epoch or a resume: a std::mt19937_64 seeded with sample_seed(seed, kMlmStream, epoch,
+// sample) (engine/random.h) gives, token by token from the first,
 // u = uniform01 (chosen when u < 0.15), and for a chosen token v = uniform01 (v < 0.8:
 // [MASK]; v < 0.9: the random id uniform_below(vocab_size), one more draw; else unchanged).
 // The evaluation split takes `fixed`: the stream kMlmEvalStream and epoch 0 whatever the

@@ -300,8 +300,7 @@ TransformSpec parse_transform_spec(const std::string& flag, const std::string& t
 void apply_transforms(const TransformSpec& spec, const RgbImage& image, const TransformKey& key,
                       std::vector<float>& out, Extent& extent) {
   using Kind = TransformStep::Kind;
-  Generator draws(derive_seed(derive_seed(derive_seed(key.seed, kTransformStream), uint64_t(key.epoch)),
-                              uint64_t(key.index)));
+  Generator draws(sample_seed(key.seed, kTransformStream, uint64_t(key.epoch), uint64_t(key.index)));
   RgbImage im = image;
   for (const TransformStep& s : spec.steps) {
     switch (s.kind) {

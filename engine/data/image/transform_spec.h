@@ -14,7 +14,7 @@
 // imagenet is torchvision's ImageNet statistics, mean (0.485,0.456,0.406), std (0.229,0.224,0.225).
 //
 // Random draws: the steps of an image draw from a dpcore::Generator seeded with
-// derive_seed(derive_seed(derive_seed(seed, kTransformStream), epoch), index), index being the
+// sample_seed(seed, kTransformStream, epoch, index) (engine/random.h), index being the
 // image's index in the dataset, in the order of the steps: RandomResizedCrop's (see
 // random_resized_crop_box), then the flip's generator.uniform() < p. So an image gets the same
 // crop and flip at an epoch whatever the batch, the replica split, the thread or a resume.
