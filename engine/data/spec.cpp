@@ -99,6 +99,19 @@ DataSpec parse_data_specs(const std::string& data, const std::string& val_data, 
   return spec;
 }
 
+// A text split tokenized with --vocab's tokenizer into [CLS] ... [SEP] ids.
+static Dataset tokenized(const DataSpec& spec, const text::WordPieceTokenizer& tokenizer,
+                         const text::TextDataset& texts) {
+  const TextOptions& t = spec.text_options;
+  DPCORE_CHECK(t.max_len >= 2, "--max-len ", t.max_len, ": must be at least 2 ([CLS] and [SEP])");
+  return text::tokenize_dataset(texts, tokenizer, t.max_len, t.truncate);
+}
+
+static text::WordPieceTokenizer text_tokenizer(const DataSpec& spec) {
+  const std::string& vocab = spec.text_options.vocab;
+  return text::WordPieceTokenizer(text::Vocab::read(vocab.empty() ? kDefaultVocab : vocab));
+}
+
 Dataset load_split(const DataSpec& spec, Split split) {
   switch (spec.kind) {
     case DataSpec::Kind::fashion_mnist:
@@ -111,12 +124,8 @@ Dataset load_split(const DataSpec& spec, Split split) {
       const std::optional<TransformSpec>& transform = test ? spec.val_transform : spec.transform;
       return load_image_folder(dir, spec.images, "imagefolder " + dir, transform ? &*transform : nullptr);
     }
-    case DataSpec::Kind::text: {
-      const TextOptions& t = spec.text_options;
-      DPCORE_CHECK(t.max_len >= 2, "--max-len ", t.max_len, ": must be at least 2 ([CLS] and [SEP])");
-      const text::WordPieceTokenizer tokenizer(text::Vocab::read(t.vocab.empty() ? kDefaultVocab : t.vocab));
-      return text::tokenize_dataset(text::load_text_split(spec.text, split), tokenizer, t.max_len, t.truncate);
-    }
+    case DataSpec::Kind::text:
+      return tokenized(spec, text_tokenizer(spec), text::load_text_split(spec.text, split));
     case DataSpec::Kind::synthetic: {
       // Both splits share the class patterns (stream 0) and draw their samples from
       // different streams, so the test set measures generalisation, not memory.
@@ -143,10 +152,20 @@ static void check_test_classes_trained(const Dataset& train, const Dataset& test
 
 DataSplits load_data(const DataSpec& spec, bool normalize_pixels) {
   DataSplits s;
-  s.train = load_split(spec, Split::train);
-  // An image folder without --val-data or --transform is its own test set: decoded once.
-  const bool same_images = spec.kind == DataSpec::Kind::image_folder && spec.val_dir.empty() && !spec.transform;
-  s.test = same_images ? s.train : load_split(spec, Split::test);
+  if (spec.kind == DataSpec::Kind::text) {
+    // Both splits from one reading of the texts and of the vocabulary.
+    const std::vector<text::LabelledText> items = text::read_labelled_texts(spec.text);
+    const text::WordPieceTokenizer tokenizer = text_tokenizer(spec);
+    for (Split split : {Split::train, Split::test}) {
+      const std::string name = spec.text + " " + split_name(split);
+      (split == Split::train ? s.train : s.test) = tokenized(spec, tokenizer, text::make_text_dataset(name, items, split));
+    }
+  } else {
+    s.train = load_split(spec, Split::train);
+    // An image folder without --val-data or --transform is its own test set: decoded once.
+    const bool same_images = spec.kind == DataSpec::Kind::image_folder && spec.val_dir.empty() && !spec.transform;
+    s.test = same_images ? s.train : load_split(spec, Split::test);
+  }
   if (spec.kind == DataSpec::Kind::image_folder && spec.val_dir.empty())
     s.test.name += " (the test set too: no --val-data)";
   DPCORE_CHECK(s.train.c == s.test.c && s.train.h == s.test.h && s.train.w == s.test.w &&
