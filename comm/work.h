@@ -7,6 +7,7 @@
 #include <exception>
 #include <memory>
 #include <mutex>
+#include <string>
 
 namespace dpcore::comm {
 
@@ -34,6 +35,13 @@ class Work {
 
 // Completion of work done on a host thread: the thread calls finish() once, with the
 // exception it caught or null.
+//
+// The first wait() rethrows that exception itself and the Completion lets go of it, so the
+// exception object dies on the waiting side, never back on the thread that threw it: an
+// exception_ptr's count lives in the uninstrumented C++ runtime, so a last release on the
+// throwing thread after the waiter has read what() looks to ThreadSanitizer like an
+// unordered destroy (and the waiter is the one that owns the error). Later waits throw an
+// Error with the same message.
 class Completion : public Work::Impl {
  public:
   void finish(std::exception_ptr error);
@@ -44,7 +52,9 @@ class Completion : public Work::Impl {
   std::mutex mutex_;
   std::condition_variable finished_;
   bool done_ = false;
-  std::exception_ptr error_;
+  std::exception_ptr error_;  // until the first wait() takes it
+  bool failed_ = false;
+  std::string message_;  // its what(), for the waits after that
 };
 
 }  // namespace dpcore::comm

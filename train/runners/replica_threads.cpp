@@ -60,10 +60,11 @@ void ReplicaThreads::loop(int replica) {
     if (thrown) {
       // The first failure is usually the cause; later ones are usually its echo
       // (collectives that the abort below made fail), so it is recorded before anyone is
-      // aborted.
+      // aborted. The exception moves into the record: this thread keeps no reference, so the
+      // object dies on the thread that handles the failures (see comm::Completion).
       {
         std::lock_guard<std::mutex> lock(mutex_);
-        failures_.push_back({replica, error, thrown});
+        failures_.push_back({replica, error, std::move(thrown)});
       }
       if (on_failure_) on_failure_(replica, error);
     }
