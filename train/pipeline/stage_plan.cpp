@@ -1,0 +1,132 @@
+#include "train/pipeline/stage_plan.h"
+
+#include <algorithm>
+#include <cctype>
+#include <limits>
+
+#include "kernels/error.h"
+
+namespace dpcore::train::pipeline {
+
+namespace {
+
+// A whole non-negative decimal number, or -1.
+int parse_index(const std::string& text) {
+  if (text.empty() || text.size() > 9 || !std::all_of(text.begin(), text.end(), [](unsigned char c) { return std::isdigit(c); })) return -1;
+  return std::stoi(text);
+}
+
+std::string range_text(int first, int last) {
+  return first == last ? std::to_string(first) : std::to_string(first) + "-" + std::to_string(last);
+}
+
+}  // namespace
+
+std::string StageDevice::str() const {
+  return device.is_cpu() ? "cpu:" + std::to_string(cpu_team) : device.str();
+}
+
+StageDevice StageDevice::parse(const std::string& text) {
+  const size_t colon = text.find(':');
+  const std::string type = text.substr(0, colon);
+  const int index = colon == std::string::npos ? 0 : parse_index(text.substr(colon + 1));
+  if (index >= 0 && type == "cpu") return {Device::cpu(), index};
+  if (index >= 0 && type == "cuda") return {Device::cuda(index), 0};
+  fail("unknown stage device '", text, "' (expected cpu:N, a team of CPU threads, or cuda:N, a GPU)");
+}
+
+std::vector<Stage> parse_stages(const std::string& text, int layer_count, const AvailableDevices& available) {
+  const std::string flag = "--stages '" + text + "'";
+  DPCORE_CHECK(!text.empty(), "--stages: empty (expected stages such as 0-5@cpu:0,6-11@cpu:1)");
+  std::vector<Stage> stages;
+  size_t begin = 0;
+  while (begin <= text.size()) {
+    const size_t end = std::min(text.find(',', begin), text.size());
+    const std::string part = text.substr(begin, end - begin);
+    begin = end + 1;
+    const size_t at = part.find('@');
+    DPCORE_CHECK(at != std::string::npos && at > 0 && at + 1 < part.size(), flag, ": '", part,
+                 "' is not LAYERS@DEVICE (for example 0-5@cpu:0)");
+    const std::string range = part.substr(0, at);
+    const size_t dash = range.find('-');
+    Stage stage;
+    stage.first_layer = parse_index(range.substr(0, dash));
+    stage.last_layer = dash == std::string::npos ? stage.first_layer : parse_index(range.substr(dash + 1));
+    DPCORE_CHECK(stage.first_layer >= 0 && stage.last_layer >= 0, flag, ": '", range,
+                 "' is not a layer range (expected A-B or A, layer numbers from 0)");
+    DPCORE_CHECK(stage.first_layer <= stage.last_layer, flag, ": the range ", range, " runs backwards");
+    DPCORE_CHECK(stage.last_layer < layer_count, flag, ": layer ", stage.last_layer, " does not exist (the model has ",
+                 layer_count, " layers, 0-", layer_count - 1, ")");
+    try {
+      stage.device = StageDevice::parse(part.substr(at + 1));
+    } catch (const Error& e) {
+      fail(flag, ": ", e.what());
+    }
+    if (stage.device.device.is_cpu()) {
+      DPCORE_CHECK(stage.device.cpu_team < available.cpu_teams, flag, ": ", stage.device.str(),
+                   " does not exist (this machine has ", available.cpu_teams, " CPU team",
+                   available.cpu_teams == 1 ? "" : "s", ", cpu:0-", available.cpu_teams - 1, ")");
+    } else {
+      DPCORE_CHECK(stage.device.device.index < available.cuda_devices, flag, ": ", stage.device.str(),
+                   " does not exist (this machine has ", available.cuda_devices, " GPU",
+                   available.cuda_devices == 1 ? "" : "s", ")");
+    }
+    stages.push_back(stage);
+  }
+  std::sort(stages.begin(), stages.end(), [](const Stage& a, const Stage& b) { return a.first_layer < b.first_layer; });
+  // Every layer in exactly one stage: sorted by first layer, each stage must start just
+  // after the previous one ends.
+  int next = 0;
+  for (size_t i = 0; i < stages.size(); ++i) {
+    const Stage& s = stages[i];
+    if (s.first_layer < next) {
+      const Stage& before = stages[i - 1];
+      fail(flag, ": layer ", s.first_layer, " is in two stages (", range_text(before.first_layer, before.last_layer),
+           " and ", range_text(s.first_layer, s.last_layer), ")");
+    }
+    DPCORE_CHECK(s.first_layer == next, flag, ": ", s.first_layer - next == 1 ? "layer " : "layers ",
+                 range_text(next, s.first_layer - 1), " in no stage");
+    next = s.last_layer + 1;
+  }
+  DPCORE_CHECK(next == layer_count, flag, ": ", layer_count - next == 1 ? "layer " : "layers ",
+               range_text(next, layer_count - 1), " in no stage (the model has ", layer_count, " layers)");
+  return stages;
+}
+
+std::vector<Stage> balance_stages(const std::vector<double>& layer_costs, int stages,
+                                  const std::vector<StageDevice>& devices) {
+  const int n = int(layer_costs.size());
+  DPCORE_CHECK(stages >= 1, "--pipeline ", stages, ": needs at least 1 stage");
+  DPCORE_CHECK(stages <= n, "--pipeline ", stages, ": more stages than the model has layers (", n, ")");
+  DPCORE_CHECK(int(devices.size()) == stages, "--pipeline ", stages, ": ", devices.size(), " devices given for ",
+               stages, " stages");
+  // prefix[i]: the cost of layers 0..i-1.
+  std::vector<double> prefix(n + 1, 0.0);
+  for (int i = 0; i < n; ++i) prefix[i + 1] = prefix[i] + layer_costs[i];
+  // The linear-partition dynamic programme: best[k][i] is the smallest possible cost of the
+  // slowest stage when layers 0..i-1 make k stages; cut[k][i] is where its last stage begins.
+  const double inf = std::numeric_limits<double>::infinity();
+  std::vector<std::vector<double>> best(stages + 1, std::vector<double>(n + 1, inf));
+  std::vector<std::vector<int>> cut(stages + 1, std::vector<int>(n + 1, 0));
+  best[0][0] = 0;
+  for (int k = 1; k <= stages; ++k)
+    for (int i = k; i <= n; ++i)
+      for (int j = k - 1; j < i; ++j) {  // the last stage is layers j..i-1
+        const double slowest = std::max(best[k - 1][j], prefix[i] - prefix[j]);
+        if (slowest < best[k][i]) best[k][i] = slowest, cut[k][i] = j;
+      }
+  std::vector<Stage> out(stages);
+  for (int k = stages, end = n; k >= 1; --k) {
+    out[k - 1] = {cut[k][end], end - 1, devices[k - 1]};
+    end = cut[k][end];
+  }
+  return out;
+}
+
+std::string stages_text(const std::vector<Stage>& stages) {
+  std::string out;
+  for (const Stage& s : stages) out += (out.empty() ? "" : ",") + range_text(s.first_layer, s.last_layer) + "@" + s.device.str();
+  return out;
+}
+
+}  // namespace dpcore::train::pipeline

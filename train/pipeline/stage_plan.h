@@ -1,0 +1,63 @@
+// Pipeline stages: which of a model's layers run where. A layer is a top-level child of the
+// model's Sequential (a residual block is one layer), so a stage boundary never falls inside
+// a block: the block stays whole on one stage.
+//
+// Two ways to say it: --stages "0-5@cpu:0,6-11@cpu:1" names each stage's layers and device;
+// --pipeline P splits the layers into P stages balanced by the measured cost of each layer.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "engine/device.h"
+
+namespace dpcore::train::pipeline {
+
+// Where a stage runs: "cuda:N" is a GPU; "cpu:N" is the Nth team of CPU threads, each team
+// on cores of its own (dpcore's Device has one "cpu", so the team is kept beside it).
+struct StageDevice {
+  Device device;
+  int cpu_team = 0;  // for a cpu device: which team
+
+  std::string str() const;  // "cpu:1", "cuda:0"
+  bool operator==(const StageDevice& o) const { return device == o.device && cpu_team == o.cpu_team; }
+  // Parses "cpu:N" or "cuda:N" ("cpu" and "cuda" are team and GPU 0); throws Error otherwise.
+  static StageDevice parse(const std::string& text);
+};
+
+// What exists to put stages on.
+struct AvailableDevices {
+  int cpu_teams = 1;     // how many CPU thread teams this machine can give
+  int cuda_devices = 0;  // GPUs
+};
+
+// One stage: layers first..last (inclusive, as --stages writes them) on one device.
+struct Stage {
+  int first_layer = 0;
+  int last_layer = 0;
+  StageDevice device;
+
+  int layers() const { return last_layer - first_layer + 1; }
+  bool operator==(const Stage& o) const {
+    return first_layer == o.first_layer && last_layer == o.last_layer && device == o.device;
+  }
+};
+
+// Parses --stages for a model of `layer_count` layers: comma-separated "A-B@DEVICE" (or
+// "A@DEVICE" for one layer), in any order; the stages come back in layer order. Refuses,
+// naming the part and the value: a part that is not RANGE@DEVICE, a range with A > B, a
+// layer that does not exist, a layer in two stages, a layer in none, a device that is not
+// "cpu:N"/"cuda:N" or that `available` does not have.
+std::vector<Stage> parse_stages(const std::string& text, int layer_count, const AvailableDevices& available);
+
+// --pipeline P: splits layers 0..n-1 (n = layer_costs.size(), each cost the layer's forward
+// plus backward time) into P contiguous, non-empty stages whose slowest stage costs as
+// little as possible; stage i goes on devices[i]. Refuses P < 1, P > n and a device count
+// other than P.
+std::vector<Stage> balance_stages(const std::vector<double>& layer_costs, int stages,
+                                  const std::vector<StageDevice>& devices);
+
+// "0-5@cpu:0,6-11@cpu:1": the --stages text of `stages` (parse_stages reads it back).
+std::string stages_text(const std::vector<Stage>& stages);
+
+}  // namespace dpcore::train::pipeline
