@@ -241,13 +241,13 @@ trace::Label forward_label(const Children& children, size_t i, size_t n, const T
 }
 }  // namespace
 
-Tensor Sequential::forward_prefix(const Tensor& x, size_t count) {
-  count = std::min(count, children_.size());
+Tensor Sequential::forward_range(const Tensor& x, size_t begin, size_t end) {
+  end = std::min(end, children_.size());
   Tensor h = x;
-  for (size_t i = 0; i < count;) {
-    auto* conv = child_as<Conv2d>(children_, i, count);
-    const bool relu = conv && child_as<ReLU>(children_, i + 1, count);
-    auto* pool = relu ? child_as<MaxPool2d>(children_, i + 2, count) : nullptr;
+  for (size_t i = begin; i < end;) {
+    auto* conv = child_as<Conv2d>(children_, i, end);
+    const bool relu = conv && child_as<ReLU>(children_, i + 1, end);
+    auto* pool = relu ? child_as<MaxPool2d>(children_, i + 2, end) : nullptr;
     const size_t n = pool ? 3 : relu ? 2 : 1;
     trace::Span span("forward", [&] { return forward_label(children_, i, n, h); });
     if (pool) h = conv->forward_relu_pool(h, pool->options());

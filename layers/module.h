@@ -277,7 +277,9 @@ class Sequential : public Module {
   // Runs children [0, count) only (the trainer stops before the final LogSoftmax to use the
   // fused cross-entropy). A conv followed by relu (and a max-pool) runs as one fused op:
   // the same mathematics in fewer passes (engine/ops.h, conv2d_relu_max_pool2d).
-  Tensor forward_prefix(const Tensor& x, size_t count);
+  Tensor forward_prefix(const Tensor& x, size_t count) { return forward_range(x, 0, count); }
+  // Runs children [begin, end) only: a pipeline stage's layers (train/pipeline).
+  Tensor forward_range(const Tensor& x, size_t begin, size_t end);
   Shape output_shape(const Shape& input) const override;
   std::string describe() const override;
   std::unique_ptr<Module> clone() const override;

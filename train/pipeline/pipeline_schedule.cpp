@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "kernels/error.h"
+#include "train/step/step.h"
 
 namespace dpcore::train::pipeline {
 
@@ -63,9 +64,7 @@ std::vector<int64_t> micro_batch_sizes(int64_t batch, int micro_batches) {
   DPCORE_CHECK(micro_batches >= 1, "--micro-batches ", micro_batches, ": needs at least 1");
   DPCORE_CHECK(micro_batches <= batch, "--micro-batches ", micro_batches, " is larger than the batch (", batch,
                " samples): a micro-batch would be empty");
-  std::vector<int64_t> sizes(micro_batches, batch / micro_batches);
-  for (int64_t m = 0; m < batch % micro_batches; ++m) ++sizes[m];
-  return sizes;
+  return even_split(batch, micro_batches);  // the cut of one device's --accum
 }
 
 int peak_live_activations(const std::vector<PipelineOp>& order) {

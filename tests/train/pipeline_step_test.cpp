@@ -1,0 +1,158 @@
+// The pipeline's reference executor against one device: naive, gpipe and 1f1b over 2, 3
+// and 4 uneven stages give the parameters (and batch norm's running statistics) of one
+// device accumulating the same micro-batches, float64 within 1e-12 and float32 within 1e-6
+// of the largest value; gpipe and 1f1b give each other's bits; the activations each stage
+// holds at once are the schedule's (1f1b at most P - s).
+#include <algorithm>
+#include <cmath>
+
+#include <gtest/gtest.h>
+
+#include "engine/sgd.h"
+#include "layers/zoo.h"
+#include "support/error_of.h"
+#include "support/test_support.h"
+#include "train/pipeline/pipeline_step.h"
+
+namespace dpcore::train::pipeline {
+namespace {
+
+using dpcore::testing::error_of;
+using layers::Model;
+
+// 11 layers: conv bn relu pool conv relu flatten linear relu linear logsoftmax.
+constexpr const char* kCnn = "conv(4,3,p1) bn relu pool(2) conv(8,3,p1) relu flatten linear(16) relu linear(10)";
+// 9 layers: conv bn relu res res gap flatten linear logsoftmax (a residual block is one layer).
+constexpr const char* kResNet = "conv(8,3,p1,nobias) bn relu res(8) res(16,s2) gap flatten linear(10)";
+
+struct Job {
+  std::unique_ptr<Model> model;
+  std::unique_ptr<Sgd> sgd;
+  Tensor x, y;
+};
+
+Job make_job(const std::string& spec, DType dtype, int64_t batch) {
+  Job j;
+  j.model = std::make_unique<Model>(layers::parse_layer_spec(spec, {1, 8, 8}), Shape{1, 8, 8}, Device::cpu(), dtype, 5);
+  j.sgd = std::make_unique<Sgd>(j.model->parameters(), SgdConfig{0.05, 0.9, 0.0, 1e-3, true});
+  const auto values = dpcore::testing::random_vector<double>(size_t(batch * 64), 11);
+  j.x = dtype == DType::Float64 ? Tensor::from_vector(values, {batch, 1, 8, 8})
+                                : Tensor::from_vector(std::vector<float>(values.begin(), values.end()), {batch, 1, 8, 8});
+  std::vector<int64_t> labels;
+  for (int64_t i = 0; i < batch; ++i) labels.push_back((i * 3 + 1) % 10);
+  j.y = Tensor::from_vector(labels, {batch});
+  return j;
+}
+
+// The model's parameters and then its buffers, as doubles.
+std::vector<double> state_of(const Model& model) {
+  auto read = [](const Tensor& t) {
+    return t.dtype() == DType::Float64 ? t.to_vector<double>()
+                                       : [&] { auto f = t.to_vector<float>(); return std::vector<double>(f.begin(), f.end()); }();
+  };
+  std::vector<double> out = read(model.parameters().values());
+  const std::vector<double> buffers = read(model.buffers().values());
+  out.insert(out.end(), buffers.begin(), buffers.end());
+  return out;
+}
+
+// Steps on one device: each step zeroes, accumulates M micro-batches, steps.
+std::vector<double> one_device(const std::string& spec, DType dtype, int64_t batch, int micro_batches, int steps) {
+  Job j = make_job(spec, dtype, batch);
+  for (int step = 0; step < steps; ++step)
+    accumulate_and_step(*j.model, *j.sgd, j.x, j.y, micro_batches, counted_targets(j.y), {uint64_t(step), 0});
+  return state_of(*j.model);
+}
+
+std::vector<double> pipelined(const std::string& spec, DType dtype, int64_t batch, const std::string& stages_text,
+                              Schedule schedule, int micro_batches, int steps, PipelineStepStats* stats = nullptr) {
+  Job j = make_job(spec, dtype, batch);
+  const auto stages = parse_stages(stages_text, int(j.model->net().size()), {4, 0});
+  for (int step = 0; step < steps; ++step) {
+    j.model->zero_grad();
+    pipeline_accumulate_gradients(*j.model, stages, schedule, micro_batches, j.x, j.y,
+                                  gradient_scale(counted_targets(j.y)), {uint64_t(step), 0}, stats);
+    j.sgd->step();
+  }
+  return state_of(*j.model);
+}
+
+double relative_difference(const std::vector<double>& a, const std::vector<double>& b) {
+  double worst = 0, scale = 0;
+  for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, std::abs(a[i] - b[i])), scale = std::max(scale, std::abs(b[i]));
+  return worst / scale;
+}
+
+struct StageCase {
+  const char* spec;
+  const char* stages;
+};
+
+const StageCase kCases[] = {
+    {kCnn, "0-2@cpu:0,3-10@cpu:1"},                          // P 2, uneven
+    {kCnn, "0@cpu:0,1-6@cpu:1,7-10@cpu:2"},                  // P 3, a one-layer stage first
+    {kCnn, "0-3@cpu:0,4@cpu:1,5-8@cpu:2,9-10@cpu:3"},        // P 4
+    {kCnn, "0-9@cpu:0,10@cpu:1"},                            // the last stage only the loss
+    {kResNet, "0-3@cpu:0,4-8@cpu:1"},                        // residual blocks whole on a stage
+    {kResNet, "0-2@cpu:0,3@cpu:1,4@cpu:2,5-8@cpu:3"},        // one block per stage
+};
+
+TEST(PipelineStep, EverySchedulesParametersEqualOneDevice) {
+  const int64_t batch = 10;
+  for (DType dtype : {DType::Float64, DType::Float32}) {
+    const double tolerance = dtype == DType::Float64 ? 1e-12 : 1e-6;
+    for (const StageCase& c : kCases)
+      for (int m : {1, 3, 4}) {  // 10 = 4+3+3 = 3+3+2+2: uneven micro-batches
+        const auto reference = one_device(c.spec, dtype, batch, m, 3);
+        for (Schedule schedule : {Schedule::Naive, Schedule::GPipe, Schedule::OneFOneB}) {
+          if (schedule == Schedule::Naive && m != 1) continue;
+          const auto got = pipelined(c.spec, dtype, batch, c.stages, schedule, m, 3);
+          EXPECT_LE(relative_difference(got, reference), tolerance)
+              << c.stages << " " << schedule_name(schedule) << " M " << m << " " << dtype_name(dtype);
+        }
+      }
+  }
+}
+
+TEST(PipelineStep, GPipeAndOneFOneBGiveTheSameBits) {
+  for (const StageCase& c : kCases)
+    EXPECT_EQ(pipelined(c.spec, DType::Float32, 10, c.stages, Schedule::GPipe, 4, 2),
+              pipelined(c.spec, DType::Float32, 10, c.stages, Schedule::OneFOneB, 4, 2))
+        << c.stages;
+}
+
+TEST(PipelineStep, TheLossIsOneDevicesSummedLoss) {
+  Job a = make_job(kCnn, DType::Float64, 10), b = make_job(kCnn, DType::Float64, 10);
+  const double scale = gradient_scale(counted_targets(a.y));
+  const double one = accumulate_gradients(*a.model, a.x, a.y, 4, scale, {}).item();
+  const auto stages = parse_stages("0-4@cpu:0,5-10@cpu:1", 11, {2, 0});
+  const double piped = pipeline_accumulate_gradients(*b.model, stages, Schedule::OneFOneB, 4, b.x, b.y, scale, {}).item();
+  EXPECT_NEAR(piped, one, 1e-12 * std::abs(one));
+}
+
+TEST(PipelineStep, EachStageHoldsTheActivationsItsScheduleSays) {
+  const char* four = "0-3@cpu:0,4@cpu:1,5-8@cpu:2,9-10@cpu:3";
+  for (int m : {2, 6}) {
+    PipelineStepStats gpipe, one_f_one_b;
+    pipelined(kCnn, DType::Float32, 12, four, Schedule::GPipe, m, 1, &gpipe);
+    pipelined(kCnn, DType::Float32, 12, four, Schedule::OneFOneB, m, 1, &one_f_one_b);
+    for (int s = 0; s < 4; ++s) {
+      EXPECT_EQ(gpipe.peak_live_activations[s], m) << "stage " << s;
+      EXPECT_EQ(one_f_one_b.peak_live_activations[s], std::min(4 - s, m)) << "stage " << s << " M " << m;
+      EXPECT_LE(one_f_one_b.peak_live_activations[s], 4);
+    }
+  }
+}
+
+TEST(PipelineStep, BadInputIsRefusedNamingIt) {
+  Job j = make_job(kCnn, DType::Float32, 6);
+  const auto stages = parse_stages("0-4@cpu:0,5-10@cpu:1", 11, {2, 0});
+  EXPECT_EQ(error_of([&] { pipeline_accumulate_gradients(*j.model, stages, Schedule::GPipe, 8, j.x, j.y, 1.0, {}); }),
+            "--micro-batches 8 is larger than the batch (6 samples): a micro-batch would be empty");
+  const std::vector<Stage> short_of_the_end = {stages[0]};
+  EXPECT_EQ(error_of([&] { pipeline_accumulate_gradients(*j.model, short_of_the_end, Schedule::GPipe, 2, j.x, j.y, 1.0, {}); }),
+            "pipeline: stages 0-4@cpu:0 do not cover the model's 11 layers");
+}
+
+}  // namespace
+}  // namespace dpcore::train::pipeline
