@@ -100,6 +100,17 @@ void Model::set_batch_position(uint64_t step, int64_t first_sample) {
   net_->apply([&](Module& m) { m.set_batch_position({derive_seed(seed_, index++), step, first_sample}); });
 }
 
+void Model::set_batch_position(uint64_t step, int64_t first_sample, size_t first_layer, size_t end_layer) {
+  // Module k of net_->apply's order (the network itself first, then each child's modules in
+  // turn) draws from derive_seed(seed_, k), as above.
+  uint64_t index = 1;
+  for (size_t i = 0; i < net_->size(); ++i)
+    net_->child(i).apply([&](Module& m) {
+      const uint64_t k = index++;
+      if (i >= first_layer && i < end_layer) m.set_batch_position({derive_seed(seed_, k), step, first_sample});
+    });
+}
+
 bool Model::draws_random_numbers() const {
   bool draws = false;
   net_->apply([&](Module& m) { draws = draws || m.draws_random_numbers(); });

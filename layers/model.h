@@ -60,6 +60,10 @@ class Model {
   // the model's seed and the module's place in the network), so dropout draws the same
   // masks however the batch is split and on resume (layers/module.h, BatchPosition).
   void set_batch_position(uint64_t step, int64_t first_sample);
+  // The same for the layers (top-level children) [first_layer, end_layer) only, each module
+  // drawing what it draws under set_batch_position: a pipeline stage sets its own layers
+  // while the other stages' threads run theirs.
+  void set_batch_position(uint64_t step, int64_t first_sample, size_t first_layer, size_t end_layer);
   // Whether a forward now draws random numbers (a module's dropout in training mode): its
   // result then depends on the batch position, which a recorded CUDA graph would hold fixed.
   bool draws_random_numbers() const;

@@ -2,8 +2,11 @@
 // and 4 uneven stages give the parameters (and batch norm's running statistics) of one
 // device accumulating the same micro-batches, float64 within 1e-12 and float32 within 1e-6
 // of the largest value; gpipe and 1f1b give each other's bits; the activations each stage
-// holds at once are the schedule's (1f1b at most P - s).
+// holds at once are the schedule's (1f1b at most P - s). The stages on threads of their own,
+// over send/recv, give the reference executor's bits; a failing stage ends the batch at once,
+// naming itself.
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 
 #include <gtest/gtest.h>
@@ -13,6 +16,7 @@
 #include "support/error_of.h"
 #include "support/test_support.h"
 #include "train/pipeline/pipeline_step.h"
+#include "train/pipeline/pipeline_threads.h"
 
 namespace dpcore::train::pipeline {
 namespace {
@@ -64,14 +68,22 @@ std::vector<double> one_device(const std::string& spec, DType dtype, int64_t bat
   return state_of(*j.model);
 }
 
+enum class Executor { Reference, Threads };
+
 std::vector<double> pipelined(const std::string& spec, DType dtype, int64_t batch, const std::string& stages_text,
-                              Schedule schedule, int micro_batches, int steps, PipelineStepStats* stats = nullptr) {
+                              Schedule schedule, int micro_batches, int steps, PipelineStepStats* stats = nullptr,
+                              Executor executor = Executor::Reference) {
   Job j = make_job(spec, dtype, batch);
   const auto stages = parse_stages(stages_text, int(j.model->net().size()), {4, 0});
+  PipelineThreads threads(int(stages.size()));
   for (int step = 0; step < steps; ++step) {
     j.model->zero_grad();
-    pipeline_accumulate_gradients(*j.model, stages, schedule, micro_batches, j.x, j.y,
-                                  gradient_scale(counted_targets(j.y)), {uint64_t(step), 0}, stats);
+    const double scale = gradient_scale(counted_targets(j.y));
+    const BatchStart start{uint64_t(step), 0};
+    if (executor == Executor::Threads)
+      threads.accumulate_gradients(*j.model, stages, schedule, micro_batches, j.x, j.y, scale, start, stats);
+    else
+      pipeline_accumulate_gradients(*j.model, stages, schedule, micro_batches, j.x, j.y, scale, start, stats);
     j.sgd->step();
   }
   return state_of(*j.model);
@@ -152,6 +164,57 @@ TEST(PipelineStep, BadInputIsRefusedNamingIt) {
   const std::vector<Stage> short_of_the_end = {stages[0]};
   EXPECT_EQ(error_of([&] { pipeline_accumulate_gradients(*j.model, short_of_the_end, Schedule::GPipe, 2, j.x, j.y, 1.0, {}); }),
             "pipeline: stages 0-4@cpu:0 do not cover the model's 11 layers");
+}
+
+TEST(PipelineThreads, StagesOnThreadsGiveTheReferenceExecutorsBits) {
+  for (const StageCase& c : kCases)
+    for (Schedule schedule : {Schedule::GPipe, Schedule::OneFOneB}) {
+      PipelineStepStats stats;
+      const auto threaded = pipelined(c.spec, DType::Float32, 10, c.stages, schedule, 4, 2, &stats, Executor::Threads);
+      EXPECT_EQ(threaded, pipelined(c.spec, DType::Float32, 10, c.stages, schedule, 4, 2)) << c.stages;
+      const int P = int(stats.peak_live_activations.size());
+      for (int s = 0; s < P; ++s)
+        EXPECT_EQ(stats.peak_live_activations[s], schedule == Schedule::GPipe ? 4 : std::min(P - s, 4)) << c.stages;
+    }
+}
+
+TEST(PipelineThreads, DropoutDrawsWhatItDrawsOnOneDevice) {
+  // Two encoder layers with dropout on different stages: each stage sets the batch
+  // position of its own layers only, and the masks are one device's.
+  const std::string spec = "encoder(heads=2,ff=16,dropout=0.25) encoder(heads=2,ff=16,dropout=0.25) meanpool linear(10)";
+  auto run = [&](bool piped) {
+    Job j;
+    j.model = std::make_unique<Model>(layers::parse_layer_spec(spec, {4, 8}), Shape{4, 8}, Device::cpu(), DType::Float64, 5);
+    j.sgd = std::make_unique<Sgd>(j.model->parameters(), SgdConfig{0.05, 0.9, 0.0, 0.0, false});
+    j.x = Tensor::from_vector(dpcore::testing::random_vector<double>(6 * 32, 3), {6, 4, 8});
+    j.y = Tensor::from_vector(std::vector<int64_t>{1, 4, 7, 0, 9, 2}, {6});
+    PipelineThreads threads(2);
+    const auto stages = parse_stages("0@cpu:0,1-4@cpu:1", 5, {2, 0});
+    for (int step = 0; step < 2; ++step) {
+      j.model->zero_grad();
+      const double scale = gradient_scale(6);
+      if (piped) threads.accumulate_gradients(*j.model, stages, Schedule::OneFOneB, 3, j.x, j.y, scale, {uint64_t(step), 0});
+      else accumulate_gradients(*j.model, j.x, j.y, 3, scale, {uint64_t(step), 0});
+      j.sgd->step();
+    }
+    return state_of(*j.model);
+  };
+  const auto one = run(false);
+  EXPECT_LE(relative_difference(run(true), one), 1e-12);
+}
+
+TEST(PipelineThreads, AFailingStageEndsTheBatchAtOnceNamingItself) {
+  Job j = make_job(kCnn, DType::Float32, 6);
+  j.y = Tensor::from_vector(std::vector<int64_t>{1, 2, 3, 4, 5, 42}, {6});  // class 42 of 10: the loss refuses it
+  const auto stages = parse_stages("0-4@cpu:0,5-10@cpu:1", 11, {2, 0});
+  PipelineThreads threads(2, std::chrono::seconds(60));
+  const auto began = std::chrono::steady_clock::now();
+  const std::string error = error_of([&] { threads.accumulate_gradients(*j.model, stages, Schedule::GPipe, 3, j.x, j.y, 1.0, {}); });
+  EXPECT_EQ(error.rfind("pipeline stage 1 failed: ", 0), 0u) << error;
+  EXPECT_NE(error.find("42"), std::string::npos) << error;
+  // Stage 0 waited in recv for a gradient that never came: the abort released it, long
+  // before the 60 s timeout.
+  EXPECT_LT(std::chrono::steady_clock::now() - began, std::chrono::seconds(20));
 }
 
 }  // namespace

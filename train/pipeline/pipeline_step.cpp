@@ -8,6 +8,75 @@
 
 namespace dpcore::train::pipeline {
 
+StageWork::StageWork(Model& model, const std::vector<Stage>& stages, int micro_batches, const Tensor& x,
+                     const Tensor& y, double grad_scale, BatchStart start)
+    : model_(model), stages_(stages), x_(x), y_(y), grad_scale_(grad_scale), start_(start),
+      logits_(model.ends_in_log_softmax()) {
+  layers::Sequential& net = model.net();
+  const int layers = int(net.size());
+  const int P = int(stages.size());
+  DPCORE_CHECK(P >= 1 && stages.front().first_layer == 0 && stages.back().last_layer == layers - 1,
+               "pipeline: stages ", stages_text(stages), " do not cover the model's ", layers, " layers");
+  for (int s = 1; s < P; ++s)
+    DPCORE_CHECK(stages[s].first_layer == stages[s - 1].last_layer + 1, "pipeline: stages ", stages_text(stages),
+                 " are not contiguous");
+  DPCORE_CHECK(x.dim() >= 1 && y.dim() >= 1 && x.size(0) == y.size(0), "pipeline step: inputs ", x.str(),
+               " and targets ", y.str(), " disagree on the batch size");
+  sizes_ = micro_batch_sizes(x.size(0), micro_batches);
+  first_.assign(micro_batches, 0);
+  for (int m = 1; m < micro_batches; ++m) first_[m] = first_[m - 1] + sizes_[m - 1];
+  // One sample's shape at each stage's input: the model's input through the layers below.
+  Shape shape(x.shape().begin() + 1, x.shape().end());
+  for (int s = 0; s < P; ++s) {
+    boundary_.push_back(shape);
+    for (int i = stages[s].first_layer; i <= stages[s].last_layer; ++i) {
+      Shape batched = {1};
+      batched.insert(batched.end(), shape.begin(), shape.end());
+      batched = net.child(size_t(i)).output_shape(batched);
+      shape.assign(batched.begin() + 1, batched.end());
+    }
+  }
+  input_.assign(P, std::vector<Tensor>(micro_batches));
+  output_.assign(P, std::vector<Tensor>(micro_batches));
+  live_.assign(P, 0);
+  peak_.assign(P, 0);
+  loss_sum_ = Tensor::zeros({}, model.dtype(), model.device());
+}
+
+size_t StageWork::layer_end(int s) const {
+  return s + 1 == stages() && logits_ ? model_.net().size() - 1 : size_t(stages_[s].last_layer + 1);
+}
+
+Shape StageWork::input_shape(int s, int m) const {
+  Shape shape = {sizes_[m]};
+  shape.insert(shape.end(), boundary_[s].begin(), boundary_[s].end());
+  return shape;
+}
+
+Tensor StageWork::forward(int s, int m, const Tensor& received) {
+  const int64_t begin = first_[m], end = first_[m] + sizes_[m];
+  Tensor in = s == 0 ? x_.narrow0(begin, end) : received;
+  if (s > 0) in.set_requires_grad(true);
+  model_.set_batch_position(start_.step, start_.first_sample + begin, size_t(stages_[s].first_layer), layer_end(s));
+  Tensor out = model_.net().forward_range(in, size_t(stages_[s].first_layer), layer_end(s));
+  if (s + 1 == stages()) {
+    out = loss_of(out, y_.narrow0(begin, end), logits_);
+    backend_for(loss_sum_.device()).add(loss_sum_, out.detach(), loss_sum_);
+  }
+  input_[s][m] = in, output_[s][m] = out;
+  peak_[s] = std::max(peak_[s], ++live_[s]);
+  return out.detach();
+}
+
+Tensor StageWork::backward(int s, int m, const Tensor& grad) {
+  const bool last = s + 1 == stages();
+  output_[s][m].backward(last ? Tensor::full({}, grad_scale_, loss_sum_.dtype(), loss_sum_.device()) : grad);
+  Tensor to_send = s > 0 ? input_[s][m].grad() : Tensor();
+  input_[s][m] = Tensor(), output_[s][m] = Tensor();
+  --live_[s];
+  return to_send;
+}
+
 namespace {
 
 // Every op of every stage in an order in which each finds its input: the unit-tick run's,
@@ -31,58 +100,23 @@ std::vector<std::pair<int, PipelineOp>> run_order(Schedule schedule, int stages,
 Tensor pipeline_accumulate_gradients(Model& model, const std::vector<Stage>& stages, Schedule schedule,
                                      int micro_batches, const Tensor& x, const Tensor& y, double grad_scale,
                                      BatchStart start, PipelineStepStats* stats) {
-  layers::Sequential& net = model.net();
-  const int layers = int(net.size());
-  const int P = int(stages.size());
-  DPCORE_CHECK(P >= 1 && stages.front().first_layer == 0 && stages.back().last_layer == layers - 1,
-               "pipeline: stages ", stages_text(stages), " do not cover the model's ", layers, " layers");
-  for (int s = 1; s < P; ++s)
-    DPCORE_CHECK(stages[s].first_layer == stages[s - 1].last_layer + 1, "pipeline: stages ", stages_text(stages),
-                 " are not contiguous");
-  DPCORE_CHECK(x.dim() >= 1 && y.dim() >= 1 && x.size(0) == y.size(0), "pipeline step: inputs ", x.str(),
-               " and targets ", y.str(), " disagree on the batch size");
-  const std::vector<int64_t> sizes = micro_batch_sizes(x.size(0), micro_batches);
-  std::vector<int64_t> first(micro_batches, 0);
-  for (int m = 1; m < micro_batches; ++m) first[m] = first[m - 1] + sizes[m - 1];
-  // The last stage stops before a final LogSoftmax: the loss is the fused cross entropy on
-  // the logits, as on one device (train/step/step.cpp).
-  const bool logits = model.ends_in_log_softmax();
-  auto layer_end = [&](int s) { return s + 1 == P && logits ? net.size() - 1 : size_t(stages[s].last_layer + 1); };
-
-  // input[s][m]: what stage s received for micro-batch m (a leaf that requires a gradient;
-  // stage 0's is the batch itself); output[s][m]: its result, holding the forward's graph
-  // until the backward; loss[m]: the last stage's summed loss of micro-batch m.
-  std::vector<std::vector<Tensor>> input(P, std::vector<Tensor>(micro_batches));
-  std::vector<std::vector<Tensor>> output(P, std::vector<Tensor>(micro_batches));
-  std::vector<int> live(P, 0), peak(P, 0);
-  Tensor loss_sum = Tensor::zeros({}, model.dtype(), model.device());
+  StageWork work(model, stages, micro_batches, x, y, grad_scale, start);
+  const int P = work.stages();
+  // sent[s][m]: what stage s sent up for micro-batch m; returned[s][m]: the gradient stage s
+  // sent back down.
+  std::vector<std::vector<Tensor>> sent(P, std::vector<Tensor>(micro_batches)), returned = sent;
   for (const auto& [s, op] : run_order(schedule, P, micro_batches)) {
     const int m = op.micro_batch;
     if (op.kind == PipelineOp::Kind::Forward) {
-      Tensor in = s == 0 ? x.narrow0(first[m], first[m] + sizes[m]) : output[s - 1][m].detach();
-      if (s > 0) in.set_requires_grad(true);
-      model.set_batch_position(start.step, start.first_sample + first[m]);
-      Tensor out = net.forward_range(in, size_t(stages[s].first_layer), layer_end(s));
-      if (s + 1 == P) {
-        out = loss_of(out, y.narrow0(first[m], first[m] + sizes[m]), logits);
-        backend_for(loss_sum.device()).add(loss_sum, out.detach(), loss_sum);
-      }
-      input[s][m] = in, output[s][m] = out;
-      peak[s] = std::max(peak[s], ++live[s]);
+      sent[s][m] = work.forward(s, m, s > 0 ? sent[s - 1][m] : Tensor());
+      if (s > 0) sent[s - 1][m] = Tensor();
     } else {
-      // The gradient of this stage's output: the seed on the last stage, else what the stage
-      // above found for its input.
-      const Tensor seed = s + 1 == P ? Tensor::full({}, grad_scale, loss_sum.dtype(), loss_sum.device())
-                                     : input[s + 1][m].grad();
-      output[s][m].backward(seed);
-      // The stage above is done with micro-batch m: its input and gradient go.
-      if (s + 1 < P) input[s + 1][m] = Tensor();
-      output[s][m] = Tensor();
-      --live[s];
+      returned[s][m] = work.backward(s, m, s + 1 < P ? returned[s + 1][m] : Tensor());
+      if (s + 1 < P) returned[s + 1][m] = Tensor();
     }
   }
-  if (stats) stats->peak_live_activations = peak;
-  return loss_sum;
+  if (stats) stats->peak_live_activations = work.peak_live_activations();
+  return work.loss_sum();
 }
 
 }  // namespace dpcore::train::pipeline

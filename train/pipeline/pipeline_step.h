@@ -1,15 +1,18 @@
-// One batch's forwards and backwards through pipeline stages: the reference executor, on
-// one thread. Each stage runs its layers (a range of the model's top-level children) on
-// each micro-batch in the order its schedule gives it; ops run in the order of the
-// schedule's unit-tick run, so every op finds its input there: a forward the activations
-// the stage below sent, a backward the gradient the stage above sent back. What crosses a
-// stage boundary is a plain tensor, as it would be over send/recv: the receiving stage
-// makes it a leaf that requires a gradient, and that leaf's gradient is what goes back.
+// One batch's forwards and backwards through pipeline stages.
+//
+// StageWork is what a stage does with a micro-batch, whoever runs it: a forward of the
+// stage's layers (a range of the model's top-level children) from what the stage below
+// sent, and a backward from the gradient the stage above sent back. What crosses a stage
+// boundary is a plain tensor, as over send/recv: the receiving stage makes it a leaf that
+// requires a gradient, and that leaf's gradient is what goes back.
 //
 // The gradient is the exact accumulation rule of train/step/step.h: micro-batch m is cut
 // as --accum M cuts it, its backward is seeded with grad_scale, and each parameter adds
 // its micro-batches' gradients in order 0..M-1 (gpipe and 1f1b run backwards in that
 // order), so the result is one device's accumulate_gradients with M micro-batches.
+//
+// pipeline_accumulate_gradients is the reference executor, on one thread;
+// train/pipeline/pipeline_threads.h runs the stages on threads of their own.
 #pragma once
 
 #include <vector>
@@ -27,11 +30,54 @@ struct PipelineStepStats {
   std::vector<int> peak_live_activations;
 };
 
-// Accumulates grad_scale * d(summed loss)/dparams of batch (x, y) into the model's gradient
-// buffer through `stages` (which must cover the model's layers, parse_stages' rule), and
-// returns the batch's summed loss. The stages' devices are not used yet: every stage runs
-// on the model's device. Refuses stages that do not cover the model and more micro-batches
-// than samples.
+// One batch (x, y) cut into `micro_batches` for `stages` (which must cover the model's
+// layers in order: parse_stages' rule; refused otherwise, as are more micro-batches than
+// samples). Stage s's calls touch only stage s's state, so each stage may run on a thread
+// of its own; every stage runs on the model's device.
+class StageWork {
+ public:
+  StageWork(Model& model, const std::vector<Stage>& stages, int micro_batches, const Tensor& x, const Tensor& y,
+            double grad_scale, BatchStart start);
+
+  int stages() const { return int(stages_.size()); }
+  int micro_batches() const { return int(sizes_.size()); }
+  // The shape of what stage s receives for micro-batch m (and, s > 0, of the gradient it
+  // sends back): the batch's rows on stage 0.
+  Shape input_shape(int s, int m) const;
+
+  // Forward of micro-batch m on stage s from `in` (stage 0 ignores it and takes the batch's
+  // rows). Returns what goes to stage s+1, or on the last stage the micro-batch's summed
+  // loss (also added to loss_sum()).
+  Tensor forward(int s, int m, const Tensor& in);
+  // Backward of micro-batch m on stage s from `grad`, the gradient of the stage's output
+  // (the last stage ignores it and seeds with grad_scale). Returns the gradient of the
+  // stage's input, for stage s-1 (undefined on stage 0). Frees the micro-batch's activations.
+  Tensor backward(int s, int m, const Tensor& grad);
+
+  Tensor loss_sum() const { return loss_sum_; }
+  DType dtype() const { return model_.dtype(); }
+  Device device() const { return model_.device(); }
+  const std::vector<int>& peak_live_activations() const { return peak_; }
+
+ private:
+  size_t layer_end(int s) const;  // the last stage stops before a final LogSoftmax
+
+  Model& model_;
+  std::vector<Stage> stages_;
+  Tensor x_, y_;
+  double grad_scale_;
+  BatchStart start_;
+  bool logits_;
+  std::vector<int64_t> sizes_, first_;           // per micro-batch
+  std::vector<Shape> boundary_;                  // per stage: one sample's input shape
+  std::vector<std::vector<Tensor>> input_, output_;  // [stage][micro-batch]
+  std::vector<int> live_, peak_;                 // per stage
+  Tensor loss_sum_;
+};
+
+// The reference executor: every stage's ops on this thread, in the order of the schedule's
+// unit-tick run, so each op finds its input there. Accumulates into the model's gradient
+// buffer and returns the batch's summed loss.
 Tensor pipeline_accumulate_gradients(Model& model, const std::vector<Stage>& stages, Schedule schedule,
                                      int micro_batches, const Tensor& x, const Tensor& y, double grad_scale,
                                      BatchStart start, PipelineStepStats* stats = nullptr);

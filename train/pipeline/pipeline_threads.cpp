@@ -1,0 +1,66 @@
+#include "train/pipeline/pipeline_threads.h"
+
+#include "kernels/error.h"
+
+namespace dpcore::train::pipeline {
+
+namespace {
+
+// A message's tag: micro-batch m's activations go up under 2m, its gradient comes back
+// under 2m + 1 (messages between two stages under one tag keep their order anyway; the tag
+// makes a mixed-up schedule fail as a mismatch instead of using the wrong tensor).
+int tag(PipelineOp::Kind kind, int m) { return 2 * m + (kind == PipelineOp::Kind::Backward); }
+
+}  // namespace
+
+PipelineThreads::PipelineThreads(int stages, std::chrono::milliseconds timeout)
+    : comms_(comm::make_local_group(stages, comm::LocalOptions{timeout})),
+      threads_(stages, [this](int s, const std::string& message) {
+        comms_[s]->abort("pipeline stage " + std::to_string(s) + " failed: " + message);
+      }) {}
+
+void PipelineThreads::run_stage(StageWork& work, Schedule schedule, int s) {
+  comm::Communicator& comm = *comms_[s];
+  const int P = work.stages();
+  const DType dtype = work.dtype();
+  const Device device = work.device();
+  for (const PipelineOp& op : stage_order(schedule, s, P, work.micro_batches())) {
+    const int m = op.micro_batch;
+    if (op.kind == PipelineOp::Kind::Forward) {
+      Tensor in;
+      if (s > 0) {
+        in = Tensor::zeros(work.input_shape(s, m), dtype, device);
+        comm.recv(in, s - 1, tag(op.kind, m)).wait();
+      }
+      Tensor out = work.forward(s, m, in);
+      if (s + 1 < P) comm.send(out, s + 1, tag(op.kind, m)).wait();
+    } else {
+      Tensor grad;
+      if (s + 1 < P) {
+        grad = Tensor::zeros(work.input_shape(s + 1, m), dtype, device);
+        comm.recv(grad, s + 1, tag(op.kind, m)).wait();
+      }
+      Tensor back = work.backward(s, m, grad);
+      if (s > 0) comm.send(back, s - 1, tag(op.kind, m)).wait();
+    }
+  }
+}
+
+Tensor PipelineThreads::accumulate_gradients(Model& model, const std::vector<Stage>& stages, Schedule schedule,
+                                             int micro_batches, const Tensor& x, const Tensor& y, double grad_scale,
+                                             BatchStart start, PipelineStepStats* stats) {
+  DPCORE_CHECK(int(stages.size()) == this->stages(), "pipeline: ", stages.size(), " stages (", stages_text(stages),
+               ") for a pipeline of ", this->stages(), " threads");
+  StageWork work(model, stages, micro_batches, x, y, grad_scale, start);
+  try {
+    threads_.run([&](int s) { run_stage(work, schedule, s); });
+  } catch (const ReplicasFailed& e) {
+    // The first failure is the cause; the others are stages the abort released.
+    const ReplicaFailure& cause = e.failures().front();
+    fail("pipeline stage ", cause.replica, " failed: ", cause.message);
+  }
+  if (stats) stats->peak_live_activations = work.peak_live_activations();
+  return work.loss_sum();
+}
+
+}  // namespace dpcore::train::pipeline
