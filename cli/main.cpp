@@ -503,6 +503,18 @@ void add_train_flags(CLI::App& cmd, TrainOptions& o, BackendFlags& b) {
             whole<int64_t>(0))
       ->capture_default_str();
   cmd.add_option("--split", o.parallel.split, "how the batch is shared: even, weights:3,1,..., or adaptive")->capture_default_str();
+  CLI::Option* stages = cmd.add_option("--stages", o.parallel.pipeline.stages,
+                                       "a pipeline: which layers run on which stage, e.g. 0-5@cpu:0,6-11@cpu:1 (layers "
+                                       "are the model's top-level children, numbered from 0; docs/pipelines.md)");
+  cmd.add_option("--schedule", o.parallel.pipeline.schedule,
+                 "--stages: naive (the batch whole), gpipe (all forwards, then all backwards) or 1f1b (at most P "
+                 "micro-batches of activations per stage)")
+      ->needs(stages)
+      ->capture_default_str();
+  with_rule(cmd.add_option("--micro-batches", o.parallel.pipeline.micro_batches,
+                           "--stages: micro-batches per step (default one per stage; 1 with naive)"),
+            whole<int>(1))
+      ->needs(stages);
   // Upper ends keep the arithmetic in range: MiB -> bytes in a size_t, seconds -> int64 milliseconds.
   with_rule(cmd.add_option("--bucket-mb", o.parallel.bucket_mb, "DDP allreduce bucket cap in MiB (the first bucket is 1 MiB)"),
             number(0, false, 1048576, " of MiB"))

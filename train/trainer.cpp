@@ -190,6 +190,8 @@ const TrainOptions& checked(const TrainOptions& o) {
   DPCORE_CHECK(o.epochs >= 1 || o.steps >= 1, "--epochs or --steps must be at least 1");
   DPCORE_CHECK(o.accum >= 1 && o.accum * o.parallel.replicas <= o.batch, "--batch ", o.batch,
                " cannot be split into --accum ", o.accum, " x --replicas ", o.parallel.replicas, " micro-batches");
+  DPCORE_CHECK(pipeline_micro_batches(o.parallel.pipeline) <= o.batch, "--batch ", o.batch,
+               " cannot be split into --micro-batches ", pipeline_micro_batches(o.parallel.pipeline));
   DPCORE_CHECK(!o.resume || !o.checkpoint_dir.empty(), "--resume needs --checkpoint DIR");
   DPCORE_CHECK(!o.force_resume || o.resume, "--force-resume needs --resume");
   DPCORE_CHECK(o.init.empty() || o.init_from.empty(), "--init ", o.init, " and --init-from ", o.init_from,

@@ -49,10 +49,12 @@ std::vector<Setting> settings_of(const TrainOptions& o) {
       {"model", "--model", "the weights and momentum are this model's", o.model},
       {"data", "--data", "the data position is a position in this dataset", o.data},
       {"batch_size", "--batch", "every step's gradient is the mean over the global batch", std::to_string(o.batch)},
-      // (Recorded since elastic resume; checkpoints from before it lack it.)
+      // (Recorded since elastic resume; checkpoints from before it lack it. A pipeline's
+      // --micro-batches are its step's micro-batches: the same maths as --accum.)
       {"accum", "--accum",
        "the micro-batches are a step's forward passes (with batch norm, each normalises with its own statistics)",
-       std::to_string(o.accum), false, true},
+       std::to_string(o.parallel.pipeline.stages.empty() ? o.accum : pipeline_micro_batches(o.parallel.pipeline)), false,
+       true},
       {"seed", "--seed", "the sample order of every epoch follows from it", std::to_string(o.seed)},
       {"shuffle", "shuffling (--no-shuffle)", draws, o.shuffle ? "1" : "0", true},
       {"normalize", "normalisation (--no-normalize)", "the inputs are normalised with it", o.normalize ? "1" : "0", true},

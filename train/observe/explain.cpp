@@ -2,6 +2,7 @@
 #include "train/observe/explain.h"
 
 #include "comm/ring.h"
+#include "train/pipeline/pipeline_runner.h"
 #include "train/runners/ddp.h"
 #include "train/step/step.h"
 
@@ -129,8 +130,29 @@ Explanation explain_step(StepRunner& runner, const data::Batch& batch, const Ste
     e.micro = even_split(batch.size, std::min<int64_t>(single->accum(), batch.size));
     return e;
   }
+  if (const auto* pipe = dynamic_cast<const pipeline::PipelineRunner*>(&runner)) {
+    Model& model = runner.model();
+    e.kind = Explanation::Kind::Pipeline;
+    e.devices = {model.device().str()};
+    const int micro_batches = int(std::min<int64_t>(pipe->micro_batches(), batch.size));
+    e.micro = pipeline::micro_batch_sizes(batch.size, micro_batches);
+    e.schedule = pipeline::schedule_name(pipe->schedule());
+    const auto& stages = pipe->stages();
+    for (const pipeline::Stage& s : stages) {
+      std::string layers;
+      for (int i = s.first_layer; i <= s.last_layer; ++i) layers += (layers.empty() ? "" : " ") + model.net().child(size_t(i)).describe();
+      e.stages.push_back("layers " + std::to_string(s.first_layer) + "-" + std::to_string(s.last_layer) + " (" + layers +
+                         ") on " + s.device.str());
+    }
+    const auto shapes = pipeline::stage_input_shapes(model, stages, Shape(batch.sample.begin(), batch.sample.end()));
+    for (size_t s = 1; s < shapes.size(); ++s) e.boundary_elements.push_back(shape_numel(shapes[s]));
+    e.dtype_bytes = int64_t(dtype_size(model.dtype()));
+    e.ticks = pipeline::tick_table(pipe->schedule(), int(stages.size()), micro_batches);
+    e.peak_live = pipe->last_step().peak_live_activations;
+    return e;
+  }
   fail("--explain: cannot explain a step of ", runner.describe(),
-       " (it explains one device, --mode dp and --mode ddp)");
+       " (it explains one device, --mode dp, --mode ddp and --stages)");
 }
 
 }  // namespace dpcore::train

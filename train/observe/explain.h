@@ -38,7 +38,7 @@ struct RingStep {
 };
 
 struct Explanation {
-  enum class Kind { SingleDevice, DataParallel, Distributed };
+  enum class Kind { SingleDevice, DataParallel, Distributed, Pipeline };
   Kind kind = Kind::SingleDevice;
   std::string backend;               // local | mpi | nccl; empty for one device
   int replicas = 1;                  // in the whole job
@@ -80,6 +80,16 @@ struct Explanation {
   int64_t ring_begin = 0, ring_end = 0;  // its element range
   std::vector<RingStep> ring;
 
+  // pipeline: the schedule, each stage's layers and device, what crosses each boundary per
+  // sample (stage s to s+1, elements of the model's dtype), the tick table of the schedule,
+  // and the micro-batches of activations each stage held at once in this step.
+  std::string schedule;
+  std::vector<std::string> stages;
+  std::vector<int64_t> boundary_elements;
+  int64_t dtype_bytes = 4;
+  std::string ticks;
+  std::vector<int> peak_live;
+
   std::string optimizer = "sgd";  // Optimizer::name: sgd, adam, adamw
   SgdConfig sgd;                  // sgd's settings
   AdamConfig adam;                // adam's and adamw's
@@ -88,7 +98,7 @@ struct Explanation {
 
 // The step `runner` just took on `batch`, which returned `stats` (reads the runner only;
 // non-const because StepRunner's model() is). Fails naming the runner when it is none of
-// the three it knows (one device, dp, ddp).
+// the four it knows (one device, dp, ddp, a pipeline).
 Explanation explain_step(StepRunner& runner, const data::Batch& batch, const StepStats& stats);
 
 // The ring schedule of an allreduce of elements [begin, end) over n ranks: comm/ring.h's

@@ -184,6 +184,35 @@ void explain_single(std::ostream& os, const Explanation& e) {
   explain_optimizer(os, e, 4, "");
 }
 
+void explain_pipeline(std::ostream& os, const Explanation& e) {
+  const int stages = int(e.stages.size());
+  os << "explain: step 1 of this run as a pipeline (" << e.schedule << ") of " << stages
+     << " stages, each a thread of this process, the model whole on " << e.devices.front() << "\n";
+  for (int s = 0; s < stages; ++s) os << "   stage " << s << ": " << e.stages[s] << "\n";
+  os << "1. copy the batch to " << e.devices.front() << ": " << e.batch << " x (" << bytes(e.image_bytes) << " + "
+     << bytes(e.label_bytes) << ") = " << bytes(e.batch * (e.image_bytes + e.label_bytes)) << "\n";
+  os << "2. zero the gradient buffer (" << bytes(e.grad_bytes) << ", one fill)\n";
+  std::vector<std::string> micro;
+  for (int64_t m : e.micro) micro.push_back(std::to_string(m));
+  os << "3. " << plural(int64_t(e.micro.size()), "micro-batch", "micro-batches") << " of " << joined(micro)
+     << " samples; each stage runs its forwards (F) and backwards (B) in " << e.schedule
+     << "'s order, each as soon as its input has come:\n";
+  std::istringstream ticks(e.ticks);
+  for (std::string line; std::getline(ticks, line);) os << "   " << line << "\n";
+  for (int s = 0; s + 1 < stages; ++s) {
+    const int64_t per_sample = e.boundary_elements[s] * e.dtype_bytes;
+    os << "   stage " << s << " -> " << s + 1 << ": each micro-batch's activations, " << count(e.boundary_elements[s])
+       << " values a sample (" << bytes(per_sample) << "; " << bytes(per_sample * e.micro.front())
+       << " for the first micro-batch) by send/recv; their gradient comes back by the same size\n";
+  }
+  os << "   measured in this step, micro-batches of activations held at once:";
+  for (int s = 0; s < stages; ++s) os << (s ? ", " : " ") << "stage " << s << " " << e.peak_live[s];
+  os << "\n   each backward seeded with " << seed_text(e) << "; the gradients add up in the flat buffer to the mean over all "
+     << (per_token(e) ? "M" : "N") << ", as one device's --accum " << e.micro.size() << " adds them\n";
+  explain_loss(os, e);
+  explain_optimizer(os, e, 4, "");
+}
+
 void explain_header(std::ostream& os, const Explanation& e, const char* mode) {
   os << "explain: step 1 of this run, move by move: " << mode << ", " << e.replicas << " replicas, --backend "
      << e.backend << "\n";
@@ -314,6 +343,9 @@ std::string render(const Explanation& e) {
       break;
     case Explanation::Kind::Distributed:
       explain_ddp(os, e);
+      break;
+    case Explanation::Kind::Pipeline:
+      explain_pipeline(os, e);
       break;
   }
   return os.str();

@@ -8,6 +8,21 @@
 
 namespace dpcore::train::pipeline {
 
+std::vector<Shape> stage_input_shapes(Model& model, const std::vector<Stage>& stages, const Shape& sample) {
+  std::vector<Shape> out;
+  Shape shape = sample;
+  for (const Stage& stage : stages) {
+    out.push_back(shape);
+    for (int i = stage.first_layer; i <= stage.last_layer; ++i) {
+      Shape batched = {1};
+      batched.insert(batched.end(), shape.begin(), shape.end());
+      batched = model.net().child(size_t(i)).output_shape(batched);
+      shape.assign(batched.begin() + 1, batched.end());
+    }
+  }
+  return out;
+}
+
 StageWork::StageWork(Model& model, const std::vector<Stage>& stages, int micro_batches, const Tensor& x,
                      const Tensor& y, double grad_scale, BatchStart start)
     : model_(model), stages_(stages), x_(x), y_(y), grad_scale_(grad_scale), start_(start),
@@ -25,17 +40,7 @@ StageWork::StageWork(Model& model, const std::vector<Stage>& stages, int micro_b
   sizes_ = micro_batch_sizes(x.size(0), micro_batches);
   first_.assign(micro_batches, 0);
   for (int m = 1; m < micro_batches; ++m) first_[m] = first_[m - 1] + sizes_[m - 1];
-  // One sample's shape at each stage's input: the model's input through the layers below.
-  Shape shape(x.shape().begin() + 1, x.shape().end());
-  for (int s = 0; s < P; ++s) {
-    boundary_.push_back(shape);
-    for (int i = stages[s].first_layer; i <= stages[s].last_layer; ++i) {
-      Shape batched = {1};
-      batched.insert(batched.end(), shape.begin(), shape.end());
-      batched = net.child(size_t(i)).output_shape(batched);
-      shape.assign(batched.begin() + 1, batched.end());
-    }
-  }
+  boundary_ = stage_input_shapes(model, stages, Shape(x.shape().begin() + 1, x.shape().end()));
   input_.assign(P, std::vector<Tensor>(micro_batches));
   output_.assign(P, std::vector<Tensor>(micro_batches));
   live_.assign(P, 0);

@@ -30,6 +30,11 @@ struct PipelineStepStats {
   std::vector<int> peak_live_activations;
 };
 
+// One sample's shape at the input of each stage: `sample` (the model's input) through the
+// layers below it. What stage s-1 sends to stage s, per sample; its gradient comes back
+// the same size.
+std::vector<Shape> stage_input_shapes(Model& model, const std::vector<Stage>& stages, const Shape& sample);
+
 // One batch (x, y) cut into `micro_batches` for `stages` (which must cover the model's
 // layers in order: parse_stages' rule; refused otherwise, as are more micro-batches than
 // samples). Stage s's calls touch only stage s's state, so each stage may run on a thread

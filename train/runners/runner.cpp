@@ -1,5 +1,7 @@
 #include "train/runners/runner.h"
 
+#include <algorithm>
+
 #include <iostream>
 
 #include "engine/runtime.h"
@@ -180,6 +182,13 @@ Tensor batch_labels(const data::Batch& batch, Device device) {
 
 int64_t counted_targets(const data::Batch& batch) {
   return counted_targets(batch.labels, batch.size * batch.labels_per_sample);
+}
+
+int64_t pipeline_micro_batches(const PipelineOptions& pipeline) {
+  if (pipeline.stages.empty()) return 1;
+  if (pipeline.micro_batches > 0) return pipeline.micro_batches;
+  if (pipeline.schedule == "naive") return 1;
+  return int64_t(std::count(pipeline.stages.begin(), pipeline.stages.end(), ',')) + 1;
 }
 
 std::string describe_runner(const RunnerDescription& d) {

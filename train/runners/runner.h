@@ -28,6 +28,18 @@ namespace dpcore::train {
 
 using layers::Model;
 
+// A pipeline (train/pipeline/): the model's layers cut into stages, each on a thread of its
+// own, the batch into micro-batches (docs/pipelines.md).
+struct PipelineOptions {
+  std::string stages;              // --stages "0-5@cpu:0,6-11@cpu:1"; empty: no pipeline
+  std::string schedule = "gpipe";  // --schedule naive | gpipe | 1f1b
+  int micro_batches = 0;           // --micro-batches M; 0: one per stage (1 with naive)
+};
+// The micro-batches of a pipeline's step: --micro-batches, else one per stage of --stages
+// (1 with naive); 1 without a pipeline. What a checkpoint records as the step's --accum:
+// a pipelined step is one device's step with that many micro-batches.
+int64_t pipeline_micro_batches(const PipelineOptions& pipeline);
+
 struct ParallelOptions {
   int replicas = 1;                // R; with --backend mpi, the world size
   std::string mode = "ddp";        // dp | ddp
@@ -49,6 +61,7 @@ struct ParallelOptions {
   FaultInjector faults;            // --inject (train/faults/fault_injection.h); empty: none
   GuardOptions guards;             // --skip-nonfinite, --check-replicas (train/faults/guards.h)
   ReplicaFailurePolicy failure;    // --on-replica-failure, --min-replicas (train/faults/replica_failure.h)
+  PipelineOptions pipeline;        // --stages, --schedule, --micro-batches
 };
 
 struct StepStats {

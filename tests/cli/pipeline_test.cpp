@@ -1,0 +1,110 @@
+// `dpcore train --stages ...` as a user runs it: a pipelined run trains one device's
+// parameters with --accum M (the saved weights are the same bytes), a checkpoint it writes
+// resumes on one device and one device's resumes as a pipeline, the log says what runs,
+// and what a pipeline cannot take is refused naming the flags.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <string>
+
+#include "cli/cli_run.h"
+#include "support/test_support.h"
+
+namespace {
+
+using dpcore::testing::CommandResult;
+using dpcore::testing::run;
+using dpcore::testing::slurp;
+
+// The model of cli_run.h, a batch norm added: 7 layers, conv bn relu pool flatten linear
+// logsoftmax, so that the micro-batches' statistics are part of what must match.
+const std::string kModel = "\"conv(4,3,p1) bn relu pool(2) flatten linear(4)\"";
+const std::string kJob = dpcore::testing::job(kModel);
+constexpr const char* kSteps = " --steps 16";  // across the first epoch's end (13 steps) and its short batch
+
+TEST(CliPipeline, APipelinedRunSavesOneDevicesWeightsWithAccum) {
+  dpcore::testing::TempDir dir;
+  CommandResult one = run(kJob + kSteps + " --accum 4 --save " + dir.file("one.safetensors"));
+  ASSERT_EQ(one.status, 0) << one.output;
+  for (const std::string& pipeline : {std::string(" --stages 0-2@cpu:0,3-6@cpu:1 --schedule 1f1b --micro-batches 4"),
+                                      std::string(" --stages 0@cpu:0,1-3@cpu:1,4-6@cpu:1 --schedule gpipe --micro-batches 4")}) {
+    SCOPED_TRACE(pipeline);
+    CommandResult piped = run(kJob + kSteps + pipeline + " --save " + dir.file("piped.safetensors"));
+    ASSERT_EQ(piped.status, 0) << piped.output;
+    EXPECT_EQ(slurp(dir.file("piped.safetensors")), slurp(dir.file("one.safetensors")));
+  }
+}
+
+TEST(CliPipeline, TheLogNamesTheScheduleStagesAndMicroBatches) {
+  CommandResult r = run(kJob + " --steps 2 --stages 0-2@cpu:0,3-6@cpu:1");
+  ASSERT_EQ(r.status, 0) << r.output;
+  // The defaults: gpipe, one micro-batch per stage.
+  EXPECT_NE(r.output.find("pipeline (gpipe) of 2 stages [0-2@cpu:0,3-6@cpu:1], 2 micro-batches"), std::string::npos)
+      << r.output;
+}
+
+TEST(CliPipeline, ExplainTellsTheStagesTicksAndWhatCrossesEachBoundary) {
+  CommandResult r = run(kJob + " --steps 1 --stages 0-2@cpu:0,3-6@cpu:1 --schedule 1f1b --micro-batches 3 --explain");
+  ASSERT_EQ(r.status, 0) << r.output;
+  for (const std::string& line : {
+           std::string("explain: step 1 of this run as a pipeline (1f1b) of 2 stages"),
+           std::string("   stage 0: layers 0-2 (conv(1->4, k3, s1, p1) bn(4) relu) on cpu:0\n"),
+           std::string("3 micro-batches of 6, 5, 5 samples"),
+           // 1f1b on 2 stages: stage 1 runs micro-batch 0's backward before stage 0's forward of 2.
+           std::string("   2     .        B0"),
+           // conv(4) of an 8x8 image: 4 x 8 x 8 float32 values a sample, 6 samples in the first.
+           std::string("stage 0 -> 1: each micro-batch's activations, 256 values a sample (1,024 B; 6,144 B for the "
+                       "first micro-batch)"),
+           std::string("measured in this step, micro-batches of activations held at once: stage 0 2, stage 1 1"),
+           std::string("as one device's --accum 3 adds them"),
+       })
+    EXPECT_NE(r.output.find(line), std::string::npos) << line << "\n" << r.output;
+}
+
+TEST(CliPipeline, CheckpointsResumeAcrossOneDeviceAndAPipeline) {
+  dpcore::testing::TempDir dir;
+  const std::string piped = " --stages 0-3@cpu:0,4-6@cpu:1 --schedule 1f1b --micro-batches 4";
+  ASSERT_EQ(run(kJob + kSteps + " --accum 4 --save " + dir.file("straight.safetensors")).status, 0);
+  // A pipeline writes the checkpoint of step 8 and stops; one device takes it to the end.
+  ASSERT_EQ(run(kJob + piped + " --steps 8 --checkpoint " + dir.file("a")).status, 0);
+  CommandResult a = run(kJob + kSteps + " --accum 4 --resume --checkpoint " + dir.file("a") + " --save " + dir.file("a.safetensors"));
+  ASSERT_EQ(a.status, 0) << a.output;
+  EXPECT_EQ(slurp(dir.file("a.safetensors")), slurp(dir.file("straight.safetensors")));
+  // And the other way round.
+  ASSERT_EQ(run(kJob + " --accum 4 --steps 8 --checkpoint " + dir.file("b")).status, 0);
+  CommandResult b = run(kJob + kSteps + piped + " --resume --checkpoint " + dir.file("b") + " --save " + dir.file("b.safetensors"));
+  ASSERT_EQ(b.status, 0) << b.output;
+  EXPECT_EQ(slurp(dir.file("b.safetensors")), slurp(dir.file("straight.safetensors")));
+  // Other micro-batches are other maths: refused, as another --accum is.
+  CommandResult other = run(kJob + kSteps + " --stages 0-3@cpu:0,4-6@cpu:1 --micro-batches 2 --resume --checkpoint " + dir.file("b"));
+  EXPECT_NE(other.status, 0);
+  EXPECT_NE(other.output.find("--accum 4, this run has 2"), std::string::npos) << other.output;
+}
+
+TEST(CliPipeline, WhatAPipelineCannotTakeIsRefusedNamingIt) {
+  struct Case {
+    std::string args, expected;
+  };
+  const std::vector<Case> cases = {
+      {" --stages 0-2@cpu:0,4-6@cpu:1", "--stages '0-2@cpu:0,4-6@cpu:1': layer 3 in no stage"},
+      {" --stages 0-2@cpu:0,3-7@cpu:1", "layer 7 does not exist (the model has 7 layers, 0-6)"},
+      // (Without a GPU: "cuda:0 does not exist"; with one: "this runner's stages are CPU thread teams".)
+      {" --stages 0-6@cuda:0", "0-6@cuda:0"},
+      {" --stages 0-2@cpu:0,3-6@cpu:1 --replicas 2", "--stages 0-2@cpu:0,3-6@cpu:1 with --replicas 2"},
+      {" --stages 0-2@cpu:0,3-6@cpu:1 --accum 2", "the pipeline's micro-batches are --micro-batches"},
+      {" --stages 0-2@cpu:0,3-6@cpu:1 --sync local:2", "with --sync local:2"},
+      {" --stages 0-2@cpu:0,3-6@cpu:1 --schedule pipedream", "--schedule 'pipedream': unknown pipeline schedule"},
+      {" --stages 0-2@cpu:0,3-6@cpu:1 --schedule naive --micro-batches 4",
+       "--schedule naive runs the batch whole: --micro-batches 4 needs --schedule gpipe or 1f1b"},
+      {" --stages 0-2@cpu:0,3-6@cpu:1 --micro-batches 17", "--batch 16 cannot be split into --micro-batches 17"},
+      {" --schedule 1f1b", "--stages"},
+      {" --micro-batches 2", "--stages"},
+  };
+  for (const Case& c : cases) {
+    CommandResult r = run(kJob + kSteps + c.args);
+    EXPECT_NE(r.status, 0) << c.args;
+    EXPECT_NE(r.output.find(c.expected), std::string::npos) << c.args << "\n" << r.output;
+  }
+}
+
+}  // namespace

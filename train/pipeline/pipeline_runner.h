@@ -1,0 +1,50 @@
+// The runner of `dpcore train --stages ...`: one model cut into pipeline stages, each on a
+// thread of its own (train/pipeline/pipeline_threads.h), the batch into --micro-batches,
+// run in --schedule's order, then one optimizer step over the whole flat parameter buffer.
+// The step is one device's step with --accum M (the same bits: docs/pipelines.md), so
+// checkpoints, --resume, evaluation and saved weights are one device's too: the model is
+// one Model, whole, whatever the placement.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "train/pipeline/pipeline_threads.h"
+#include "train/pipeline/stage_plan.h"
+#include "train/runners/runner.h"
+
+namespace dpcore::train::pipeline {
+
+class PipelineRunner : public StepRunner {
+ public:
+  // Refuses, naming the flags: stages that do not fit the model (parse_stages), a schedule
+  // that is not naive/gpipe/1f1b, naive with more than one micro-batch, and what a pipeline
+  // of one process does not combine with (--replicas, --accum, --sync, --backend, --inject,
+  // --skip-nonfinite, a model on a GPU).
+  PipelineRunner(std::unique_ptr<Model> model, const OptimizerConfig& optimizer, int64_t accum,
+                 const ParallelOptions& options);
+  StepStats step(const data::Batch& batch) override;
+  Model& model() override { return *model_; }
+  Optimizer& optimizer() override { return *optimizer_; }
+  void set_rates(double lr, double momentum) override;
+  void sync_replicas() override {}
+  std::string describe() const override;
+
+  const std::vector<Stage>& stages() const { return stages_; }
+  Schedule schedule() const { return schedule_; }
+  int micro_batches() const { return micro_batches_; }
+  // The latest step's measured live activations per stage.
+  const PipelineStepStats& last_step() const { return last_step_; }
+
+ private:
+  std::unique_ptr<Model> model_;
+  std::unique_ptr<Optimizer> optimizer_;
+  std::vector<Stage> stages_;
+  Schedule schedule_;
+  int micro_batches_;
+  PipelineThreads threads_;
+  PipelineStepStats last_step_;
+};
+
+}  // namespace dpcore::train::pipeline
