@@ -39,7 +39,8 @@ void CommThread::loop() {
     } catch (...) {
       error = std::current_exception();
     }
-    item.completion->finish(error);
+    // Moved: this thread keeps no reference to the exception (comm::Completion says why).
+    item.completion->finish(std::move(error));
   }
 }
 

@@ -33,11 +33,15 @@ TEST(Completion, TheErrorDiesOnTheThreadThatWaitedForIt) {
   // handled the error and let go of its own: the order in which a comm thread outlives the
   // Work it returned.
   std::thread worker([&, mine = completion]() mutable {
+    // As CommThread::loop: the exception caught, then handed over once the handler is left
+    // (inside it, the handler's own reference would outlive the waiter's).
+    std::exception_ptr error;
     try {
       throw NotesWhereItDies("allreduce: replica 1 did not arrive", &died_on);
     } catch (...) {
-      mine->finish(std::current_exception());
+      error = std::current_exception();
     }
+    mine->finish(std::move(error));
     waiter_done.get_future().wait();
     mine.reset();
   });
