@@ -155,8 +155,9 @@ PipelineTimeline simulate(const std::vector<std::vector<PipelineOp>>& orders, in
 }
 
 std::string tick_table(Schedule schedule, int stages, int micro_batches) {
-  const PipelineTimeline timeline = simulate(stage_orders(schedule, stages, micro_batches), micro_batches,
-                                             std::vector<double>(stages, 1.0), std::vector<double>(stages, 1.0));
+  const auto orders = stage_orders(schedule, stages, micro_batches);
+  const PipelineTimeline timeline =
+      simulate(orders, micro_batches, std::vector<double>(stages, 1.0), std::vector<double>(stages, 1.0));
   const int ticks = int(timeline.makespan);
   std::vector<std::vector<std::string>> cells(ticks, std::vector<std::string>(stages, "."));
   for (int s = 0; s < stages; ++s)
@@ -175,7 +176,7 @@ std::string tick_table(Schedule schedule, int stages, int micro_batches) {
   os << "bubble " << std::fixed << std::setprecision(3) << timeline.bubble_fraction() << " of stage time ((P-1)/(M+P-1) = "
      << (stages - 1) << "/" << (micro_batches + stages - 1) << " = " << double(stages - 1) / (micro_batches + stages - 1)
      << "); live activations per stage at most:";
-  for (int s = 0; s < stages; ++s) os << " " << peak_live_activations(stage_order(schedule, s, stages, micro_batches));
+  for (const auto& order : orders) os << " " << peak_live_activations(order);
   os << "\n";
   return os.str();
 }

@@ -29,7 +29,7 @@ void PipelineThreads::run_stage(StageWork& work, Schedule schedule, int s) {
     if (op.kind == PipelineOp::Kind::Forward) {
       Tensor in;
       if (s > 0) {
-        in = Tensor::zeros(work.input_shape(s, m), dtype, device);
+        in = Tensor::empty(work.input_shape(s, m), dtype, device);  // recv writes all of it
         comm.recv(in, s - 1, tag(op.kind, m)).wait();
       }
       Tensor out = work.forward(s, m, in);
@@ -37,7 +37,7 @@ void PipelineThreads::run_stage(StageWork& work, Schedule schedule, int s) {
     } else {
       Tensor grad;
       if (s + 1 < P) {
-        grad = Tensor::zeros(work.input_shape(s + 1, m), dtype, device);
+        grad = Tensor::empty(work.input_shape(s + 1, m), dtype, device);
         comm.recv(grad, s + 1, tag(op.kind, m)).wait();
       }
       Tensor back = work.backward(s, m, grad);
