@@ -166,6 +166,30 @@ TEST(PipelineStep, BadInputIsRefusedNamingIt) {
             "pipeline: stages 0-4@cpu:0 do not cover the model's 11 layers");
 }
 
+// --pipeline P's profile: a time for every layer (residual blocks whole, the last layer with
+// the loss), the parameters untouched and the gradient buffer left zero, so a step after it
+// starts clean; balance_stages splits the model by it. Times are only checked to be times.
+TEST(LayerCosts, EveryLayerGetsATimeAndTheModelIsLeftReadyToTrain) {
+  for (const char* spec : {kCnn, kResNet}) {
+    Job j = make_job(spec, DType::Float32, 6);
+    const std::vector<float> before = j.model->parameters().values().to_vector<float>();
+    const std::vector<double> costs = measure_layer_costs(*j.model, j.x, j.y, 1, 3);
+    ASSERT_EQ(costs.size(), j.model->net().size()) << spec;
+    for (size_t i = 0; i < costs.size(); ++i) EXPECT_TRUE(std::isfinite(costs[i]) && costs[i] > 0) << spec << " layer " << i;
+    EXPECT_EQ(j.model->parameters().values().to_vector<float>(), before) << spec;
+    for (float g : j.model->parameters().grads().to_vector<float>()) ASSERT_EQ(g, 0.0f) << spec;
+    const auto stages = balance_stages(costs, 3, {StageDevice::parse("cpu:0"), StageDevice::parse("cpu:1"),
+                                                  StageDevice::parse("cpu:2")});
+    EXPECT_EQ(parse_stages(stages_text(stages), int(costs.size()), {3, 0}), stages) << stages_text(stages);
+  }
+}
+
+TEST(LayerCosts, BadRepeatsAreRefusedNamingThem) {
+  Job j = make_job(kCnn, DType::Float32, 6);
+  EXPECT_EQ(error_of([&] { measure_layer_costs(*j.model, j.x, j.y, 1, 0); }),
+            "pipeline layer profile: warmup 1 and repeats 0 (need warmup >= 0, repeats >= 1)");
+}
+
 TEST(PipelineThreads, StagesOnThreadsGiveTheReferenceExecutorsBits) {
   for (const StageCase& c : kCases)
     for (Schedule schedule : {Schedule::GPipe, Schedule::OneFOneB}) {

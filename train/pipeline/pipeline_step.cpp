@@ -1,6 +1,7 @@
 #include "train/pipeline/pipeline_step.h"
 
 #include <algorithm>
+#include <chrono>
 #include <tuple>
 
 #include "engine/backend.h"
@@ -122,6 +123,43 @@ Tensor pipeline_accumulate_gradients(Model& model, const std::vector<Stage>& sta
   }
   if (stats) stats->peak_live_activations = work.peak_live_activations();
   return work.loss_sum();
+}
+
+std::vector<double> measure_layer_costs(Model& model, const Tensor& x, const Tensor& y, int warmup, int repeats) {
+  DPCORE_CHECK(model.device().is_cpu(), "pipeline layer profile: the model is on ", model.device().str(),
+               "; the profile is measured on the CPU only (a GPU's calls return before the work is done)");
+  DPCORE_CHECK(warmup >= 0 && repeats >= 1, "pipeline layer profile: warmup ", warmup, " and repeats ", repeats,
+               " (need warmup >= 0, repeats >= 1)");
+  const int layers = int(model.net().size());
+  std::vector<Stage> one_per_layer;
+  for (int i = 0; i < layers; ++i) one_per_layer.push_back({i, i, StageDevice{Device::cpu()}});
+  using Clock = std::chrono::steady_clock;
+  const auto seconds = [](Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); };
+  std::vector<std::vector<double>> timed(layers);  // [layer][repeat]
+  for (int r = 0; r < warmup + repeats; ++r) {
+    StageWork work(model, one_per_layer, 1, x, y, 1.0, {uint64_t(r), 0});
+    std::vector<double> cost(layers, 0.0);
+    Tensor passed;
+    for (int s = 0; s < layers; ++s) {
+      const auto t0 = Clock::now();
+      passed = work.forward(s, 0, passed);
+      cost[s] += seconds(t0, Clock::now());
+    }
+    for (int s = layers - 1; s >= 0; --s) {
+      const auto t0 = Clock::now();
+      passed = work.backward(s, 0, passed);
+      cost[s] += seconds(t0, Clock::now());
+    }
+    if (r >= warmup)
+      for (int s = 0; s < layers; ++s) timed[s].push_back(cost[s]);
+  }
+  model.zero_grad();
+  std::vector<double> out;
+  for (std::vector<double>& t : timed) {
+    std::sort(t.begin(), t.end());
+    out.push_back(t.size() % 2 ? t[t.size() / 2] : 0.5 * (t[t.size() / 2 - 1] + t[t.size() / 2]));
+  }
+  return out;
 }
 
 }  // namespace dpcore::train::pipeline
