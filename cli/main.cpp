@@ -506,15 +506,18 @@ void add_train_flags(CLI::App& cmd, TrainOptions& o, BackendFlags& b) {
   CLI::Option* stages = cmd.add_option("--stages", o.parallel.pipeline.stages,
                                        "a pipeline: which layers run on which stage, e.g. 0-5@cpu:0,6-11@cpu:1 (layers "
                                        "are the model's top-level children, numbered from 0; docs/pipelines.md)");
+  with_rule(cmd.add_option("--pipeline", o.parallel.pipeline.balanced_stages,
+                           "a pipeline of P stages, the layers split by their forward + backward time measured on "
+                           "the first micro-batch (stage i on cpu:i, sharing cores when there are fewer than P; docs/pipelines.md)"),
+            whole<int>(1))
+      ->excludes(stages);
   cmd.add_option("--schedule", o.parallel.pipeline.schedule,
-                 "--stages: naive (the batch whole), gpipe (all forwards, then all backwards) or 1f1b (at most P "
-                 "micro-batches of activations per stage)")
-      ->needs(stages)
+                 "--stages or --pipeline: naive (the batch whole), gpipe (all forwards, then all backwards) or 1f1b "
+                 "(at most P micro-batches of activations per stage)")
       ->capture_default_str();
   with_rule(cmd.add_option("--micro-batches", o.parallel.pipeline.micro_batches,
-                           "--stages: micro-batches per step (default one per stage; 1 with naive)"),
-            whole<int>(1))
-      ->needs(stages);
+                           "--stages or --pipeline: micro-batches per step (default one per stage; 1 with naive)"),
+            whole<int>(1));
   // Upper ends keep the arithmetic in range: MiB -> bytes in a size_t, seconds -> int64 milliseconds.
   with_rule(cmd.add_option("--bucket-mb", o.parallel.bucket_mb, "DDP allreduce bucket cap in MiB (the first bucket is 1 MiB)"),
             number(0, false, 1048576, " of MiB"))
@@ -563,6 +566,13 @@ void apply_optimizer_defaults(const CLI::App& cmd, TrainOptions& o) {
   }
   if (!given("--lr")) o.sgd.lr = 1e-3;
   if (!given("--weight-decay")) o.sgd.weight_decay = o.optimizer == "adamw" ? 1e-2 : 0.0;
+}
+
+// --schedule and --micro-batches are a pipeline's: refused without --stages or --pipeline.
+void check_pipeline_given(const CLI::App& cmd, const TrainOptions& o) {
+  for (const char* flag : {"--schedule", "--micro-batches"})
+    DPCORE_CHECK(cmd.count(flag) == 0 || dpcore::train::is_pipeline(o.parallel.pipeline), flag,
+                 " is a pipeline's: give it with --stages or --pipeline P");
 }
 
 // `dpcore launch -n N ... -- train ...` (cli/launch.h): the flags before --; what follows
@@ -709,6 +719,7 @@ int main(int argc, char** argv) {
       }
       apply_recipe(*train_cmd, train);
       apply_optimizer_defaults(*train_cmd, train);
+      check_pipeline_given(*train_cmd, train);
       train_backend.apply();
       dpcore::train::train(train, std::cout);
     } else if (*predict_cmd) {

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -11,6 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <sstream>
+#include <thread>
 
 #include "engine/backend.h"
 #include "engine/data/augment.h"
@@ -28,6 +30,8 @@
 #include "train/step/step.h"
 #include "train/sync/sync_strategy.h"
 #include "train/observe/job_trace.h"
+#include "train/pipeline/balanced_stages.h"
+#include "train/pipeline/pipeline_runner.h"
 #include "train/observe/trace_window.h"
 #include "layers/weights.h"
 #include "layers/zoo.h"
@@ -255,6 +259,27 @@ std::string init_from(const TrainOptions& o, layers::Model& model) {
          layers::conversion_log(report.converted, model.dtype());
 }
 
+// --pipeline P: the stages, balanced by the layers' costs on the first micro-batch of the
+// first epoch (unshuffled, unaugmented: the same every run), timed on a model of its own
+// (timing moves batch norm's running statistics). Adds the measurement to `log`.
+std::string balanced_stages(const TrainOptions& o, const data::Dataset& train_data, Device device, std::string& log) {
+  const int64_t micro_batches = pipeline_micro_batches(o.parallel.pipeline);
+  data::LoaderOptions lo;
+  lo.batch_size = (o.batch + micro_batches - 1) / micro_batches;  // the first micro-batch, as tensor_split cuts
+  lo.shuffle = false, lo.seed = o.seed, lo.prefetch = 1;
+  if (o.task == "mlm") lo.mlm = data::mlm_masking_of(train_data, o.seed, false);
+  data::DataLoader loader(train_data, lo);
+  data::Batch batch;
+  DPCORE_CHECK(loader.next(batch), "--pipeline: the training data ", train_data.name, " has no batch to time the layers on");
+  auto [x, y] = batch_tensors(batch, device);
+  auto probe = build_model(o.model, train_data, device, o.seed, o.task);
+  const int cores = int(std::max(1u, std::thread::hardware_concurrency()));
+  const pipeline::BalancedStages balanced =
+      pipeline::balance_pipeline(*probe, x, y, o.parallel.pipeline.balanced_stages, cores);
+  log += pipeline::describe(balanced);
+  return pipeline::stages_text(balanced.stages);
+}
+
 // The model of --model (with --init's or --init-from's weights) inside the runner of the
 // parallel options; the primary says what --init-from loaded and --convert-weights converted.
 std::unique_ptr<StepRunner> set_up_runner(const TrainOptions& o, const data::Dataset& train_data, Device device,
@@ -264,7 +289,14 @@ std::unique_ptr<StepRunner> set_up_runner(const TrainOptions& o, const data::Dat
   if (!o.init.empty())
     loaded = layers::conversion_log(layers::load_weights(*model, o.init, {o.convert_weights}), model->dtype());
   if (!o.init_from.empty()) loaded = init_from(o, *model);
-  auto runner = make_runner(std::move(model), optimizer_config(o), o.accum, o.parallel);
+  ParallelOptions parallel = o.parallel;
+  if (parallel.pipeline.balanced_stages > 0) {
+    DPCORE_CHECK(parallel.pipeline.stages.empty(), "--stages ", parallel.pipeline.stages, " and --pipeline ",
+                 parallel.pipeline.balanced_stages, ": give the stages, or how many to balance, not both");
+    pipeline::check_pipeline_flags(*model, o.accum, parallel);
+    parallel.pipeline.stages = balanced_stages(o, train_data, device, loaded);
+  }
+  auto runner = make_runner(std::move(model), optimizer_config(o), o.accum, parallel);
   if (runner->is_primary()) primary_out << loaded;
   return runner;
 }

@@ -1,9 +1,10 @@
-// `dpcore train --stages ...` as a user runs it: a pipelined run trains one device's
+// `dpcore train --stages ...` (and --pipeline P) as a user runs it: a pipelined run trains one device's
 // parameters with --accum M (the saved weights are the same bytes), a checkpoint it writes
 // resumes on one device and one device's resumes as a pipeline, the log says what runs,
 // and what a pipeline cannot take is refused naming the flags.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <string>
 
@@ -33,6 +34,25 @@ TEST(CliPipeline, APipelinedRunSavesOneDevicesWeightsWithAccum) {
     ASSERT_EQ(piped.status, 0) << piped.output;
     EXPECT_EQ(slurp(dir.file("piped.safetensors")), slurp(dir.file("one.safetensors")));
   }
+}
+
+// --pipeline P: the stages chosen by timing the layers, and the arithmetic one device's
+// whatever they are (the saved weights are the same bytes as --accum 4's).
+TEST(CliPipeline, PipelineBalancesMeasuredLayersAndTrainsOneDevicesWeights) {
+  dpcore::testing::TempDir dir;
+  ASSERT_EQ(run(kJob + kSteps + " --accum 4 --save " + dir.file("one.safetensors")).status, 0);
+  CommandResult r = run(kJob + kSteps + " --pipeline 3 --schedule 1f1b --micro-batches 4 --save " + dir.file("piped.safetensors"));
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_EQ(slurp(dir.file("piped.safetensors")), slurp(dir.file("one.safetensors")));
+  // 16 samples in 4 micro-batches: the layers are timed on 4; the stages it chose are the runner's.
+  const std::string measured = "--pipeline 3: forward + backward per layer on a micro-batch of 4 samples";
+  const size_t at = r.output.find(measured);
+  ASSERT_NE(at, std::string::npos) << r.output;
+  const std::string into = "; balanced into ";
+  const size_t chosen = r.output.find(into, at) + into.size();
+  const std::string stages = r.output.substr(chosen, r.output.find(", the stages taking", chosen) - chosen);
+  EXPECT_EQ(std::count(stages.begin(), stages.end(), '@'), 3) << stages;
+  EXPECT_NE(r.output.find("pipeline (1f1b) of 3 stages [" + stages + "], 4 micro-batches"), std::string::npos) << r.output;
 }
 
 TEST(CliPipeline, TheLogNamesTheScheduleStagesAndMicroBatches) {
@@ -79,6 +99,10 @@ TEST(CliPipeline, CheckpointsResumeAcrossOneDeviceAndAPipeline) {
   CommandResult other = run(kJob + kSteps + " --stages 0-3@cpu:0,4-6@cpu:1 --micro-batches 2 --resume --checkpoint " + dir.file("b"));
   EXPECT_NE(other.status, 0);
   EXPECT_NE(other.output.find("--accum 4, this run has 2"), std::string::npos) << other.output;
+  // --pipeline P's micro-batches are one per stage unless given: P of them, as the checkpoint sees.
+  CommandResult balanced = run(kJob + kSteps + " --pipeline 2 --resume --checkpoint " + dir.file("b"));
+  EXPECT_NE(balanced.status, 0);
+  EXPECT_NE(balanced.output.find("--accum 4, this run has 2"), std::string::npos) << balanced.output;
 }
 
 TEST(CliPipeline, WhatAPipelineCannotTakeIsRefusedNamingIt) {
@@ -97,8 +121,12 @@ TEST(CliPipeline, WhatAPipelineCannotTakeIsRefusedNamingIt) {
       {" --stages 0-2@cpu:0,3-6@cpu:1 --schedule naive --micro-batches 4",
        "--schedule naive runs the batch whole: --micro-batches 4 needs --schedule gpipe or 1f1b"},
       {" --stages 0-2@cpu:0,3-6@cpu:1 --micro-batches 17", "--batch 16 cannot be split into --micro-batches 17"},
-      {" --schedule 1f1b", "--stages"},
-      {" --micro-batches 2", "--stages"},
+      {" --schedule 1f1b", "--schedule is a pipeline's: give it with --stages or --pipeline P"},
+      {" --micro-batches 2", "--micro-batches is a pipeline's: give it with --stages or --pipeline P"},
+      {" --pipeline 8", "--pipeline 8: more stages than the model has layers (7;"},
+      {" --pipeline 2 --stages 0-6@cpu:0", "--stages excludes --pipeline"},
+      {" --pipeline 2 --replicas 2", "--pipeline 2 with --replicas 2: a pipeline here is one process's stages"},
+      {" --pipeline 2 --micro-batches 17", "--batch 16 cannot be split into --micro-batches 17"},
   };
   for (const Case& c : cases) {
     CommandResult r = run(kJob + kSteps + c.args);

@@ -4,7 +4,7 @@
 // of the largest value; gpipe and 1f1b give each other's bits; the activations each stage
 // holds at once are the schedule's (1f1b at most P - s). The stages on threads of their own,
 // over send/recv, give the reference executor's bits; a failing stage ends the batch at once,
-// naming itself.
+// naming itself. --pipeline P's split of the measured layers.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -15,6 +15,7 @@
 #include "layers/zoo.h"
 #include "support/error_of.h"
 #include "support/test_support.h"
+#include "train/pipeline/balanced_stages.h"
 #include "train/pipeline/pipeline_step.h"
 #include "train/pipeline/pipeline_threads.h"
 
@@ -188,6 +189,33 @@ TEST(LayerCosts, BadRepeatsAreRefusedNamingThem) {
   Job j = make_job(kCnn, DType::Float32, 6);
   EXPECT_EQ(error_of([&] { measure_layer_costs(*j.model, j.x, j.y, 1, 0); }),
             "pipeline layer profile: warmup 1 and repeats 0 (need warmup >= 0, repeats >= 1)");
+}
+
+// --pipeline P: the measured layers split into P stages that cover the model in order,
+// stage i on team i mod the teams there are, by balance_stages over the times measured;
+// the log line says what was measured and chosen.
+TEST(BalancedStages, TheMeasuredLayersSplitIntoStagesOnTheTeamsInTurn) {
+  Job j = make_job(kCnn, DType::Float32, 6);
+  const BalancedStages b = balance_pipeline(*j.model, j.x, j.y, 3, 2);
+  ASSERT_EQ(b.layer_seconds.size(), j.model->net().size());
+  EXPECT_EQ(b.samples, 6);
+  ASSERT_EQ(b.stages.size(), 3u);
+  EXPECT_EQ(parse_stages(stages_text(b.stages), 11, {2, 0}), b.stages) << stages_text(b.stages);
+  const std::vector<StageDevice> teams = {StageDevice::parse("cpu:0"), StageDevice::parse("cpu:1"), StageDevice::parse("cpu:0")};
+  for (size_t i = 0; i < 3; ++i) EXPECT_EQ(b.stages[i].device, teams[i]) << i;
+  EXPECT_EQ(b.stages, balance_stages(b.layer_seconds, 3, teams));
+  const std::string log = describe(b);
+  EXPECT_EQ(log.rfind("--pipeline 3: forward + backward per layer on a micro-batch of 6 samples (ms, the median of 3): ", 0), 0u) << log;
+  EXPECT_NE(log.find("; balanced into " + stages_text(b.stages) + ", the stages taking "), std::string::npos) << log;
+  for (float g : j.model->parameters().grads().to_vector<float>()) ASSERT_EQ(g, 0.0f);
+}
+
+TEST(BalancedStages, StagesTheModelCannotHaveAreRefusedNamingThem) {
+  Job j = make_job(kCnn, DType::Float32, 6);
+  EXPECT_EQ(error_of([&] { balance_pipeline(*j.model, j.x, j.y, 12, 2); }),
+            "--pipeline 12: more stages than the model has layers (11; a layer is a top-level child of the model, a "
+            "residual block one layer)");
+  EXPECT_EQ(error_of([&] { balance_pipeline(*j.model, j.x, j.y, 0, 2); }), "--pipeline 0: needs at least 1 stage");
 }
 
 TEST(PipelineThreads, StagesOnThreadsGiveTheReferenceExecutorsBits) {

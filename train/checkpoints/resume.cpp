@@ -53,7 +53,7 @@ std::vector<Setting> settings_of(const TrainOptions& o) {
       // --micro-batches are its step's micro-batches: the same maths as --accum.)
       {"accum", "--accum",
        "the micro-batches are a step's forward passes (with batch norm, each normalises with its own statistics)",
-       std::to_string(o.parallel.pipeline.stages.empty() ? o.accum : pipeline_micro_batches(o.parallel.pipeline)), false,
+       std::to_string(is_pipeline(o.parallel.pipeline) ? pipeline_micro_batches(o.parallel.pipeline) : o.accum), false,
        true},
       {"seed", "--seed", "the sample order of every epoch follows from it", std::to_string(o.seed)},
       {"shuffle", "shuffling (--no-shuffle)", draws, o.shuffle ? "1" : "0", true},

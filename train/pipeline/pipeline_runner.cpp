@@ -10,28 +10,40 @@ namespace dpcore::train::pipeline {
 
 namespace {
 
-// The stages of --stages for `model`, after the flags a pipeline does not combine with.
+// The stages of --stages (or of --pipeline, filled in by the trainer) for `model`.
 std::vector<Stage> checked_stages(Model& model, int64_t accum, const ParallelOptions& o) {
-  const std::string stages = "--stages " + o.pipeline.stages;
-  DPCORE_CHECK(o.replicas == 1, stages, " with --replicas ", o.replicas,
-               ": a pipeline here is one process's stages; pipeline x data parallel needs a layout of both");
-  DPCORE_CHECK(accum == 1, stages, " with --accum ", accum, ": the pipeline's micro-batches are --micro-batches");
-  DPCORE_CHECK(o.sync == "full", stages, " with --sync ", o.sync, ": a pipeline takes one synchronous step");
-  DPCORE_CHECK(o.backend == "local", stages, " with --backend ", o.backend,
-               ": the stages are threads of this process, over the local communicator");
-  DPCORE_CHECK(o.faults.empty() && !o.guards.skip_nonfinite, stages,
-               " with --inject or --skip-nonfinite: they act on replicas, and a pipeline has stages");
-  DPCORE_CHECK(model.device().is_cpu(), stages, " with the model on ", model.device().str(),
-               ": this runner's stages are CPU thread teams (cpu:N); give --device cpu");
+  check_pipeline_flags(model, accum, o);
+  DPCORE_CHECK(!o.pipeline.stages.empty(), pipeline_flag(o.pipeline),
+               ": the stages come from measuring the model on a batch (balance_pipeline, "
+               "train/pipeline/balanced_stages.h): give the runner the stages it chose");
   const int cores = int(std::max(1u, std::thread::hardware_concurrency()));
   std::vector<Stage> out = parse_stages(o.pipeline.stages, int(model.net().size()), {cores, runtime::cuda_device_count()});
   for (const Stage& s : out)
-    DPCORE_CHECK(s.device.device.is_cpu(), stages, ": the stage of layers ", s.first_layer, "-", s.last_layer, " on ",
-                 s.device.str(), ": this runner's stages are CPU thread teams (cpu:N)");
+    DPCORE_CHECK(s.device.device.is_cpu(), "--stages ", o.pipeline.stages, ": the stage of layers ", s.first_layer, "-",
+                 s.last_layer, " on ", s.device.str(), ": this runner's stages are CPU thread teams (cpu:N)");
   return out;
 }
 
 }  // namespace
+
+std::string pipeline_flag(const PipelineOptions& pipeline) {
+  if (pipeline.balanced_stages > 0) return "--pipeline " + std::to_string(pipeline.balanced_stages);
+  return "--stages " + pipeline.stages;
+}
+
+void check_pipeline_flags(const Model& model, int64_t accum, const ParallelOptions& o) {
+  const std::string flag = pipeline_flag(o.pipeline);
+  DPCORE_CHECK(o.replicas == 1, flag, " with --replicas ", o.replicas,
+               ": a pipeline here is one process's stages; pipeline x data parallel needs a layout of both");
+  DPCORE_CHECK(accum == 1, flag, " with --accum ", accum, ": the pipeline's micro-batches are --micro-batches");
+  DPCORE_CHECK(o.sync == "full", flag, " with --sync ", o.sync, ": a pipeline takes one synchronous step");
+  DPCORE_CHECK(o.backend == "local", flag, " with --backend ", o.backend,
+               ": the stages are threads of this process, over the local communicator");
+  DPCORE_CHECK(o.faults.empty() && !o.guards.skip_nonfinite, flag,
+               " with --inject or --skip-nonfinite: they act on replicas, and a pipeline has stages");
+  DPCORE_CHECK(model.device().is_cpu(), flag, " with the model on ", model.device().str(),
+               ": this runner's stages are CPU thread teams (cpu:N); give --device cpu");
+}
 
 PipelineRunner::PipelineRunner(std::unique_ptr<Model> model, const OptimizerConfig& optimizer, int64_t accum,
                                const ParallelOptions& options)

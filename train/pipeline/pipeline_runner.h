@@ -1,4 +1,4 @@
-// The runner of `dpcore train --stages ...`: one model cut into pipeline stages, each on a
+// The runner of `dpcore train --stages ...` (or --pipeline P): one model cut into pipeline stages, each on a
 // thread of its own (train/pipeline/pipeline_threads.h), the batch into --micro-batches,
 // run in --schedule's order, then one optimizer step over the whole flat parameter buffer.
 // The step is one device's step with --accum M (the same bits: docs/pipelines.md), so
@@ -16,12 +16,19 @@
 
 namespace dpcore::train::pipeline {
 
+// "--pipeline 3" or "--stages 0-2@cpu:0,3-6@cpu:1": how the run asked for its pipeline, for messages.
+std::string pipeline_flag(const PipelineOptions& pipeline);
+
+// Refuses, naming the flags, what a pipeline of one process does not combine with: --replicas, --accum, --sync, --backend, --inject,
+// --skip-nonfinite, a model on a GPU. (The runner checks them; the trainer too, before it
+// measures the layers for --pipeline.)
+void check_pipeline_flags(const Model& model, int64_t accum, const ParallelOptions& options);
+
 class PipelineRunner : public StepRunner {
  public:
   // Refuses, naming the flags: stages that do not fit the model (parse_stages), a schedule
-  // that is not naive/gpipe/1f1b, naive with more than one micro-batch, and what a pipeline
-  // of one process does not combine with (--replicas, --accum, --sync, --backend, --inject,
-  // --skip-nonfinite, a model on a GPU).
+  // that is not naive/gpipe/1f1b, naive with more than one micro-batch, what
+  // check_pipeline_flags refuses, and --pipeline without the stages it was balanced into.
   PipelineRunner(std::unique_ptr<Model> model, const OptimizerConfig& optimizer, int64_t accum,
                  const ParallelOptions& options);
   StepStats step(const data::Batch& batch) override;

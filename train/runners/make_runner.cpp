@@ -1,6 +1,6 @@
 // Chooses the runner of a training run: one device, the data-parallel runner of --mode, or
 // the runner of another --sync strategy (train/sync/sync_strategy.h), or a pipeline's
-// (--stages, train/pipeline/pipeline_runner.h).
+// (--stages or --pipeline, train/pipeline/pipeline_runner.h).
 #include "train/pipeline/pipeline_runner.h"
 #include "train/sync/async_sgd.h"
 #include "train/runners/data_parallel.h"
@@ -14,7 +14,7 @@ namespace dpcore::train {
 std::unique_ptr<StepRunner> make_runner(std::unique_ptr<Model> model, const OptimizerConfig& optimizer, int64_t accum,
                                         const ParallelOptions& options) {
   DPCORE_CHECK(options.replicas >= 1, "--replicas ", options.replicas, " must be at least 1");
-  if (!options.pipeline.stages.empty()) {
+  if (is_pipeline(options.pipeline)) {
     return std::make_unique<pipeline::PipelineRunner>(std::move(model), optimizer, accum, options);
   }
   check_failure_policy(options.failure, options.replicas, options.backend, options.sync);

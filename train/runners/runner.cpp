@@ -185,9 +185,10 @@ int64_t counted_targets(const data::Batch& batch) {
 }
 
 int64_t pipeline_micro_batches(const PipelineOptions& pipeline) {
-  if (pipeline.stages.empty()) return 1;
+  if (!is_pipeline(pipeline)) return 1;
   if (pipeline.micro_batches > 0) return pipeline.micro_batches;
   if (pipeline.schedule == "naive") return 1;
+  if (pipeline.balanced_stages > 0) return pipeline.balanced_stages;
   return int64_t(std::count(pipeline.stages.begin(), pipeline.stages.end(), ',')) + 1;
 }
 

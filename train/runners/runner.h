@@ -32,13 +32,21 @@ using layers::Model;
 // own, the batch into micro-batches (docs/pipelines.md).
 struct PipelineOptions {
   std::string stages;              // --stages "0-5@cpu:0,6-11@cpu:1"; empty: no pipeline
+  // --pipeline P: P stages balanced by the layers' measured costs (train/pipeline/balanced_stages.h);
+  // the trainer measures them and fills `stages` before it makes the runner (both set: the
+  // stages --pipeline chose). 0: not asked.
+  int balanced_stages = 0;
   std::string schedule = "gpipe";  // --schedule naive | gpipe | 1f1b
   int micro_batches = 0;           // --micro-batches M; 0: one per stage (1 with naive)
 };
-// The micro-batches of a pipeline's step: --micro-batches, else one per stage of --stages
-// (1 with naive); 1 without a pipeline. What a checkpoint records as the step's --accum:
+// The micro-batches of a pipeline's step: --micro-batches, else one per stage of --stages or
+// --pipeline (1 with naive); 1 without a pipeline. What a checkpoint records as the step's --accum:
 // a pipelined step is one device's step with that many micro-batches.
 int64_t pipeline_micro_batches(const PipelineOptions& pipeline);
+// --stages or --pipeline was given.
+inline bool is_pipeline(const PipelineOptions& pipeline) {
+  return !pipeline.stages.empty() || pipeline.balanced_stages > 0;
+}
 
 struct ParallelOptions {
   int replicas = 1;                // R; with --backend mpi, the world size
@@ -61,7 +69,7 @@ struct ParallelOptions {
   FaultInjector faults;            // --inject (train/faults/fault_injection.h); empty: none
   GuardOptions guards;             // --skip-nonfinite, --check-replicas (train/faults/guards.h)
   ReplicaFailurePolicy failure;    // --on-replica-failure, --min-replicas (train/faults/replica_failure.h)
-  PipelineOptions pipeline;        // --stages, --schedule, --micro-batches
+  PipelineOptions pipeline;        // --stages or --pipeline, --schedule, --micro-batches
 };
 
 struct StepStats {

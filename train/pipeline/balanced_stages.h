@@ -1,0 +1,37 @@
+// --pipeline P: the model's layers timed on one micro-batch (measure_layer_costs,
+// train/pipeline/pipeline_step.h) and split into the P contiguous stages whose slowest
+// stage is the fastest any split gives (balance_stages, train/pipeline/stage_plan.h).
+//
+// The split changes where the work runs, never the arithmetic: a pipelined step is one
+// device's step with --accum M whatever the stages (docs/pipelines.md), so a split that
+// differs from run to run (the timings are measured) gives the same bits.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "train/runners/runner.h"
+#include "train/pipeline/stage_plan.h"
+
+namespace dpcore::train::pipeline {
+
+struct BalancedStages {
+  std::vector<double> layer_seconds;  // per layer: forward + backward on the micro-batch
+  int64_t samples = 0;                // the micro-batch's samples
+  std::vector<Stage> stages;          // stage i on cpu:(i mod the CPU teams)
+};
+
+// The layer profile repeats this many times after one warm-up batch; the median counts.
+inline constexpr int kBalanceRepeats = 3;
+
+// Times `model`'s layers on the micro-batch (x, y) and splits them into `stages` stages,
+// stage i on CPU team i mod `cpu_teams` (a machine of fewer cores than stages shares them).
+// Measuring trains nothing but moves batch norm's running statistics, so give it a model
+// made for the purpose, not the one that trains. Refuses, naming --pipeline and the value:
+// fewer than 1 stage, more stages than layers, a model on a GPU.
+BalancedStages balance_pipeline(Model& model, const Tensor& x, const Tensor& y, int stages, int cpu_teams);
+
+// The log line: the measured layers, the stages chosen and what each costs.
+std::string describe(const BalancedStages& balanced);
+
+}  // namespace dpcore::train::pipeline
