@@ -150,30 +150,38 @@ void weight_grad_of_images(const Conv2dShape& s, const T* x, const T* dy, Range 
 
 }  // namespace
 
-// Thread t reduces a contiguous share of the batch into its own buffer; the buffers are
-// then added in thread order. The order of every sum is fixed by the thread count alone.
+// The batch cut into this many contiguous chunks (one image each in a smaller batch),
+// whatever the thread count: see conv2d_backward_weight.
+constexpr int64_t kWeightGradChunks = 16;
+
+// Each chunk of the batch sums its images' gradient into a buffer of its own, and the
+// buffers are then added in chunk order. The chunks depend on the shape alone, not on the
+// threads, so the order of every sum does too: the same bits on any thread count (a
+// pipeline stage's team of 2 threads gives one device's 16 threads' bits). With at least a
+// chunk per thread the threads share out the chunks; with fewer, the chunks run one after
+// another and each one's GEMMs are split over the threads instead (a GEMM's result does not
+// depend on how its output is split).
 template <class T>
 void conv2d_backward_weight(const Conv2dShape& s, const T* x, const T* dy, T* dw, T* dbias, bool accumulate) {
   const ConvDims d(s);
-  const int64_t depth = d.crs + (dbias ? 1 : 0);
-  const int threads = batch_threads(s);
-  std::vector<const T*> partial(threads);
-#pragma omp parallel num_threads(threads)
-  {
-    const int t = omp_get_thread_num(), team = omp_get_num_threads();
-    T* mine = thread_scratch<T>(s.K * depth, 2);
-    weight_grad_of_images(s, x, dy, split_range(s.N, team, t), depth, mine);
-    partial[t] = mine;
-#pragma omp barrier
-    const Range ks = split_range(s.K, team, t);
-    for (int64_t k = ks.begin; k < ks.end; ++k)
-      for (int64_t j = 0; j < depth; ++j) {
-        T total = partial[0][k * depth + j];
-        for (int u = 1; u < team; ++u) total += partial[u][k * depth + j];
-        T& out = j < d.crs ? dw[k * d.crs + j] : dbias[k];
-        out = accumulate ? out + total : total;
-      }
+  const int64_t depth = d.crs + (dbias ? 1 : 0), size = s.K * depth;
+  const int chunks = int(std::clamp<int64_t>(s.N, 1, kWeightGradChunks));  // an empty batch: one empty chunk, zeros
+  T* partial = thread_scratch<T>(size_t(chunks * size), 2);  // partial + c * size: chunk c's sum
+  auto chunk = [&](int c) { weight_grad_of_images(s, x, dy, split_range(s.N, chunks, c), depth, partial + c * size); };
+  if (chunks >= kernel_threads()) {
+#pragma omp parallel for num_threads(kernel_threads()) schedule(dynamic, 1)
+    for (int c = 0; c < chunks; ++c) chunk(c);
+  } else {
+    for (int c = 0; c < chunks; ++c) chunk(c);
   }
+#pragma omp parallel for num_threads(kernel_threads()) schedule(static) if (s.K > 1)
+  for (int64_t k = 0; k < s.K; ++k)
+    for (int64_t j = 0; j < depth; ++j) {
+      T total = partial[k * depth + j];
+      for (int c = 1; c < chunks; ++c) total += partial[c * size + k * depth + j];
+      T& out = j < d.crs ? dw[k * d.crs + j] : dbias[k];
+      out = accumulate ? out + total : total;
+    }
 }
 
 #define DPCORE_INSTANTIATE(T)                                                                         \

@@ -1,6 +1,7 @@
 // Every reduction runs in a fixed order: two runs with the same thread count give
 // bit-identical results (here with 2 threads, where a racy reduction would show), and the
-// row-wise transformer kernels give the same bits on 1 and on 2 threads.
+// row-wise transformer kernels and the convolution's weight gradient give the same bits on
+// any thread count.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -36,19 +37,21 @@ void expect_repeatable(const char* what, size_t n, const std::function<void(std:
   }
 }
 
-// Runs `compute` on 1 and on 2 threads and expects the same bits.
+// Runs `compute` on 1 thread and on each of `counts` and expects the same bits.
 template <class T>
-void expect_thread_count_free(const char* what, size_t n, const std::function<void(std::vector<T>&)>& compute) {
-  std::vector<T> one = nan_filled<T>(n), two = nan_filled<T>(n);
+void expect_thread_count_free(const std::string& what, size_t n, const std::function<void(std::vector<T>&)>& compute,
+                              const std::vector<int>& counts = {2}) {
+  std::vector<T> one = nan_filled<T>(n);
   {
     ScopedKernelThreads scope(1);
     compute(one);
   }
-  {
-    ScopedKernelThreads scope(2);
-    compute(two);
+  for (int threads : counts) {
+    std::vector<T> other = nan_filled<T>(n);
+    ScopedKernelThreads scope(threads);
+    compute(other);
+    ASSERT_TRUE(bit_identical(one, other)) << what << " differs between 1 and " << threads << " threads";
   }
-  ASSERT_TRUE(bit_identical(one, two)) << what << " differs between 1 and 2 threads";
 }
 
 // gelu's float path works in blocks of 16 with a padded tail, softmax's and layer_norm's
@@ -122,6 +125,40 @@ TEST(DeterminismTest, ConvAndLinearGradientsAreBitIdenticalWithTwoThreads) {
   expect_repeatable<float>("linear_forward", ls.N * ls.out, [&](std::vector<float>& y) {
     cpu::linear_forward(ls, lx.data(), lw.data(), lb.data(), y.data());
   });
+}
+
+// The convolution's weight and bias gradient sums each chunk of the batch on its own and adds
+// the chunks in order, the chunks fixed by the batch size: the same bits on any thread
+// count, so a pipeline stage on a team of fewer threads gives one device's bits. Batches
+// of fewer chunks than threads (their GEMMs split over the threads instead), as many, and
+// more (16 chunks of uneven images); the direct kernel and im2col + GEMM; float and double.
+template <class T>
+void expect_conv_weight_grad_thread_count_free(int64_t N, const std::string& path) {
+  kernels::Conv2dShape s;
+  s.N = N, s.C = 16, s.H = 14, s.W = 14, s.K = 32, s.R = 3, s.S = 3, s.pad_h = 1, s.pad_w = 1;
+  s.P = kernels::conv_out_size(s.H, s.R, s.stride_h, s.pad_h);
+  s.Q = kernels::conv_out_size(s.W, s.S, s.stride_w, s.pad_w);
+  const auto x = random_vector<T>(s.x_size(), 1), dy = random_vector<T>(s.y_size(), 3),
+             start = random_vector<T>(s.w_size() + s.K, 4);
+  expect_thread_count_free<T>("conv2d_backward_weight N " + std::to_string(N) + " " + path, start.size(),
+                              [&](std::vector<T>& grads) {
+                                grads = start;
+                                cpu::conv2d_backward_weight(s, x.data(), dy.data(), grads.data(),
+                                                            grads.data() + s.w_size(), true);
+                              },
+                              {2, 3, 5, 16});
+}
+
+TEST(DeterminismTest, ConvWeightGradientIsTheSameBitsOnAnyThreadCount) {
+  for (bool direct : {true, false}) {
+    cpu::set_direct_conv2d(direct);
+    const std::string path = direct ? "(direct where the CPU has it)" : "(im2col)";
+    for (int64_t N : {2, 9, 37}) {
+      expect_conv_weight_grad_thread_count_free<float>(N, path);
+      expect_conv_weight_grad_thread_count_free<double>(N, path);
+    }
+  }
+  cpu::set_direct_conv2d(true);
 }
 
 // linear's bias gradient is each column of dy summed over the rows in row order, in double,
