@@ -2,7 +2,6 @@
 
 #include <unistd.h>
 
-#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -12,9 +11,9 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <sstream>
-#include <thread>
 
 #include "engine/backend.h"
+#include "engine/cpu_team.h"
 #include "engine/data/augment.h"
 #include "engine/data/loader.h"
 #include "engine/data/spec.h"
@@ -273,9 +272,8 @@ std::string balanced_stages(const TrainOptions& o, const data::Dataset& train_da
   DPCORE_CHECK(loader.next(batch), "--pipeline: the training data ", train_data.name, " has no batch to time the layers on");
   auto [x, y] = batch_tensors(batch, device);
   auto probe = build_model(o.model, train_data, device, o.seed, o.task);
-  const int cores = int(std::max(1u, std::thread::hardware_concurrency()));
   const pipeline::BalancedStages balanced =
-      pipeline::balance_pipeline(*probe, x, y, o.parallel.pipeline.balanced_stages, cores);
+      pipeline::balance_pipeline(*probe, x, y, o.parallel.pipeline.balanced_stages, int(runtime::allowed_cpus().size()));
   log += pipeline::describe(balanced);
   return pipeline::stages_text(balanced.stages);
 }

@@ -229,6 +229,11 @@ void set_direct_conv2d(bool enabled);
 // Threads used by the CPU kernels (OpenMP loops and OpenBLAS). 0 = library default.
 void set_num_threads(int threads);
 int num_threads();
+// The calling thread's own cap on its kernels' threads (0: none, the process-wide count
+// above holds): a pipeline stage's thread sets its team's size, so that stages running at
+// once each use their own cores instead of all of them (engine/cpu_team.h). The smaller of
+// the two counts holds. num_threads() on that thread says what its kernels use.
+void set_calling_thread_threads(int threads);
 
 // ---- transpose: x [outer, A, mid, B, inner] -> y [outer, B, mid, A, inner] (kernels/transpose_shape.h) ----
 template <class T> void transpose(const TransposeShape& s, const T* x, T* y);

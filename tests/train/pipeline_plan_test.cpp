@@ -148,5 +148,21 @@ TEST(BalanceStages, MoreStagesThanLayersIsRefused) {
             "--pipeline 2: 1 devices given for 2 stages");
 }
 
+// cpu:N is the Nth of N+1 teams (the highest N named): the same cores whichever teams the
+// other stages use; stages on one team share its cores.
+TEST(StageCpuTeams, EachStageGetsTheCoresOfItsTeam) {
+  const std::vector<int> eight = {0, 1, 2, 3, 4, 5, 6, 7};
+  const auto shared = stage_cpu_teams(parse_stages("0@cpu:0,1-2@cpu:1,3@cpu:1", 4, {8, 0}), eight, 64);
+  ASSERT_EQ(shared.size(), 3u);
+  EXPECT_EQ(shared[0].cpus, (std::vector<int>{0, 1, 2, 3}));
+  EXPECT_EQ(shared[1].cpus, (std::vector<int>{4, 5, 6, 7}));
+  EXPECT_EQ(shared[2].cpus, shared[1].cpus);
+  const auto third = stage_cpu_teams(parse_stages("0-3@cpu:2", 4, {8, 0}), eight, 64);
+  EXPECT_EQ(third[0].cpus, (std::vector<int>{6, 7}));
+  EXPECT_EQ(stage_cpu_teams(parse_stages("0-1@cpu:0,2-3@cpu:1", 4, {8, 0}), eight, 2)[1].threads, 2);
+  EXPECT_EQ(error_of([&] { stage_cpu_teams({{0, 3, StageDevice::parse("cuda:0")}}, eight, 64); }),
+            "CPU teams: the stage of layers 0-3 is on cuda:0");
+}
+
 }  // namespace
 }  // namespace dpcore::train::pipeline

@@ -18,6 +18,7 @@
 #include "train/pipeline/balanced_stages.h"
 #include "train/pipeline/pipeline_step.h"
 #include "train/pipeline/pipeline_threads.h"
+#include "kernels/cpu/kernels.h"
 
 namespace dpcore::train::pipeline {
 namespace {
@@ -228,6 +229,52 @@ TEST(PipelineThreads, StagesOnThreadsGiveTheReferenceExecutorsBits) {
       for (int s = 0; s < P; ++s)
         EXPECT_EQ(stats.peak_live_activations[s], schedule == Schedule::GPipe ? 4 : std::min(P - s, 4)) << c.stages;
     }
+}
+
+// Each stage's thread joins its CPU team before its first work: its kernels run on the
+// team's cores with the team's threads, as measured on the stage's own thread, and the
+// bits are those of stages without teams.
+// What lets a stage's team of fewer threads give one device's bits: a step's every kernel
+// sums in an order fixed by the shapes, not by the thread count (the convolution's weight
+// gradient among them, DeterminismTest). The CNN and the ResNet, float32 and float64.
+TEST(PipelineThreads, OneDevicesStepIsTheSameBitsOnAnyThreadCount) {
+  for (const char* spec : {kCnn, kResNet})
+    for (DType dtype : {DType::Float32, DType::Float64}) {
+      std::vector<double> one;
+      for (int threads : {1, 2, 3}) {
+        kernels::cpu::set_num_threads(threads);
+        const std::vector<double> got = one_device(spec, dtype, 10, 4, 2);
+        if (threads == 1) one = got;
+        EXPECT_EQ(got, one) << spec << " " << dtype_name(dtype) << " on " << threads << " threads";
+      }
+      kernels::cpu::set_num_threads(0);
+    }
+}
+
+TEST(PipelineThreads, EachStageRunsOnItsTeamsCores) {
+  const std::vector<int> cpus = runtime::allowed_cpus();
+  const auto stages = parse_stages("0-4@cpu:0,5-10@cpu:1", 11, {int(cpus.size()), 0});
+  // Two teams where the machine has two cores for them, else both stages on the one core.
+  const std::vector<int> first = {cpus.front()}, second = {cpus.size() > 1 ? cpus[1] : cpus.front()};
+  const std::vector<runtime::CpuTeam> teams = {{first, 1}, {second, 1}};
+  auto run = [&](PipelineThreads& threads, PipelineStepStats* stats) {
+    Job j = make_job(kCnn, DType::Float32, 8);
+    for (int step = 0; step < 2; ++step) {
+      j.model->zero_grad();
+      threads.accumulate_gradients(*j.model, stages, Schedule::OneFOneB, 4, j.x, j.y, gradient_scale(counted_targets(j.y)),
+                                   {uint64_t(step), 0}, stats);
+      j.sgd->step();
+    }
+    return state_of(*j.model);
+  };
+  PipelineThreads teamed(2, std::chrono::seconds(60), teams), plain(2);
+  PipelineStepStats stats;
+  EXPECT_EQ(run(teamed, &stats), run(plain, nullptr));
+  ASSERT_EQ(stats.stage_cores.size(), 2u);
+  EXPECT_EQ(stats.stage_cores[0].cpus, first);
+  EXPECT_EQ(stats.stage_cores[1].cpus, second);
+  for (const runtime::CpuTeam& seen : stats.stage_cores) EXPECT_EQ(seen.threads, 1);
+  EXPECT_EQ(runtime::allowed_cpus(), cpus) << "the calling thread keeps its cores";
 }
 
 TEST(PipelineThreads, DropoutDrawsWhatItDrawsOnOneDevice) {

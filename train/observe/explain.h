@@ -82,13 +82,15 @@ struct Explanation {
 
   // pipeline: the schedule, each stage's layers and device, what crosses each boundary per
   // sample (stage s to s+1, elements of the model's dtype), the tick table of the schedule,
-  // and the micro-batches of activations each stage held at once in this step.
+  // and the micro-batches of activations each stage held at once in this step, and the
+  // cores and threads each stage's kernels had.
   std::string schedule;
   std::vector<std::string> stages;
   std::vector<int64_t> boundary_elements;
   int64_t dtype_bytes = 4;
   std::string ticks;
   std::vector<int> peak_live;
+  std::vector<std::string> stage_cores;  // where each stage's kernels ran ("core 0, 1 thread")
 
   std::string optimizer = "sgd";  // Optimizer::name: sgd, adam, adamw
   SgdConfig sgd;                  // sgd's settings

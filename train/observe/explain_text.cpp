@@ -187,7 +187,7 @@ void explain_single(std::ostream& os, const Explanation& e) {
 void explain_pipeline(std::ostream& os, const Explanation& e) {
   const int stages = int(e.stages.size());
   os << "explain: step 1 of this run as a pipeline (" << e.schedule << ") of " << stages
-     << " stages, each a thread of this process, the model whole on " << e.devices.front() << "\n";
+     << " stages, each a thread of this process on cores of its CPU team, the model whole on " << e.devices.front() << "\n";
   for (int s = 0; s < stages; ++s) os << "   stage " << s << ": " << e.stages[s] << "\n";
   os << "1. copy the batch to " << e.devices.front() << ": " << e.batch << " x (" << bytes(e.image_bytes) << " + "
      << bytes(e.label_bytes) << ") = " << bytes(e.batch * (e.image_bytes + e.label_bytes)) << "\n";
@@ -207,6 +207,10 @@ void explain_pipeline(std::ostream& os, const Explanation& e) {
   }
   os << "   measured in this step, micro-batches of activations held at once:";
   for (int s = 0; s < stages; ++s) os << (s ? ", " : " ") << "stage " << s << " " << e.peak_live[s];
+  if (!e.stage_cores.empty()) {
+    os << "\n   measured in this step, where each stage's kernels ran:";
+    for (int s = 0; s < stages; ++s) os << (s ? "; " : " ") << "stage " << s << " on " << e.stage_cores[size_t(s)];
+  }
   os << "\n   each backward seeded with " << seed_text(e) << "; the gradients add up in the flat buffer to the mean over all "
      << (per_token(e) ? "M" : "N") << ", as one device's --accum " << e.micro.size() << " adds them\n";
   explain_loss(os, e);

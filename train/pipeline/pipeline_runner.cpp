@@ -1,7 +1,6 @@
 #include "train/pipeline/pipeline_runner.h"
 
 #include <algorithm>
-#include <thread>
 
 #include "engine/runtime.h"
 #include "kernels/error.h"
@@ -16,7 +15,7 @@ std::vector<Stage> checked_stages(Model& model, int64_t accum, const ParallelOpt
   DPCORE_CHECK(!o.pipeline.stages.empty(), pipeline_flag(o.pipeline),
                ": the stages come from measuring the model on a batch (balance_pipeline, "
                "train/pipeline/balanced_stages.h): give the runner the stages it chose");
-  const int cores = int(std::max(1u, std::thread::hardware_concurrency()));
+  const int cores = int(runtime::allowed_cpus().size());
   std::vector<Stage> out = parse_stages(o.pipeline.stages, int(model.net().size()), {cores, runtime::cuda_device_count()});
   for (const Stage& s : out)
     DPCORE_CHECK(s.device.device.is_cpu(), "--stages ", o.pipeline.stages, ": the stage of layers ", s.first_layer, "-",
@@ -50,9 +49,10 @@ PipelineRunner::PipelineRunner(std::unique_ptr<Model> model, const OptimizerConf
     : model_(std::move(model)),
       optimizer_(make_optimizer(model_->parameters(), optimizer)),
       stages_(checked_stages(*model_, accum, options)),
+      teams_(stage_cpu_teams(stages_, runtime::allowed_cpus(), runtime::cpu_threads())),
       schedule_(parse_schedule(options.pipeline.schedule)),
       micro_batches_(int(pipeline_micro_batches(options.pipeline))),
-      threads_(int(stages_.size()), std::chrono::milliseconds(int64_t(options.timeout_s * 1000))) {
+      threads_(int(stages_.size()), std::chrono::milliseconds(int64_t(options.timeout_s * 1000)), teams_) {
   stage_order(schedule_, 0, int(stages_.size()), micro_batches_);  // refuses naive with M > 1
 }
 

@@ -1,5 +1,5 @@
-// The runner of `dpcore train --stages ...` (or --pipeline P): one model cut into pipeline stages, each on a
-// thread of its own (train/pipeline/pipeline_threads.h), the batch into --micro-batches,
+// The runner of `dpcore train --stages ...` (or --pipeline P): one model cut into pipeline
+// stages, each on a thread of its own on its CPU team's cores (train/pipeline/pipeline_threads.h), the batch into --micro-batches,
 // run in --schedule's order, then one optimizer step over the whole flat parameter buffer.
 // The step is one device's step with --accum M (the same bits: docs/pipelines.md), so
 // checkpoints, --resume, evaluation and saved weights are one device's too: the model is
@@ -39,6 +39,8 @@ class PipelineRunner : public StepRunner {
   std::string describe() const override;
 
   const std::vector<Stage>& stages() const { return stages_; }
+  // Each stage's cores and threads (engine/cpu_team.h).
+  const std::vector<runtime::CpuTeam>& teams() const { return teams_; }
   Schedule schedule() const { return schedule_; }
   int micro_batches() const { return micro_batches_; }
   // The latest step's measured live activations per stage.
@@ -48,6 +50,7 @@ class PipelineRunner : public StepRunner {
   std::unique_ptr<Model> model_;
   std::unique_ptr<Optimizer> optimizer_;
   std::vector<Stage> stages_;
+  std::vector<runtime::CpuTeam> teams_;
   Schedule schedule_;
   int micro_batches_;
   PipelineThreads threads_;

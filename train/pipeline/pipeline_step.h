@@ -17,6 +17,7 @@
 
 #include <vector>
 
+#include "engine/cpu_team.h"
 #include "layers/model.h"
 #include "train/pipeline/pipeline_schedule.h"
 #include "train/pipeline/stage_plan.h"
@@ -28,6 +29,10 @@ struct PipelineStepStats {
   // Per stage: the most micro-batches whose forward graph (activations) the stage held at
   // once, counted as the executor holds them.
   std::vector<int> peak_live_activations;
+  // Per stage, read on the stage's own thread at the end of its work (PipelineThreads; the
+  // one-thread reference executor leaves it empty): the cores the thread may run on and
+  // the threads its kernels use.
+  std::vector<runtime::CpuTeam> stage_cores;
 };
 
 // One sample's shape at the input of each stage: `sample` (the model's input) through the

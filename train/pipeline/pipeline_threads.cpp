@@ -1,5 +1,6 @@
 #include "train/pipeline/pipeline_threads.h"
 
+#include "kernels/cpu/kernels.h"
 #include "kernels/error.h"
 
 namespace dpcore::train::pipeline {
@@ -13,11 +14,16 @@ int tag(PipelineOp::Kind kind, int m) { return 2 * m + (kind == PipelineOp::Kind
 
 }  // namespace
 
-PipelineThreads::PipelineThreads(int stages, std::chrono::milliseconds timeout)
+PipelineThreads::PipelineThreads(int stages, std::chrono::milliseconds timeout, std::vector<runtime::CpuTeam> teams)
     : comms_(comm::make_local_group(stages, comm::LocalOptions{timeout})),
+      teams_(std::move(teams)),
+      joined_(size_t(stages), 0),
       threads_(stages, [this](int s, const std::string& message) {
         comms_[s]->abort("pipeline stage " + std::to_string(s) + " failed: " + message);
-      }) {}
+      }) {
+  DPCORE_CHECK(teams_.empty() || int(teams_.size()) == stages, "pipeline: ", teams_.size(), " CPU teams for ", stages,
+               " stages");
+}
 
 void PipelineThreads::run_stage(StageWork& work, Schedule schedule, int s) {
   comm::Communicator& comm = *comms_[s];
@@ -52,14 +58,25 @@ Tensor PipelineThreads::accumulate_gradients(Model& model, const std::vector<Sta
   DPCORE_CHECK(int(stages.size()) == this->stages(), "pipeline: ", stages.size(), " stages (", stages_text(stages),
                ") for a pipeline of ", this->stages(), " threads");
   StageWork work(model, stages, micro_batches, x, y, grad_scale, start);
+  std::vector<runtime::CpuTeam> cores(stages.size());  // cores[s]: written by stage s's thread only
   try {
-    threads_.run([&](int s) { run_stage(work, schedule, s); });
+    threads_.run([&](int s) {
+      if (!teams_.empty() && !joined_[size_t(s)]) {
+        runtime::join_cpu_team(teams_[size_t(s)]);
+        joined_[size_t(s)] = 1;
+      }
+      run_stage(work, schedule, s);
+      cores[size_t(s)] = {runtime::allowed_cpus(), kernels::cpu::num_threads()};
+    });
   } catch (const ReplicasFailed& e) {
     // The first failure is the cause; the others are stages the abort released.
     const ReplicaFailure& cause = e.failures().front();
     fail("pipeline stage ", cause.replica, " failed: ", cause.message);
   }
-  if (stats) stats->peak_live_activations = work.peak_live_activations();
+  if (stats) {
+    stats->peak_live_activations = work.peak_live_activations();
+    stats->stage_cores = std::move(cores);
+  }
   return work.loss_sum();
 }
 

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "comm/communicator.h"
+#include "engine/cpu_team.h"
 #include "train/pipeline/pipeline_step.h"
 #include "train/runners/replica_threads.h"
 
@@ -23,7 +24,10 @@ namespace dpcore::train::pipeline {
 class PipelineThreads {
  public:
   // One thread and one local rank per stage; `timeout`: how long a stage waits in recv.
-  PipelineThreads(int stages, std::chrono::milliseconds timeout = std::chrono::seconds(300));
+  // `teams`, one per stage or none: stage s's thread joins teams[s] (engine/cpu_team.h)
+  // before its first work, so its kernels run on that team's cores.
+  PipelineThreads(int stages, std::chrono::milliseconds timeout = std::chrono::seconds(300),
+                  std::vector<runtime::CpuTeam> teams = {});
 
   int stages() const { return threads_.size(); }
 
@@ -36,6 +40,8 @@ class PipelineThreads {
   void run_stage(StageWork& work, Schedule schedule, int s);
 
   std::vector<std::unique_ptr<comm::Communicator>> comms_;  // comms_[s]: stage s's rank
+  std::vector<runtime::CpuTeam> teams_;
+  std::vector<char> joined_;  // joined_[s]: stage s's thread has joined its team (its own to write)
   ReplicaThreads threads_;
 };
 

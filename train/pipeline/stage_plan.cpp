@@ -129,4 +129,18 @@ std::string stages_text(const std::vector<Stage>& stages) {
   return out;
 }
 
+std::vector<runtime::CpuTeam> stage_cpu_teams(const std::vector<Stage>& stages, const std::vector<int>& cpus,
+                                              int max_threads) {
+  int teams = 0;
+  for (const Stage& s : stages) {
+    DPCORE_CHECK(s.device.device.is_cpu(), "CPU teams: the stage of layers ", s.first_layer, "-", s.last_layer,
+                 " is on ", s.device.str());
+    teams = std::max(teams, s.device.cpu_team + 1);
+  }
+  const std::vector<runtime::CpuTeam> split = runtime::split_into_teams(cpus, teams, max_threads);
+  std::vector<runtime::CpuTeam> out;
+  for (const Stage& s : stages) out.push_back(split[size_t(s.device.cpu_team)]);
+  return out;
+}
+
 }  // namespace dpcore::train::pipeline

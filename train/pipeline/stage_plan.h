@@ -9,12 +9,13 @@
 #include <string>
 #include <vector>
 
+#include "engine/cpu_team.h"
 #include "engine/device.h"
 
 namespace dpcore::train::pipeline {
 
 // Where a stage runs: "cuda:N" is a GPU; "cpu:N" is the Nth team of CPU threads, each team
-// on cores of its own (dpcore's Device has one "cpu", so the team is kept beside it).
+// on cores of its own (stage_cpu_teams below) (dpcore's Device has one "cpu", so the team is kept beside it).
 struct StageDevice {
   Device device;
   int cpu_team = 0;  // for a cpu device: which team
@@ -59,5 +60,11 @@ std::vector<Stage> balance_stages(const std::vector<double>& layer_costs, int st
 
 // "0-5@cpu:0,6-11@cpu:1": the --stages text of `stages` (parse_stages reads it back).
 std::string stages_text(const std::vector<Stage>& stages);
+
+// The cores of each stage's CPU team: `cpus` split into as many teams as the highest cpu:N
+// names (N + 1, so that cpu:N is the same cores whichever teams the stages use), stage s on
+// team N of its device. Stages on one team share its cores. Every stage must be on the CPU.
+std::vector<runtime::CpuTeam> stage_cpu_teams(const std::vector<Stage>& stages, const std::vector<int>& cpus,
+                                              int max_threads);
 
 }  // namespace dpcore::train::pipeline
