@@ -1,7 +1,9 @@
 // conv2d as im2col + GEMM, one image at a time (Caffe's scheme), except where the direct
 // stride-1 convolution of conv2d_direct.h applies (float on an AVX-512 CPU). The batch is spread over
-// the OpenMP threads, each with its own im2col buffer and a single-threaded GEMM; with
-// fewer images than threads the GEMMs themselves are split instead (gemm_parallel).
+// the OpenMP threads, each with its own im2col buffer; in the forward and backward data,
+// with fewer images than threads, the GEMMs themselves are split instead (gemm_parallel,
+// whose blocks follow the shape, so either way gives the same bits); the weight gradient
+// shares out fixed chunks of the batch (conv2d_backward_weight below).
 //
 // Per image n, with col_n = im2col(x_n) of shape [C*R*S, P*Q]:
 //   forward          y_n  = W[K, CRS] * col_n  + bias
@@ -144,7 +146,7 @@ void weight_grad_of_images(const Conv2dShape& s, const T* x, const T* dy, Range 
       dy_mat = dy_group;
     }
     const T beta = n0 == r.begin ? T(0) : T(1);
-    gemm_parallel(false, true, s.K, depth, ld, T(1), dy_mat, ld, col, ld, beta, grad, depth);
+    gemm(false, true, s.K, depth, ld, T(1), dy_mat, ld, col, ld, beta, grad, depth);
   }
 }
 
@@ -154,26 +156,21 @@ void weight_grad_of_images(const Conv2dShape& s, const T* x, const T* dy, Range 
 // whatever the thread count: see conv2d_backward_weight.
 constexpr int64_t kWeightGradChunks = 16;
 
-// Each chunk of the batch sums its images' gradient into a buffer of its own, and the
-// buffers are then added in chunk order. The chunks depend on the shape alone, not on the
-// threads, so the order of every sum does too: the same bits on any thread count (a
-// pipeline stage's team of 2 threads gives one device's 16 threads' bits). With at least a
-// chunk per thread the threads share out the chunks; with fewer, the chunks run one after
-// another and each one's GEMMs are split over the threads instead (a GEMM's result does not
-// depend on how its output is split).
+// Each chunk of the batch sums its images' gradient into a buffer of its own (its GEMMs one
+// BLAS call each), and the buffers are then added in chunk order. The chunks depend on the
+// shape alone, not on the threads, so the order of every sum does too: the same bits on any
+// thread count (a pipeline stage's team of 2 threads gives one device's 16 threads' bits).
+// The threads share out the chunks; a batch of fewer images than threads leaves some idle
+// (splitting its GEMMs as well would cut them into more BLAS calls on every thread count).
 template <class T>
 void conv2d_backward_weight(const Conv2dShape& s, const T* x, const T* dy, T* dw, T* dbias, bool accumulate) {
   const ConvDims d(s);
   const int64_t depth = d.crs + (dbias ? 1 : 0), size = s.K * depth;
   const int chunks = int(std::clamp<int64_t>(s.N, 1, kWeightGradChunks));  // an empty batch: one empty chunk, zeros
   T* partial = thread_scratch<T>(size_t(chunks * size), 2);  // partial + c * size: chunk c's sum
-  auto chunk = [&](int c) { weight_grad_of_images(s, x, dy, split_range(s.N, chunks, c), depth, partial + c * size); };
-  if (chunks >= kernel_threads()) {
-#pragma omp parallel for num_threads(kernel_threads()) schedule(dynamic, 1)
-    for (int c = 0; c < chunks; ++c) chunk(c);
-  } else {
-    for (int c = 0; c < chunks; ++c) chunk(c);
-  }
+#pragma omp parallel for num_threads(std::min(kernel_threads(), chunks)) schedule(dynamic, 1)
+  for (int c = 0; c < chunks; ++c)
+    weight_grad_of_images(s, x, dy, split_range(s.N, chunks, c), depth, partial + c * size);
 #pragma omp parallel for num_threads(kernel_threads()) schedule(static) if (s.K > 1)
   for (int64_t k = 0; k < s.K; ++k)
     for (int64_t j = 0; j < depth; ++j) {

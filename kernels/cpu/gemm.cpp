@@ -47,25 +47,37 @@ void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, T alpha, 
             blas_int(std::max<int64_t>(ldb, 1), "ldb"), beta, C, blas_int(ldc, "ldc"));
 }
 
-// Products smaller than this many multiply-adds are not worth waking other threads for.
+// How C is cut into blocks, each one BLAS call: by the product's shape alone, never by the
+// thread count or by whether the caller is already inside a parallel region. OpenBLAS picks
+// its kernel, and with it the order of each dot product's sums, by a call's sizes (a small
+// call may take its small-matrix kernel), so an element of C is the same bits only if it
+// comes out of the same call: with blocks fixed by the shape, the product is the same bits
+// on 1 thread, 2 or 16. At most kMaxGemmBlocks blocks of rows or of columns (the longer
+// side), each at least kMinBlockWidth wide and worth kMinParallelMacs multiply-adds.
 constexpr double kMinParallelMacs = 1 << 20;
+constexpr int64_t kMinBlockWidth = 64;
+constexpr int64_t kMaxGemmBlocks = 16;
 // Blocks of C are multiples of this many rows or columns, the width of the BLAS micro-kernels.
 constexpr int64_t kBlockAlign = 16;
+
+static int64_t gemm_blocks(int64_t M, int64_t N, int64_t K) {
+  const int64_t by_work = int64_t(double(M) * double(N) * double(K) / kMinParallelMacs);
+  return std::max<int64_t>(1, std::min({kMaxGemmBlocks, std::max(M, N) / kMinBlockWidth, by_work}));
+}
 
 template <class T>
 void gemm_parallel(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, T alpha, const T* A, int64_t lda,
                    const T* B, int64_t ldb, T beta, T* C, int64_t ldc) {
-  const bool split_rows = M > N;
-  const int64_t units = ((split_rows ? M : N) + kBlockAlign - 1) / kBlockAlign;
-  const int parts = int(std::min<int64_t>(kernel_threads(), units));
-  if (parts <= 1 || omp_in_parallel() || double(M) * N * K < kMinParallelMacs) {
+  const int64_t blocks = gemm_blocks(M, N, K);
+  if (blocks == 1) {
     gemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
     return;
   }
-#pragma omp parallel for num_threads(parts) schedule(static, 1)
-  for (int part = 0; part < parts; ++part) {
-    Range r = split_range(units, parts, part);
-    int64_t lo = r.begin * kBlockAlign, hi = std::min(r.end * kBlockAlign, split_rows ? M : N);
+  const bool split_rows = M > N;
+  const int64_t units = ((split_rows ? M : N) + kBlockAlign - 1) / kBlockAlign;
+  auto block = [&](int64_t part) {
+    const Range r = split_range(units, int(blocks), int(part));
+    const int64_t lo = r.begin * kBlockAlign, hi = std::min(r.end * kBlockAlign, split_rows ? M : N);
     if (split_rows) {
       const T* a = trans_a ? A + lo : A + lo * lda;
       gemm(trans_a, trans_b, hi - lo, N, K, alpha, a, lda, B, ldb, beta, C + lo * ldc, ldc);
@@ -73,7 +85,12 @@ void gemm_parallel(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, 
       const T* b = trans_b ? B + lo * ldb : B + lo;
       gemm(trans_a, trans_b, M, hi - lo, K, alpha, A, lda, b, ldb, beta, C + lo, ldc);
     }
-  }
+  };
+  // Inside a caller's parallel region (a thread's own image, say) the blocks run one after
+  // another on the calling thread: the same calls, so the same bits.
+  const int threads = omp_in_parallel() ? 1 : int(std::min<int64_t>(kernel_threads(), blocks));
+#pragma omp parallel for num_threads(threads) if (threads > 1) schedule(static, 1)
+  for (int64_t part = 0; part < blocks; ++part) block(part);
 }
 
 template void gemm<float>(bool, bool, int64_t, int64_t, int64_t, float, const float*, int64_t, const float*, int64_t,

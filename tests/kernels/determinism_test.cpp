@@ -1,7 +1,7 @@
 // Every reduction runs in a fixed order: two runs with the same thread count give
 // bit-identical results (here with 2 threads, where a racy reduction would show), and the
-// row-wise transformer kernels and the convolution's weight gradient give the same bits on
-// any thread count.
+// row-wise transformer kernels, the convolution's weight gradient and the GEMMs give the
+// same bits on any thread count.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -159,6 +159,29 @@ TEST(DeterminismTest, ConvWeightGradientIsTheSameBitsOnAnyThreadCount) {
     }
   }
   cpu::set_direct_conv2d(true);
+}
+
+// A GEMM's blocks follow its shape, never the thread count (kernels/cpu/gemm.cpp): OpenBLAS
+// picks its kernel, and its order of sums, by each call's sizes, so blocks that followed the
+// threads gave other bits on other thread counts. linear's three products on fashioncnn's
+// and bert-tiny's shapes and one of uneven sizes, on 1 against 2, 3, 5 and 16 threads.
+TEST(DeterminismTest, LinearIsTheSameBitsOnAnyThreadCount) {
+  for (const kernels::LinearShape& s : {kernels::LinearShape{64, 3136, 10}, kernels::LinearShape{64, 3136, 128},
+                                        kernels::LinearShape{4096, 128, 512}, kernels::LinearShape{37, 1000, 300}}) {
+    const std::string shape = " " + std::to_string(s.N) + "x" + std::to_string(s.in) + "->" + std::to_string(s.out);
+    const auto x = random_vector<float>(s.N * s.in, 5), w = random_vector<float>(s.out * s.in, 6),
+               b = random_vector<float>(s.out, 11), dy = random_vector<float>(s.N * s.out, 7);
+    const std::vector<int> counts = {2, 3, 5, 16};
+    expect_thread_count_free<float>("linear_forward" + shape, s.N * s.out, [&](std::vector<float>& y) {
+      cpu::linear_forward(s, x.data(), w.data(), b.data(), y.data());
+    }, counts);
+    expect_thread_count_free<float>("linear_backward_data" + shape, s.N * s.in, [&](std::vector<float>& dx) {
+      cpu::linear_backward_data(s, dy.data(), w.data(), dx.data());
+    }, counts);
+    expect_thread_count_free<float>("linear_backward_weight" + shape, s.out * s.in + s.out, [&](std::vector<float>& g) {
+      cpu::linear_backward_weight(s, x.data(), dy.data(), g.data(), g.data() + s.out * s.in, false);
+    }, counts);
+  }
 }
 
 // linear's bias gradient is each column of dy summed over the rows in row order, in double,

@@ -12,13 +12,13 @@
 #include <gtest/gtest.h>
 
 #include "engine/sgd.h"
+#include "kernels/cpu/kernels.h"
 #include "layers/zoo.h"
 #include "support/error_of.h"
 #include "support/test_support.h"
 #include "train/pipeline/balanced_stages.h"
 #include "train/pipeline/pipeline_step.h"
 #include "train/pipeline/pipeline_threads.h"
-#include "kernels/cpu/kernels.h"
 
 namespace dpcore::train::pipeline {
 namespace {
@@ -236,19 +236,36 @@ TEST(PipelineThreads, StagesOnThreadsGiveTheReferenceExecutorsBits) {
 // bits are those of stages without teams.
 // What lets a stage's team of fewer threads give one device's bits: a step's every kernel
 // sums in an order fixed by the shapes, not by the thread count (the convolution's weight
-// gradient among them, DeterminismTest). The CNN and the ResNet, float32 and float64.
+// gradient and the GEMMs' blocks among them, DeterminismTest). The CNN and the ResNet on
+// 8x8 images, float32 and float64, and fashioncnn at batch 64 (GEMMs large enough that
+// OpenBLAS's blocks would otherwise follow the threads).
 TEST(PipelineThreads, OneDevicesStepIsTheSameBitsOnAnyThreadCount) {
-  for (const char* spec : {kCnn, kResNet})
-    for (DType dtype : {DType::Float32, DType::Float64}) {
-      std::vector<double> one;
-      for (int threads : {1, 2, 3}) {
-        kernels::cpu::set_num_threads(threads);
-        const std::vector<double> got = one_device(spec, dtype, 10, 4, 2);
-        if (threads == 1) one = got;
-        EXPECT_EQ(got, one) << spec << " " << dtype_name(dtype) << " on " << threads << " threads";
-      }
-      kernels::cpu::set_num_threads(0);
-    }
+  auto steps = [](Job j, int threads) {
+    kernels::cpu::set_num_threads(threads);
+    for (int step = 0; step < 2; ++step)
+      accumulate_and_step(*j.model, *j.sgd, j.x, j.y, 4, counted_targets(j.y), {uint64_t(step), 0});
+    kernels::cpu::set_num_threads(0);
+    return state_of(*j.model);
+  };
+  auto fashioncnn = [] {
+    Job j;
+    layers::ModelDef def = layers::reference_model("fashioncnn");
+    j.model = std::make_unique<Model>(std::move(def.net), def.input_shape, Device::cpu(), DType::Float32, 5);
+    j.sgd = std::make_unique<Sgd>(j.model->parameters(), SgdConfig{0.05, 0.9, 0.0, 1e-3, true});
+    j.x = Tensor::from_vector(dpcore::testing::random_vector<float>(64 * 784, 11), {64, 1, 28, 28});
+    std::vector<int64_t> labels;
+    for (int64_t i = 0; i < 64; ++i) labels.push_back((i * 3 + 1) % 10);
+    j.y = Tensor::from_vector(labels, {64});
+    return j;
+  };
+  for (int threads : {2, 3}) {
+    for (const char* spec : {kCnn, kResNet})
+      for (DType dtype : {DType::Float32, DType::Float64})
+        EXPECT_EQ(steps(make_job(spec, dtype, 10), threads), steps(make_job(spec, dtype, 10), 1))
+            << spec << " " << dtype_name(dtype) << " on " << threads << " threads";
+    // 16 samples a micro-batch.
+    EXPECT_EQ(steps(fashioncnn(), threads), steps(fashioncnn(), 1)) << "fashioncnn on " << threads << " threads";
+  }
 }
 
 TEST(PipelineThreads, EachStageRunsOnItsTeamsCores) {
