@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "engine/device.h"
+#include "engine/memory_account.h"
 
 namespace dpcore {
 
@@ -40,6 +41,7 @@ class Storage {
   size_t bytes_ = 0;
   Device device_;
   Allocator* allocator_ = nullptr;
+  std::shared_ptr<MemoryAccount> account_;  // the allocating thread's, if it had one (engine/memory_account.h)
 };
 
 }  // namespace dpcore

@@ -153,6 +153,7 @@ class MetricsLog {
                         {"wall_s", m.wall_seconds}, {"replica_samples_per_s", m.replica_samples_per_s},
                         {"shares", m.shares}};
     for (const auto& [name, values] : m.counters) j[name] = values;
+    if (!m.stage_peak_bytes.empty()) j["stage_peak_bytes"] = m.stage_peak_bytes;
     if (!std::isnan(m.test_perplexity)) j["test_perplexity"] = m.test_perplexity;
     if (!std::isnan(m.grad_norm)) j["grad_norm"] = m.grad_norm;
     write(j);
@@ -425,6 +426,7 @@ TrainingRun::TrainingRun(const TrainOptions& options, std::ostream& primary_out)
   run_start_ = Clock::now();
   steps_at_start_ = progress_.step;
   runtime::reset_peak_bytes(device_);
+  runner_->reset_stage_peak_bytes();
   breakdown_.reset();  // the first epoch starts now, after the setup
 }
 
@@ -664,6 +666,7 @@ EpochMetrics TrainingRun::epoch_metrics(int64_t epoch) {
   m.seconds = totals_.train_seconds;
   m.samples_per_s = totals_.train_seconds > 0 ? double(totals_.samples) / totals_.train_seconds : 0;
   m.peak_bytes = runtime::peak_bytes(device_);
+  m.stage_peak_bytes = runner_->stage_peak_bytes();
   return m;
 }
 
@@ -671,7 +674,10 @@ void TrainingRun::print_epoch(const EpochMetrics& m) const {
   if (bar_) out_ << "\n";  // leave the bar's line
   out_ << std::fixed << std::setprecision(4) << "epoch " << m.epoch << ": train loss " << m.train_loss
        << ", test loss " << m.test_loss << test_accuracy_text(m) << ", " << std::setprecision(0) << m.samples_per_s << " samples/s, " << std::setprecision(1) << m.seconds
-       << " s, peak memory " << format_bytes(m.peak_bytes) << std::endl;
+       << " s, peak memory " << format_bytes(m.peak_bytes);
+  for (size_t s = 0; s < m.stage_peak_bytes.size(); ++s)
+    out_ << (s ? ", " : " (stages ") << format_bytes(m.stage_peak_bytes[s]) << (s + 1 == m.stage_peak_bytes.size() ? ")" : "");
+  out_ << std::endl;
   print_breakdown(m);
 }
 

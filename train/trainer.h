@@ -27,6 +27,7 @@ struct EpochMetrics {
   double grad_norm = std::nan("");
   double samples_per_s = 0, seconds = 0;
   size_t peak_bytes = 0;
+  std::vector<size_t> stage_peak_bytes;  // a pipeline's, per stage (StepRunner::stage_peak_bytes); else empty
   int64_t skipped_steps = 0;  // --skip-nonfinite: the epoch's steps not applied (NaN or Inf)
   // What the runner counted over the epoch (StepRunner::epoch_counters), e.g. async's
   // staleness histogram: in the metrics JSONL, each an array.

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "cli/cli_run.h"
@@ -61,6 +62,29 @@ TEST(CliPipeline, TheLogNamesTheScheduleStagesAndMicroBatches) {
   // The defaults: gpipe, one micro-batch per stage.
   EXPECT_NE(r.output.find("pipeline (gpipe) of 2 stages [0-2@cpu:0,3-6@cpu:1], 2 micro-batches"), std::string::npos)
       << r.output;
+}
+
+// Each stage's peak memory (the tensors its thread held at once) in the epoch line and the
+// metrics, and the step's in --explain.
+TEST(CliPipeline, EachStagesPeakMemoryIsInTheEpochLineTheMetricsAndExplain) {
+  dpcore::testing::TempDir dir;
+  CommandResult r = run(kJob + " --steps 3 --stages 0-2@cpu:0,3-6@cpu:1 --schedule 1f1b --micro-batches 4 --metrics " +
+                        dir.file("m.jsonl"));
+  ASSERT_EQ(r.status, 0) << r.output;
+  const size_t line = r.output.find("epoch 1: ");
+  ASSERT_NE(line, std::string::npos) << r.output;
+  const std::string epoch = r.output.substr(line, r.output.find('\n', line) - line);
+  const size_t stages = epoch.find(" (stages ");
+  ASSERT_NE(stages, std::string::npos) << epoch;
+  EXPECT_EQ(std::count(epoch.begin() + std::ptrdiff_t(stages), epoch.end(), 'B'), 2) << epoch;  // two sizes
+  const nlohmann::json m = nlohmann::json::parse(slurp(dir.file("m.jsonl")).substr(0, slurp(dir.file("m.jsonl")).find('\n')));
+  ASSERT_EQ(m["stage_peak_bytes"].size(), 2u) << m.dump();
+  for (const auto& bytes : m["stage_peak_bytes"]) EXPECT_GT(bytes.get<int64_t>(), 0) << m.dump();
+  EXPECT_LT(m["stage_peak_bytes"][0].get<int64_t>(), m["peak_bytes"].get<int64_t>()) << m.dump();
+  CommandResult e = run(kJob + " --steps 1 --stages 0-2@cpu:0,3-6@cpu:1 --explain");
+  EXPECT_NE(e.output.find("measured in this step, the most bytes of tensors each stage held at once: stage 0 "),
+            std::string::npos)
+      << e.output;
 }
 
 TEST(CliPipeline, ExplainTellsTheStagesTicksAndWhatCrossesEachBoundary) {

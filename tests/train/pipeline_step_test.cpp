@@ -294,6 +294,31 @@ TEST(PipelineThreads, EachStageRunsOnItsTeamsCores) {
   EXPECT_EQ(runtime::allowed_cpus(), cpus) << "the calling thread keeps its cores";
 }
 
+// The memory each stage's thread holds, measured by its account: under GPipe it grows with
+// the micro-batches (all M forwards' activations wait for the backwards), under 1F1B it does
+// not (at most min(P - s, M) at once), so 1F1B holds less on every stage. 4 stages, micro-
+// batches of 8 samples, M = 4 and M = 8.
+TEST(PipelineThreads, EachStagesMemoryGrowsWithTheMicroBatchesUnderGPipeOnly) {
+  const auto stages = parse_stages("0-3@cpu:0,4@cpu:1,5-8@cpu:2,9-10@cpu:3", 11, {4, 0});
+  auto peaks = [&](Schedule schedule, int micro_batches) {
+    Job j = make_job(kCnn, DType::Float32, 8 * micro_batches);
+    PipelineThreads threads(4);
+    PipelineStepStats stats;
+    threads.accumulate_gradients(*j.model, stages, schedule, micro_batches, j.x, j.y, 1.0, {}, &stats);
+    EXPECT_EQ(stats.peak_bytes, threads.peak_bytes()) << "one batch: its peak is the pipeline's";
+    return stats.peak_bytes;
+  };
+  const auto gpipe4 = peaks(Schedule::GPipe, 4), gpipe8 = peaks(Schedule::GPipe, 8);
+  const auto one4 = peaks(Schedule::OneFOneB, 4), one8 = peaks(Schedule::OneFOneB, 8);
+  ASSERT_EQ(gpipe8.size(), 4u);
+  for (size_t s = 0; s < 4; ++s) {
+    EXPECT_GT(gpipe8[s], gpipe4[s]) << "stage " << s;
+    EXPECT_EQ(one8[s], one4[s]) << "stage " << s;
+    EXPECT_LT(one8[s], gpipe8[s]) << "stage " << s;
+    EXPECT_GT(one8[s], 0u) << "stage " << s;
+  }
+}
+
 TEST(PipelineThreads, DropoutDrawsWhatItDrawsOnOneDevice) {
   // Two encoder layers with dropout on different stages: each stage sets the batch
   // position of its own layers only, and the masks are one device's.

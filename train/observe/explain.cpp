@@ -150,6 +150,7 @@ Explanation explain_step(StepRunner& runner, const data::Batch& batch, const Ste
     e.ticks = pipeline::tick_table(pipe->schedule(), int(stages.size()), micro_batches);
     e.peak_live = pipe->last_step().peak_live_activations;
     for (const runtime::CpuTeam& team : pipe->last_step().stage_cores) e.stage_cores.push_back(team.str());
+    e.stage_peak_bytes = pipe->last_step().peak_bytes;
     return e;
   }
   fail("--explain: cannot explain a step of ", runner.describe(),

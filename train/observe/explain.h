@@ -91,6 +91,7 @@ struct Explanation {
   std::string ticks;
   std::vector<int> peak_live;
   std::vector<std::string> stage_cores;  // where each stage's kernels ran ("core 0, 1 thread")
+  std::vector<size_t> stage_peak_bytes;   // the most bytes of tensors each stage held at once
 
   std::string optimizer = "sgd";  // Optimizer::name: sgd, adam, adamw
   SgdConfig sgd;                  // sgd's settings

@@ -207,6 +207,11 @@ void explain_pipeline(std::ostream& os, const Explanation& e) {
   }
   os << "   measured in this step, micro-batches of activations held at once:";
   for (int s = 0; s < stages; ++s) os << (s ? ", " : " ") << "stage " << s << " " << e.peak_live[s];
+  if (!e.stage_peak_bytes.empty()) {
+    os << "\n   measured in this step, the most bytes of tensors each stage held at once:";
+    for (int s = 0; s < stages; ++s)
+      os << (s ? ", " : " ") << "stage " << s << " " << bytes(int64_t(e.stage_peak_bytes[size_t(s)]));
+  }
   if (!e.stage_cores.empty()) {
     os << "\n   measured in this step, where each stage's kernels ran:";
     for (int s = 0; s < stages; ++s) os << (s ? "; " : " ") << "stage " << s << " on " << e.stage_cores[size_t(s)];

@@ -37,6 +37,8 @@ class PipelineRunner : public StepRunner {
   void set_rates(double lr, double momentum) override;
   void sync_replicas() override {}
   std::string describe() const override;
+  std::vector<size_t> stage_peak_bytes() const override { return threads_.peak_bytes(); }
+  void reset_stage_peak_bytes() override { threads_.reset_peaks(); }
 
   const std::vector<Stage>& stages() const { return stages_; }
   // Each stage's cores and threads (engine/cpu_team.h).

@@ -33,6 +33,9 @@ struct PipelineStepStats {
   // one-thread reference executor leaves it empty): the cores the thread may run on and
   // the threads its kernels use.
   std::vector<runtime::CpuTeam> stage_cores;
+  // Per stage (PipelineThreads; empty from the reference executor): the most bytes of
+  // tensors the stage's thread held at once in this batch (engine/memory_account.h).
+  std::vector<size_t> peak_bytes;
 };
 
 // One sample's shape at the input of each stage: `sample` (the model's input) through the

@@ -17,12 +17,24 @@ int tag(PipelineOp::Kind kind, int m) { return 2 * m + (kind == PipelineOp::Kind
 PipelineThreads::PipelineThreads(int stages, std::chrono::milliseconds timeout, std::vector<runtime::CpuTeam> teams)
     : comms_(comm::make_local_group(stages, comm::LocalOptions{timeout})),
       teams_(std::move(teams)),
+      accounts_(size_t(stages)),
       joined_(size_t(stages), 0),
       threads_(stages, [this](int s, const std::string& message) {
         comms_[s]->abort("pipeline stage " + std::to_string(s) + " failed: " + message);
       }) {
   DPCORE_CHECK(teams_.empty() || int(teams_.size()) == stages, "pipeline: ", teams_.size(), " CPU teams for ", stages,
                " stages");
+  for (auto& account : accounts_) account = std::make_shared<MemoryAccount>();
+}
+
+std::vector<size_t> PipelineThreads::peak_bytes() const {
+  std::vector<size_t> out;
+  for (const auto& account : accounts_) out.push_back(account->peak_bytes());
+  return out;
+}
+
+void PipelineThreads::reset_peaks() {
+  for (const auto& account : accounts_) account->reset_peak();
 }
 
 void PipelineThreads::run_stage(StageWork& work, Schedule schedule, int s) {
@@ -59,8 +71,10 @@ Tensor PipelineThreads::accumulate_gradients(Model& model, const std::vector<Sta
                ") for a pipeline of ", this->stages(), " threads");
   StageWork work(model, stages, micro_batches, x, y, grad_scale, start);
   std::vector<runtime::CpuTeam> cores(stages.size());  // cores[s]: written by stage s's thread only
+  for (const auto& account : accounts_) account->begin_window();
   try {
     threads_.run([&](int s) {
+      const MemoryAccount::Scope charged(accounts_[size_t(s)]);
       if (!teams_.empty() && !joined_[size_t(s)]) {
         runtime::join_cpu_team(teams_[size_t(s)]);
         joined_[size_t(s)] = 1;
@@ -76,6 +90,8 @@ Tensor PipelineThreads::accumulate_gradients(Model& model, const std::vector<Sta
   if (stats) {
     stats->peak_live_activations = work.peak_live_activations();
     stats->stage_cores = std::move(cores);
+    stats->peak_bytes.clear();
+    for (const auto& account : accounts_) stats->peak_bytes.push_back(account->window_peak_bytes());
   }
   return work.loss_sum();
 }

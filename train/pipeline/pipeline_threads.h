@@ -16,6 +16,7 @@
 
 #include "comm/communicator.h"
 #include "engine/cpu_team.h"
+#include "engine/memory_account.h"
 #include "train/pipeline/pipeline_step.h"
 #include "train/runners/replica_threads.h"
 
@@ -31,16 +32,24 @@ class PipelineThreads {
 
   int stages() const { return threads_.size(); }
 
-  // pipeline_accumulate_gradients' contract, each stage on its thread.
+  // pipeline_accumulate_gradients' contract, each stage on its thread. Each stage's thread
+  // charges the tensors it allocates to the stage's memory account (engine/memory_account.h):
+  // `stats` gets each stage's peak in this batch.
   Tensor accumulate_gradients(Model& model, const std::vector<Stage>& stages, Schedule schedule, int micro_batches,
                               const Tensor& x, const Tensor& y, double grad_scale, BatchStart start,
                               PipelineStepStats* stats = nullptr);
+
+  // Per stage, the most bytes of tensors its thread held at once since reset_peaks (or
+  // since the pipeline was made).
+  std::vector<size_t> peak_bytes() const;
+  void reset_peaks();
 
  private:
   void run_stage(StageWork& work, Schedule schedule, int s);
 
   std::vector<std::unique_ptr<comm::Communicator>> comms_;  // comms_[s]: stage s's rank
   std::vector<runtime::CpuTeam> teams_;
+  std::vector<std::shared_ptr<MemoryAccount>> accounts_;  // accounts_[s]: stage s's tensors
   std::vector<char> joined_;  // joined_[s]: stage s's thread has joined its team (its own to write)
   ReplicaThreads threads_;
 };

@@ -123,6 +123,11 @@ class StepRunner {
   // Counts the runner kept since the last call, for the metrics of an epoch (e.g. async's
   // staleness histogram): name and values. None by default.
   virtual std::vector<std::pair<std::string, std::vector<int64_t>>> epoch_counters() { return {}; }
+  // A pipeline's: per stage, the most bytes of tensors the stage's thread held at once since
+  // reset_stage_peak_bytes (the epoch line's and the metrics' peak memory per stage). Empty
+  // for a runner without stages.
+  virtual std::vector<size_t> stage_peak_bytes() const { return {}; }
+  virtual void reset_stage_peak_bytes() {}
 
  private:
   int64_t step_number_ = 0;  // 0: not set
