@@ -31,6 +31,7 @@
 #include "train/observe/job_trace.h"
 #include "train/pipeline/balanced_stages.h"
 #include "train/pipeline/pipeline_runner.h"
+#include "train/pipeline/pipeline_schedule.h"
 #include "train/observe/trace_window.h"
 #include "layers/weights.h"
 #include "layers/zoo.h"
@@ -265,7 +266,7 @@ std::string init_from(const TrainOptions& o, layers::Model& model) {
 std::string balanced_stages(const TrainOptions& o, const data::Dataset& train_data, Device device, std::string& log) {
   const int64_t micro_batches = pipeline_micro_batches(o.parallel.pipeline);
   data::LoaderOptions lo;
-  lo.batch_size = (o.batch + micro_batches - 1) / micro_batches;  // the first micro-batch, as tensor_split cuts
+  lo.batch_size = pipeline::micro_batch_sizes(o.batch, int(micro_batches)).front();  // the first, the largest
   lo.shuffle = false, lo.seed = o.seed, lo.prefetch = 1;
   if (o.task == "mlm") lo.mlm = data::mlm_masking_of(train_data, o.seed, false);
   data::DataLoader loader(train_data, lo);
@@ -675,8 +676,9 @@ void TrainingRun::print_epoch(const EpochMetrics& m) const {
   out_ << std::fixed << std::setprecision(4) << "epoch " << m.epoch << ": train loss " << m.train_loss
        << ", test loss " << m.test_loss << test_accuracy_text(m) << ", " << std::setprecision(0) << m.samples_per_s << " samples/s, " << std::setprecision(1) << m.seconds
        << " s, peak memory " << format_bytes(m.peak_bytes);
-  for (size_t s = 0; s < m.stage_peak_bytes.size(); ++s)
-    out_ << (s ? ", " : " (stages ") << format_bytes(m.stage_peak_bytes[s]) << (s + 1 == m.stage_peak_bytes.size() ? ")" : "");
+  std::string stages;
+  for (size_t bytes : m.stage_peak_bytes) stages += (stages.empty() ? "" : ", ") + format_bytes(bytes);
+  if (!stages.empty()) out_ << " (stages " << stages << ")";
   out_ << std::endl;
   print_breakdown(m);
 }

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "cli/cli_run.h"
+#include "cli/metrics_lines.h"
 #include "support/test_support.h"
 
 namespace {
@@ -77,7 +78,7 @@ TEST(CliPipeline, EachStagesPeakMemoryIsInTheEpochLineTheMetricsAndExplain) {
   const size_t stages = epoch.find(" (stages ");
   ASSERT_NE(stages, std::string::npos) << epoch;
   EXPECT_EQ(std::count(epoch.begin() + std::ptrdiff_t(stages), epoch.end(), 'B'), 2) << epoch;  // two sizes
-  const nlohmann::json m = nlohmann::json::parse(slurp(dir.file("m.jsonl")).substr(0, slurp(dir.file("m.jsonl")).find('\n')));
+  const nlohmann::json m = dpcore::testing::metrics_lines(dir.file("m.jsonl")).front();
   ASSERT_EQ(m["stage_peak_bytes"].size(), 2u) << m.dump();
   for (const auto& bytes : m["stage_peak_bytes"]) EXPECT_GT(bytes.get<int64_t>(), 0) << m.dump();
   EXPECT_LT(m["stage_peak_bytes"][0].get<int64_t>(), m["peak_bytes"].get<int64_t>()) << m.dump();

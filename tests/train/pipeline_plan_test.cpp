@@ -142,7 +142,8 @@ TEST(BalanceStages, AnExpensiveLayerGetsAStageOfItsOwn) {
 
 TEST(BalanceStages, MoreStagesThanLayersIsRefused) {
   EXPECT_EQ(error_of([] { balance_stages({1, 2, 3}, 4, std::vector<StageDevice>(4)); }),
-            "--pipeline 4: more stages than the model has layers (3)");
+            "--pipeline 4: more stages than the model has layers (3; a layer is a top-level child of the model, a "
+            "residual block one layer)");
   EXPECT_EQ(error_of([] { balance_stages({1, 2, 3}, 0, {}); }), "--pipeline 0: needs at least 1 stage");
   EXPECT_EQ(error_of([] { balance_stages({1, 2, 3}, 2, {cpu_team(0)}); }),
             "--pipeline 2: 1 devices given for 2 stages");

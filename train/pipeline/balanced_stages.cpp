@@ -18,14 +18,8 @@ std::string milliseconds(double seconds) {
 }  // namespace
 
 BalancedStages balance_pipeline(Model& model, const Tensor& x, const Tensor& y, int stages, int cpu_teams) {
-  const std::string flag = "--pipeline " + std::to_string(stages);
-  const int layers = int(model.net().size());
-  DPCORE_CHECK(stages >= 1, flag, ": needs at least 1 stage");
-  DPCORE_CHECK(stages <= layers, flag, ": more stages than the model has layers (", layers,
-               "; a layer is a top-level child of the model, a residual block one layer)");
-  DPCORE_CHECK(model.device().is_cpu(), flag, " with the model on ", model.device().str(),
-               ": the stages are CPU thread teams (cpu:N), timed on the CPU; give --device cpu");
-  DPCORE_CHECK(cpu_teams >= 1, flag, ": ", cpu_teams, " CPU teams to put the stages on");
+  check_stage_count(stages, int(model.net().size()));  // before the timing, not after it
+  DPCORE_CHECK(cpu_teams >= 1, "--pipeline ", stages, ": ", cpu_teams, " CPU teams to put the stages on");
   BalancedStages out;
   out.samples = x.size(0);
   out.layer_seconds = measure_layer_costs(model, x, y, 1, kBalanceRepeats);

@@ -28,7 +28,8 @@ inline constexpr int kBalanceRepeats = 3;
 // stage i on CPU team i mod `cpu_teams` (a machine of fewer cores than stages shares them).
 // Measuring trains nothing but moves batch norm's running statistics, so give it a model
 // made for the purpose, not the one that trains. Refuses, naming --pipeline and the value:
-// fewer than 1 stage, more stages than layers, a model on a GPU.
+// fewer than 1 stage, more stages than layers (check_stage_count); measure_layer_costs
+// refuses a model on a GPU.
 BalancedStages balance_pipeline(Model& model, const Tensor& x, const Tensor& y, int stages, int cpu_teams);
 
 // The log line: the measured layers, the stages chosen and what each costs.

@@ -49,10 +49,10 @@ PipelineRunner::PipelineRunner(std::unique_ptr<Model> model, const OptimizerConf
     : model_(std::move(model)),
       optimizer_(make_optimizer(model_->parameters(), optimizer)),
       stages_(checked_stages(*model_, accum, options)),
-      teams_(stage_cpu_teams(stages_, runtime::allowed_cpus(), runtime::cpu_threads())),
       schedule_(parse_schedule(options.pipeline.schedule)),
       micro_batches_(int(pipeline_micro_batches(options.pipeline))),
-      threads_(int(stages_.size()), std::chrono::milliseconds(int64_t(options.timeout_s * 1000)), teams_) {
+      threads_(int(stages_.size()), std::chrono::milliseconds(int64_t(options.timeout_s * 1000)),
+               stage_cpu_teams(stages_, runtime::allowed_cpus(), runtime::cpu_threads())) {
   stage_order(schedule_, 0, int(stages_.size()), micro_batches_);  // refuses naive with M > 1
 }
 

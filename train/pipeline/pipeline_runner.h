@@ -41,8 +41,6 @@ class PipelineRunner : public StepRunner {
   void reset_stage_peak_bytes() override { threads_.reset_peaks(); }
 
   const std::vector<Stage>& stages() const { return stages_; }
-  // Each stage's cores and threads (engine/cpu_team.h).
-  const std::vector<runtime::CpuTeam>& teams() const { return teams_; }
   Schedule schedule() const { return schedule_; }
   int micro_batches() const { return micro_batches_; }
   // The latest step's measured live activations per stage.
@@ -52,7 +50,6 @@ class PipelineRunner : public StepRunner {
   std::unique_ptr<Model> model_;
   std::unique_ptr<Optimizer> optimizer_;
   std::vector<Stage> stages_;
-  std::vector<runtime::CpuTeam> teams_;
   Schedule schedule_;
   int micro_batches_;
   PipelineThreads threads_;

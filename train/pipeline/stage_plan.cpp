@@ -93,11 +93,16 @@ std::vector<Stage> parse_stages(const std::string& text, int layer_count, const 
   return stages;
 }
 
+void check_stage_count(int stages, int layer_count) {
+  DPCORE_CHECK(stages >= 1, "--pipeline ", stages, ": needs at least 1 stage");
+  DPCORE_CHECK(stages <= layer_count, "--pipeline ", stages, ": more stages than the model has layers (", layer_count,
+               "; a layer is a top-level child of the model, a residual block one layer)");
+}
+
 std::vector<Stage> balance_stages(const std::vector<double>& layer_costs, int stages,
                                   const std::vector<StageDevice>& devices) {
   const int n = int(layer_costs.size());
-  DPCORE_CHECK(stages >= 1, "--pipeline ", stages, ": needs at least 1 stage");
-  DPCORE_CHECK(stages <= n, "--pipeline ", stages, ": more stages than the model has layers (", n, ")");
+  check_stage_count(stages, n);
   DPCORE_CHECK(int(devices.size()) == stages, "--pipeline ", stages, ": ", devices.size(), " devices given for ",
                stages, " stages");
   // prefix[i]: the cost of layers 0..i-1.

@@ -51,10 +51,13 @@ struct Stage {
 // "cpu:N"/"cuda:N" or that `available` does not have.
 std::vector<Stage> parse_stages(const std::string& text, int layer_count, const AvailableDevices& available);
 
+// --pipeline P for a model of `layer_count` layers: refuses P < 1 and P > layer_count.
+void check_stage_count(int stages, int layer_count);
+
 // --pipeline P: splits layers 0..n-1 (n = layer_costs.size(), each cost the layer's forward
 // plus backward time) into P contiguous, non-empty stages whose slowest stage costs as
-// little as possible; stage i goes on devices[i]. Refuses P < 1, P > n and a device count
-// other than P.
+// little as possible; stage i goes on devices[i]. Refuses what check_stage_count refuses
+// and a device count other than P.
 std::vector<Stage> balance_stages(const std::vector<double>& layer_costs, int stages,
                                   const std::vector<StageDevice>& devices);
 
