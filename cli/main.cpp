@@ -505,7 +505,9 @@ void add_train_flags(CLI::App& cmd, TrainOptions& o, BackendFlags& b) {
   cmd.add_option("--split", o.parallel.split, "how the batch is shared: even, weights:3,1,..., or adaptive")->capture_default_str();
   CLI::Option* stages = cmd.add_option("--stages", o.parallel.pipeline.stages,
                                        "a pipeline: which layers run on which stage, e.g. 0-5@cpu:0,6-11@cpu:1 (layers "
-                                       "are the model's top-level children, numbered from 0; docs/pipelines.md)");
+                                       "are the model's top-level children, numbered from 0; with --replicas D, D "
+                                       "such pipelines, each stage's gradients reduced among its replicas; "
+                                       "docs/pipelines.md)");
   with_rule(cmd.add_option("--pipeline", o.parallel.pipeline.balanced_stages,
                            "a pipeline of P stages, the layers split by their forward + backward time measured on "
                            "the first micro-batch (stage i on cpu:i, sharing cores when there are fewer than P; docs/pipelines.md)"),

@@ -103,6 +103,11 @@ struct LocalOptions {
   // How long a replica waits for the others at any rendezvous before the group fails with
   // "local allreduce: replica 2 did not arrive within 300 s".
   std::chrono::milliseconds timeout = std::chrono::seconds(300);
+  // Rank r's communication thread in a trace: the lane "<lanes> r", placed at first_lane + r
+  // (-1: trace::kCommLanes + r). A group beside the replicas' (a pipeline's stages) names
+  // its own.
+  std::string lanes = "comm";
+  int first_lane = -1;
 };
 // One Communicator per replica, rank i at index i. Each replica's thread calls the
 // collectives on its own Communicator; they meet inside. world_size >= 1.

@@ -271,9 +271,10 @@ std::vector<std::unique_ptr<Communicator>> make_local_group(int world_size, cons
                " ms must be positive");
   auto rendezvous = std::make_shared<Rendezvous>(world_size, options.timeout);
   std::vector<std::unique_ptr<Communicator>> group;
+  const int first_lane = options.first_lane >= 0 ? options.first_lane : trace::kCommLanes;
   for (int r = 0; r < world_size; ++r) {
-    group.push_back(
-        std::make_unique<LocalCommunicator>(rendezvous, r, "comm " + std::to_string(r), trace::kCommLanes + r));
+    group.push_back(std::make_unique<LocalCommunicator>(rendezvous, r, options.lanes + " " + std::to_string(r),
+                                                        first_lane + r));
   }
   return group;
 }

@@ -52,10 +52,13 @@ struct Label {
   Args args;
 };
 
-// Lane order in the viewer (thread_sort_index): replica r at kReplicaLanes + r, its
-// communication thread at kCommLanes + r, then the main thread and the loader.
-// A device stream's lane sorts after every thread's, at kDeviceLanes + its thread's index.
-constexpr int kReplicaLanes = 0, kCommLanes = 1000, kMainLane = 2000, kLoaderLane = 3000, kDeviceLanes = 10000;
+// Lane order in the viewer (thread_sort_index): replica r at kReplicaLanes + r, a pipeline's
+// stage threads from kStageLanes, the communication threads from kCommLanes (replica r's at
+// kCommLanes + r; a pipeline's stages' from kStageCommLanes, the groups of a stage's
+// replicas from kStageGroupCommLanes), then the main thread and the loader. A device
+// stream's lane sorts after every thread's, at kDeviceLanes + its thread's index.
+constexpr int kReplicaLanes = 0, kStageLanes = 500, kCommLanes = 1000, kStageCommLanes = 1500,
+              kStageGroupCommLanes = 1750, kMainLane = 2000, kLoaderLane = 3000, kDeviceLanes = 10000;
 
 namespace detail {
 extern std::atomic<bool> recording;  // spans go somewhere: to a file (start) or a listener (listen)

@@ -12,6 +12,7 @@
 #include <optional>
 #include <sstream>
 
+#include "comm/communicator.h"
 #include "engine/backend.h"
 #include "engine/cpu_team.h"
 #include "engine/data/augment.h"
@@ -32,6 +33,7 @@
 #include "train/pipeline/balanced_stages.h"
 #include "train/pipeline/pipeline_runner.h"
 #include "train/pipeline/pipeline_schedule.h"
+#include "train/step/split.h"
 #include "train/observe/trace_window.h"
 #include "layers/weights.h"
 #include "layers/zoo.h"
@@ -195,8 +197,9 @@ const TrainOptions& checked(const TrainOptions& o) {
   DPCORE_CHECK(o.epochs >= 1 || o.steps >= 1, "--epochs or --steps must be at least 1");
   DPCORE_CHECK(o.accum >= 1 && o.accum * o.parallel.replicas <= o.batch, "--batch ", o.batch,
                " cannot be split into --accum ", o.accum, " x --replicas ", o.parallel.replicas, " micro-batches");
-  DPCORE_CHECK(pipeline_micro_batches(o.parallel.pipeline) <= o.batch, "--batch ", o.batch,
-               " cannot be split into --micro-batches ", pipeline_micro_batches(o.parallel.pipeline));
+  DPCORE_CHECK(pipeline_micro_batches(o.parallel.pipeline) * o.parallel.replicas <= o.batch, "--batch ", o.batch,
+               " cannot be split into --micro-batches ", pipeline_micro_batches(o.parallel.pipeline), " x --replicas ",
+               o.parallel.replicas, " micro-batches");
   DPCORE_CHECK(!o.resume || !o.checkpoint_dir.empty(), "--resume needs --checkpoint DIR");
   DPCORE_CHECK(!o.force_resume || o.resume, "--force-resume needs --resume");
   DPCORE_CHECK(o.init.empty() || o.init_from.empty(), "--init ", o.init, " and --init-from ", o.init_from,
@@ -213,6 +216,13 @@ const TrainOptions& checked(const TrainOptions& o) {
                ": a checkpoint holds one model, which local SGD has only at its averagings (every ", sync.period,
                " steps); use a multiple of ", sync.period);
   DPCORE_CHECK(o.trace_steps >= 1, "--trace-steps ", o.trace_steps, " must be at least 1");
+  DPCORE_CHECK(!is_pipeline(o.parallel.pipeline) || o.parallel.backend != "mpi" || o.clip_grad_norm < 0,
+               "--clip-grad-norm ", o.clip_grad_norm, " with --backend mpi and ", pipeline::pipeline_flag(o.parallel.pipeline),
+               ": the norm is over every stage's gradients, and each process has its own stage's");
+  DPCORE_CHECK(!o.explain || !is_pipeline(o.parallel.pipeline) || (o.parallel.replicas == 1 && o.parallel.backend != "mpi"),
+               "--explain with ", pipeline::pipeline_flag(o.parallel.pipeline), " and ",
+               o.parallel.backend == "mpi" ? std::string("--backend mpi") : "--replicas " + std::to_string(o.parallel.replicas),
+               ": it tells the step of one pipeline in one process, or of data parallel alone");
   DPCORE_CHECK(!o.explain || o.parallel.sync == "full",
                "--explain tells one synchronous step (--sync full); with --sync ", o.parallel.sync,
                " the replicas step on their own");
@@ -266,7 +276,8 @@ std::string init_from(const TrainOptions& o, layers::Model& model) {
 std::string balanced_stages(const TrainOptions& o, const data::Dataset& train_data, Device device, std::string& log) {
   const int64_t micro_batches = pipeline_micro_batches(o.parallel.pipeline);
   data::LoaderOptions lo;
-  lo.batch_size = pipeline::micro_batch_sizes(o.batch, int(micro_batches)).front();  // the first, the largest
+  // The first piece of the first micro-batch (the largest): a replica's, when there are several.
+  lo.batch_size = chunk_sizes(pipeline::micro_batch_sizes(o.batch, int(micro_batches)).front(), o.parallel.replicas).front();
   lo.shuffle = false, lo.seed = o.seed, lo.prefetch = 1;
   if (o.task == "mlm") lo.mlm = data::mlm_masking_of(train_data, o.seed, false);
   data::DataLoader loader(train_data, lo);
@@ -295,6 +306,8 @@ std::unique_ptr<StepRunner> set_up_runner(const TrainOptions& o, const data::Dat
                  parallel.pipeline.balanced_stages, ": give the stages, or how many to balance, not both");
     pipeline::check_pipeline_flags(*model, o.accum, parallel);
     parallel.pipeline.stages = balanced_stages(o, train_data, device, loaded);
+    // Under mpirun every process timed the layers on its own: they all take rank 0's stages.
+    if (parallel.backend == "mpi") parallel.pipeline.stages = comm::mpi_allgather_strings(parallel.pipeline.stages).front();
   }
   auto runner = make_runner(std::move(model), optimizer_config(o), o.accum, parallel);
   if (runner->is_primary()) primary_out << loaded;

@@ -1,7 +1,8 @@
 // `dpcore train --stages ...` (and --pipeline P) as a user runs it: a pipelined run trains one device's
 // parameters with --accum M (the saved weights are the same bytes), a checkpoint it writes
-// resumes on one device and one device's resumes as a pipeline, the log says what runs,
-// and what a pipeline cannot take is refused naming the flags.
+// resumes on one device and one device's resumes as a pipeline, the log says what runs;
+// with --replicas D, ddp's parameters, and checkpoints across one device, ddp and the
+// hybrid; what a pipeline cannot take is refused naming the flags.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -130,6 +131,76 @@ TEST(CliPipeline, CheckpointsResumeAcrossOneDeviceAndAPipeline) {
   EXPECT_NE(balanced.output.find("--accum 4, this run has 2"), std::string::npos) << balanced.output;
 }
 
+// Pipeline x data parallel: 2 stages x 2 replicas train ddp's weights with --accum 4 (the
+// same bytes: a sum of two replicas has one order), batch norm's running statistics
+// included, whether the stages are given or balanced.
+TEST(CliPipeline, StagesTimesReplicasSaveDdpsWeights) {
+  dpcore::testing::TempDir dir;
+  ASSERT_EQ(run(kJob + kSteps + " --replicas 2 --accum 4 --save " + dir.file("ddp.safetensors")).status, 0);
+  for (const std::string& hybrid : {std::string(" --stages 0-2@cpu:0,3-6@cpu:1 --schedule 1f1b --micro-batches 4"),
+                                    std::string(" --pipeline 2 --micro-batches 4")}) {
+    SCOPED_TRACE(hybrid);
+    CommandResult r = run(kJob + kSteps + hybrid + " --replicas 2 --save " + dir.file("hybrid.safetensors"));
+    ASSERT_EQ(r.status, 0) << r.output;
+    EXPECT_TRUE(slurp(dir.file("hybrid.safetensors")) == slurp(dir.file("ddp.safetensors")));
+    EXPECT_NE(r.output.find(" x 2 replicas (each stage's gradients reduced among its replicas)"), std::string::npos)
+        << r.output;
+  }
+}
+
+// A checkpoint of 2 stages x 2 replicas resumes on one device and on plain data parallel,
+// and theirs resume on it: each run ends with the weights of the same history run without
+// the hybrid (ddp's checkpoint of step 8, then the same runner to step 16).
+TEST(CliPipeline, HybridCheckpointsResumeOnOneDeviceAndDataParallelAndBack) {
+  dpcore::testing::TempDir dir;
+  const std::string hybrid = " --stages 0-3@cpu:0,4-6@cpu:1 --micro-batches 4 --replicas 2";
+  const std::string ddp = " --replicas 2 --accum 4", one = " --accum 4";
+  auto resumed = [&](const std::string& from, const std::string& runner, const std::string& out) {
+    CommandResult r = run(kJob + kSteps + runner + " --resume --checkpoint " + dir.file(from) + " --save " + dir.file(out));
+    EXPECT_EQ(r.status, 0) << r.output;
+    return slurp(dir.file(out));
+  };
+  ASSERT_EQ(run(kJob + hybrid + " --steps 8 --checkpoint " + dir.file("hybrid")).status, 0);
+  ASSERT_EQ(run(kJob + ddp + " --steps 8 --checkpoint " + dir.file("ddp")).status, 0);
+  ASSERT_EQ(run(kJob + one + " --steps 8 --checkpoint " + dir.file("one")).status, 0);
+  EXPECT_TRUE(resumed("hybrid", one, "h1.safetensors") == resumed("ddp", one, "d1.safetensors"));
+  EXPECT_TRUE(resumed("hybrid", ddp, "h2.safetensors") == resumed("ddp", ddp, "d2.safetensors"));
+  EXPECT_TRUE(resumed("ddp", hybrid, "d3.safetensors") == slurp(dir.file("d2.safetensors")));
+  EXPECT_TRUE(resumed("one", hybrid, "o3.safetensors") == resumed("one", ddp, "o2.safetensors"));
+}
+
+// The same 2 stages x 2 replicas as 4 processes under mpirun: ddp's weights, and its
+// checkpoints resume on one device and ddp's resume on it.
+TEST(CliPipeline, StagesAndReplicasAsMpiProcessesSaveDdpsWeightsAndResumeAnywhere) {
+#ifndef DPCORE_MPIEXEC
+  GTEST_SKIP() << "built without MPI: the stages run as processes under mpirun";
+#else
+  dpcore::testing::TempDir dir;
+  const std::string stages = " --backend mpi --stages 0-3@cpu:0,4-6@cpu:1 --schedule 1f1b --micro-batches 4";
+  const std::string mpirun = dpcore::testing::mpirun(4);
+  ASSERT_EQ(run(kJob + kSteps + " --replicas 2 --accum 4 --save " + dir.file("ddp.safetensors")).status, 0);
+  CommandResult r = dpcore::testing::run_command(kJob + kSteps + stages + " --save " + dir.file("mpi.safetensors"), mpirun);
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_TRUE(slurp(dir.file("mpi.safetensors")) == slurp(dir.file("ddp.safetensors")));
+  EXPECT_NE(r.output.find("x 2 replicas, a process each (mpi, 4 processes; this one: stage 0 of replica 0)"),
+            std::string::npos) << r.output;
+  // Step 8's checkpoint, from the processes and from ddp, taken to the end on one device.
+  ASSERT_EQ(dpcore::testing::run_command(kJob + stages + " --steps 8 --checkpoint " + dir.file("mpi"), mpirun).status, 0);
+  ASSERT_EQ(run(kJob + " --replicas 2 --accum 4 --steps 8 --checkpoint " + dir.file("ddp")).status, 0);
+  const std::string one = kSteps + std::string(" --accum 4 --resume --checkpoint ");
+  ASSERT_EQ(run(kJob + one + dir.file("mpi") + " --save " + dir.file("m1.safetensors")).status, 0);
+  ASSERT_EQ(run(kJob + one + dir.file("ddp") + " --save " + dir.file("d1.safetensors")).status, 0);
+  EXPECT_TRUE(slurp(dir.file("m1.safetensors")) == slurp(dir.file("d1.safetensors")));
+  // And ddp's checkpoint taken to the end by the processes, as by ddp.
+  CommandResult back = dpcore::testing::run_command(
+      kJob + kSteps + stages + " --resume --checkpoint " + dir.file("ddp") + " --save " + dir.file("d4.safetensors"), mpirun);
+  ASSERT_EQ(back.status, 0) << back.output;
+  ASSERT_EQ(run(kJob + kSteps + " --replicas 2 --accum 4 --resume --checkpoint " + dir.file("ddp") + " --save " +
+                dir.file("d2.safetensors")).status, 0);
+  EXPECT_TRUE(slurp(dir.file("d4.safetensors")) == slurp(dir.file("d2.safetensors")));
+#endif
+}
+
 TEST(CliPipeline, WhatAPipelineCannotTakeIsRefusedNamingIt) {
   struct Case {
     std::string args, expected;
@@ -139,7 +210,10 @@ TEST(CliPipeline, WhatAPipelineCannotTakeIsRefusedNamingIt) {
       {" --stages 0-2@cpu:0,3-7@cpu:1", "layer 7 does not exist (the model has 7 layers, 0-6)"},
       // (Without a GPU: "cuda:0 does not exist"; with one: "this runner's stages are CPU thread teams".)
       {" --stages 0-6@cuda:0", "0-6@cuda:0"},
-      {" --stages 0-2@cpu:0,3-6@cpu:1 --replicas 2", "--stages 0-2@cpu:0,3-6@cpu:1 with --replicas 2"},
+      {" --stages 0-2@cpu:0,3-6@cpu:1 --replicas 2 --mode dp", "--stages 0-2@cpu:0,3-6@cpu:1 with --replicas 2 --mode dp"},
+      {" --stages 0-2@cpu:0,3-6@cpu:1 --replicas 2 --micro-batches 9",
+       "--batch 16 cannot be split into --micro-batches 9 x --replicas 2 micro-batches"},
+      {" --stages 0-2@cpu:0,3-6@cpu:1 --replicas 2 --explain", "--explain with --stages 0-2@cpu:0,3-6@cpu:1 and --replicas 2"},
       {" --stages 0-2@cpu:0,3-6@cpu:1 --accum 2", "the pipeline's micro-batches are --micro-batches"},
       {" --stages 0-2@cpu:0,3-6@cpu:1 --sync local:2", "with --sync local:2"},
       {" --stages 0-2@cpu:0,3-6@cpu:1 --schedule pipedream", "--schedule 'pipedream': unknown pipeline schedule"},
@@ -150,7 +224,7 @@ TEST(CliPipeline, WhatAPipelineCannotTakeIsRefusedNamingIt) {
       {" --micro-batches 2", "--micro-batches is a pipeline's: give it with --stages or --pipeline P"},
       {" --pipeline 8", "--pipeline 8: more stages than the model has layers (7;"},
       {" --pipeline 2 --stages 0-6@cpu:0", "--stages excludes --pipeline"},
-      {" --pipeline 2 --replicas 2", "--pipeline 2 with --replicas 2: a pipeline here is one process's stages"},
+      {" --pipeline 2 --replicas 2 --batchnorm sync", "--pipeline 2 with --replicas 2 --batchnorm sync"},
       {" --pipeline 2 --micro-batches 17", "--batch 16 cannot be split into --micro-batches 17"},
   };
   for (const Case& c : cases) {

@@ -1,8 +1,8 @@
 // Traces of the runners' steps (engine/trace.h): what a learner reads off the timeline must
 // be true of the run. Each bucket's allreduce ends after its last gradient became final
 // (checked against the runner's own buckets), the allreduces of one bucket overlap on every
-// replica, dp's scatter and gather account for every row, every lane nests, and a run
-// without tracing records nothing.
+// replica, dp's scatter and gather account for every row, a pipeline's stages are lanes
+// that follow their schedule, every lane nests, and a run without tracing records nothing.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -13,6 +13,7 @@
 #include "engine/trace.h"
 #include "equivalence.h"
 #include "support/trace_checks.h"
+#include "train/pipeline/pipeline_step.h"
 #include "train/runners/ddp.h"
 #include "train/observe/job_trace.h"
 #include "train/observe/trace_window.h"
@@ -154,6 +155,89 @@ TEST(TrainTrace, OneDeviceStepShowsEachLayerLossBackwardAndOptimizer) {
   const std::vector<TraceSpan> backward = spans_of(t, "main", "backward");
   ASSERT_EQ(backward.size(), 1u);
   EXPECT_EQ(spans_of(t, "main", "AccumulateGrad").size(), runner.model().parameters().entries().size());
+}
+
+// A pipeline of 4 stages and 8 micro-batches: a lane per stage, placed in stage order, with
+// one forward and one backward span per micro-batch in its schedule's order; each forward
+// after the stage below finished it, each backward after the stage above finished its own;
+// every transfer a span naming its peer and bytes, and the stages' communication threads
+// lanes of their own.
+TEST(TrainTrace, EachPipelineStageIsALaneWithItsScheduleAndTransfers) {
+  constexpr int P = 4, M = 8;
+  for (const std::string schedule : {"gpipe", "1f1b"}) {
+    SCOPED_TRACE(schedule);
+    TempDir dir;
+    ParallelOptions o;
+    o.pipeline.stages = "0@cpu:0,1@cpu:1,2-3@cpu:0,4-6@cpu:1", o.pipeline.schedule = schedule;
+    o.pipeline.micro_batches = M;
+    auto runner = make_runner(bucketed_net(), kSgd, 1, o);
+    TraceFile t = traced_steps(*runner, 1, dir);
+    const auto stages = train::pipeline::parse_stages(o.pipeline.stages, 7, {2, 0});
+    const auto shapes = train::pipeline::stage_input_shapes(runner->model(), stages, {3, 32, 32});
+    std::vector<std::vector<TraceSpan>> ops(P);  // [stage]: its micro-batch spans in order
+    for (int s = 0; s < P; ++s) {
+      const std::string name = "stage " + std::to_string(s);
+      ops[s] = spans_of(t, name, "micro-batch ");
+      const auto order = train::pipeline::stage_order(train::pipeline::parse_schedule(schedule), s, P, M);
+      ASSERT_EQ(ops[s].size(), order.size()) << name;
+      for (size_t i = 0; i < order.size(); ++i) {
+        const bool forward = order[i].kind == train::pipeline::PipelineOp::Kind::Forward;
+        EXPECT_EQ(ops[s][i].name, "micro-batch " + std::to_string(order[i].micro_batch) + (forward ? " forward" : " backward"));
+      }
+      for (const auto& [key, lane] : t.lanes)
+        if (lane == name) EXPECT_EQ(t.sort_index.at(key), trace::kStageLanes + s);
+      // Stage s > 0 receives M activations of [3 rows, its input] from stage s - 1.
+      const std::vector<TraceSpan> received = spans_of(t, name, "recv activations");
+      ASSERT_EQ(received.size(), size_t(s > 0 ? M : 0)) << name;
+      for (const TraceSpan& r : received) {
+        EXPECT_EQ(r.args["peer"], s - 1);
+        EXPECT_EQ(r.args["bytes"], int64_t(kBatch / M * shape_numel(shapes[size_t(s)]) * 4)) << r.name;
+      }
+      EXPECT_EQ(spans_of(t, name, "send gradients").size(), size_t(s > 0 ? M : 0)) << name;
+      EXPECT_FALSE(spans_of(t, "stage comm " + std::to_string(s), "").empty());
+    }
+    auto find = [&](int s, const std::string& name) {
+      for (const TraceSpan& span : ops[s])
+        if (span.name == name) return span;
+      ADD_FAILURE() << "stage " << s << " has no span " << name;
+      return TraceSpan{};
+    };
+    for (int s = 1; s < P; ++s) {
+      for (int m = 0; m < M; ++m) {
+        const std::string f = "micro-batch " + std::to_string(m) + " forward", b = "micro-batch " + std::to_string(m) + " backward";
+        EXPECT_GE(find(s, f).begin, find(s - 1, f).end) << "stage " << s << " " << f;
+        EXPECT_GE(find(s - 1, b).begin, find(s, b).end) << "stage " << s - 1 << " " << b;
+      }
+    }
+  }
+}
+
+// Pipeline x data parallel: a lane per replica's stage, and each stage's gradients reduced
+// over its own group once its last backward is done.
+TEST(TrainTrace, EachReplicasStageIsALaneAndReducesItsGradientsWithItsGroup) {
+  TempDir dir;
+  ParallelOptions o;
+  o.replicas = 2, o.pipeline.stages = "0-2@cpu:0,3-6@cpu:1", o.pipeline.schedule = "1f1b", o.pipeline.micro_batches = 2;
+  auto runner = make_runner(bucketed_net(), kSgd, 1, o);
+  TraceFile t = traced_steps(*runner, 1, dir);
+  for (int d = 0; d < 2; ++d) {
+    for (int s = 0; s < 2; ++s) {
+      const std::string name = "replica " + std::to_string(d) + " stage " + std::to_string(s);
+      const std::vector<TraceSpan> ops = spans_of(t, name, "micro-batch ");
+      ASSERT_EQ(ops.size(), 4u) << name;
+      const std::vector<TraceSpan> reduce = spans_of(t, name, "allreduce stage " + std::to_string(s));
+      ASSERT_EQ(reduce.size(), 1u) << name;
+      EXPECT_GE(reduce[0].begin, ops.back().end) << name;
+      const std::vector<TraceSpan> group =
+          spans_of(t, "stage " + std::to_string(s) + " group comm " + std::to_string(d), "");
+      const auto reduction = std::find_if(group.begin(), group.end(), [&](const TraceSpan& span) {
+        return span.name.find("stage " + std::to_string(s) + " gradients") != std::string::npos;
+      });
+      ASSERT_NE(reduction, group.end()) << name;
+      EXPECT_NE(reduction->name.rfind("allreduce", 0), std::string::npos) << reduction->name;
+      EXPECT_EQ(reduction->args["bytes"], reduce[0].args["bytes"]) << reduction->name;
+    }
+  }
 }
 
 TEST(TrainTrace, ARunWithoutTracingRecordsNothing) {

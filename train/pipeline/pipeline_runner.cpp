@@ -7,24 +7,6 @@
 
 namespace dpcore::train::pipeline {
 
-namespace {
-
-// The stages of --stages (or of --pipeline, filled in by the trainer) for `model`.
-std::vector<Stage> checked_stages(Model& model, int64_t accum, const ParallelOptions& o) {
-  check_pipeline_flags(model, accum, o);
-  DPCORE_CHECK(!o.pipeline.stages.empty(), pipeline_flag(o.pipeline),
-               ": the stages come from measuring the model on a batch (balance_pipeline, "
-               "train/pipeline/balanced_stages.h): give the runner the stages it chose");
-  const int cores = int(runtime::allowed_cpus().size());
-  std::vector<Stage> out = parse_stages(o.pipeline.stages, int(model.net().size()), {cores, runtime::cuda_device_count()});
-  for (const Stage& s : out)
-    DPCORE_CHECK(s.device.device.is_cpu(), "--stages ", o.pipeline.stages, ": the stage of layers ", s.first_layer, "-",
-                 s.last_layer, " on ", s.device.str(), ": this runner's stages are CPU thread teams (cpu:N)");
-  return out;
-}
-
-}  // namespace
-
 std::string pipeline_flag(const PipelineOptions& pipeline) {
   if (pipeline.balanced_stages > 0) return "--pipeline " + std::to_string(pipeline.balanced_stages);
   return "--stages " + pipeline.stages;
@@ -32,27 +14,57 @@ std::string pipeline_flag(const PipelineOptions& pipeline) {
 
 void check_pipeline_flags(const Model& model, int64_t accum, const ParallelOptions& o) {
   const std::string flag = pipeline_flag(o.pipeline);
-  DPCORE_CHECK(o.replicas == 1, flag, " with --replicas ", o.replicas,
-               ": a pipeline here is one process's stages; pipeline x data parallel needs a layout of both");
   DPCORE_CHECK(accum == 1, flag, " with --accum ", accum, ": the pipeline's micro-batches are --micro-batches");
   DPCORE_CHECK(o.sync == "full", flag, " with --sync ", o.sync, ": a pipeline takes one synchronous step");
-  DPCORE_CHECK(o.backend == "local", flag, " with --backend ", o.backend,
-               ": the stages are threads of this process, over the local communicator");
+  DPCORE_CHECK(o.backend == "local" || o.backend == "mpi", flag, " with --backend ", o.backend,
+               ": the stages are threads of this process (--backend local) or processes of an mpirun job "
+               "(--backend mpi)");
   DPCORE_CHECK(o.faults.empty() && !o.guards.skip_nonfinite, flag,
                " with --inject or --skip-nonfinite: they act on replicas, and a pipeline has stages");
   DPCORE_CHECK(model.device().is_cpu(), flag, " with the model on ", model.device().str(),
                ": this runner's stages are CPU thread teams (cpu:N); give --device cpu");
+  if (o.backend == "local" && o.replicas > 1) check_pipeline_replica_flags(o, o.replicas);
+}
+
+void check_pipeline_replica_flags(const ParallelOptions& o, int replicas) {
+  const std::string with = pipeline_flag(o.pipeline) + " with " +
+                           (o.backend == "mpi" ? std::to_string(replicas) + " replicas of each stage (mpirun)"
+                                               : "--replicas " + std::to_string(replicas));
+  DPCORE_CHECK(o.mode == "ddp", with, " --mode ", o.mode,
+               ": a pipeline's replicas reduce each stage's gradients among themselves, as ddp does (--mode dp "
+               "gathers every output on one root)");
+  DPCORE_CHECK(o.batchnorm == "local", with, " --batchnorm ", o.batchnorm,
+               ": batch norm in a pipeline normalises with each replica's piece of a micro-batch (--batchnorm local); "
+               "this runner does not synchronise it over a stage's replicas");
+  DPCORE_CHECK(o.split != "adaptive", with, " --split adaptive: the shares follow --split even or weights:...");
+  DPCORE_CHECK(!o.failure.shrink(), with, " --on-replica-failure shrink: a failing stage ends the pipeline's step");
+  for (const Device& d : o.devices)
+    DPCORE_CHECK(d.is_cpu(), with, " --devices ", d.str(), ": this runner's replicas and stages are on the CPU");
+}
+
+std::vector<Stage> checked_stages(Model& model, int64_t accum, const ParallelOptions& o, int cpu_teams) {
+  check_pipeline_flags(model, accum, o);
+  DPCORE_CHECK(!o.pipeline.stages.empty(), pipeline_flag(o.pipeline),
+               ": the stages come from measuring the model on a batch (balance_pipeline, "
+               "train/pipeline/balanced_stages.h): give the runner the stages it chose");
+  std::vector<Stage> out = parse_stages(o.pipeline.stages, int(model.net().size()), {cpu_teams, runtime::cuda_device_count()});
+  for (const Stage& s : out)
+    DPCORE_CHECK(s.device.device.is_cpu(), "--stages ", o.pipeline.stages, ": the stage of layers ", s.first_layer, "-",
+                 s.last_layer, " on ", s.device.str(), ": this runner's stages are CPU thread teams (cpu:N)");
+  return out;
 }
 
 PipelineRunner::PipelineRunner(std::unique_ptr<Model> model, const OptimizerConfig& optimizer, int64_t accum,
                                const ParallelOptions& options)
     : model_(std::move(model)),
       optimizer_(make_optimizer(model_->parameters(), optimizer)),
-      stages_(checked_stages(*model_, accum, options)),
+      stages_(checked_stages(*model_, accum, options, int(runtime::allowed_cpus().size()))),
       schedule_(parse_schedule(options.pipeline.schedule)),
       micro_batches_(int(pipeline_micro_batches(options.pipeline))),
       threads_(int(stages_.size()), std::chrono::milliseconds(int64_t(options.timeout_s * 1000)),
                stage_cpu_teams(stages_, runtime::allowed_cpus(), runtime::cpu_threads())) {
+  DPCORE_CHECK(options.replicas == 1, pipeline_flag(options.pipeline), " with --replicas ", options.replicas,
+               ": a pipeline of several replicas is HybridRunner's (train/pipeline/hybrid_runner.h)");
   stage_order(schedule_, 0, int(stages_.size()), micro_batches_);  // refuses naive with M > 1
 }
 

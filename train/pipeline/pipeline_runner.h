@@ -19,11 +19,23 @@ namespace dpcore::train::pipeline {
 // "--pipeline 3" or "--stages 0-2@cpu:0,3-6@cpu:1": how the run asked for its pipeline, for messages.
 std::string pipeline_flag(const PipelineOptions& pipeline);
 
-// Refuses, naming the flags, what a pipeline of one process does not combine with: --replicas, --accum, --sync, --backend, --inject,
-// --skip-nonfinite, a model on a GPU. (The runner checks them; the trainer too, before it
-// measures the layers for --pipeline.)
+// Refuses, naming the flags, what a pipeline does not combine with: --accum, --sync,
+// --backend other than local and mpi, --inject, --skip-nonfinite, a model on a GPU; and
+// with --replicas D > 1 what check_pipeline_replica_flags refuses. (The runners check them;
+// the trainer too, before it measures the layers for --pipeline.)
 void check_pipeline_flags(const Model& model, int64_t accum, const ParallelOptions& options);
+// What pipeline x data parallel over `replicas` replicas (train/pipeline/hybrid_runner.h,
+// stage_process_runner.h) does not combine with, naming the flags: --mode dp, --batchnorm
+// sync, --split adaptive, --on-replica-failure shrink and a GPU in --devices.
+void check_pipeline_replica_flags(const ParallelOptions& options, int replicas);
 
+// The stages of --stages (or of --pipeline, filled in by the trainer) for `model`, after
+// check_pipeline_flags; refuses, naming the flags, stages that do not fit the model or
+// `cpu_teams` (parse_stages), a stage that is not on the CPU, and --pipeline without the
+// stages it was balanced into.
+std::vector<Stage> checked_stages(Model& model, int64_t accum, const ParallelOptions& options, int cpu_teams);
+
+// A pipeline of one replica.
 class PipelineRunner : public StepRunner {
  public:
   // Refuses, naming the flags: stages that do not fit the model (parse_stages), a schedule

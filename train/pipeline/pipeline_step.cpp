@@ -24,10 +24,86 @@ std::vector<Shape> stage_input_shapes(Model& model, const std::vector<Stage>& st
   return out;
 }
 
+std::vector<MicroBatchRows> micro_batch_rows(int64_t batch, int micro_batches) {
+  std::vector<MicroBatchRows> out;
+  int64_t first = 0;
+  for (int64_t size : micro_batch_sizes(batch, micro_batches)) out.push_back({first, size}), first += size;
+  return out;
+}
+
+namespace {
+
+// The ranges of stage_parameter_ranges over `entries` (in flat order, each with its name
+// and offset), given which flat entry each stage's layers use (stage_of, -1: none yet).
+template <class Entry>
+std::vector<FlatRange> ranges_of(const std::vector<Entry>& entries, const std::vector<int>& stage_of, int64_t total,
+                                 int stages, const char* what) {
+  std::vector<int64_t> begin(size_t(stages) + 1, total);
+  begin[0] = 0;
+  int last = 0;
+  for (size_t e = 0; e < entries.size(); ++e) {
+    DPCORE_CHECK(stage_of[e] >= 0, "pipeline: the ", what, " ", entries[e].name, " is in no stage's layers");
+    DPCORE_CHECK(stage_of[e] >= last, "pipeline: the ", what, " ", entries[e].name,
+                 " lies in the flat buffer after a later stage's");
+    for (int s = last + 1; s <= stage_of[e]; ++s) begin[size_t(s)] = entries[e].offset;
+    last = stage_of[e];
+  }
+  std::vector<FlatRange> out;
+  for (int s = 0; s < stages; ++s) out.push_back({begin[size_t(s)], begin[size_t(s) + 1] - begin[size_t(s)]});
+  return out;
+}
+
+// Layer i's name prefix, as the model names its parameters and buffers.
+std::string layer_prefix(layers::Sequential& net, int i) { return layers::qualified_name("", net.child_name(size_t(i))); }
+
+}  // namespace
+
+std::vector<FlatRange> stage_parameter_ranges(Model& model, const std::vector<Stage>& stages) {
+  const FlatParameters& params = model.parameters();
+  layers::Sequential& net = model.net();
+  std::vector<int> stage_of(params.entries().size(), -1);  // per flat entry
+  for (size_t s = 0; s < stages.size(); ++s) {
+    for (int i = stages[s].first_layer; i <= stages[s].last_layer; ++i) {
+      std::vector<layers::ParamSlot> slots;
+      net.child(size_t(i)).collect_parameters(layer_prefix(net, i), slots);
+      for (const layers::ParamSlot& slot : slots) {
+        const std::string& name = slot.tied_to.empty() ? slot.name : slot.tied_to;
+        const size_t e = size_t(&params.entry(name) - params.entries().data());
+        DPCORE_CHECK(stage_of[e] < 0 || stage_of[e] == int(s), "pipeline: the parameter ", name,
+                     " is used by the stages of layers ", stages[size_t(std::max(stage_of[e], 0))].first_layer, "-",
+                     stages[size_t(std::max(stage_of[e], 0))].last_layer, " and ", stages[s].first_layer, "-",
+                     stages[s].last_layer, " (a tied weight): its gradient would be two stages' to reduce");
+        stage_of[e] = int(s);
+      }
+    }
+  }
+  return ranges_of(params.entries(), stage_of, params.total(), int(stages.size()), "parameter");
+}
+
+std::vector<FlatRange> stage_buffer_ranges(Model& model, const std::vector<Stage>& stages) {
+  const FlatBuffers& buffers = model.buffers();
+  layers::Sequential& net = model.net();
+  std::vector<int> stage_of(buffers.entries().size(), -1);
+  for (size_t s = 0; s < stages.size(); ++s) {
+    for (int i = stages[s].first_layer; i <= stages[s].last_layer; ++i) {
+      std::vector<layers::BufferSlot> slots;
+      net.child(size_t(i)).collect_buffers(layer_prefix(net, i), slots);
+      for (const layers::BufferSlot& slot : slots)
+        stage_of[size_t(&buffers.entry(slot.name) - buffers.entries().data())] = int(s);
+    }
+  }
+  return ranges_of(buffers.entries(), stage_of, buffers.total(), int(stages.size()), "buffer");
+}
+
 StageWork::StageWork(Model& model, const std::vector<Stage>& stages, int micro_batches, const Tensor& x,
                      const Tensor& y, double grad_scale, BatchStart start)
+    : StageWork(model, stages, micro_batch_rows(x.dim() >= 1 ? x.size(0) : 0, micro_batches), x, y, grad_scale,
+                start) {}
+
+StageWork::StageWork(Model& model, const std::vector<Stage>& stages, std::vector<MicroBatchRows> rows, const Tensor& x,
+                     const Tensor& y, double grad_scale, BatchStart start)
     : model_(model), stages_(stages), x_(x), y_(y), grad_scale_(grad_scale), start_(start),
-      logits_(model.ends_in_log_softmax()) {
+      logits_(model.ends_in_log_softmax()), rows_(std::move(rows)) {
   layers::Sequential& net = model.net();
   const int layers = int(net.size());
   const int P = int(stages.size());
@@ -38,9 +114,11 @@ StageWork::StageWork(Model& model, const std::vector<Stage>& stages, int micro_b
                  " are not contiguous");
   DPCORE_CHECK(x.dim() >= 1 && y.dim() >= 1 && x.size(0) == y.size(0), "pipeline step: inputs ", x.str(),
                " and targets ", y.str(), " disagree on the batch size");
-  sizes_ = micro_batch_sizes(x.size(0), micro_batches);
-  first_.assign(micro_batches, 0);
-  for (int m = 1; m < micro_batches; ++m) first_[m] = first_[m - 1] + sizes_[m - 1];
+  DPCORE_CHECK(!rows_.empty(), "pipeline step: no micro-batches");
+  for (const MicroBatchRows& r : rows_)
+    DPCORE_CHECK(r.size >= 1 && r.first >= 0 && r.first + r.size <= x.size(0), "pipeline step: a micro-batch of rows ",
+                 r.first, "-", r.first + r.size - 1, " of a batch of ", x.size(0));
+  const int micro_batches = int(rows_.size());
   boundary_ = stage_input_shapes(model, stages, Shape(x.shape().begin() + 1, x.shape().end()));
   input_.assign(P, std::vector<Tensor>(micro_batches));
   output_.assign(P, std::vector<Tensor>(micro_batches));
@@ -54,13 +132,13 @@ size_t StageWork::layer_end(int s) const {
 }
 
 Shape StageWork::input_shape(int s, int m) const {
-  Shape shape = {sizes_[m]};
+  Shape shape = {rows_[m].size};
   shape.insert(shape.end(), boundary_[s].begin(), boundary_[s].end());
   return shape;
 }
 
 Tensor StageWork::forward(int s, int m, const Tensor& received) {
-  const int64_t begin = first_[m], end = first_[m] + sizes_[m];
+  const int64_t begin = rows_[m].first, end = rows_[m].first + rows_[m].size;
   Tensor in = s == 0 ? x_.narrow0(begin, end) : received;
   if (s > 0) in.set_requires_grad(true);
   model_.set_batch_position(start_.step, start_.first_sample + begin, size_t(stages_[s].first_layer), layer_end(s));

@@ -38,6 +38,29 @@ struct PipelineStepStats {
   std::vector<size_t> peak_bytes;
 };
 
+// Rows [first, first + size) of a batch: one micro-batch.
+struct MicroBatchRows {
+  int64_t first = 0;
+  int64_t size = 0;
+};
+// One device's --accum cut of a batch of `batch` rows into `micro_batches` (micro_batch_sizes:
+// refuses more micro-batches than rows).
+std::vector<MicroBatchRows> micro_batch_rows(int64_t batch, int micro_batches);
+
+// Per stage, the elements [first, first + size) of the model's flat parameter (and
+// gradient) buffer that hold the stage's layers' parameters. The ranges follow one another
+// and cover the whole buffer (the padding after a tensor goes with its stage; a stage
+// without parameters gets an empty range), so that a stage's gradients can be reduced on
+// their own and the stages' reductions together reduce all of it. Refuses a parameter that
+// two stages use (a tied weight, ParamSlot::tied_to), naming it and the stages.
+struct FlatRange {
+  int64_t first = 0;
+  int64_t size = 0;
+};
+std::vector<FlatRange> stage_parameter_ranges(Model& model, const std::vector<Stage>& stages);
+// The same over the model's flat buffer of buffers (batch norm's running statistics).
+std::vector<FlatRange> stage_buffer_ranges(Model& model, const std::vector<Stage>& stages);
+
 // One sample's shape at the input of each stage: `sample` (the model's input) through the
 // layers below it. What stage s-1 sends to stage s, per sample; its gradient comes back
 // the same size.
@@ -51,9 +74,14 @@ class StageWork {
  public:
   StageWork(Model& model, const std::vector<Stage>& stages, int micro_batches, const Tensor& x, const Tensor& y,
             double grad_scale, BatchStart start);
+  // The micro-batches as rows of (x, y) given one by one, each non-empty (a pipeline x data
+  // parallel replica's pieces of a batch: train/pipeline/hybrid_runner.h); micro-batch m's
+  // batch position is start.first_sample + rows[m].first.
+  StageWork(Model& model, const std::vector<Stage>& stages, std::vector<MicroBatchRows> rows, const Tensor& x,
+            const Tensor& y, double grad_scale, BatchStart start);
 
   int stages() const { return int(stages_.size()); }
-  int micro_batches() const { return int(sizes_.size()); }
+  int micro_batches() const { return int(rows_.size()); }
   // The shape of what stage s receives for micro-batch m (and, s > 0, of the gradient it
   // sends back): the batch's rows on stage 0.
   Shape input_shape(int s, int m) const;
@@ -81,7 +109,7 @@ class StageWork {
   double grad_scale_;
   BatchStart start_;
   bool logits_;
-  std::vector<int64_t> sizes_, first_;           // per micro-batch
+  std::vector<MicroBatchRows> rows_;             // per micro-batch
   std::vector<Shape> boundary_;                  // per stage: one sample's input shape
   std::vector<std::vector<Tensor>> input_, output_;  // [stage][micro-batch]
   std::vector<int> live_, peak_;                 // per stage

@@ -1,5 +1,8 @@
 #include "train/pipeline/pipeline_threads.h"
 
+#include <optional>
+
+#include "engine/trace.h"
 #include "kernels/cpu/kernels.h"
 #include "kernels/error.h"
 
@@ -12,14 +15,41 @@ namespace {
 // makes a mixed-up schedule fail as a mismatch instead of using the wrong tensor).
 int tag(PipelineOp::Kind kind, int m) { return 2 * m + (kind == PipelineOp::Kind::Backward); }
 
+// What a stage moves, as its trace names it: "activations of micro-batch 3 from stage 0".
+trace::Label transfer(const char* verb, PipelineOp::Kind kind, int m, int peer, const Tensor& t) {
+  const char* what = kind == PipelineOp::Kind::Forward ? "activations" : "gradients";
+  const char* direction = verb[0] == 'r' ? " from" : " to";
+  return trace::Label{std::string(verb) + " " + what + " of micro-batch " + std::to_string(m) + direction + " stage " +
+                          std::to_string(peer),
+                      {{"micro_batch", int64_t(m)}, {"peer", int64_t(peer)}, {"bytes", int64_t(t.nbytes())}}};
+}
+
+// Stage s's work on micro-batch m, timed in a trace: "micro-batch 3 forward" / "micro-batch 3 backward".
+trace::Label compute(PipelineOp::Kind kind, int m, int s, int64_t rows) {
+  return trace::Label{"micro-batch " + std::to_string(m) + (kind == PipelineOp::Kind::Forward ? " forward" : " backward"),
+                      {{"micro_batch", int64_t(m)}, {"stage", int64_t(s)}, {"rows", rows}}};
+}
+
+// The trace's lanes of a pipeline's stages, "stage 2" ("replica 1 stage 2" for a replica's
+// pipeline), and of their communication threads, "stage comm 2" ("replica 1 stage comm 2").
+std::string lane_prefix(int replica) { return replica >= 0 ? "replica " + std::to_string(replica) + " " : ""; }
+std::string stage_lane(int replica, int s) { return lane_prefix(replica) + "stage " + std::to_string(s); }
+comm::LocalOptions stage_comm_options(std::chrono::milliseconds timeout, int replica, int stages) {
+  return {timeout, lane_prefix(replica) + "stage comm", trace::kStageCommLanes + std::max(replica, 0) * stages};
+}
+
 }  // namespace
 
-PipelineThreads::PipelineThreads(int stages, std::chrono::milliseconds timeout, std::vector<runtime::CpuTeam> teams)
-    : comms_(comm::make_local_group(stages, comm::LocalOptions{timeout})),
+PipelineThreads::PipelineThreads(int stages, std::chrono::milliseconds timeout, std::vector<runtime::CpuTeam> teams,
+                                 std::function<void(int, const std::string&)> on_failure, int replica)
+    : comms_(comm::make_local_group(stages, stage_comm_options(timeout, replica, stages))),
       teams_(std::move(teams)),
       accounts_(size_t(stages)),
-      joined_(size_t(stages), 0),
-      threads_(stages, [this](int s, const std::string& message) {
+      started_(size_t(stages), 0),
+      replica_(replica),
+      threads_(stages, [this, on_failure = std::move(on_failure)](int s, const std::string& message) {
+        // The caller's first: what it records then precedes every echo of this failure.
+        if (on_failure) on_failure(s, message);
         comms_[s]->abort("pipeline stage " + std::to_string(s) + " failed: " + message);
       }) {
   DPCORE_CHECK(teams_.empty() || int(teams_.size()) == stages, "pipeline: ", teams_.size(), " CPU teams for ", stages,
@@ -37,29 +67,31 @@ void PipelineThreads::reset_peaks() {
   for (const auto& account : accounts_) account->reset_peak();
 }
 
-void PipelineThreads::run_stage(StageWork& work, Schedule schedule, int s) {
-  comm::Communicator& comm = *comms_[s];
+void run_stage_ops(StageWork& work, Schedule schedule, int s, comm::Communicator& comm) {
   const int P = work.stages();
   const DType dtype = work.dtype();
   const Device device = work.device();
+  // In a trace, on the stage's lane: each forward and backward a "step" span of its own,
+  // apart from the "wait" spans of its recv and send, so that the lane's idle time (the
+  // bubble) is the time outside the step spans.
   for (const PipelineOp& op : stage_order(schedule, s, P, work.micro_batches())) {
     const int m = op.micro_batch;
-    if (op.kind == PipelineOp::Kind::Forward) {
-      Tensor in;
-      if (s > 0) {
-        in = Tensor::empty(work.input_shape(s, m), dtype, device);  // recv writes all of it
-        comm.recv(in, s - 1, tag(op.kind, m)).wait();
-      }
-      Tensor out = work.forward(s, m, in);
-      if (s + 1 < P) comm.send(out, s + 1, tag(op.kind, m)).wait();
-    } else {
-      Tensor grad;
-      if (s + 1 < P) {
-        grad = Tensor::empty(work.input_shape(s + 1, m), dtype, device);
-        comm.recv(grad, s + 1, tag(op.kind, m)).wait();
-      }
-      Tensor back = work.backward(s, m, grad);
-      if (s > 0) comm.send(back, s - 1, tag(op.kind, m)).wait();
+    const bool forward = op.kind == PipelineOp::Kind::Forward;
+    const int from = forward ? s - 1 : s + 1, to = forward ? s + 1 : s - 1;
+    Tensor in;
+    if (from >= 0 && from < P) {
+      in = Tensor::empty(work.input_shape(forward ? s : s + 1, m), dtype, device);  // recv writes all of it
+      trace::Span span("wait", [&] { return transfer("recv", op.kind, m, from, in); });
+      comm.recv(in, from, tag(op.kind, m)).wait();
+    }
+    Tensor out;
+    {
+      trace::Span span("step", [&] { return compute(op.kind, m, s, work.input_shape(s, m).front()); });
+      out = forward ? work.forward(s, m, in) : work.backward(s, m, in);
+    }
+    if (to >= 0 && to < P) {
+      trace::Span span("wait", [&] { return transfer("send", op.kind, m, to, out); });
+      comm.send(out, to, tag(op.kind, m)).wait();
     }
   }
 }
@@ -67,19 +99,32 @@ void PipelineThreads::run_stage(StageWork& work, Schedule schedule, int s) {
 Tensor PipelineThreads::accumulate_gradients(Model& model, const std::vector<Stage>& stages, Schedule schedule,
                                              int micro_batches, const Tensor& x, const Tensor& y, double grad_scale,
                                              BatchStart start, PipelineStepStats* stats) {
+  return accumulate_gradients(model, stages, schedule, micro_batch_rows(x.dim() >= 1 ? x.size(0) : 0, micro_batches),
+                              x, y, grad_scale, start, stats, {});
+}
+
+Tensor PipelineThreads::accumulate_gradients(Model& model, const std::vector<Stage>& stages, Schedule schedule,
+                                             const std::vector<MicroBatchRows>& rows, const Tensor& x, const Tensor& y,
+                                             double grad_scale, BatchStart start, PipelineStepStats* stats,
+                                             const std::function<void(int)>& after_stage) {
   DPCORE_CHECK(int(stages.size()) == this->stages(), "pipeline: ", stages.size(), " stages (", stages_text(stages),
                ") for a pipeline of ", this->stages(), " threads");
-  StageWork work(model, stages, micro_batches, x, y, grad_scale, start);
+  // No rows (a data-parallel replica whose share of a short batch is empty): the stages
+  // have no work, but still reduce with their groups.
+  std::optional<StageWork> work;
+  if (!rows.empty()) work.emplace(model, stages, rows, x, y, grad_scale, start);
   std::vector<runtime::CpuTeam> cores(stages.size());  // cores[s]: written by stage s's thread only
   for (const auto& account : accounts_) account->begin_window();
   try {
     threads_.run([&](int s) {
       const MemoryAccount::Scope charged(accounts_[size_t(s)]);
-      if (!teams_.empty() && !joined_[size_t(s)]) {
-        runtime::join_cpu_team(teams_[size_t(s)]);
-        joined_[size_t(s)] = 1;
+      if (!started_[size_t(s)]) {
+        if (!teams_.empty()) runtime::join_cpu_team(teams_[size_t(s)]);
+        trace::set_lane(stage_lane(replica_, s), trace::kStageLanes + std::max(replica_, 0) * this->stages() + s);
+        started_[size_t(s)] = 1;
       }
-      run_stage(work, schedule, s);
+      if (work) run_stage_ops(*work, schedule, s, *comms_[size_t(s)]);
+      if (after_stage) after_stage(s);
       cores[size_t(s)] = {runtime::allowed_cpus(), kernels::cpu::num_threads()};
     });
   } catch (const ReplicasFailed& e) {
@@ -88,12 +133,12 @@ Tensor PipelineThreads::accumulate_gradients(Model& model, const std::vector<Sta
     fail("pipeline stage ", cause.replica, " failed: ", cause.message);
   }
   if (stats) {
-    stats->peak_live_activations = work.peak_live_activations();
+    stats->peak_live_activations = work ? work->peak_live_activations() : std::vector<int>(stages.size(), 0);
     stats->stage_cores = std::move(cores);
     stats->peak_bytes.clear();
     for (const auto& account : accounts_) stats->peak_bytes.push_back(account->window_peak_bytes());
   }
-  return work.loss_sum();
+  return work ? work->loss_sum() : Tensor::zeros({}, model.dtype(), model.device());
 }
 
 }  // namespace dpcore::train::pipeline

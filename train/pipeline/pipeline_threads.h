@@ -11,6 +11,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -22,13 +23,26 @@
 
 namespace dpcore::train::pipeline {
 
+// Stage s's ops of `schedule` for `work` over `comm` (the pipeline's group: rank t is stage
+// t): each forward receives its input from stage s-1 and sends its output to s+1, each
+// backward receives its gradient from s+1 and sends the input's gradient to s-1, blocking
+// until what it needs has come. One stage's part of a pipelined batch, whether the stage
+// is a thread (PipelineThreads) or a process of its own (train/pipeline/stage_process_runner.h).
+void run_stage_ops(StageWork& work, Schedule schedule, int s, comm::Communicator& comm);
+
 class PipelineThreads {
  public:
   // One thread and one local rank per stage; `timeout`: how long a stage waits in recv.
   // `teams`, one per stage or none: stage s's thread joins teams[s] (engine/cpu_team.h)
-  // before its first work, so its kernels run on that team's cores.
+  // before its first work, so its kernels run on that team's cores. `on_failure(s,
+  // message)`, if given, runs on stage s's thread when its work throws, before the
+  // pipeline's own group is aborted, so before any other stage fails of it (the hybrid
+  // runner records the cause and aborts the stages' data-parallel groups there). In a
+  // trace, stage s's thread is the lane "stage s" (with `replica` >= 0, "replica R stage s":
+  // the hybrid runner's pipelines), its communication thread "stage comm s".
   PipelineThreads(int stages, std::chrono::milliseconds timeout = std::chrono::seconds(300),
-                  std::vector<runtime::CpuTeam> teams = {});
+                  std::vector<runtime::CpuTeam> teams = {},
+                  std::function<void(int, const std::string&)> on_failure = {}, int replica = -1);
 
   int stages() const { return threads_.size(); }
 
@@ -38,6 +52,14 @@ class PipelineThreads {
   Tensor accumulate_gradients(Model& model, const std::vector<Stage>& stages, Schedule schedule, int micro_batches,
                               const Tensor& x, const Tensor& y, double grad_scale, BatchStart start,
                               PipelineStepStats* stats = nullptr);
+  // The same over the micro-batches `rows` of (x, y) (StageWork's second constructor; none:
+  // the stages only run `after_stage`). after_stage(s), if given, runs on stage s's thread
+  // once its last backward is done, while the other stages may still be draining (the
+  // hybrid runner reduces the stage's gradients there).
+  Tensor accumulate_gradients(Model& model, const std::vector<Stage>& stages, Schedule schedule,
+                              const std::vector<MicroBatchRows>& rows, const Tensor& x, const Tensor& y,
+                              double grad_scale, BatchStart start, PipelineStepStats* stats,
+                              const std::function<void(int)>& after_stage);
 
   // Per stage, the most bytes of tensors its thread held at once since reset_peaks (or
   // since the pipeline was made).
@@ -45,12 +67,12 @@ class PipelineThreads {
   void reset_peaks();
 
  private:
-  void run_stage(StageWork& work, Schedule schedule, int s);
-
   std::vector<std::unique_ptr<comm::Communicator>> comms_;  // comms_[s]: stage s's rank
   std::vector<runtime::CpuTeam> teams_;
   std::vector<std::shared_ptr<MemoryAccount>> accounts_;  // accounts_[s]: stage s's tensors
-  std::vector<char> joined_;  // joined_[s]: stage s's thread has joined its team (its own to write)
+  // started_[s]: stage s's thread has joined its team and named its trace lane (its own to write)
+  std::vector<char> started_;
+  int replica_;  // the hybrid runner's replica this pipeline is, for the lanes' names; -1: none
   ReplicaThreads threads_;
 };
 

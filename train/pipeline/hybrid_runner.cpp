@@ -1,0 +1,135 @@
+#include "train/pipeline/hybrid_runner.h"
+
+#include <algorithm>
+
+#include "engine/backend.h"
+#include "engine/runtime.h"
+#include "engine/trace.h"
+#include "kernels/error.h"
+#include "train/pipeline/pipeline_runner.h"
+
+namespace dpcore::train::pipeline {
+
+namespace {
+
+std::chrono::milliseconds timeout_of(const ParallelOptions& o) {
+  return std::chrono::milliseconds(int64_t(o.timeout_s * 1000));
+}
+
+}  // namespace
+
+std::vector<std::vector<MicroBatchRows>> replica_micro_batches(const data::Batch& batch, int micro_batches,
+                                                               const Splitter& splitter, int replicas,
+                                                               std::vector<std::vector<int64_t>>* shares) {
+  std::vector<std::vector<MicroBatchRows>> rows(static_cast<size_t>(replicas));
+  if (shares) shares->clear();
+  int64_t begin = 0;
+  for (int64_t size : even_split(batch.size, std::min<int64_t>(micro_batches, batch.size))) {
+    const std::vector<int64_t> pieces = splitter.shares(batch, begin, size);
+    int64_t row = begin;
+    for (int d = 0; d < replicas; ++d) {
+      if (pieces[size_t(d)] > 0) rows[size_t(d)].push_back({row, pieces[size_t(d)]});
+      row += pieces[size_t(d)];
+    }
+    if (shares) shares->push_back(pieces);
+    begin += size;
+  }
+  return rows;
+}
+
+HybridRunner::HybridRunner(std::unique_ptr<Model> model, const OptimizerConfig& optimizer, int64_t accum,
+                           const ParallelOptions& options)
+    : ReplicatedRunner(options, accum),
+      stages_(checked_stages(*model, accum, options, int(runtime::allowed_cpus().size()))),
+      schedule_(parse_schedule(options.pipeline.schedule)),
+      micro_batches_(int(pipeline_micro_batches(options.pipeline))),
+      ranges_(stage_parameter_ranges(*model, stages_)) {
+  const int P = int(stages_.size()), D = options.replicas;
+  stage_order(schedule_, 0, P, micro_batches_);  // refuses naive with M > 1
+  const std::vector<Device> devices(size_t(D), Device::cpu());
+  start(std::move(model), devices, comm::make_communicators(comm_config(options, devices)), optimizer);
+  // Stage s of replica d is rank d of group s.
+  // (In a trace, rank d of stage s's group is the lane "stage s group comm d".)
+  for (int s = 0; s < P; ++s) {
+    groups_.push_back(comm::make_local_group(
+        D, {timeout_of(options), "stage " + std::to_string(s) + " group comm", trace::kStageGroupCommLanes + s * D}));
+  }
+  const std::vector<runtime::CpuTeam> teams = stage_cpu_teams(stages_, runtime::allowed_cpus(), runtime::cpu_threads());
+  for (int d = 0; d < D; ++d) {
+    pipelines_.push_back(std::make_unique<PipelineThreads>(
+        P, timeout_of(options), teams, [this, d](int s, const std::string& message) { stage_failed(d, s, message); },
+        d));
+  }
+}
+
+void HybridRunner::stage_failed(int d, int s, const std::string& message) {
+  const std::string why = "replica " + std::to_string(d) + " failed: pipeline stage " + std::to_string(s) + " failed: " + message;
+  {
+    std::lock_guard<std::mutex> lock(failure_mutex_);
+    if (failure_.empty()) failure_ = why;
+  }
+  for (auto& group : groups_) group[size_t(d)]->abort(why);
+}
+
+void HybridRunner::reduce_stage(int d, int s) {
+  const FlatRange& r = ranges_[size_t(s)];
+  if (r.size == 0) return;  // a stage without parameters (relu, pooling, the loss)
+  Tensor grads = replicas_[size_t(d)].model->parameters().grads().narrow0(r.first, r.first + r.size);
+  trace::Span span("wait", [&] {
+    return trace::Label{"allreduce stage " + std::to_string(s) + "'s gradients (wait)", {{"bytes", int64_t(grads.nbytes())}}};
+  });
+  trace::CollectiveLabel purpose([&] { return trace::Label{"stage " + std::to_string(s) + " gradients", {}}; });
+  groups_[size_t(s)][size_t(d)]->allreduce(grads, ReduceOp::Sum).wait();  // a view: in place
+}
+
+StepStats HybridRunner::step(const data::Batch& batch) {
+  const int D = int(replicas_.size());
+  const int64_t n = batch.size, counted = counted_targets(batch);
+  const auto rows = replica_micro_batches(batch, micro_batches_, splitter_, D, &last_shares_);
+  // Every replica reads its rows of the one host batch: the replicas are all on the CPU.
+  auto [x, y] = batch_tensors(batch, Device::cpu());
+  const double scale = gradient_scale(counted);
+  const BatchStart start{uint64_t(step_number()), 0};
+  std::vector<Tensor> losses(static_cast<size_t>(D));
+  failure_.clear();
+  try {
+    threads_->run([&](int d) {
+      Replica& rep = replicas_[size_t(d)];
+      broadcast_buffers(rep);
+      rep.model->zero_grad();
+      losses[size_t(d)] = pipelines_[size_t(d)]->accumulate_gradients(
+          *rep.model, stages_, schedule_, rows[size_t(d)], x, y, scale, start, nullptr,
+          [this, d](int s) { reduce_stage(d, s); });
+      rep.optimizer->step();
+    });
+  } catch (const ReplicasFailed&) {
+    // Replicas fail in any order once the groups are aborted; a stage's failure came first.
+    if (!failure_.empty()) fail(failure_);
+    throw;
+  }
+  Tensor loss = Tensor::zeros({}, replicas_[0].model->dtype(), Device::cpu());
+  for (const Tensor& l : losses) backend_for(loss.device()).add(loss, l, loss);
+  return {loss, n, counted};
+}
+
+std::vector<size_t> HybridRunner::stage_peak_bytes() const {
+  std::vector<size_t> out(stages_.size(), 0);
+  for (const auto& p : pipelines_) {
+    const std::vector<size_t> bytes = p->peak_bytes();
+    for (size_t s = 0; s < out.size(); ++s) out[s] = std::max(out[s], bytes[s]);
+  }
+  return out;
+}
+
+void HybridRunner::reset_stage_peak_bytes() {
+  for (auto& p : pipelines_) p->reset_peaks();
+}
+
+std::string HybridRunner::describe() const {
+  return "pipeline (" + schedule_name(schedule_) + ") of " + std::to_string(stages_.size()) + " stages [" +
+         stages_text(stages_) + "] x " + std::to_string(replicas_.size()) +
+         " replicas (each stage's gradients reduced among its replicas), split " + splitter_.describe() + ", " +
+         std::to_string(micro_batches_) + " micro-batches";
+}
+
+}  // namespace dpcore::train::pipeline

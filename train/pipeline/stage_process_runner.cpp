@@ -1,0 +1,116 @@
+#include "train/pipeline/stage_process_runner.h"
+
+#include "engine/backend.h"
+#include "kernels/error.h"
+#include "train/pipeline/hybrid_runner.h"
+#include "train/pipeline/pipeline_runner.h"
+#include "train/pipeline/pipeline_threads.h"
+
+namespace dpcore::train::pipeline {
+
+namespace {
+
+// Elements [range.first, range.first + range.size) of flat `t` from `root` to every rank.
+void broadcast_range(comm::Communicator& comm, const Tensor& t, const FlatRange& range, int root) {
+  if (range.size == 0) return;
+  Tensor part = t.narrow0(range.first, range.first + range.size);  // a view: in place
+  comm.broadcast(part, root).wait();
+}
+
+}  // namespace
+
+StageProcessRunner::StageProcessRunner(std::unique_ptr<Model> model, const OptimizerConfig& optimizer, int64_t accum,
+                                       const ParallelOptions& options)
+    : model_(std::move(model)),
+      optimizer_(make_optimizer(model_->parameters(), optimizer)),
+      // A stage is a process, on the cores mpirun gave it: its cpu:N names no team (any N
+      // a stage could have is taken).
+      stages_(checked_stages(*model_, accum, options, int(model_->net().size()))),
+      schedule_(parse_schedule(options.pipeline.schedule)),
+      micro_batches_(int(pipeline_micro_batches(options.pipeline))),
+      splitter_(options.split, 1),
+      parameter_ranges_(stage_parameter_ranges(*model_, stages_)),
+      buffer_ranges_(stage_buffer_ranges(*model_, stages_)) {
+  const int P = int(stages_.size());
+  stage_order(schedule_, 0, P, micro_batches_);  // refuses naive with M > 1
+  auto comms = comm::make_communicators(comm_config(options, {Device::cpu()}));
+  world_ = std::move(comms.front());
+  const int world = world_->size();
+  DPCORE_CHECK(world % P == 0, pipeline_flag(options.pipeline), " with --backend mpi over ", world,
+               " processes: a process runs one stage of one replica, so the processes (mpirun -np) must be a "
+               "multiple of the ", P, " stages");
+  replicas_ = world / P;
+  stage_ = world_->rank() % P, replica_ = world_->rank() / P;
+  if (replicas_ > 1) check_pipeline_replica_flags(options, replicas_);
+  splitter_ = Splitter(options.split, replicas_);
+  pipeline_ = world_->split(replica_, stage_);       // rank s: this replica's stage s
+  data_parallel_ = world_->split(stage_, replica_);  // rank d: this stage's replica d
+  sync_replicas();
+}
+
+StepStats StageProcessRunner::step(const data::Batch& batch) {
+  DPCORE_CHECK(optimizer_->clip_grad_norm() < 0, "--clip-grad-norm ", optimizer_->clip_grad_norm(),
+               " with pipeline stages in processes of their own: the norm is over every stage's gradients, and "
+               "each process has its own stage's");
+  const int64_t counted = counted_targets(batch);
+  const auto rows = replica_micro_batches(batch, micro_batches_, splitter_, replicas_)[size_t(replica_)];
+  auto [x, y] = batch_tensors(batch, Device::cpu());
+  // DDP's broadcast_buffers, within the stage: its replica 0's running statistics.
+  broadcast_range(*data_parallel_, model_->buffers().values(), buffer_ranges_[size_t(stage_)], 0);
+  model_->zero_grad();
+  Tensor loss = Tensor::zeros({}, model_->dtype(), Device::cpu());
+  if (!rows.empty()) {
+    StageWork work(*model_, stages_, rows, x, y, gradient_scale(counted), {uint64_t(step_number()), 0});
+    run_stage_ops(work, schedule_, stage_, *pipeline_);
+    loss = work.loss_sum();  // the last stage's; zero on the others
+  }
+  const FlatRange& mine = parameter_ranges_[size_t(stage_)];
+  if (mine.size > 0) {
+    Tensor grads = model_->parameters().grads().narrow0(mine.first, mine.first + mine.size);
+    data_parallel_->allreduce(grads, comm::ReduceOp::Sum).wait();
+  }
+  world_->allreduce(loss, comm::ReduceOp::Sum).wait();
+  optimizer_->step();
+  return {loss, batch.size, counted};
+}
+
+void StageProcessRunner::set_rates(double lr, double momentum) {
+  optimizer_->set_lr(lr);
+  optimizer_->set_momentum(momentum);
+}
+
+void StageProcessRunner::sync_replicas() {
+  const int64_t steps = optimizer_->steps_taken();
+  const int64_t everything = model_->parameters().total();
+  broadcast_range(*world_, model_->parameters().values(), {0, everything}, 0);
+  broadcast_range(*world_, model_->buffers().values(), {0, model_->buffers().total()}, 0);
+  for (OptimizerState& s : optimizer_->state()) broadcast_range(*world_, s.tensor, {0, s.tensor.numel()}, 0);
+  optimizer_->set_steps_taken(steps);
+}
+
+StepStats StageProcessRunner::settle() {
+  const int P = int(stages_.size());
+  std::vector<OptimizerState> state = optimizer_->state();
+  for (int s = 0; s < P; ++s) {  // stage s's replica 0 is rank s
+    broadcast_range(*world_, model_->parameters().values(), parameter_ranges_[size_t(s)], s);
+    broadcast_range(*world_, model_->buffers().values(), buffer_ranges_[size_t(s)], s);
+    // The optimizer's state is laid out as the parameters (engine/flat_parameters.h).
+    for (OptimizerState& o : state) broadcast_range(*world_, o.tensor, parameter_ranges_[size_t(s)], s);
+  }
+  return {};
+}
+
+bool StageProcessRunner::across_processes(const std::function<void(comm::Communicator&, Device)>& fn) {
+  fn(*world_, Device::cpu());
+  return true;
+}
+
+std::string StageProcessRunner::describe() const {
+  return "pipeline (" + schedule_name(schedule_) + ") of " + std::to_string(stages_.size()) + " stages [" +
+         stages_text(stages_) + "] x " + std::to_string(replicas_) + " replicas, a process each (mpi, " +
+         std::to_string(world_->size()) + " processes; this one: stage " + std::to_string(stage_) + " of replica " +
+         std::to_string(replica_) + "), split " + splitter_.describe() + ", " + std::to_string(micro_batches_) +
+         " micro-batches";
+}
+
+}  // namespace dpcore::train::pipeline
