@@ -520,6 +520,9 @@ void add_train_flags(CLI::App& cmd, TrainOptions& o, BackendFlags& b) {
   with_rule(cmd.add_option("--micro-batches", o.parallel.pipeline.micro_batches,
                            "--stages or --pipeline: micro-batches per step (default one per stage; 1 with naive)"),
             whole<int>(1));
+  cmd.add_flag("--recompute", o.parallel.pipeline.recompute,
+               "--stages or --pipeline: each stage keeps only its inputs between a micro-batch's forward and its "
+               "backward, and runs the forward again there (less activation memory, one more forward)");
   // Upper ends keep the arithmetic in range: MiB -> bytes in a size_t, seconds -> int64 milliseconds.
   with_rule(cmd.add_option("--bucket-mb", o.parallel.bucket_mb, "DDP allreduce bucket cap in MiB (the first bucket is 1 MiB)"),
             number(0, false, 1048576, " of MiB"))
@@ -570,9 +573,9 @@ void apply_optimizer_defaults(const CLI::App& cmd, TrainOptions& o) {
   if (!given("--weight-decay")) o.sgd.weight_decay = o.optimizer == "adamw" ? 1e-2 : 0.0;
 }
 
-// --schedule and --micro-batches are a pipeline's: refused without --stages or --pipeline.
+// --schedule, --micro-batches and --recompute are a pipeline's: refused without --stages or --pipeline.
 void check_pipeline_given(const CLI::App& cmd, const TrainOptions& o) {
-  for (const char* flag : {"--schedule", "--micro-batches"})
+  for (const char* flag : {"--schedule", "--micro-batches", "--recompute"})
     DPCORE_CHECK(cmd.count(flag) == 0 || dpcore::train::is_pipeline(o.parallel.pipeline), flag,
                  " is a pipeline's: give it with --stages or --pipeline P");
 }

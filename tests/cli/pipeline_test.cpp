@@ -31,7 +31,8 @@ TEST(CliPipeline, APipelinedRunSavesOneDevicesWeightsWithAccum) {
   CommandResult one = run(kJob + kSteps + " --accum 4 --save " + dir.file("one.safetensors"));
   ASSERT_EQ(one.status, 0) << one.output;
   for (const std::string& pipeline : {std::string(" --stages 0-2@cpu:0,3-6@cpu:1 --schedule 1f1b --micro-batches 4"),
-                                      std::string(" --stages 0@cpu:0,1-3@cpu:1,4-6@cpu:1 --schedule gpipe --micro-batches 4")}) {
+                                      std::string(" --stages 0@cpu:0,1-3@cpu:1,4-6@cpu:1 --schedule gpipe --micro-batches 4"),
+                                      std::string(" --stages 0-2@cpu:0,3-6@cpu:1 --micro-batches 4 --recompute")}) {
     SCOPED_TRACE(pipeline);
     CommandResult piped = run(kJob + kSteps + pipeline + " --save " + dir.file("piped.safetensors"));
     ASSERT_EQ(piped.status, 0) << piped.output;
@@ -64,6 +65,9 @@ TEST(CliPipeline, TheLogNamesTheScheduleStagesAndMicroBatches) {
   // The defaults: gpipe, one micro-batch per stage.
   EXPECT_NE(r.output.find("pipeline (gpipe) of 2 stages [0-2@cpu:0,3-6@cpu:1], 2 micro-batches"), std::string::npos)
       << r.output;
+  CommandResult recomputed = run(kJob + " --steps 2 --stages 0-2@cpu:0,3-6@cpu:1 --recompute");
+  ASSERT_EQ(recomputed.status, 0) << recomputed.output;
+  EXPECT_NE(recomputed.output.find("2 micro-batches, recomputing activations"), std::string::npos) << recomputed.output;
 }
 
 // Each stage's peak memory (the tensors its thread held at once) in the epoch line and the
@@ -222,6 +226,7 @@ TEST(CliPipeline, WhatAPipelineCannotTakeIsRefusedNamingIt) {
       {" --stages 0-2@cpu:0,3-6@cpu:1 --micro-batches 17", "--batch 16 cannot be split into --micro-batches 17"},
       {" --schedule 1f1b", "--schedule is a pipeline's: give it with --stages or --pipeline P"},
       {" --micro-batches 2", "--micro-batches is a pipeline's: give it with --stages or --pipeline P"},
+      {" --recompute", "--recompute is a pipeline's: give it with --stages or --pipeline P"},
       {" --pipeline 8", "--pipeline 8: more stages than the model has layers (7;"},
       {" --pipeline 2 --stages 0-6@cpu:0", "--stages excludes --pipeline"},
       {" --pipeline 2 --replicas 2 --batchnorm sync", "--pipeline 2 with --replicas 2 --batchnorm sync"},

@@ -74,10 +74,11 @@ enum class Executor { Reference, Threads };
 
 std::vector<double> pipelined(const std::string& spec, DType dtype, int64_t batch, const std::string& stages_text,
                               Schedule schedule, int micro_batches, int steps, PipelineStepStats* stats = nullptr,
-                              Executor executor = Executor::Reference) {
+                              Executor executor = Executor::Reference, bool recompute = false) {
   Job j = make_job(spec, dtype, batch);
   const auto stages = parse_stages(stages_text, int(j.model->net().size()), {4, 0});
   PipelineThreads threads(int(stages.size()));
+  threads.set_recompute(recompute);
   for (int step = 0; step < steps; ++step) {
     j.model->zero_grad();
     const double scale = gradient_scale(counted_targets(j.y));
@@ -85,7 +86,7 @@ std::vector<double> pipelined(const std::string& spec, DType dtype, int64_t batc
     if (executor == Executor::Threads)
       threads.accumulate_gradients(*j.model, stages, schedule, micro_batches, j.x, j.y, scale, start, stats);
     else
-      pipeline_accumulate_gradients(*j.model, stages, schedule, micro_batches, j.x, j.y, scale, start, stats);
+      pipeline_accumulate_gradients(*j.model, stages, schedule, micro_batches, j.x, j.y, scale, start, stats, recompute);
     j.sgd->step();
   }
   return state_of(*j.model);
@@ -133,6 +134,23 @@ TEST(PipelineStep, GPipeAndOneFOneBGiveTheSameBits) {
     EXPECT_EQ(pipelined(c.spec, DType::Float32, 10, c.stages, Schedule::GPipe, 4, 2),
               pipelined(c.spec, DType::Float32, 10, c.stages, Schedule::OneFOneB, 4, 2))
         << c.stages;
+}
+
+// --recompute: the same parameters and running statistics, bit for bit, on either
+// executor; a stage holds one micro-batch's graph at most, during its backward.
+TEST(PipelineStep, RecomputingActivationsGivesTheSameBits) {
+  for (const StageCase& c : kCases) {
+    for (Schedule schedule : {Schedule::GPipe, Schedule::OneFOneB}) {
+      for (Executor executor : {Executor::Reference, Executor::Threads}) {
+        SCOPED_TRACE(std::string(c.stages) + " " + schedule_name(schedule) +
+                     (executor == Executor::Threads ? " threads" : " reference"));
+        PipelineStepStats stats;
+        const auto kept = pipelined(c.spec, DType::Float32, 10, c.stages, schedule, 4, 2, nullptr, executor);
+        EXPECT_EQ(pipelined(c.spec, DType::Float32, 10, c.stages, schedule, 4, 2, &stats, executor, true), kept);
+        for (int peak : stats.peak_live_activations) EXPECT_EQ(peak, 1);
+      }
+    }
+  }
 }
 
 TEST(PipelineStep, TheLossIsOneDevicesSummedLoss) {
@@ -319,10 +337,29 @@ TEST(PipelineThreads, EachStagesMemoryGrowsWithTheMicroBatchesUnderGPipeOnly) {
   }
 }
 
+// Under GPipe with 8 micro-batches, recomputing keeps less on every stage that has
+// activations to keep (all but the loss's).
+TEST(PipelineThreads, RecomputingHoldsLessMemoryOnEveryStage) {
+  const auto stages = parse_stages("0-3@cpu:0,4@cpu:1,5-8@cpu:2,9-10@cpu:3", 11, {4, 0});
+  auto peaks = [&](bool recompute) {
+    Job j = make_job(kCnn, DType::Float32, 64);
+    PipelineThreads threads(4);
+    threads.set_recompute(recompute);
+    threads.accumulate_gradients(*j.model, stages, Schedule::GPipe, 8, j.x, j.y, 1.0, {});
+    return threads.peak_bytes();
+  };
+  const auto kept = peaks(false), recomputed = peaks(true);
+  for (size_t s = 0; s < 3; ++s) EXPECT_LT(recomputed[s], kept[s]) << "stage " << s;
+  EXPECT_LE(recomputed[3], kept[3]);
+}
+
 TEST(PipelineThreads, DropoutDrawsWhatItDrawsOnOneDevice) {
   // Two encoder layers with dropout on different stages: each stage sets the batch
-  // position of its own layers only, and the masks are one device's.
+  // position of its own layers only, and the masks are one device's, also when a stage
+  // recomputes its forward in the backward.
   const std::string spec = "encoder(heads=2,ff=16,dropout=0.25) encoder(heads=2,ff=16,dropout=0.25) meanpool linear(10)";
+  for (bool recompute : {false, true}) {
+  SCOPED_TRACE(recompute ? "recomputing" : "keeping activations");
   auto run = [&](bool piped) {
     Job j;
     j.model = std::make_unique<Model>(layers::parse_layer_spec(spec, {4, 8}), Shape{4, 8}, Device::cpu(), DType::Float64, 5);
@@ -330,6 +367,7 @@ TEST(PipelineThreads, DropoutDrawsWhatItDrawsOnOneDevice) {
     j.x = Tensor::from_vector(dpcore::testing::random_vector<double>(6 * 32, 3), {6, 4, 8});
     j.y = Tensor::from_vector(std::vector<int64_t>{1, 4, 7, 0, 9, 2}, {6});
     PipelineThreads threads(2);
+    threads.set_recompute(recompute);
     const auto stages = parse_stages("0@cpu:0,1-4@cpu:1", 5, {2, 0});
     for (int step = 0; step < 2; ++step) {
       j.model->zero_grad();
@@ -342,6 +380,7 @@ TEST(PipelineThreads, DropoutDrawsWhatItDrawsOnOneDevice) {
   };
   const auto one = run(false);
   EXPECT_LE(relative_difference(run(true), one), 1e-12);
+  }
 }
 
 TEST(PipelineThreads, AFailingStageEndsTheBatchAtOnceNamingItself) {

@@ -43,6 +43,7 @@ HybridRunner::HybridRunner(std::unique_ptr<Model> model, const OptimizerConfig& 
       stages_(checked_stages(*model, accum, options, int(runtime::allowed_cpus().size()))),
       schedule_(parse_schedule(options.pipeline.schedule)),
       micro_batches_(int(pipeline_micro_batches(options.pipeline))),
+      recompute_(options.pipeline.recompute),
       ranges_(stage_parameter_ranges(*model, stages_)) {
   const int P = int(stages_.size()), D = options.replicas;
   stage_order(schedule_, 0, P, micro_batches_);  // refuses naive with M > 1
@@ -59,6 +60,7 @@ HybridRunner::HybridRunner(std::unique_ptr<Model> model, const OptimizerConfig& 
     pipelines_.push_back(std::make_unique<PipelineThreads>(
         P, timeout_of(options), teams, [this, d](int s, const std::string& message) { stage_failed(d, s, message); },
         d));
+    pipelines_.back()->set_recompute(options.pipeline.recompute);
   }
 }
 
@@ -129,7 +131,7 @@ std::string HybridRunner::describe() const {
   return "pipeline (" + schedule_name(schedule_) + ") of " + std::to_string(stages_.size()) + " stages [" +
          stages_text(stages_) + "] x " + std::to_string(replicas_.size()) +
          " replicas (each stage's gradients reduced among its replicas), split " + splitter_.describe() + ", " +
-         std::to_string(micro_batches_) + " micro-batches";
+         std::to_string(micro_batches_) + " micro-batches" + (recompute_ ? ", recomputing activations" : "");
 }
 
 }  // namespace dpcore::train::pipeline

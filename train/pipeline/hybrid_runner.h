@@ -68,6 +68,7 @@ class HybridRunner : public ReplicatedRunner {
   std::vector<Stage> stages_;
   Schedule schedule_;
   int micro_batches_;
+  bool recompute_;
   std::vector<FlatRange> ranges_;                              // per stage
   std::vector<std::vector<std::unique_ptr<comm::Communicator>>> groups_;  // [stage][replica]
   std::vector<std::unique_ptr<PipelineThreads>> pipelines_;    // per replica

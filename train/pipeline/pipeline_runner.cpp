@@ -61,11 +61,13 @@ PipelineRunner::PipelineRunner(std::unique_ptr<Model> model, const OptimizerConf
       stages_(checked_stages(*model_, accum, options, int(runtime::allowed_cpus().size()))),
       schedule_(parse_schedule(options.pipeline.schedule)),
       micro_batches_(int(pipeline_micro_batches(options.pipeline))),
+      recompute_(options.pipeline.recompute),
       threads_(int(stages_.size()), std::chrono::milliseconds(int64_t(options.timeout_s * 1000)),
                stage_cpu_teams(stages_, runtime::allowed_cpus(), runtime::cpu_threads())) {
   DPCORE_CHECK(options.replicas == 1, pipeline_flag(options.pipeline), " with --replicas ", options.replicas,
                ": a pipeline of several replicas is HybridRunner's (train/pipeline/hybrid_runner.h)");
   stage_order(schedule_, 0, int(stages_.size()), micro_batches_);  // refuses naive with M > 1
+  threads_.set_recompute(options.pipeline.recompute);
 }
 
 StepStats PipelineRunner::step(const data::Batch& batch) {
@@ -87,7 +89,8 @@ void PipelineRunner::set_rates(double lr, double momentum) {
 
 std::string PipelineRunner::describe() const {
   return "pipeline (" + schedule_name(schedule_) + ") of " + std::to_string(stages_.size()) + " stages [" +
-         stages_text(stages_) + "], " + std::to_string(micro_batches_) + " micro-batches";
+         stages_text(stages_) + "], " + std::to_string(micro_batches_) + " micro-batches" +
+         (recompute_ ? ", recomputing activations" : "");
 }
 
 }  // namespace dpcore::train::pipeline

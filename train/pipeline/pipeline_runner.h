@@ -64,6 +64,7 @@ class PipelineRunner : public StepRunner {
   std::vector<Stage> stages_;
   Schedule schedule_;
   int micro_batches_;
+  bool recompute_;
   PipelineThreads threads_;
   PipelineStepStats last_step_;
 };

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <tuple>
 
+#include "engine/autograd.h"
 #include "engine/backend.h"
 #include "kernels/error.h"
 
@@ -137,23 +138,49 @@ Shape StageWork::input_shape(int s, int m) const {
   return shape;
 }
 
-Tensor StageWork::forward(int s, int m, const Tensor& received) {
+void StageWork::set_recompute(bool on) {
+  recompute_ = on;
+  if (on && buffer_ranges_.empty()) buffer_ranges_ = stage_buffer_ranges(model_, stages_);
+}
+
+Tensor StageWork::run_layers(int s, int m, const Tensor& in) {
   const int64_t begin = rows_[m].first, end = rows_[m].first + rows_[m].size;
-  Tensor in = s == 0 ? x_.narrow0(begin, end) : received;
-  if (s > 0) in.set_requires_grad(true);
   model_.set_batch_position(start_.step, start_.first_sample + begin, size_t(stages_[s].first_layer), layer_end(s));
   Tensor out = model_.net().forward_range(in, size_t(stages_[s].first_layer), layer_end(s));
-  if (s + 1 == stages()) {
-    out = loss_of(out, y_.narrow0(begin, end), logits_);
-    backend_for(loss_sum_.device()).add(loss_sum_, out.detach(), loss_sum_);
+  if (s + 1 == stages()) out = loss_of(out, y_.narrow0(begin, end), logits_);
+  return out;
+}
+
+Tensor StageWork::forward(int s, int m, const Tensor& received) {
+  Tensor in = s == 0 ? x_.narrow0(rows_[m].first, rows_[m].first + rows_[m].size) : received;
+  if (s > 0) in.set_requires_grad(true);
+  Tensor out;
+  if (recompute_) {
+    // No graph; batch norm's running statistics put back, for the backward's forward to move.
+    const FlatRange& r = buffer_ranges_[size_t(s)];
+    Tensor buffers = r.size > 0 ? model_.buffers().values().narrow0(r.first, r.first + r.size) : Tensor();
+    const Tensor before = buffers.defined() ? buffers.clone() : Tensor();
+    {
+      autograd::NoGradGuard no_graph;
+      out = run_layers(s, m, in);
+    }
+    if (buffers.defined()) buffers.copy_(before);
+  } else {
+    out = run_layers(s, m, in);
+    output_[s][m] = out;
+    peak_[s] = std::max(peak_[s], ++live_[s]);
   }
-  input_[s][m] = in, output_[s][m] = out;
-  peak_[s] = std::max(peak_[s], ++live_[s]);
+  if (s + 1 == stages()) backend_for(loss_sum_.device()).add(loss_sum_, out.detach(), loss_sum_);
+  input_[s][m] = in;
   return out.detach();
 }
 
 Tensor StageWork::backward(int s, int m, const Tensor& grad) {
   const bool last = s + 1 == stages();
+  if (recompute_) {
+    output_[s][m] = run_layers(s, m, input_[s][m]);
+    peak_[s] = std::max(peak_[s], ++live_[s]);
+  }
   output_[s][m].backward(last ? Tensor::full({}, grad_scale_, loss_sum_.dtype(), loss_sum_.device()) : grad);
   Tensor to_send = s > 0 ? input_[s][m].grad() : Tensor();
   input_[s][m] = Tensor(), output_[s][m] = Tensor();
@@ -183,8 +210,9 @@ std::vector<std::pair<int, PipelineOp>> run_order(Schedule schedule, int stages,
 
 Tensor pipeline_accumulate_gradients(Model& model, const std::vector<Stage>& stages, Schedule schedule,
                                      int micro_batches, const Tensor& x, const Tensor& y, double grad_scale,
-                                     BatchStart start, PipelineStepStats* stats) {
+                                     BatchStart start, PipelineStepStats* stats, bool recompute) {
   StageWork work(model, stages, micro_batches, x, y, grad_scale, start);
+  work.set_recompute(recompute);
   const int P = work.stages();
   // sent[s][m]: what stage s sent up for micro-batch m; returned[s][m]: the gradient stage s
   // sent back down.

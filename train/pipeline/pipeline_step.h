@@ -95,6 +95,15 @@ class StageWork {
   // stage's input, for stage s-1 (undefined on stage 0). Frees the micro-batch's activations.
   Tensor backward(int s, int m, const Tensor& grad);
 
+  // --recompute (activation recomputation, as torch.utils.checkpoint): a forward keeps only
+  // the stage's input, running its layers without recording a graph (and leaving batch
+  // norm's running statistics as they were); the backward runs them again from that input,
+  // recording (and moving the statistics, in micro-batch order as one device does), then
+  // backward. The same bits as without: the same ops on the same inputs, dropout drawing by
+  // the batch position. One more forward per micro-batch buys the activations a stage would
+  // hold between a forward and its backward. Before the first forward.
+  void set_recompute(bool on);
+
   Tensor loss_sum() const { return loss_sum_; }
   DType dtype() const { return model_.dtype(); }
   Device device() const { return model_.device(); }
@@ -102,6 +111,8 @@ class StageWork {
 
  private:
   size_t layer_end(int s) const;  // the last stage stops before a final LogSoftmax
+  // Stage s's layers on micro-batch m from `in` (on the last stage, through the loss).
+  Tensor run_layers(int s, int m, const Tensor& in);
 
   Model& model_;
   std::vector<Stage> stages_;
@@ -114,14 +125,16 @@ class StageWork {
   std::vector<std::vector<Tensor>> input_, output_;  // [stage][micro-batch]
   std::vector<int> live_, peak_;                 // per stage
   Tensor loss_sum_;
+  bool recompute_ = false;
+  std::vector<FlatRange> buffer_ranges_;         // per stage, with recompute_
 };
 
 // The reference executor: every stage's ops on this thread, in the order of the schedule's
 // unit-tick run, so each op finds its input there. Accumulates into the model's gradient
-// buffer and returns the batch's summed loss.
+// buffer and returns the batch's summed loss. `recompute`: StageWork::set_recompute.
 Tensor pipeline_accumulate_gradients(Model& model, const std::vector<Stage>& stages, Schedule schedule,
                                      int micro_batches, const Tensor& x, const Tensor& y, double grad_scale,
-                                     BatchStart start, PipelineStepStats* stats = nullptr);
+                                     BatchStart start, PipelineStepStats* stats = nullptr, bool recompute = false);
 
 // The per-layer profile --pipeline P balances (balance_stages): each top-level layer's
 // forward plus backward time on the batch (x, y), in seconds, measured as a pipeline runs

@@ -112,7 +112,10 @@ Tensor PipelineThreads::accumulate_gradients(Model& model, const std::vector<Sta
   // No rows (a data-parallel replica whose share of a short batch is empty): the stages
   // have no work, but still reduce with their groups.
   std::optional<StageWork> work;
-  if (!rows.empty()) work.emplace(model, stages, rows, x, y, grad_scale, start);
+  if (!rows.empty()) {
+    work.emplace(model, stages, rows, x, y, grad_scale, start);
+    work->set_recompute(recompute_);
+  }
   std::vector<runtime::CpuTeam> cores(stages.size());  // cores[s]: written by stage s's thread only
   for (const auto& account : accounts_) account->begin_window();
   try {

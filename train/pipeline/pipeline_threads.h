@@ -45,6 +45,8 @@ class PipelineThreads {
                   std::function<void(int, const std::string&)> on_failure = {}, int replica = -1);
 
   int stages() const { return threads_.size(); }
+  // --recompute for the batches from now on (StageWork::set_recompute).
+  void set_recompute(bool on) { recompute_ = on; }
 
   // pipeline_accumulate_gradients' contract, each stage on its thread. Each stage's thread
   // charges the tensors it allocates to the stage's memory account (engine/memory_account.h):
@@ -73,6 +75,7 @@ class PipelineThreads {
   // started_[s]: stage s's thread has joined its team and named its trace lane (its own to write)
   std::vector<char> started_;
   int replica_;  // the hybrid runner's replica this pipeline is, for the lanes' names; -1: none
+  bool recompute_ = false;
   ReplicaThreads threads_;
 };
 

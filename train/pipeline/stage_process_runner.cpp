@@ -28,6 +28,7 @@ StageProcessRunner::StageProcessRunner(std::unique_ptr<Model> model, const Optim
       stages_(checked_stages(*model_, accum, options, int(model_->net().size()))),
       schedule_(parse_schedule(options.pipeline.schedule)),
       micro_batches_(int(pipeline_micro_batches(options.pipeline))),
+      recompute_(options.pipeline.recompute),
       splitter_(options.split, 1),
       parameter_ranges_(stage_parameter_ranges(*model_, stages_)),
       buffer_ranges_(stage_buffer_ranges(*model_, stages_)) {
@@ -61,6 +62,7 @@ StepStats StageProcessRunner::step(const data::Batch& batch) {
   Tensor loss = Tensor::zeros({}, model_->dtype(), Device::cpu());
   if (!rows.empty()) {
     StageWork work(*model_, stages_, rows, x, y, gradient_scale(counted), {uint64_t(step_number()), 0});
+    work.set_recompute(recompute_);
     run_stage_ops(work, schedule_, stage_, *pipeline_);
     loss = work.loss_sum();  // the last stage's; zero on the others
   }
@@ -110,7 +112,7 @@ std::string StageProcessRunner::describe() const {
          stages_text(stages_) + "] x " + std::to_string(replicas_) + " replicas, a process each (mpi, " +
          std::to_string(world_->size()) + " processes; this one: stage " + std::to_string(stage_) + " of replica " +
          std::to_string(replica_) + "), split " + splitter_.describe() + ", " + std::to_string(micro_batches_) +
-         " micro-batches";
+         " micro-batches" + (recompute_ ? ", recomputing activations" : "");
 }
 
 }  // namespace dpcore::train::pipeline

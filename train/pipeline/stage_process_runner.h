@@ -63,6 +63,7 @@ class StageProcessRunner : public StepRunner {
   std::vector<Stage> stages_;
   Schedule schedule_;
   int micro_batches_;
+  bool recompute_;
   std::unique_ptr<comm::Communicator> world_, pipeline_, data_parallel_;
   int stage_ = 0, replica_ = 0, replicas_ = 1;
   Splitter splitter_;

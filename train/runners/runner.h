@@ -38,6 +38,7 @@ struct PipelineOptions {
   int balanced_stages = 0;
   std::string schedule = "gpipe";  // --schedule naive | gpipe | 1f1b
   int micro_batches = 0;           // --micro-batches M; 0: one per stage (1 with naive)
+  bool recompute = false;          // --recompute: each stage keeps its inputs only (StageWork::set_recompute)
 };
 // The micro-batches of a pipeline's step: --micro-batches, else one per stage of --stages or
 // --pipeline (1 with naive); 1 without a pipeline. What a checkpoint records as the step's --accum:
