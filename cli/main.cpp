@@ -675,6 +675,13 @@ int main(int argc, char** argv) {
   predict_cmd->add_option("--profile", predict.profile_in, "load the step profile from this JSON file instead of measuring");
   predict_cmd->add_option("--profile-out", predict.profile_out, "save the measured step profile here (JSON)");
   predict_cmd->add_option("--json", predict.json, "also write the predictions here (JSON)");
+  predict_cmd->add_option("--stages", predict.stages,
+                          "predict a pipeline's step instead, these stages as for train (e.g. 0-4@cpu:0,5-10@cpu:1); "
+                          "--replicas are then each stage's data-parallel replicas (docs/scaling.md, \"Pipelines\")");
+  predict_cmd->add_option("--schedule", predict.schedule, "with --stages: naive, gpipe or 1f1b")->capture_default_str();
+  with_rule(predict_cmd->add_option("--micro-batches", predict.micro_batches,
+                                    "with --stages: micro-batches per step (default one per stage)"),
+            whole<int>(1));
 
   dpcore::cli::LaunchOptions launch;
   CLI::App* launch_cmd = add_launch_command(app, launch);

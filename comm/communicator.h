@@ -17,6 +17,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -108,6 +109,10 @@ struct LocalOptions {
   // its own.
   std::string lanes = "comm";
   int first_lane = -1;
+  // If given, runs on rank r's communication thread before its first call, with r: a
+  // pipeline's stages pin their communication threads to their own cores with it, so that
+  // a send does not wait for a core another stage is computing on.
+  std::function<void(int rank)> thread_start;
 };
 // One Communicator per replica, rank i at index i. Each replica's thread calls the
 // collectives on its own Communicator; they meet inside. world_size >= 1.

@@ -43,9 +43,14 @@ std::string with_op(ReduceOp reduce) { return concat(" (", reduce_op_name(reduce
 class LocalCommunicator : public Communicator {
  public:
   // `lane` names the communication thread's lane in a trace, `lane_index` places it.
-  LocalCommunicator(std::shared_ptr<Rendezvous> rendezvous, int rank, std::string lane, int lane_index)
+  // `thread_start`, if given, runs on the communication thread first (LocalOptions).
+  LocalCommunicator(std::shared_ptr<Rendezvous> rendezvous, int rank, std::string lane, int lane_index,
+                    const std::function<void(int)>& thread_start = {})
       : rendezvous_(std::move(rendezvous)), rank_(rank), lane_(std::move(lane)), lane_index_(lane_index) {
-    thread_.run([this] { trace::set_lane(lane_, lane_index_); });
+    thread_.run([this, &thread_start] {
+      trace::set_lane(lane_, lane_index_);
+      if (thread_start) thread_start(rank_);
+    });
   }
   // A replica that goes away must not leave the others waiting for it until the timeout.
   // After a completed collective the group is idle and aborting it harms nobody.
@@ -274,7 +279,7 @@ std::vector<std::unique_ptr<Communicator>> make_local_group(int world_size, cons
   const int first_lane = options.first_lane >= 0 ? options.first_lane : trace::kCommLanes;
   for (int r = 0; r < world_size; ++r) {
     group.push_back(std::make_unique<LocalCommunicator>(rendezvous, r, options.lanes + " " + std::to_string(r),
-                                                        first_lane + r));
+                                                        first_lane + r, options.thread_start));
   }
   return group;
 }

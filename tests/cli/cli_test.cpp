@@ -694,6 +694,40 @@ TEST(Cli, PredictRefusesWhatItCannotUseNamingIt) {
   EXPECT_NE(r.output.find("names no model and batch"), std::string::npos) << r.output;
 }
 
+// dpcore predict --stages: a pipeline's step per replica count, from each layer measured on a
+// micro-batch; the stages' p2p bytes are twice the boundary's activations per micro-batch; more
+// replicas of each stage add only their reductions; what a pipeline's prediction cannot take
+// is refused naming it.
+TEST(Cli, PredictTabulatesAPipelinesStepFromItsMeasuredLayers) {
+  dpcore::testing::TempDir dir;
+  // conv(4,3,p1) relu pool(2) flatten linear(4) on 1x8x8, split after the pool: 4 x 4 x 4 values a sample.
+  const std::string common = "predict --model " + kSpec +
+                             " --input 1x8x8 --classes 4 --batch 16 --threads 1 --profile-steps 2 --cluster 4,20,3,20,3"
+                             " --stages 0-2@cpu:0,3-5@cpu:1 --micro-batches 4 --replicas 1,4";
+  CommandResult r = run(common + " --schedule 1f1b --json " + dir.file("p.json"));
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("pipeline (1f1b) of 2 stages [0-2@cpu:0,3-5@cpu:1], 4 micro-batches of 4 samples"),
+            std::string::npos) << r.output;
+  const nlohmann::json j = nlohmann::json::parse(slurp(dir.file("p.json")));
+  const nlohmann::json& rows = j.at("predictions");
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_EQ(rows[0].at("p2p_bytes"), 2 * 4 * (4 * 64 * 4));
+  EXPECT_EQ(rows[0].at("exposed_allreduce_s"), 0.0);
+  EXPECT_EQ(rows[1].at("pipeline_s"), rows[0].at("pipeline_s"));
+  EXPECT_GE(rows[1].at("step_s").get<double>(), rows[0].at("step_s").get<double>());
+  EXPECT_EQ(j.at("layers").size(), 6u);
+  const std::pair<std::string, std::string> refusals[] = {
+      {" --profile " + dir.file("p.json"), "--stages with --profile"},
+      {" --profile-out " + dir.file("q.json"), "--stages with --profile or --profile-out"},
+      {" --schedule naive", "--schedule naive runs the batch whole"},
+  };
+  for (const auto& [args, names] : refusals) {
+    CommandResult bad = run(common + args);
+    EXPECT_NE(bad.status, 0) << args;
+    EXPECT_NE(bad.output.find(names), std::string::npos) << args << "\n" << bad.output;
+  }
+}
+
 // With --profile and no --model the model is the profile's (dpcore need not build it: the
 // GPU presets' ResNet-50 is PyTorch's); --replicas lists the counts, and a CPU cluster's
 // cores bring the measured busy slowdown.

@@ -145,6 +145,40 @@ TEST(LocalPointToPointTrace, SendAndRecvSpansNameBytesPeerAndTag) {
   }
 }
 
+// LocalOptions name a group's lanes, and thread_start runs on each rank's communication
+// thread, the one that runs its calls: a lane it names there is where the rank's send lands.
+TEST(LocalPointToPointTrace, GroupOptionsNameTheLanesAndRunOnEachCommunicationThread) {
+  for (bool renamed : {false, true}) {
+    TempDir dir;
+    comm::LocalOptions options;
+    options.lanes = "stage comm", options.first_lane = trace::kStageCommLanes;
+    std::vector<int> started;  // the ranks thread_start ran for, in order
+    if (renamed) {
+      options.thread_start = [&](int r) {
+        started.push_back(r);
+        trace::set_lane("started " + std::to_string(r), trace::kStageCommLanes + 10 + r);
+      };
+    }
+    auto group = comm::make_local_group(2, options);
+    EXPECT_EQ(started, renamed ? std::vector<int>({0, 1}) : std::vector<int>{});
+    trace::start();
+    run_replicas(group, [&](Communicator& c) {
+      Tensor got = Tensor::zeros({8}, DType::Float64);
+      c.send(filled(8, 1.0), 1 - c.rank(), 0);
+      c.recv(got, 1 - c.rank(), 0).wait();
+    });
+    trace::stop();
+    trace::write(dir.file("trace.json"));
+    TraceFile t = read_trace(dir.file("trace.json"));
+    for (int r = 0; r < 2; ++r) {
+      const std::string lane = (renamed ? "started " : "stage comm ") + std::to_string(r);
+      EXPECT_EQ(spans_of(t, lane, "send").size(), 1u) << lane;
+      for (const auto& [key, name] : t.lanes)
+        if (name == lane) EXPECT_EQ(t.sort_index.at(key), trace::kStageCommLanes + (renamed ? 10 : 0) + r);
+    }
+  }
+}
+
 // ---- errors: named, and never a hang ----
 TEST(LocalPointToPointErrors, SendToItselfIsRefusedNamingTheRank) {
   auto group = comm::make_local_group(2);

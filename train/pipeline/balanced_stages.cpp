@@ -22,7 +22,7 @@ BalancedStages balance_pipeline(Model& model, const Tensor& x, const Tensor& y, 
   DPCORE_CHECK(cpu_teams >= 1, "--pipeline ", stages, ": ", cpu_teams, " CPU teams to put the stages on");
   BalancedStages out;
   out.samples = x.size(0);
-  out.layer_seconds = measure_layer_costs(model, x, y, 1, kBalanceRepeats);
+  for (const LayerCost& cost : measure_layer_costs(model, x, y, 1, kBalanceRepeats)) out.layer_seconds.push_back(cost.total());
   std::vector<StageDevice> devices;
   for (int i = 0; i < stages; ++i) devices.push_back({Device::cpu(), i % cpu_teams});
   out.stages = balance_stages(out.layer_seconds, stages, devices);

@@ -16,7 +16,7 @@
 namespace dpcore::train::pipeline {
 
 struct BalancedStages {
-  std::vector<double> layer_seconds;  // per layer: forward + backward on the micro-batch
+  std::vector<double> layer_seconds;  // per layer: forward + backward on the micro-batch (the medians' sum)
   int64_t samples = 0;                // the micro-batch's samples
   std::vector<Stage> stages;          // stage i on cpu:(i mod the CPU teams)
 };

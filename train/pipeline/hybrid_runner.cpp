@@ -50,12 +50,15 @@ HybridRunner::HybridRunner(std::unique_ptr<Model> model, const OptimizerConfig& 
   const std::vector<Device> devices(size_t(D), Device::cpu());
   start(std::move(model), devices, comm::make_communicators(comm_config(options, devices)), optimizer);
   // Stage s of replica d is rank d of group s.
-  // (In a trace, rank d of stage s's group is the lane "stage s group comm d".)
-  for (int s = 0; s < P; ++s) {
-    groups_.push_back(comm::make_local_group(
-        D, {timeout_of(options), "stage " + std::to_string(s) + " group comm", trace::kStageGroupCommLanes + s * D}));
-  }
   const std::vector<runtime::CpuTeam> teams = stage_cpu_teams(stages_, runtime::allowed_cpus(), runtime::cpu_threads());
+  // (In a trace, rank d of stage s's group is the lane "stage s group comm d"; its thread
+  // runs on stage s's team, as the stage's threads do.)
+  for (int s = 0; s < P; ++s) {
+    comm::LocalOptions group{timeout_of(options), "stage " + std::to_string(s) + " group comm",
+                             trace::kStageGroupCommLanes + s * D};
+    group.thread_start = [team = teams[size_t(s)]](int) { runtime::join_cpu_team(team); };
+    groups_.push_back(comm::make_local_group(D, group));
+  }
   for (int d = 0; d < D; ++d) {
     pipelines_.push_back(std::make_unique<PipelineThreads>(
         P, timeout_of(options), teams, [this, d](int s, const std::string& message) { stage_failed(d, s, message); },

@@ -6,6 +6,7 @@
 
 #include "engine/autograd.h"
 #include "engine/backend.h"
+#include "engine/median.h"
 #include "kernels/error.h"
 
 namespace dpcore::train::pipeline {
@@ -181,7 +182,10 @@ Tensor StageWork::backward(int s, int m, const Tensor& grad) {
     output_[s][m] = run_layers(s, m, input_[s][m]);
     peak_[s] = std::max(peak_[s], ++live_[s]);
   }
-  output_[s][m].backward(last ? Tensor::full({}, grad_scale_, loss_sum_.dtype(), loss_sum_.device()) : grad);
+  // (A first stage whose layers have no parameters, a lone flatten, recorded no graph: its
+  // backward has nothing to do.)
+  if (output_[s][m].requires_grad())
+    output_[s][m].backward(last ? Tensor::full({}, grad_scale_, loss_sum_.dtype(), loss_sum_.device()) : grad);
   Tensor to_send = s > 0 ? input_[s][m].grad() : Tensor();
   input_[s][m] = Tensor(), output_[s][m] = Tensor();
   --live_[s];
@@ -231,7 +235,7 @@ Tensor pipeline_accumulate_gradients(Model& model, const std::vector<Stage>& sta
   return work.loss_sum();
 }
 
-std::vector<double> measure_layer_costs(Model& model, const Tensor& x, const Tensor& y, int warmup, int repeats) {
+std::vector<LayerCost> measure_layer_costs(Model& model, const Tensor& x, const Tensor& y, int warmup, int repeats) {
   DPCORE_CHECK(model.device().is_cpu(), "pipeline layer profile: the model is on ", model.device().str(),
                "; the profile is measured on the CPU only (a GPU's calls return before the work is done)");
   DPCORE_CHECK(warmup >= 0 && repeats >= 1, "pipeline layer profile: warmup ", warmup, " and repeats ", repeats,
@@ -241,30 +245,22 @@ std::vector<double> measure_layer_costs(Model& model, const Tensor& x, const Ten
   for (int i = 0; i < layers; ++i) one_per_layer.push_back({i, i, StageDevice{Device::cpu()}});
   using Clock = std::chrono::steady_clock;
   const auto seconds = [](Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); };
-  std::vector<std::vector<double>> timed(layers);  // [layer][repeat]
+  std::vector<std::vector<double>> forward(layers), backward(layers);  // [layer][repeat]
   for (int r = 0; r < warmup + repeats; ++r) {
     StageWork work(model, one_per_layer, 1, x, y, 1.0, {uint64_t(r), 0});
-    std::vector<double> cost(layers, 0.0);
     Tensor passed;
-    for (int s = 0; s < layers; ++s) {
-      const auto t0 = Clock::now();
-      passed = work.forward(s, 0, passed);
-      cost[s] += seconds(t0, Clock::now());
+    for (int pass = 0; pass < 2; ++pass) {
+      for (int i = 0; i < layers; ++i) {
+        const int s = pass == 0 ? i : layers - 1 - i;  // forwards up, backwards down
+        const auto t0 = Clock::now();
+        passed = pass == 0 ? work.forward(s, 0, passed) : work.backward(s, 0, passed);
+        if (r >= warmup) (pass == 0 ? forward : backward)[size_t(s)].push_back(seconds(t0, Clock::now()));
+      }
     }
-    for (int s = layers - 1; s >= 0; --s) {
-      const auto t0 = Clock::now();
-      passed = work.backward(s, 0, passed);
-      cost[s] += seconds(t0, Clock::now());
-    }
-    if (r >= warmup)
-      for (int s = 0; s < layers; ++s) timed[s].push_back(cost[s]);
   }
   model.zero_grad();
-  std::vector<double> out;
-  for (std::vector<double>& t : timed) {
-    std::sort(t.begin(), t.end());
-    out.push_back(t.size() % 2 ? t[t.size() / 2] : 0.5 * (t[t.size() / 2 - 1] + t[t.size() / 2]));
-  }
+  std::vector<LayerCost> out;
+  for (int i = 0; i < layers; ++i) out.push_back({median(forward[size_t(i)]), median(backward[size_t(i)])});
   return out;
 }
 

@@ -136,14 +136,20 @@ Tensor pipeline_accumulate_gradients(Model& model, const std::vector<Stage>& sta
                                      int micro_batches, const Tensor& x, const Tensor& y, double grad_scale,
                                      BatchStart start, PipelineStepStats* stats = nullptr, bool recompute = false);
 
-// The per-layer profile --pipeline P balances (balance_stages): each top-level layer's
-// forward plus backward time on the batch (x, y), in seconds, measured as a pipeline runs
-// it: every layer a stage of its own through StageWork, the batch one micro-batch, so a
-// layer's time includes the loss on the last one and excludes nothing a stage would do.
-// The median over `repeats` batches after `warmup` untimed ones (a layer's first batch pays
-// for its buffers). CPU models only: on a GPU the calls return once the work is queued.
-// The gradient buffer is zeroed at the end; batch norm's running statistics move, as in a
-// training step.
-std::vector<double> measure_layer_costs(Model& model, const Tensor& x, const Tensor& y, int warmup, int repeats);
+// One layer's measured forward and backward time on a micro-batch, in seconds.
+struct LayerCost {
+  double forward_s = 0, backward_s = 0;
+  double total() const { return forward_s + backward_s; }
+};
+
+// The per-layer profile --pipeline P balances (balance_stages) and the pipeline model
+// predicts from (train/predict/pipeline_model.h): each top-level layer's forward and
+// backward time on the batch (x, y), measured as a pipeline runs it: every layer a stage
+// of its own through StageWork, the batch one micro-batch, so a layer's time includes the
+// loss on the last one and excludes nothing a stage would do. The medians over `repeats`
+// batches after `warmup` untimed ones (a layer's first batch pays for its buffers). CPU
+// models only: on a GPU the calls return once the work is queued. The gradient buffer is
+// zeroed at the end; batch norm's running statistics move, as in a training step.
+std::vector<LayerCost> measure_layer_costs(Model& model, const Tensor& x, const Tensor& y, int warmup, int repeats);
 
 }  // namespace dpcore::train::pipeline

@@ -34,15 +34,20 @@ trace::Label compute(PipelineOp::Kind kind, int m, int s, int64_t rows) {
 // pipeline), and of their communication threads, "stage comm 2" ("replica 1 stage comm 2").
 std::string lane_prefix(int replica) { return replica >= 0 ? "replica " + std::to_string(replica) + " " : ""; }
 std::string stage_lane(int replica, int s) { return lane_prefix(replica) + "stage " + std::to_string(s); }
-comm::LocalOptions stage_comm_options(std::chrono::milliseconds timeout, int replica, int stages) {
-  return {timeout, lane_prefix(replica) + "stage comm", trace::kStageCommLanes + std::max(replica, 0) * stages};
+// Stage s's communication thread on stage s's team, as its stage thread: a send then needs
+// no core that another stage is computing on.
+comm::LocalOptions stage_comm_options(std::chrono::milliseconds timeout, int replica, int stages,
+                                      const std::vector<runtime::CpuTeam>& teams) {
+  comm::LocalOptions o{timeout, lane_prefix(replica) + "stage comm", trace::kStageCommLanes + std::max(replica, 0) * stages};
+  if (!teams.empty()) o.thread_start = [teams](int s) { runtime::join_cpu_team(teams[size_t(s)]); };
+  return o;
 }
 
 }  // namespace
 
 PipelineThreads::PipelineThreads(int stages, std::chrono::milliseconds timeout, std::vector<runtime::CpuTeam> teams,
                                  std::function<void(int, const std::string&)> on_failure, int replica)
-    : comms_(comm::make_local_group(stages, stage_comm_options(timeout, replica, stages))),
+    : comms_(comm::make_local_group(stages, stage_comm_options(timeout, replica, stages, teams))),
       teams_(std::move(teams)),
       accounts_(size_t(stages)),
       started_(size_t(stages), 0),

@@ -1,6 +1,7 @@
 // dpcore predict (train/predict/predict.h).
 #include "train/predict/predict.h"
 
+#include <algorithm>
 #include <fstream>
 #include <iomanip>
 #include <nlohmann/json.hpp>
@@ -14,6 +15,9 @@
 #include "engine/runtime.h"
 #include "kernels/error.h"
 #include "layers/zoo.h"
+#include "train/pipeline/pipeline_schedule.h"
+#include "train/pipeline/stage_plan.h"
+#include "train/predict/pipeline_profile.h"
 #include "train/runners/ddp.h"
 #include "train/predict/scaling_model.h"
 #include "train/predict/step_profile.h"
@@ -157,6 +161,92 @@ StepProfile measure(const PredictOptions& o, layers::Model& model, const Shape& 
   return profile;
 }
 
+// dpcore predict --stages: the pipeline's step for each replica count.
+void predict_pipelines(const PredictOptions& o, const scaling::Preset& cluster, scaling::Algorithm algorithm,
+                       const std::vector<int>& counts, std::ostream& out) {
+  DPCORE_CHECK(o.profile_in.empty() && o.profile_out.empty(), "--stages with --profile or --profile-out: a saved "
+               "profile is a data-parallel step's; a pipeline's is measured per layer each time");
+  const Shape input = parse_input(o.input);
+  layers::ModelDef def = layers::model_from_flag(o.model, input, o.classes);
+  layers::Model model(std::move(def.net), def.input_shape, Device::cpu(), DType::Float32, o.seed);
+  const std::vector<pipeline::Stage> stages =
+      pipeline::parse_stages(o.stages, int(model.net().size()), {int(runtime::allowed_cpus().size()), 0});
+  const pipeline::Schedule schedule = pipeline::parse_schedule(o.schedule);
+  PipelineOptions asked;
+  asked.stages = o.stages, asked.schedule = o.schedule, asked.micro_batches = o.micro_batches;
+  const int M = int(pipeline_micro_batches(asked));
+  pipeline::stage_order(schedule, 0, int(stages.size()), M);  // refuses naive with M > 1
+  const int64_t rows = pipeline::micro_batch_sizes(o.batch, M).front();
+  if (o.threads > 0) runtime::set_cpu_threads(o.threads);
+  Generator gen(o.seed + 1);
+  Shape shape{rows};
+  shape.insert(shape.end(), input.begin(), input.end());
+  std::vector<float> pixels(size_t(shape_numel(shape)));
+  for (float& v : pixels) v = float(gen.normal());
+  std::vector<int64_t> labels(static_cast<size_t>(rows));
+  for (size_t i = 0; i < labels.size(); ++i) labels[i] = int64_t(i) % o.classes;
+  const Tensor x = Tensor::from_vector(pixels, shape), y = Tensor::from_vector(labels, {rows});
+  scaling::PipelineProfile profile =
+      measure_pipeline_profile(model, x, y, SgdConfig{0.01, 0.9, 0.0, 5e-4, true}, o.warmup, o.steps);
+  for (pipeline::LayerCost& c : profile.layers) c.forward_s *= o.compute_scale, c.backward_s *= o.compute_scale;
+  profile.optimizer_s *= o.compute_scale;
+  const int64_t largest = *std::max_element(profile.output_bytes.begin(), profile.output_bytes.end());
+  const scaling::Link link = measure_p2p_link(largest, 20);
+  // The stages compute side by side, a thread on each stage's CPU team: that slows each
+  // (shared caches, memory bandwidth), measured with the teams the stages would have.
+  std::vector<runtime::CpuTeam> teams;
+  for (const runtime::CpuTeam& team : pipeline::stage_cpu_teams(stages, runtime::allowed_cpus(), runtime::cpu_threads()))
+    if (std::none_of(teams.begin(), teams.end(), [&](const runtime::CpuTeam& t) { return t.cpus == team.cpus; }))
+      teams.push_back(team);
+  const auto make_model = [&] {
+    layers::ModelDef d = layers::model_from_flag(o.model, input, o.classes);
+    return std::make_unique<layers::Model>(std::move(d.net), d.input_shape, Device::cpu(), DType::Float32, o.seed);
+  };
+  const double slowdown = measure_side_by_side_slowdown(make_model, x, y, teams, o.warmup, o.steps);
+  out << "dpcore predict: " << o.model << ", pipeline (" << pipeline::schedule_name(schedule) << ") of "
+      << stages.size() << " stages [" << pipeline::stages_text(stages) << "], " << M << " micro-batches of " << rows
+      << " samples (batch " << o.batch << " per replica)\n"
+      << "layer profile (measured on the CPU, " << runtime::cpu_threads() << (runtime::cpu_threads() == 1 ? " thread" : " threads") << ", median of " << o.steps
+      << "), forward / backward ms:";
+  for (const pipeline::LayerCost& c : profile.layers)
+    out << " " << fixed(c.forward_s * 1e3, 3) << "/" << fixed(c.backward_s * 1e3, 3);
+  out << "; optimizer " << fixed(profile.optimizer_s * 1e3, 2) << " ms\n"
+      << "each end of a message between stages (measured: send/recv between two threads): "
+      << fixed(link.latency_s * 1e6, 1) << " us + bytes at " << fixed(link.bytes_per_s / 1e9, 2) << " GB/s\n"
+      << "compute x " << fixed(slowdown, 2) << ": measured with a thread on each of the stages' " << teams.size()
+      << " CPU teams at once, against one alone\n"
+      << "cluster " << cluster.cluster.name << " (each stage's allreduce among its replicas): " << cluster.assumptions
+      << "\n"
+      << "a processor per stage and replica (stages that share cores are slower than this)\n";
+  out << std::setw(8) << "replicas" << " | " << std::setw(8) << "step ms" << std::setw(13) << "pipeline ms"
+      << std::setw(8) << "bubble" << std::setw(16) << "p2p MiB/step" << std::setw(22) << "exposed allreduce ms\n";
+  json rows_json = json::array();
+  for (int r : counts) {
+    const scaling::PipelinePrediction p =
+        scaling::predict_pipeline(profile, stages, schedule, M, r, link, cluster.cluster, algorithm, slowdown);
+    out << std::setw(8) << r << " | " << std::setw(8) << fixed(p.step_s * 1e3, 2) << std::setw(13)
+        << fixed(p.pipeline_s * 1e3, 2) << std::setw(7) << fixed(p.bubble * 100, 1) << "%" << std::setw(16)
+        << fixed(double(p.p2p_bytes) / double(1 << 20), 2) << std::setw(21) << fixed(p.exposed_allreduce_s * 1e3, 3)
+        << "\n";
+    rows_json.push_back({{"replicas", r}, {"step_s", p.step_s}, {"pipeline_s", p.pipeline_s}, {"bubble", p.bubble},
+                         {"p2p_bytes", p.p2p_bytes}, {"exposed_allreduce_s", p.exposed_allreduce_s}});
+  }
+  if (!o.json.empty()) {
+    json layers = json::array();
+    for (size_t i = 0; i < profile.layers.size(); ++i)
+      layers.push_back({{"forward_s", profile.layers[i].forward_s}, {"backward_s", profile.layers[i].backward_s},
+                        {"output_bytes", profile.output_bytes[i]}, {"param_bytes", profile.param_bytes[i]}});
+    write_json(o.json,
+               {{"model", o.model}, {"batch_per_replica", o.batch}, {"stages", pipeline::stages_text(stages)},
+                {"schedule", pipeline::schedule_name(schedule)}, {"micro_batches", M},
+                {"link", {{"latency_s", link.latency_s}, {"bytes_per_s", link.bytes_per_s}}},
+                {"busy_slowdown", slowdown},
+                {"layers", layers}, {"optimizer_s", profile.optimizer_s}, {"cluster", cluster.cluster.name},
+                {"predictions", rows_json}},
+               "--json");
+  }
+}
+
 }  // namespace
 
 void predict(const PredictOptions& o, std::ostream& out) {
@@ -171,6 +261,7 @@ void predict(const PredictOptions& o, std::ostream& out) {
   // Output paths that cannot be written fail now, not after the measurement.
   if (!o.profile_out.empty()) io::AtomicFileWriter(o.profile_out, "--profile-out");
   if (!o.json.empty()) io::AtomicFileWriter(o.json, "--json");
+  if (!o.stages.empty()) return predict_pipelines(o, cluster, algorithm, counts, out);
 
   const size_t mib = size_t(1) << 20;
   const size_t cap = size_t(o.bucket_mb * double(mib));

@@ -4,7 +4,9 @@
 // (train/runners/ddp.h), and prints the predicted step time, exposed communication and scaling
 // efficiency for 1, 2, 4, ... replicas of a cluster (or the counts asked for), per
 // strategy. For a CPU cluster (one that gives its cores) it also measures how much a step
-// slows while copies of it fill the cores (measure_busy_slowdown).
+// slows while copies of it fill the cores (measure_busy_slowdown). With --stages, a
+// pipeline's step instead: each layer measured on a micro-batch, the link between two
+// stage threads measured, and the step of P stages x R replicas predicted.
 #pragma once
 
 #include <cstdint>
@@ -33,6 +35,12 @@ struct PredictOptions {
                                      // tensor sizes) from the profile, which need not be dpcore's
   std::string profile_out;           // save the measured profile here
   std::string json;                  // also write the predictions here
+  // A pipeline instead of data parallelism (train/predict/pipeline_model.h): --stages as for
+  // train, its --schedule and --micro-batches (0: one per stage); the replica counts are
+  // each stage's data-parallel replicas.
+  std::string stages;
+  std::string schedule = "gpipe";
+  int micro_batches = 0;
 };
 
 void predict(const PredictOptions& options, std::ostream& out);

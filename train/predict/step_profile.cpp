@@ -5,6 +5,7 @@
 #include <chrono>
 #include <vector>
 
+#include "engine/median.h"
 #include "engine/runtime.h"
 #include "kernels/error.h"
 #include "train/runners/runner.h"
@@ -17,12 +18,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 double seconds_between(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 // The times of `steps` runner steps on `batch` after `warmup` untimed ones.
 std::vector<double> runner_step_seconds(StepRunner& runner, const data::Batch& batch, int warmup, int steps) {
