@@ -14,9 +14,11 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import dpcore_runs  # noqa: E402
 
 MLP = "flatten linear(300) relu linear(800) relu linear(300) relu linear(800) relu linear(10)"
 CASES = [  # model, stages, schedule, micro-batches, batch
@@ -26,14 +28,10 @@ CASES = [  # model, stages, schedule, micro-batches, batch
     (MLP, "0-4@cpu:0,5-10@cpu:1", "gpipe", 8, 256),
     (MLP, "0-4@cpu:0,5-10@cpu:1", "1f1b", 4, 256),
 ]
-ENV = dict(os.environ, OMP_WAIT_POLICY="passive")
 
 
 def run(args):
-    r = subprocess.run(args, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    if r.returncode != 0:
-        sys.exit(f"check_pipeline_prediction: {' '.join(args)} failed:\n{r.stdout}")
-    return r.stdout
+    return dpcore_runs.run(args, "check_pipeline_prediction")
 
 
 def predicted(dpcore, case, path):
@@ -49,12 +47,7 @@ def measured(dpcore, case, path):
     run([dpcore, "train", "--model", model, "--data", "fashion-mnist", "--device", "cpu", "--batch", str(batch),
          "--stages", stages, "--schedule", schedule, "--micro-batches", str(m), "--threads", "1", "--steps", "32",
          "--trace-steps", "30", "--progress", "0", "--trace", path])
-    with open(path) as f:
-        events = json.load(f)["traceEvents"]
-    names = {e["tid"]: e["args"]["name"] for e in events if e.get("ph") == "M" and e["name"] == "thread_name"}
-    steps = [e["dur"] for e in events
-             if e.get("ph") == "X" and names.get(e["tid"]) == "main" and e["name"].startswith("step ")]
-    return statistics.median(steps) / 1e3
+    return dpcore_runs.median_step_ms(path, "check_pipeline_prediction")
 
 
 def main():

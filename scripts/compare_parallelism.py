@@ -16,13 +16,14 @@ import json
 import os
 import re
 import statistics
-import subprocess
 import sys
 import tempfile
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import dpcore_runs  # noqa: E402
+
 MODEL, BATCH, STAGES = "fashioncnn", 64, "0-3@cpu:0,4-10@cpu:1"
 SPLIT = 4  # the stages' boundary: after layer 3
-ENV = dict(os.environ, OMP_WAIT_POLICY="passive")
 # name, train flags, devices, replicas, stages
 WAYS = [
     ("one device (2 threads)", ["--threads", "2"], 1, 1, 1),
@@ -35,23 +36,15 @@ WAYS = [
 
 
 def run(args):
-    r = subprocess.run(args, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    if r.returncode != 0:
-        sys.exit(f"compare_parallelism: {' '.join(args)} failed:\n{r.stdout}")
-    return r.stdout
+    return dpcore_runs.run(args, "compare_parallelism")
 
 
 def train(dpcore, flags, trace, batch=BATCH):
     out = run([dpcore, "train", "--model", MODEL, "--data", "fashion-mnist", "--device", "cpu", "--batch", str(batch),
                "--steps", "32", "--trace-steps", "30", "--progress", "0", "--trace", trace] + flags)
-    with open(trace) as f:
-        events = json.load(f)["traceEvents"]
-    names = {e["tid"]: e["args"]["name"] for e in events if e.get("ph") == "M" and e["name"] == "thread_name"}
-    steps = [e["dur"] for e in events
-             if e.get("ph") == "X" and names.get(e["tid"]) == "main" and e["name"].startswith("step ")]
     m = re.search(r"\(stages ([^)]*)\)", out)
     stage_mib = [float(v.split()[0]) for v in m.group(1).split(", ")] if m else []
-    return statistics.median(steps) / 1e3, stage_mib
+    return dpcore_runs.median_step_ms(trace, "compare_parallelism"), stage_mib
 
 
 def main():

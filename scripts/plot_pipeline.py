@@ -18,7 +18,7 @@ The traces of docs/images/pipeline-bubbles.png come from scripts/make_pipeline_p
 Needs Debian's python3-matplotlib (run it with /usr/bin/python3).
 """
 import argparse
-import json
+import os
 import re
 import statistics
 import sys
@@ -29,19 +29,16 @@ matplotlib.use("Agg")
 import matplotlib.patches as mpatches  # noqa: E402
 import matplotlib.pyplot as plt  # noqa: E402
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import dpcore_runs  # noqa: E402
+
 FORWARD, BACKWARD = "#4c72b0", "#dd8452"
 OP = re.compile(r"micro-batch (\d+) (forward|backward)$")
 STAGE = re.compile(r"stage (\d+)$")
 
 
 def load(path):
-    try:
-        with open(path) as f:
-            events = json.load(f)["traceEvents"]
-    except (OSError, ValueError, KeyError) as e:
-        sys.exit(f"plot_pipeline: {path}: not a readable trace ({e})")
-    names = {e["tid"]: e["args"]["name"] for e in events if e.get("ph") == "M" and e["name"] == "thread_name"}
-    spans = [e for e in events if e.get("ph") == "X"]
+    names, spans = dpcore_runs.load(path, "plot_pipeline")
     stages = {}  # stage number -> tid
     for tid, name in names.items():
         m = STAGE.match(name)
@@ -49,7 +46,7 @@ def load(path):
             stages[int(m.group(1))] = tid
     if not stages:
         sys.exit(f"plot_pipeline: {path}: no 'stage N' lane: record a run with --stages or --pipeline")
-    steps = [s for s in spans if names.get(s["tid"]) == "main" and s["name"].startswith("step ")]
+    steps = dpcore_runs.steps(names, spans)
     if not steps:
         sys.exit(f"plot_pipeline: {path}: no 'step N' span on the main lane")
     return stages, spans, steps
