@@ -111,6 +111,25 @@ TEST(CliPipeline, ExplainTellsTheStagesTicksAndWhatCrossesEachBoundary) {
     EXPECT_NE(r.output.find(line), std::string::npos) << line << "\n" << r.output;
 }
 
+// With --replicas 2: the batch's cut among the replicas, replica 0's pipeline on its pieces,
+// and each stage's allreduce of its own part of the gradients.
+TEST(CliPipeline, ExplainTellsTheHybridsSharesAndEachStagesReduction) {
+  CommandResult r =
+      run(kJob + " --steps 1 --stages 0-2@cpu:0,3-6@cpu:1 --schedule 1f1b --micro-batches 2 --replicas 2 --explain");
+  ASSERT_EQ(r.status, 0) << r.output;
+  for (const std::string& line : {
+           std::string(", x 2 replicas (each its own pipeline of 2 threads, its own copy of the model)"),
+           std::string("     micro-batch 1 (8): replica 0 rows [0, 4), replica 1 rows [4, 8)\n"),
+           std::string("what follows is replica 0's pipeline"),
+           std::string("3. 2 micro-batches of 4, 4 samples"),
+           std::string("stage 0 -> 1: each micro-batch's activations, 256 values a sample (1,024 B; 4,096 B for the "
+                       "first micro-batch)"),
+           std::string("   stage 0, after its last backward: allreduce (sum) of its gradients, elements 0-"),
+           std::string("among the 2 replicas' stage 1 (a group of their own)"),
+       })
+    EXPECT_NE(r.output.find(line), std::string::npos) << line << "\n" << r.output;
+}
+
 TEST(CliPipeline, CheckpointsResumeAcrossOneDeviceAndAPipeline) {
   dpcore::testing::TempDir dir;
   const std::string piped = " --stages 0-3@cpu:0,4-6@cpu:1 --schedule 1f1b --micro-batches 4";
@@ -217,7 +236,7 @@ TEST(CliPipeline, WhatAPipelineCannotTakeIsRefusedNamingIt) {
       {" --stages 0-2@cpu:0,3-6@cpu:1 --replicas 2 --mode dp", "--stages 0-2@cpu:0,3-6@cpu:1 with --replicas 2 --mode dp"},
       {" --stages 0-2@cpu:0,3-6@cpu:1 --replicas 2 --micro-batches 9",
        "--batch 16 cannot be split into --micro-batches 9 x --replicas 2 micro-batches"},
-      {" --stages 0-2@cpu:0,3-6@cpu:1 --replicas 2 --explain", "--explain with --stages 0-2@cpu:0,3-6@cpu:1 and --replicas 2"},
+      {" --stages 0-2@cpu:0,3-6@cpu:1 --backend mpi --explain", "--explain with --stages 0-2@cpu:0,3-6@cpu:1 and --backend mpi"},
       {" --stages 0-2@cpu:0,3-6@cpu:1 --accum 2", "the pipeline's micro-batches are --micro-batches"},
       {" --stages 0-2@cpu:0,3-6@cpu:1 --sync local:2", "with --sync local:2"},
       {" --stages 0-2@cpu:0,3-6@cpu:1 --schedule pipedream", "--schedule 'pipedream': unknown pipeline schedule"},

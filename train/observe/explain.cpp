@@ -2,6 +2,7 @@
 #include "train/observe/explain.h"
 
 #include "comm/ring.h"
+#include "train/pipeline/hybrid_runner.h"
 #include "train/pipeline/pipeline_runner.h"
 #include "train/runners/ddp.h"
 #include "train/step/step.h"
@@ -69,6 +70,25 @@ void replicated(Explanation& e, const ReplicatedRunner& runner, const data::Batc
   e.sync_batch_norm = runner.sync_batch_norm();
 }
 
+// What a pipeline's explanation says of its stages, its schedule and the step just taken.
+void pipelined(Explanation& e, Model& model, const std::vector<pipeline::Stage>& stages, pipeline::Schedule schedule,
+               int micro_batches, const pipeline::PipelineStepStats& last, const data::Batch& batch) {
+  e.schedule = pipeline::schedule_name(schedule);
+  for (const pipeline::Stage& s : stages) {
+    std::string layers;
+    for (int i = s.first_layer; i <= s.last_layer; ++i) layers += (layers.empty() ? "" : " ") + model.net().child(size_t(i)).describe();
+    e.stages.push_back("layers " + std::to_string(s.first_layer) + "-" + std::to_string(s.last_layer) + " (" + layers +
+                       ") on " + s.device.str());
+  }
+  const auto shapes = pipeline::stage_input_shapes(model, stages, Shape(batch.sample.begin(), batch.sample.end()));
+  for (size_t s = 1; s < shapes.size(); ++s) e.boundary_elements.push_back(shape_numel(shapes[s]));
+  e.dtype_bytes = int64_t(dtype_size(model.dtype()));
+  e.ticks = pipeline::tick_table(schedule, int(stages.size()), micro_batches);
+  e.peak_live = last.peak_live_activations;
+  for (const runtime::CpuTeam& team : last.stage_cores) e.stage_cores.push_back(team.str());
+  e.stage_peak_bytes = last.peak_bytes;
+}
+
 // The ring schedule of the gradient allreduce over [begin, end), when the communicator
 // runs dpcore's own ring (the local backend; MPI and NCCL choose their own algorithms).
 void ring_of(Explanation& e, int64_t begin, int64_t end) {
@@ -131,30 +151,25 @@ Explanation explain_step(StepRunner& runner, const data::Batch& batch, const Ste
     return e;
   }
   if (const auto* pipe = dynamic_cast<const pipeline::PipelineRunner*>(&runner)) {
-    Model& model = runner.model();
     e.kind = Explanation::Kind::Pipeline;
-    e.devices = {model.device().str()};
+    e.devices = {runner.model().device().str()};
     const int micro_batches = int(std::min<int64_t>(pipe->micro_batches(), batch.size));
     e.micro = pipeline::micro_batch_sizes(batch.size, micro_batches);
-    e.schedule = pipeline::schedule_name(pipe->schedule());
-    const auto& stages = pipe->stages();
-    for (const pipeline::Stage& s : stages) {
-      std::string layers;
-      for (int i = s.first_layer; i <= s.last_layer; ++i) layers += (layers.empty() ? "" : " ") + model.net().child(size_t(i)).describe();
-      e.stages.push_back("layers " + std::to_string(s.first_layer) + "-" + std::to_string(s.last_layer) + " (" + layers +
-                         ") on " + s.device.str());
-    }
-    const auto shapes = pipeline::stage_input_shapes(model, stages, Shape(batch.sample.begin(), batch.sample.end()));
-    for (size_t s = 1; s < shapes.size(); ++s) e.boundary_elements.push_back(shape_numel(shapes[s]));
-    e.dtype_bytes = int64_t(dtype_size(model.dtype()));
-    e.ticks = pipeline::tick_table(pipe->schedule(), int(stages.size()), micro_batches);
-    e.peak_live = pipe->last_step().peak_live_activations;
-    for (const runtime::CpuTeam& team : pipe->last_step().stage_cores) e.stage_cores.push_back(team.str());
-    e.stage_peak_bytes = pipe->last_step().peak_bytes;
+    pipelined(e, runner.model(), pipe->stages(), pipe->schedule(), micro_batches, pipe->last_step(), batch);
+    return e;
+  }
+  if (const auto* hybrid = dynamic_cast<const pipeline::HybridRunner*>(&runner)) {
+    e.kind = Explanation::Kind::Pipeline;
+    replicated(e, *hybrid, batch);
+    int replica0_micro_batches = 0;  // the pieces replica 0's pipeline ran
+    for (const std::vector<int64_t>& pieces : e.shares) replica0_micro_batches += pieces.front() > 0;
+    pipelined(e, runner.model(), hybrid->stages(), hybrid->schedule(), replica0_micro_batches, hybrid->last_step(),
+              batch);
+    for (const pipeline::FlatRange& r : hybrid->stage_ranges()) e.stage_ranges.push_back({r.first, r.first + r.size});
     return e;
   }
   fail("--explain: cannot explain a step of ", runner.describe(),
-       " (it explains one device, --mode dp, --mode ddp and --stages)");
+       " (it explains one device, --mode dp, --mode ddp and --stages, with or without --replicas)");
 }
 
 }  // namespace dpcore::train

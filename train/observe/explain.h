@@ -92,6 +92,9 @@ struct Explanation {
   std::vector<int> peak_live;
   std::vector<std::string> stage_cores;  // where each stage's kernels ran ("core 0, 1 thread")
   std::vector<size_t> stage_peak_bytes;   // the most bytes of tensors each stage held at once
+  // pipeline x data parallel (replicas > 1; the stages above are replica 0's): each stage's
+  // part of the flat gradient buffer, allreduced among the stage's replicas.
+  std::vector<std::pair<int64_t, int64_t>> stage_ranges;  // [begin, end) elements per stage
 
   std::string optimizer = "sgd";  // Optimizer::name: sgd, adam, adamw
   SgdConfig sgd;                  // sgd's settings

@@ -186,15 +186,32 @@ void explain_single(std::ostream& os, const Explanation& e) {
 
 void explain_pipeline(std::ostream& os, const Explanation& e) {
   const int stages = int(e.stages.size());
+  const bool replicated = e.replicas > 1;
   os << "explain: step 1 of this run as a pipeline (" << e.schedule << ") of " << stages
-     << " stages, each a thread of this process on cores of its CPU team, the model whole on " << e.devices.front() << "\n";
+     << " stages, each a thread of this process on cores of its CPU team, the model whole on " << e.devices.front();
+  if (replicated)
+    os << ", x " << e.replicas << " replicas (each its own pipeline of " << stages << " threads, its own copy of the model)";
+  os << "\n";
   for (int s = 0; s < stages; ++s) os << "   stage " << s << ": " << e.stages[s] << "\n";
+  if (replicated) {
+    os << "0. the batch cut as ddp with --accum " << e.shares.size()
+       << " cuts it: into micro-batches, each shared among the replicas (--split " << e.split << "):\n";
+    explain_shares(os, e);
+    os << "   what follows is replica 0's pipeline; every replica runs its own the same way\n";
+  }
   os << "1. copy the batch to " << e.devices.front() << ": " << e.batch << " x (" << bytes(e.image_bytes) << " + "
      << bytes(e.label_bytes) << ") = " << bytes(e.batch * (e.image_bytes + e.label_bytes)) << "\n";
   os << "2. zero the gradient buffer (" << bytes(e.grad_bytes) << ", one fill)\n";
+  // The micro-batches this pipeline ran: with replicas, replica 0's non-empty pieces.
+  std::vector<int64_t> rows = e.micro;
+  if (replicated) {
+    rows.clear();
+    for (const std::vector<int64_t>& pieces : e.shares)
+      if (pieces.front() > 0) rows.push_back(pieces.front());
+  }
   std::vector<std::string> micro;
-  for (int64_t m : e.micro) micro.push_back(std::to_string(m));
-  os << "3. " << plural(int64_t(e.micro.size()), "micro-batch", "micro-batches") << " of " << joined(micro)
+  for (int64_t m : rows) micro.push_back(std::to_string(m));
+  os << "3. " << plural(int64_t(rows.size()), "micro-batch", "micro-batches") << " of " << joined(micro)
      << " samples; each stage runs its forwards (F) and backwards (B) in " << e.schedule
      << "'s order, each as soon as its input has come:\n";
   std::istringstream ticks(e.ticks);
@@ -202,7 +219,7 @@ void explain_pipeline(std::ostream& os, const Explanation& e) {
   for (int s = 0; s + 1 < stages; ++s) {
     const int64_t per_sample = e.boundary_elements[s] * e.dtype_bytes;
     os << "   stage " << s << " -> " << s + 1 << ": each micro-batch's activations, " << count(e.boundary_elements[s])
-       << " values a sample (" << bytes(per_sample) << "; " << bytes(per_sample * e.micro.front())
+       << " values a sample (" << bytes(per_sample) << "; " << bytes(per_sample * rows.front())
        << " for the first micro-batch) by send/recv; their gradient comes back by the same size\n";
   }
   os << "   measured in this step, micro-batches of activations held at once:";
@@ -217,7 +234,18 @@ void explain_pipeline(std::ostream& os, const Explanation& e) {
     for (int s = 0; s < stages; ++s) os << (s ? "; " : " ") << "stage " << s << " on " << e.stage_cores[size_t(s)];
   }
   os << "\n   each backward seeded with " << seed_text(e) << "; the gradients add up in the flat buffer to the mean over all "
-     << (per_token(e) ? "M" : "N") << ", as one device's --accum " << e.micro.size() << " adds them\n";
+     << (per_token(e) ? "M" : "N");
+  if (!replicated) {
+    os << ", as one device's --accum " << e.micro.size() << " adds them\n";
+  } else {
+    os << " once summed over the replicas:\n";
+    for (int s = 0; s < stages; ++s) {
+      const auto [begin, end] = e.stage_ranges[size_t(s)];
+      os << "   stage " << s << ", after its last backward: allreduce (sum) of its gradients, elements " << begin << "-"
+         << end << " of the flat buffer (" << bytes((end - begin) * e.dtype_bytes) << "), among the " << e.replicas
+         << " replicas' stage " << s << " (a group of their own), while the stages below may still be draining\n";
+    }
+  }
   explain_loss(os, e);
   explain_optimizer(os, e, 4, "");
 }

@@ -103,7 +103,7 @@ StepStats HybridRunner::step(const data::Batch& batch) {
       broadcast_buffers(rep);
       rep.model->zero_grad();
       losses[size_t(d)] = pipelines_[size_t(d)]->accumulate_gradients(
-          *rep.model, stages_, schedule_, rows[size_t(d)], x, y, scale, start, nullptr,
+          *rep.model, stages_, schedule_, rows[size_t(d)], x, y, scale, start, d == 0 ? &last_step_ : nullptr,
           [this, d](int s) { reduce_stage(d, s); });
       rep.optimizer->step();
     });

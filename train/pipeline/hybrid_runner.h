@@ -56,6 +56,8 @@ class HybridRunner : public ReplicatedRunner {
   int micro_batches() const { return micro_batches_; }
   // Per stage, the elements of the flat gradient buffer its data-parallel group reduces.
   const std::vector<FlatRange>& stage_ranges() const { return ranges_; }
+  // Replica 0's pipeline in the latest step (for --explain).
+  const PipelineStepStats& last_step() const { return last_step_; }
 
  private:
   // Stage s of replica d: its gradients summed over stage s's data-parallel group.
@@ -72,6 +74,7 @@ class HybridRunner : public ReplicatedRunner {
   std::vector<FlatRange> ranges_;                              // per stage
   std::vector<std::vector<std::unique_ptr<comm::Communicator>>> groups_;  // [stage][replica]
   std::vector<std::unique_ptr<PipelineThreads>> pipelines_;    // per replica
+  PipelineStepStats last_step_;                               // replica 0's
   std::mutex failure_mutex_;
   std::string failure_;  // the step's first stage failure: "replica 1 failed: pipeline stage 0 failed: ..."
 };
