@@ -21,9 +21,9 @@ std::unique_ptr<Model> plain_net() {
 }
 
 ParallelOptions stage_options(const std::string& backend, const std::string& stages, const std::string& schedule,
-                              int micro_batches, int replicas) {
+                              int micro_batches, int replicas, const std::string& split = "even") {
   ParallelOptions o;
-  o.backend = backend, o.replicas = replicas, o.timeout_s = 120;
+  o.backend = backend, o.replicas = replicas, o.timeout_s = 120, o.split = split;
   o.pipeline.stages = stages, o.pipeline.schedule = schedule, o.pipeline.micro_batches = micro_batches;
   return o;
 }
@@ -80,6 +80,16 @@ TEST(MpiPipeline, StageProcessesTrainTheInProcessPipelinesParameters) {
       }
     }
   }
+}
+
+// Uneven shares over the stages' replicas (--split weights:3,1 with 2 replicas of 2 stages
+// in 4 processes): the in-process hybrid's bits.
+TEST(MpiPipeline, WeightedSharesOverTheReplicasTrainTheInProcessHybridsParameters) {
+  const int world = world_size();
+  if (world % 2 != 0 || world / 2 != 2) GTEST_SKIP() << "needs 4 processes (2 stages x 2 replicas); this run has " << world;
+  auto runner = make_runner(plain_net(), testing::kSgd, 1, stage_options("mpi", "0-2@cpu:0,3-7@cpu:1", "1f1b", 2, 1, "weights:3,1"));
+  auto here = make_runner(plain_net(), testing::kSgd, 1, stage_options("local", "0-2@cpu:0,3-7@cpu:0", "1f1b", 2, 2, "weights:3,1"));
+  EXPECT_EQ(state_after(*runner, 14, 3), state_after(*here, 14, 3));
 }
 
 TEST(MpiPipeline, AWorldThatIsNotAMultipleOfTheStagesIsRefusedNamingIt) {

@@ -10,6 +10,21 @@ namespace dpcore::train::pipeline {
 
 namespace {
 
+// This process's communicator among all of the job's.
+std::unique_ptr<comm::Communicator> world_of(const ParallelOptions& options) {
+  return std::move(comm::make_communicators(comm_config(options, {Device::cpu()})).front());
+}
+
+// The replicas of each stage: the processes / P, refused unless P divides them.
+int replicas_of(const comm::Communicator& world, int stages, const ParallelOptions& options) {
+  DPCORE_CHECK(world.size() % stages == 0, pipeline_flag(options.pipeline), " with --backend mpi over ", world.size(),
+               " processes: a process runs one stage of one replica, so the processes (mpirun -np) must be a "
+               "multiple of the ", stages, " stages");
+  const int replicas = world.size() / stages;
+  if (replicas > 1) check_pipeline_replica_flags(options, replicas);
+  return replicas;
+}
+
 // Elements [range.first, range.first + range.size) of flat `t` from `root` to every rank.
 void broadcast_range(comm::Communicator& comm, const Tensor& t, const FlatRange& range, int root) {
   if (range.size == 0) return;
@@ -29,21 +44,14 @@ StageProcessRunner::StageProcessRunner(std::unique_ptr<Model> model, const Optim
       schedule_(parse_schedule(options.pipeline.schedule)),
       micro_batches_(int(pipeline_micro_batches(options.pipeline))),
       recompute_(options.pipeline.recompute),
-      splitter_(options.split, 1),
+      world_(world_of(options)),
+      stage_(world_->rank() % int(stages_.size())),
+      replica_(world_->rank() / int(stages_.size())),
+      replicas_(replicas_of(*world_, int(stages_.size()), options)),
+      splitter_(options.split, replicas_),
       parameter_ranges_(stage_parameter_ranges(*model_, stages_)),
       buffer_ranges_(stage_buffer_ranges(*model_, stages_)) {
-  const int P = int(stages_.size());
-  stage_order(schedule_, 0, P, micro_batches_);  // refuses naive with M > 1
-  auto comms = comm::make_communicators(comm_config(options, {Device::cpu()}));
-  world_ = std::move(comms.front());
-  const int world = world_->size();
-  DPCORE_CHECK(world % P == 0, pipeline_flag(options.pipeline), " with --backend mpi over ", world,
-               " processes: a process runs one stage of one replica, so the processes (mpirun -np) must be a "
-               "multiple of the ", P, " stages");
-  replicas_ = world / P;
-  stage_ = world_->rank() % P, replica_ = world_->rank() / P;
-  if (replicas_ > 1) check_pipeline_replica_flags(options, replicas_);
-  splitter_ = Splitter(options.split, replicas_);
+  stage_order(schedule_, 0, int(stages_.size()), micro_batches_);  // refuses naive with M > 1
   pipeline_ = world_->split(replica_, stage_);       // rank s: this replica's stage s
   data_parallel_ = world_->split(stage_, replica_);  // rank d: this stage's replica d
   sync_replicas();

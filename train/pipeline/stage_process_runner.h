@@ -64,9 +64,10 @@ class StageProcessRunner : public StepRunner {
   Schedule schedule_;
   int micro_batches_;
   bool recompute_;
-  std::unique_ptr<comm::Communicator> world_, pipeline_, data_parallel_;
-  int stage_ = 0, replica_ = 0, replicas_ = 1;
-  Splitter splitter_;
+  std::unique_ptr<comm::Communicator> world_;
+  int stage_, replica_, replicas_;
+  Splitter splitter_;  // over the replicas_ of each stage
+  std::unique_ptr<comm::Communicator> pipeline_, data_parallel_;
   std::vector<FlatRange> parameter_ranges_, buffer_ranges_;  // per stage
 };
 
