@@ -6,7 +6,6 @@
 #include "engine/runtime.h"
 #include "engine/trace.h"
 #include "kernels/error.h"
-#include "train/pipeline/pipeline_runner.h"
 
 namespace dpcore::train::pipeline {
 
@@ -40,17 +39,13 @@ std::vector<std::vector<MicroBatchRows>> replica_micro_batches(const data::Batch
 HybridRunner::HybridRunner(std::unique_ptr<Model> model, const OptimizerConfig& optimizer, int64_t accum,
                            const ParallelOptions& options)
     : ReplicatedRunner(options, accum),
-      stages_(checked_stages(*model, accum, options, int(runtime::allowed_cpus().size()))),
-      schedule_(parse_schedule(options.pipeline.schedule)),
-      micro_batches_(int(pipeline_micro_batches(options.pipeline))),
-      recompute_(options.pipeline.recompute),
-      ranges_(stage_parameter_ranges(*model, stages_)) {
-  const int P = int(stages_.size()), D = options.replicas;
-  stage_order(schedule_, 0, P, micro_batches_);  // refuses naive with M > 1
+      plan_(plan_pipeline(*model, accum, options, int(runtime::allowed_cpus().size()))),
+      ranges_(stage_parameter_ranges(*model, plan_.stages)) {
+  const int P = int(plan_.stages.size()), D = options.replicas;
   const std::vector<Device> devices(size_t(D), Device::cpu());
   start(std::move(model), devices, comm::make_communicators(comm_config(options, devices)), optimizer);
   // Stage s of replica d is rank d of group s.
-  const std::vector<runtime::CpuTeam> teams = stage_cpu_teams(stages_, runtime::allowed_cpus(), runtime::cpu_threads());
+  const std::vector<runtime::CpuTeam> teams = stage_cpu_teams(plan_.stages, runtime::allowed_cpus(), runtime::cpu_threads());
   // (In a trace, rank d of stage s's group is the lane "stage s group comm d"; its thread
   // runs on stage s's team, as the stage's threads do.)
   for (int s = 0; s < P; ++s) {
@@ -63,7 +58,7 @@ HybridRunner::HybridRunner(std::unique_ptr<Model> model, const OptimizerConfig& 
     pipelines_.push_back(std::make_unique<PipelineThreads>(
         P, timeout_of(options), teams, [this, d](int s, const std::string& message) { stage_failed(d, s, message); },
         d));
-    pipelines_.back()->set_recompute(options.pipeline.recompute);
+    pipelines_.back()->set_recompute(plan_.recompute);
   }
 }
 
@@ -90,7 +85,7 @@ void HybridRunner::reduce_stage(int d, int s) {
 StepStats HybridRunner::step(const data::Batch& batch) {
   const int D = int(replicas_.size());
   const int64_t n = batch.size, counted = counted_targets(batch);
-  const auto rows = replica_micro_batches(batch, micro_batches_, splitter_, D, &last_shares_);
+  const auto rows = replica_micro_batches(batch, plan_.micro_batches, splitter_, D, &last_shares_);
   // Every replica reads its rows of the one host batch: the replicas are all on the CPU.
   auto [x, y] = batch_tensors(batch, Device::cpu());
   const double scale = gradient_scale(counted);
@@ -103,7 +98,7 @@ StepStats HybridRunner::step(const data::Batch& batch) {
       broadcast_buffers(rep);
       rep.model->zero_grad();
       losses[size_t(d)] = pipelines_[size_t(d)]->accumulate_gradients(
-          *rep.model, stages_, schedule_, rows[size_t(d)], x, y, scale, start, d == 0 ? &last_step_ : nullptr,
+          *rep.model, plan_.stages, plan_.schedule, rows[size_t(d)], x, y, scale, start, d == 0 ? &last_step_ : nullptr,
           [this, d](int s) { reduce_stage(d, s); });
       rep.optimizer->step();
     });
@@ -118,7 +113,7 @@ StepStats HybridRunner::step(const data::Batch& batch) {
 }
 
 std::vector<size_t> HybridRunner::stage_peak_bytes() const {
-  std::vector<size_t> out(stages_.size(), 0);
+  std::vector<size_t> out(plan_.stages.size(), 0);
   for (const auto& p : pipelines_) {
     const std::vector<size_t> bytes = p->peak_bytes();
     for (size_t s = 0; s < out.size(); ++s) out[s] = std::max(out[s], bytes[s]);
@@ -131,10 +126,8 @@ void HybridRunner::reset_stage_peak_bytes() {
 }
 
 std::string HybridRunner::describe() const {
-  return "pipeline (" + schedule_name(schedule_) + ") of " + std::to_string(stages_.size()) + " stages [" +
-         stages_text(stages_) + "] x " + std::to_string(replicas_.size()) +
-         " replicas (each stage's gradients reduced among its replicas), split " + splitter_.describe() + ", " +
-         std::to_string(micro_batches_) + " micro-batches" + (recompute_ ? ", recomputing activations" : "");
+  return plan_.describe(" x " + std::to_string(replicas_.size()) +
+                        " replicas (each stage's gradients reduced among its replicas), split " + splitter_.describe());
 }
 
 }  // namespace dpcore::train::pipeline

@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "train/pipeline/pipeline_runner.h"
 #include "train/pipeline/pipeline_threads.h"
 #include "train/pipeline/stage_plan.h"
 #include "train/runners/data_parallel.h"
@@ -41,8 +42,8 @@ std::vector<std::vector<MicroBatchRows>> replica_micro_batches(const data::Batch
 
 class HybridRunner : public ReplicatedRunner {
  public:
-  // Refuses, naming the flags: what check_pipeline_flags refuses, --split adaptive, and what
-  // PipelineRunner refuses of the stages and the schedule.
+  // Refuses, naming the flags, what plan_pipeline refuses (check_pipeline_replica_flags
+  // included: --split adaptive, --batchnorm sync, ...).
   HybridRunner(std::unique_ptr<Model> model, const OptimizerConfig& optimizer, int64_t accum,
                const ParallelOptions& options);
   StepStats step(const data::Batch& batch) override;
@@ -51,9 +52,9 @@ class HybridRunner : public ReplicatedRunner {
   std::vector<size_t> stage_peak_bytes() const override;
   void reset_stage_peak_bytes() override;
 
-  const std::vector<Stage>& stages() const { return stages_; }
-  Schedule schedule() const { return schedule_; }
-  int micro_batches() const { return micro_batches_; }
+  const std::vector<Stage>& stages() const { return plan_.stages; }
+  Schedule schedule() const { return plan_.schedule; }
+  int micro_batches() const { return plan_.micro_batches; }
   // Per stage, the elements of the flat gradient buffer its data-parallel group reduces.
   const std::vector<FlatRange>& stage_ranges() const { return ranges_; }
   // Replica 0's pipeline in the latest step (for --explain).
@@ -67,10 +68,7 @@ class HybridRunner : public ReplicatedRunner {
   // reduction that cannot finish.
   void stage_failed(int d, int s, const std::string& message);
 
-  std::vector<Stage> stages_;
-  Schedule schedule_;
-  int micro_batches_;
-  bool recompute_;
+  PipelinePlan plan_;
   std::vector<FlatRange> ranges_;                              // per stage
   std::vector<std::vector<std::unique_ptr<comm::Communicator>>> groups_;  // [stage][replica]
   std::vector<std::unique_ptr<PipelineThreads>> pipelines_;    // per replica

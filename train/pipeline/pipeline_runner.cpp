@@ -42,7 +42,13 @@ void check_pipeline_replica_flags(const ParallelOptions& o, int replicas) {
     DPCORE_CHECK(d.is_cpu(), with, " --devices ", d.str(), ": this runner's replicas and stages are on the CPU");
 }
 
-std::vector<Stage> checked_stages(Model& model, int64_t accum, const ParallelOptions& o, int cpu_teams) {
+std::string PipelinePlan::describe(const std::string& detail) const {
+  return "pipeline (" + schedule_name(schedule) + ") of " + std::to_string(stages.size()) + " stages [" +
+         stages_text(stages) + "]" + detail + ", " + std::to_string(micro_batches) + " micro-batches" +
+         (recompute ? ", recomputing activations" : "");
+}
+
+PipelinePlan plan_pipeline(Model& model, int64_t accum, const ParallelOptions& o, int cpu_teams) {
   check_pipeline_flags(model, accum, o);
   DPCORE_CHECK(!o.pipeline.stages.empty(), pipeline_flag(o.pipeline),
                ": the stages come from measuring the model on a batch (balance_pipeline, "
@@ -51,32 +57,31 @@ std::vector<Stage> checked_stages(Model& model, int64_t accum, const ParallelOpt
   for (const Stage& s : out)
     DPCORE_CHECK(s.device.device.is_cpu(), "--stages ", o.pipeline.stages, ": the stage of layers ", s.first_layer, "-",
                  s.last_layer, " on ", s.device.str(), ": this runner's stages are CPU thread teams (cpu:N)");
-  return out;
+  PipelinePlan plan{std::move(out), parse_schedule(o.pipeline.schedule), int(pipeline_micro_batches(o.pipeline)),
+                    o.pipeline.recompute};
+  stage_order(plan.schedule, 0, int(plan.stages.size()), plan.micro_batches);  // refuses naive with M > 1
+  return plan;
 }
 
 PipelineRunner::PipelineRunner(std::unique_ptr<Model> model, const OptimizerConfig& optimizer, int64_t accum,
                                const ParallelOptions& options)
     : model_(std::move(model)),
       optimizer_(make_optimizer(model_->parameters(), optimizer)),
-      stages_(checked_stages(*model_, accum, options, int(runtime::allowed_cpus().size()))),
-      schedule_(parse_schedule(options.pipeline.schedule)),
-      micro_batches_(int(pipeline_micro_batches(options.pipeline))),
-      recompute_(options.pipeline.recompute),
-      threads_(int(stages_.size()), std::chrono::milliseconds(int64_t(options.timeout_s * 1000)),
-               stage_cpu_teams(stages_, runtime::allowed_cpus(), runtime::cpu_threads())) {
+      plan_(plan_pipeline(*model_, accum, options, int(runtime::allowed_cpus().size()))),
+      threads_(int(plan_.stages.size()), std::chrono::milliseconds(int64_t(options.timeout_s * 1000)),
+               stage_cpu_teams(plan_.stages, runtime::allowed_cpus(), runtime::cpu_threads())) {
   DPCORE_CHECK(options.replicas == 1, pipeline_flag(options.pipeline), " with --replicas ", options.replicas,
                ": a pipeline of several replicas is HybridRunner's (train/pipeline/hybrid_runner.h)");
-  stage_order(schedule_, 0, int(stages_.size()), micro_batches_);  // refuses naive with M > 1
-  threads_.set_recompute(options.pipeline.recompute);
+  threads_.set_recompute(plan_.recompute);
 }
 
 StepStats PipelineRunner::step(const data::Batch& batch) {
   auto [x, y] = batch_tensors(batch, model_->device());
   const int64_t counted = counted_targets(batch);
   // A short last batch may hold fewer samples than M, as with --accum.
-  const int micro_batches = int(std::min<int64_t>(micro_batches_, batch.size));
+  const int micro_batches = int(std::min<int64_t>(plan_.micro_batches, batch.size));
   model_->zero_grad();
-  Tensor loss = threads_.accumulate_gradients(*model_, stages_, schedule_, micro_batches, x, y,
+  Tensor loss = threads_.accumulate_gradients(*model_, plan_.stages, plan_.schedule, micro_batches, x, y,
                                               gradient_scale(counted), {uint64_t(step_number()), 0}, &last_step_);
   optimizer_->step();
   return {loss, batch.size, counted};
@@ -87,10 +92,6 @@ void PipelineRunner::set_rates(double lr, double momentum) {
   optimizer_->set_momentum(momentum);
 }
 
-std::string PipelineRunner::describe() const {
-  return "pipeline (" + schedule_name(schedule_) + ") of " + std::to_string(stages_.size()) + " stages [" +
-         stages_text(stages_) + "], " + std::to_string(micro_batches_) + " micro-batches" +
-         (recompute_ ? ", recomputing activations" : "");
-}
+std::string PipelineRunner::describe() const { return plan_.describe(); }
 
 }  // namespace dpcore::train::pipeline

@@ -29,18 +29,30 @@ void check_pipeline_flags(const Model& model, int64_t accum, const ParallelOptio
 // sync, --split adaptive, --on-replica-failure shrink and a GPU in --devices.
 void check_pipeline_replica_flags(const ParallelOptions& options, int replicas);
 
-// The stages of --stages (or of --pipeline, filled in by the trainer) for `model`, after
-// check_pipeline_flags; refuses, naming the flags, stages that do not fit the model or
-// `cpu_teams` (parse_stages), a stage that is not on the CPU, and --pipeline without the
-// stages it was balanced into.
-std::vector<Stage> checked_stages(Model& model, int64_t accum, const ParallelOptions& options, int cpu_teams);
+// What a pipeline's runner runs, as the options ask for it: its stages, its schedule, its
+// micro-batches and --recompute.
+struct PipelinePlan {
+  std::vector<Stage> stages;
+  Schedule schedule = Schedule::GPipe;
+  int micro_batches = 1;
+  bool recompute = false;
+
+  // The runners' describe(): "pipeline (1f1b) of 2 stages [0-2@cpu:0,3-6@cpu:1]", then
+  // `detail` (the replicas), then ", 4 micro-batches" and ", recomputing activations".
+  std::string describe(const std::string& detail = "") const;
+};
+
+// The plan of --stages (or of --pipeline, filled in by the trainer) for `model`, checked
+// once for every runner: after check_pipeline_flags, refuses, naming the flags, stages that
+// do not fit the model or `cpu_teams` (parse_stages), a stage that is not on the CPU,
+// --pipeline without the stages it was balanced into, a schedule that is not
+// naive/gpipe/1f1b, and naive with more than one micro-batch.
+PipelinePlan plan_pipeline(Model& model, int64_t accum, const ParallelOptions& options, int cpu_teams);
 
 // A pipeline of one replica.
 class PipelineRunner : public StepRunner {
  public:
-  // Refuses, naming the flags: stages that do not fit the model (parse_stages), a schedule
-  // that is not naive/gpipe/1f1b, naive with more than one micro-batch, what
-  // check_pipeline_flags refuses, and --pipeline without the stages it was balanced into.
+  // Refuses, naming the flags, what plan_pipeline refuses and --replicas.
   PipelineRunner(std::unique_ptr<Model> model, const OptimizerConfig& optimizer, int64_t accum,
                  const ParallelOptions& options);
   StepStats step(const data::Batch& batch) override;
@@ -52,19 +64,16 @@ class PipelineRunner : public StepRunner {
   std::vector<size_t> stage_peak_bytes() const override { return threads_.peak_bytes(); }
   void reset_stage_peak_bytes() override { threads_.reset_peaks(); }
 
-  const std::vector<Stage>& stages() const { return stages_; }
-  Schedule schedule() const { return schedule_; }
-  int micro_batches() const { return micro_batches_; }
+  const std::vector<Stage>& stages() const { return plan_.stages; }
+  Schedule schedule() const { return plan_.schedule; }
+  int micro_batches() const { return plan_.micro_batches; }
   // The latest step's measured live activations per stage.
   const PipelineStepStats& last_step() const { return last_step_; }
 
  private:
   std::unique_ptr<Model> model_;
   std::unique_ptr<Optimizer> optimizer_;
-  std::vector<Stage> stages_;
-  Schedule schedule_;
-  int micro_batches_;
-  bool recompute_;
+  PipelinePlan plan_;
   PipelineThreads threads_;
   PipelineStepStats last_step_;
 };

@@ -40,18 +40,14 @@ StageProcessRunner::StageProcessRunner(std::unique_ptr<Model> model, const Optim
       optimizer_(make_optimizer(model_->parameters(), optimizer)),
       // A stage is a process, on the cores mpirun gave it: its cpu:N names no team (any N
       // a stage could have is taken).
-      stages_(checked_stages(*model_, accum, options, int(model_->net().size()))),
-      schedule_(parse_schedule(options.pipeline.schedule)),
-      micro_batches_(int(pipeline_micro_batches(options.pipeline))),
-      recompute_(options.pipeline.recompute),
+      plan_(plan_pipeline(*model_, accum, options, int(model_->net().size()))),
       world_(world_of(options)),
-      stage_(world_->rank() % int(stages_.size())),
-      replica_(world_->rank() / int(stages_.size())),
-      replicas_(replicas_of(*world_, int(stages_.size()), options)),
+      stage_(world_->rank() % int(plan_.stages.size())),
+      replica_(world_->rank() / int(plan_.stages.size())),
+      replicas_(replicas_of(*world_, int(plan_.stages.size()), options)),
       splitter_(options.split, replicas_),
-      parameter_ranges_(stage_parameter_ranges(*model_, stages_)),
-      buffer_ranges_(stage_buffer_ranges(*model_, stages_)) {
-  stage_order(schedule_, 0, int(stages_.size()), micro_batches_);  // refuses naive with M > 1
+      parameter_ranges_(stage_parameter_ranges(*model_, plan_.stages)),
+      buffer_ranges_(stage_buffer_ranges(*model_, plan_.stages)) {
   pipeline_ = world_->split(replica_, stage_);       // rank s: this replica's stage s
   data_parallel_ = world_->split(stage_, replica_);  // rank d: this stage's replica d
   sync_replicas();
@@ -62,16 +58,16 @@ StepStats StageProcessRunner::step(const data::Batch& batch) {
                " with pipeline stages in processes of their own: the norm is over every stage's gradients, and "
                "each process has its own stage's");
   const int64_t counted = counted_targets(batch);
-  const auto rows = replica_micro_batches(batch, micro_batches_, splitter_, replicas_)[size_t(replica_)];
+  const auto rows = replica_micro_batches(batch, plan_.micro_batches, splitter_, replicas_)[size_t(replica_)];
   auto [x, y] = batch_tensors(batch, Device::cpu());
   // DDP's broadcast_buffers, within the stage: its replica 0's running statistics.
   broadcast_range(*data_parallel_, model_->buffers().values(), buffer_ranges_[size_t(stage_)], 0);
   model_->zero_grad();
   Tensor loss = Tensor::zeros({}, model_->dtype(), Device::cpu());
   if (!rows.empty()) {
-    StageWork work(*model_, stages_, rows, x, y, gradient_scale(counted), {uint64_t(step_number()), 0});
-    work.set_recompute(recompute_);
-    run_stage_ops(work, schedule_, stage_, *pipeline_);
+    StageWork work(*model_, plan_.stages, rows, x, y, gradient_scale(counted), {uint64_t(step_number()), 0});
+    work.set_recompute(plan_.recompute);
+    run_stage_ops(work, plan_.schedule, stage_, *pipeline_);
     loss = work.loss_sum();  // the last stage's; zero on the others
   }
   const FlatRange& mine = parameter_ranges_[size_t(stage_)];
@@ -99,7 +95,7 @@ void StageProcessRunner::sync_replicas() {
 }
 
 StepStats StageProcessRunner::settle() {
-  const int P = int(stages_.size());
+  const int P = int(plan_.stages.size());
   std::vector<OptimizerState> state = optimizer_->state();
   for (int s = 0; s < P; ++s) {  // stage s's replica 0 is rank s
     broadcast_range(*world_, model_->parameters().values(), parameter_ranges_[size_t(s)], s);
@@ -116,11 +112,9 @@ bool StageProcessRunner::across_processes(const std::function<void(comm::Communi
 }
 
 std::string StageProcessRunner::describe() const {
-  return "pipeline (" + schedule_name(schedule_) + ") of " + std::to_string(stages_.size()) + " stages [" +
-         stages_text(stages_) + "] x " + std::to_string(replicas_) + " replicas, a process each (mpi, " +
-         std::to_string(world_->size()) + " processes; this one: stage " + std::to_string(stage_) + " of replica " +
-         std::to_string(replica_) + "), split " + splitter_.describe() + ", " + std::to_string(micro_batches_) +
-         " micro-batches" + (recompute_ ? ", recomputing activations" : "");
+  return plan_.describe(" x " + std::to_string(replicas_) + " replicas, a process each (mpi, " +
+                        std::to_string(world_->size()) + " processes; this one: stage " + std::to_string(stage_) +
+                        " of replica " + std::to_string(replica_) + "), split " + splitter_.describe());
 }
 
 }  // namespace dpcore::train::pipeline

@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "comm/communicator.h"
+#include "train/pipeline/pipeline_runner.h"
 #include "train/pipeline/pipeline_step.h"
 #include "train/pipeline/stage_plan.h"
 #include "train/runners/runner.h"
@@ -60,10 +61,7 @@ class StageProcessRunner : public StepRunner {
  private:
   std::unique_ptr<Model> model_;
   std::unique_ptr<Optimizer> optimizer_;
-  std::vector<Stage> stages_;
-  Schedule schedule_;
-  int micro_batches_;
-  bool recompute_;
+  PipelinePlan plan_;
   std::unique_ptr<comm::Communicator> world_;
   int stage_, replica_, replicas_;
   Splitter splitter_;  // over the replicas_ of each stage

@@ -30,6 +30,8 @@ using nlohmann::json;
 using scaling::Prediction;
 using scaling::StepProfile;
 
+const SgdConfig kSgd{0.01, 0.9, 0.0, 5e-4, true};  // the optimizer every measurement steps with
+
 struct Strategy {
   std::string name;   // "ddp", "dp", "local:K"
   int sync_every = 0;  // K of local:K
@@ -131,31 +133,46 @@ std::string fixed(double v, int digits) {
   return os.str();
 }
 
+// --model on the CPU, as every measurement here builds it.
+std::unique_ptr<layers::Model> build(const PredictOptions& o, const Shape& input) {
+  layers::ModelDef d = layers::model_from_flag(o.model, input, o.classes);
+  return std::make_unique<layers::Model>(std::move(d.net), d.input_shape, Device::cpu(), DType::Float32, o.seed);
+}
+
+// `rows` samples of normal noise shaped `input`, labelled 0, 1, ... in turn: what the
+// measurements run on (--seed draws them).
+struct RandomBatch {
+  std::vector<float> pixels;
+  std::vector<int64_t> labels;
+  Tensor x, y;
+};
+RandomBatch random_batch(const PredictOptions& o, const Shape& input, int64_t rows) {
+  Generator gen(o.seed + 1);
+  Shape shape{rows};
+  shape.insert(shape.end(), input.begin(), input.end());
+  RandomBatch b;
+  b.pixels.resize(size_t(shape_numel(shape)));
+  for (float& v : b.pixels) v = float(gen.normal());
+  b.labels.resize(size_t(rows));
+  for (size_t i = 0; i < b.labels.size(); ++i) b.labels[i] = int64_t(i) % o.classes;
+  b.x = Tensor::from_vector(b.pixels, shape), b.y = Tensor::from_vector(b.labels, {rows});
+  return b;
+}
+
 // One replica's step measured on this machine's CPU and, for a CPU cluster whose cores
 // hold more than one replica, how much they slow each other; `source` says how.
 StepProfile measure(const PredictOptions& o, layers::Model& model, const Shape& input, const scaling::Cluster& cluster,
                     std::string& source) {
   if (o.threads > 0) runtime::set_cpu_threads(o.threads);
-  Generator gen(o.seed + 1);
-  Shape batch_shape{o.batch};
-  batch_shape.insert(batch_shape.end(), input.begin(), input.end());
-  std::vector<float> pixels(size_t(shape_numel(batch_shape)));
-  for (float& v : pixels) v = float(gen.normal());
-  std::vector<int64_t> labels(size_t(o.batch));
-  for (size_t i = 0; i < labels.size(); ++i) labels[i] = int64_t(i) % o.classes;
-  const Tensor x = Tensor::from_vector(pixels, batch_shape), y = Tensor::from_vector(labels, {o.batch});
-  const SgdConfig sgd{0.01, 0.9, 0.0, 5e-4, true};
-  StepProfile profile = measure_step_profile(model, x, y, sgd, o.warmup, o.steps);
+  const RandomBatch batch = random_batch(o, input, o.batch);
+  StepProfile profile = measure_step_profile(model, batch.x, batch.y, kSgd, o.warmup, o.steps);
   const int threads = runtime::cpu_threads();
   source = "measured on the CPU, " + std::to_string(threads) + (threads == 1 ? " thread" : " threads") +
            ", median of " + std::to_string(o.steps) + " steps";
   const int copies = cluster.cores_per_node / threads;
   if (copies > 1) {
-    const auto make_model = [&] {
-      layers::ModelDef d = layers::model_from_flag(o.model, input, o.classes);
-      return std::make_unique<layers::Model>(std::move(d.net), d.input_shape, Device::cpu(), DType::Float32, o.seed);
-    };
-    profile.busy_slowdown = measure_busy_slowdown(make_model, pixels, labels, input, sgd, copies, o.warmup, o.steps);
+    profile.busy_slowdown = measure_busy_slowdown([&] { return build(o, input); }, batch.pixels, batch.labels, input,
+                                                  kSgd, copies, o.warmup, o.steps);
     source += ", x" + fixed(profile.busy_slowdown, 2) + " with " + std::to_string(copies) + " replicas at once";
   }
   return profile;
@@ -167,10 +184,9 @@ void predict_pipelines(const PredictOptions& o, const scaling::Preset& cluster, 
   DPCORE_CHECK(o.profile_in.empty() && o.profile_out.empty(), "--stages with --profile or --profile-out: a saved "
                "profile is a data-parallel step's; a pipeline's is measured per layer each time");
   const Shape input = parse_input(o.input);
-  layers::ModelDef def = layers::model_from_flag(o.model, input, o.classes);
-  layers::Model model(std::move(def.net), def.input_shape, Device::cpu(), DType::Float32, o.seed);
+  const std::unique_ptr<layers::Model> model = build(o, input);
   const std::vector<pipeline::Stage> stages =
-      pipeline::parse_stages(o.stages, int(model.net().size()), {int(runtime::allowed_cpus().size()), 0});
+      pipeline::parse_stages(o.stages, int(model->net().size()), {int(runtime::allowed_cpus().size()), 0});
   const pipeline::Schedule schedule = pipeline::parse_schedule(o.schedule);
   PipelineOptions asked;
   asked.stages = o.stages, asked.schedule = o.schedule, asked.micro_batches = o.micro_batches;
@@ -178,16 +194,9 @@ void predict_pipelines(const PredictOptions& o, const scaling::Preset& cluster, 
   pipeline::stage_order(schedule, 0, int(stages.size()), M);  // refuses naive with M > 1
   const int64_t rows = pipeline::micro_batch_sizes(o.batch, M).front();
   if (o.threads > 0) runtime::set_cpu_threads(o.threads);
-  Generator gen(o.seed + 1);
-  Shape shape{rows};
-  shape.insert(shape.end(), input.begin(), input.end());
-  std::vector<float> pixels(size_t(shape_numel(shape)));
-  for (float& v : pixels) v = float(gen.normal());
-  std::vector<int64_t> labels(static_cast<size_t>(rows));
-  for (size_t i = 0; i < labels.size(); ++i) labels[i] = int64_t(i) % o.classes;
-  const Tensor x = Tensor::from_vector(pixels, shape), y = Tensor::from_vector(labels, {rows});
+  const RandomBatch micro_batch = random_batch(o, input, rows);
   scaling::PipelineProfile profile =
-      measure_pipeline_profile(model, x, y, SgdConfig{0.01, 0.9, 0.0, 5e-4, true}, o.warmup, o.steps);
+      measure_pipeline_profile(*model, micro_batch.x, micro_batch.y, kSgd, o.warmup, o.steps);
   for (pipeline::LayerCost& c : profile.layers) c.forward_s *= o.compute_scale, c.backward_s *= o.compute_scale;
   profile.optimizer_s *= o.compute_scale;
   const int64_t largest = *std::max_element(profile.output_bytes.begin(), profile.output_bytes.end());
@@ -198,11 +207,8 @@ void predict_pipelines(const PredictOptions& o, const scaling::Preset& cluster, 
   for (const runtime::CpuTeam& team : pipeline::stage_cpu_teams(stages, runtime::allowed_cpus(), runtime::cpu_threads()))
     if (std::none_of(teams.begin(), teams.end(), [&](const runtime::CpuTeam& t) { return t.cpus == team.cpus; }))
       teams.push_back(team);
-  const auto make_model = [&] {
-    layers::ModelDef d = layers::model_from_flag(o.model, input, o.classes);
-    return std::make_unique<layers::Model>(std::move(d.net), d.input_shape, Device::cpu(), DType::Float32, o.seed);
-  };
-  const double slowdown = measure_side_by_side_slowdown(make_model, x, y, teams, o.warmup, o.steps);
+  const double slowdown = measure_side_by_side_slowdown([&] { return build(o, input); }, micro_batch.x, micro_batch.y,
+                                                        teams, o.warmup, o.steps);
   out << "dpcore predict: " << o.model << ", pipeline (" << pipeline::schedule_name(schedule) << ") of "
       << stages.size() << " stages [" << pipeline::stages_text(stages) << "], " << M << " micro-batches of " << rows
       << " samples (batch " << o.batch << " per replica)\n"
@@ -281,8 +287,8 @@ void predict(const PredictOptions& o, std::ostream& out) {
     source = "loaded from " + o.profile_in;
   } else {
     const Shape input = parse_input(o.input);
-    layers::ModelDef def = layers::model_from_flag(o.model, input, o.classes);
-    layers::Model model(std::move(def.net), def.input_shape, Device::cpu(), DType::Float32, o.seed);
+    const std::unique_ptr<layers::Model> built = build(o, input);
+    layers::Model& model = *built;
     DPCORE_CHECK(model.num_classes() == o.classes, "--model ", o.model, " has ", model.num_classes(),
                  " outputs, not --classes ", o.classes);
     const size_t params = model.parameters().params().size();
