@@ -347,6 +347,40 @@ TEST(HostNccl, AllReduceAddsTheRanksInRankOrder) {
   for (int r = 0; r < 4; ++r) EXPECT_EQ(out[r], 1.f) << "rank " << r;
 }
 
+// ncclCommSplit as NCCL defines it: ranks of one color form a communicator ranked by key,
+// then by their old rank; NCCL_SPLIT_NOCOLOR gets none. Ranks 0 and 2 (key -rank: 2 first)
+// allreduce among themselves, rank 1 is alone, rank 3 stays out; a second split (every rank
+// one color, key 0: the old order) meets as a round of its own.
+TEST(HostNccl, SplitGroupsRanksByColorOrderedByKey) {
+  Clique clique(4);
+  const int colors[] = {0, 1, 0, NCCL_SPLIT_NOCOLOR};
+  std::vector<int> sizes(4, -1), ranks(4, -1), whole_ranks(4, -1);
+  std::vector<float> sums(4, 0.f);
+  on_ranks(4, [&](int r) {
+    ncclComm_t part = nullptr, whole = nullptr;
+    EXPECT_NCCL(ncclCommSplit(clique.comms[r], colors[r], -r, &part, nullptr));
+    EXPECT_NCCL(ncclCommSplit(clique.comms[r], 7, 0, &whole, nullptr));
+    EXPECT_NCCL(ncclCommUserRank(whole, &whole_ranks[r]));
+    EXPECT_NCCL(ncclCommDestroy(whole));
+    if (!part) return;
+    EXPECT_NCCL(ncclCommCount(part, &sizes[r]));
+    EXPECT_NCCL(ncclCommUserRank(part, &ranks[r]));
+    cudaStream_t s = clique.streams[r];
+    float* x = upload(std::vector<float>{float(r + 1)}, s);
+    EXPECT_NCCL(ncclAllReduce(x, x, 1, ncclFloat32, ncclSum, part, s));
+    sums[r] = download(x, 1, s)[0];
+    CUDA_CHECK(cudaFree(x));
+    EXPECT_NCCL(ncclCommDestroy(part));
+  });
+  EXPECT_EQ(sizes, (std::vector<int>{2, 1, 2, -1}));
+  EXPECT_EQ(ranks, (std::vector<int>{1, 0, 0, -1}));
+  EXPECT_EQ(sums, (std::vector<float>{4.f, 2.f, 4.f, 0.f}));
+  EXPECT_EQ(whole_ranks, (std::vector<int>{0, 1, 2, 3}));
+  ncclComm_t none = nullptr;
+  EXPECT_EQ(ncclCommSplit(clique.comms[0], -2, 0, &none, nullptr), ncclInvalidArgument);
+  EXPECT_CONTAINS(ncclGetLastError(nullptr), "color -2");
+}
+
 TEST(HostNccl, InitRankReturnsOnceEveryRankHasJoined) {
   ncclUniqueId id;
   EXPECT_NCCL(ncclGetUniqueId(&id));

@@ -51,6 +51,12 @@ ncclResult_t ncclCommAbort(ncclComm_t comm);
 ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* asyncError);
 ncclResult_t ncclCommCount(const ncclComm_t comm, int* count);
 ncclResult_t ncclCommUserRank(const ncclComm_t comm, int* rank);
+// Every rank of comm calls it (it returns once all have): the ranks that pass one color form
+// a new communicator, ranked by key, then by their rank in comm; NCCL_SPLIT_NOCOLOR gets
+// none (*newcomm null). config must be null here (runtime/nccl_split.cpp).
+#define NCCL_SPLIT_NOCOLOR -1
+typedef struct ncclConfig ncclConfig_t;
+ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newcomm, ncclConfig_t* config);
 
 // ---- errors (runtime/nccl_comm.cpp) ----
 const char* ncclGetErrorString(ncclResult_t result);

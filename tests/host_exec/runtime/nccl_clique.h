@@ -120,6 +120,9 @@ class Clique {
   std::string message_;
 };
 
+// ---- communicators (nccl_comm.cpp) ----
+ncclComm_t make_comm(std::shared_ptr<Clique> clique, int rank);
+
 // ---- errors (nccl_comm.cpp) ----
 // Records `message` as ncclGetLastError's and returns `result`.
 ncclResult_t record(ncclResult_t result, const std::string& message);
@@ -141,4 +144,5 @@ struct ncclComm {
   int rank = 0;
   std::mutex mutex;
   std::map<const host_runtime::Stream*, host_runtime::Point> queued;
+  uint64_t splits = 0;  // ncclCommSplit calls so far: the ranks' n-th calls meet
 };

@@ -38,13 +38,6 @@ Joinings& joinings() {
   return *j;
 }
 
-ncclComm_t make_comm(std::shared_ptr<Clique> clique, int rank) {
-  auto* comm = new ncclComm;
-  comm->clique = std::move(clique);
-  comm->rank = rank;
-  return comm;
-}
-
 // Mutex held. Fails the whole init: every waiting rank returns `error`.
 void fail_joining(Joining& j, ncclResult_t error, const std::string& why) {
   if (j.error != ncclSuccess) return;
@@ -106,6 +99,13 @@ ncclResult_t await_clique(const std::shared_ptr<Joining>& j, int rank, ncclComm_
 }
 
 }  // namespace
+
+ncclComm_t make_comm(std::shared_ptr<Clique> clique, int rank) {
+  auto* comm = new ncclComm;
+  comm->clique = std::move(clique);
+  comm->rank = rank;
+  return comm;
+}
 
 ncclResult_t record(ncclResult_t result, const std::string& message) {
   std::lock_guard<std::mutex> lock(last_error_mutex);
