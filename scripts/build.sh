@@ -5,8 +5,8 @@
 # here with the same options, so running one after the other compiles each file once.
 #   scripts/build.sh [-DOPTION=VALUE...] [TARGET...]
 # The options, last one winning:
-#   - Release; the host-run kernel tests left out (-DDPCORE_HOST_TESTS=OFF: the sanitizer
-#     builds of scripts/test.sh build and run them);
+#   - Release (the host-run kernel tests are not here: they come with the host CUDA
+#     backend, -DDPCORE_CUDA=HOST, of scripts/test.sh's sanitizer builds);
 #   - without a GPU (nvidia-smi finds none), the device code compiled for the H200 only
 #     (sm_90) rather than also as PTX for older GPUs: nothing runs it here;
 #   - the words of $DPCORE_CMAKE_ARGS, e.g. DPCORE_CMAKE_ARGS=-DDPCORE_CUDA=OFF for a
@@ -14,7 +14,7 @@
 #   - the -D options given here.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-options=(-DCMAKE_BUILD_TYPE=Release -DDPCORE_HOST_TESTS=OFF)
+options=(-DCMAKE_BUILD_TYPE=Release)
 nvidia-smi -L > /dev/null 2>&1 || options+=(-DCMAKE_CUDA_ARCHITECTURES=90-real)
 read -r -a from_environment <<< "${DPCORE_CMAKE_ARGS:-}"
 options+=("${from_environment[@]}")

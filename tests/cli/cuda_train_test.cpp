@@ -1,5 +1,5 @@
 // `dpcore train --device cuda` as a user runs it, against the same run on the CPU: one
-// device (CUDA graphs on, the default) and four replicas over the local ring. Runs on a
+// device (CUDA graphs on, the default), four replicas over the local ring and over NCCL. Runs on a
 // GPU and, in the host build (DPCORE_CUDA=HOST), on the 4 emulated devices of the host
 // CUDA runtime; skips elsewhere. The engines are the command's defaults, which must exist
 // in every build (the host build has no cuDNN or cuBLAS).
@@ -23,9 +23,11 @@ std::vector<double> epoch_results(const std::string& output) {
   return {std::stod(m[1]), std::stod(m[2]), std::stod(m[3])};
 }
 
-void expect_cuda_matches_cpu(const std::string& flags) {
+// `cpu_flags` for the CPU run where they differ (NCCL has no CPU ranks: the local ring
+// computes the same sums there).
+void expect_cuda_matches_cpu(const std::string& flags, const std::string& cpu_flags = "") {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device (a GPU, or the host build's emulated ones)";
-  const CommandResult cpu = run(job() + " --epochs 1 --no-shuffle " + flags);
+  const CommandResult cpu = run(job() + " --epochs 1 --no-shuffle " + (cpu_flags.empty() ? flags : cpu_flags));
   const CommandResult cuda = run(job(kSpec, kData, "cuda") + " --epochs 1 --no-shuffle " + flags);
   ASSERT_EQ(cpu.status, 0) << cpu.output;
   ASSERT_EQ(cuda.status, 0) << cuda.output;
@@ -44,6 +46,11 @@ void expect_cuda_matches_cpu(const std::string& flags) {
 TEST(CudaTrain, OneDeviceWithCudaGraphsMatchesTheCpu) { expect_cuda_matches_cpu(""); }
 
 TEST(CudaTrain, FourReplicasOverTheLocalRingMatchTheCpu) { expect_cuda_matches_cpu("--replicas 4 --backend local"); }
+
+TEST(CudaTrain, FourReplicasOverNcclMatchTheCpu) {
+  expect_cuda_matches_cpu("--replicas 4 --backend nccl", "--replicas 4 --backend local");
+}
+
 
 }  // namespace
 }  // namespace dpcore::testing

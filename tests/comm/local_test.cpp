@@ -496,7 +496,7 @@ TEST(LocalCuda, ReplicasSharingOneGpu) {
 TEST(LocalCuda, CollectivesOrderAfterTheCallersStreamWithoutSynchronising) {
   if (!cuda_available()) GTEST_SKIP() << "no usable CUDA device on this machine";
   const int world = 3;
-  const int64_t count = int64_t(1) << 22;
+  const int64_t count = stream_order_test_elements();
   auto group = comm::make_local_group(world);
   run_replicas(group, [&](Communicator& c) {
     const Device gpu = Device::cuda(0);

@@ -268,7 +268,7 @@ TEST(LocalPointToPointCuda, RingOrdersAfterTheCallersStreamAcrossDevices) {
   if (!cuda_available()) GTEST_SKIP() << "no usable CUDA device on this machine";
   const std::vector<Device> devices = {Device::cuda(0), Device::cpu(), Device::cuda(0), Device::cuda(0)};
   const int world = int(devices.size());
-  const int64_t count = int64_t(1) << 22;
+  const int64_t count = stream_order_test_elements();
   auto group = comm::make_local_group(world);
   run_replicas(group, [&](Communicator& c) {
     const Device device = devices[size_t(c.rank())];

@@ -1,5 +1,5 @@
-// cuda_available() for the tests linked with libdpcore: a GPU the engine can use. (The
-// host execution tests link tests/host_exec/host_device.cpp instead.)
+// cuda_available() for the tests: a device the engine can use (a GPU, or in the host build
+// one of the host runtime's emulated devices).
 #include "engine/runtime.h"
 #include "support/test_support.h"
 

@@ -33,6 +33,20 @@ double scaled_difference(const double* got, const double* ref, size_t n);
 // True when a CUDA device can actually be used (false on machines without a GPU or driver).
 bool cuda_available();
 
+// The elements of a buffer that a test of stream ordering fills and hands on without
+// waiting. On a GPU, 4 Mi floats: a missing wait then shows as a wrong value (the fill still
+// running when the reader starts). On the host runtime (DPCORE_HOST_EXEC) a missing order is
+// a data race between two streams' worker threads, which ThreadSanitizer reports at any
+// size, and a reader that runs first sees the allocation's NaNs: 4096 (the GPU's
+// size took 75 s a test under AddressSanitizer).
+inline int64_t stream_order_test_elements() {
+#ifdef DPCORE_HOST_EXEC
+  return 4096;
+#else
+  return int64_t(1) << 22;
+#endif
+}
+
 // A fresh empty directory under the system temp dir, removed by the destructor.
 class TempDir {
  public:

@@ -87,7 +87,11 @@ std::vector<TraceSpan> spans_of(const TraceFile& trace, const std::string& lane,
   for (const TraceSpan& s : trace.spans) {
     if (s.lane == lane && s.name.rfind(prefix, 0) == 0) found.push_back(s);
   }
-  std::sort(found.begin(), found.end(), [](const TraceSpan& a, const TraceSpan& b) { return a.begin < b.begin; });
+  // By begin; of spans that begin together (a device's events recorded back to back can
+  // carry one timestamp), the enclosing one first; then in file order.
+  std::stable_sort(found.begin(), found.end(), [](const TraceSpan& a, const TraceSpan& b) {
+    return a.begin != b.begin ? a.begin < b.begin : a.end > b.end;
+  });
   return found;
 }
 

@@ -117,14 +117,22 @@ TEST(GpuTraining, PinnedBatchesTrainAsPlainOnes) {
 // runner's constructor), ThreadSanitizer reports the race on the host runtime's devices,
 // and a GPU may broadcast or snapshot memory not yet written. `strategy` is --mode dp or
 // ddp (--sync full), or ddp with --sync local:2 or async (no staleness: serial SGD on the
-// pieces, which replica computes each does not matter). Two steps of the tiny job: a
+// pieces, which replica computes each does not matter), or ddp over NCCL, with and without
+// synchronised batch norm. Two steps of the tiny job: a
 // kernel's 1e-5 of each buffer's scale, twice over (the CPU and the hand kernels sum in
 // different orders).
 std::vector<float> four_replicas_two_steps(Device device, const std::string& strategy, const OptimizerConfig& optimizer) {
   ParallelOptions options = tiny_job::parallel(4, strategy == "dp" ? "dp" : "ddp");
   if (strategy == "local2") options.sync = "local:2";
   if (strategy == "async") options.sync = "async", options.max_staleness = 0;
-  auto net = layers::parse_layer_spec(tiny_job::kNet, {1, 8, 8});
+  // nccl: the CUDA replicas allreduce through NCCL (in the host build, its stand-in over
+  // threads), the CPU ones through the local ring, the same sums; nccl_syncbn adds batch
+  // norm with its statistics synchronised over that communicator (with SGD: the conv bias
+  // before batch norm has a gradient that is zero up to rounding, which Adam's first step
+  // turns into a step of the learning rate whatever its size, differently on either side).
+  if (strategy.rfind("nccl", 0) == 0 && device.is_cuda()) options.backend = "nccl";
+  if (strategy == "nccl_syncbn") options.batchnorm = "sync";
+  auto net = layers::parse_layer_spec(strategy == "nccl_syncbn" ? tiny_job::kBatchNormNet : tiny_job::kNet, {1, 8, 8});
   auto model = std::make_unique<layers::Model>(std::move(net), Shape{1, 8, 8}, device, DType::Float32, 3);
   std::unique_ptr<StepRunner> runner = make_runner(std::move(model), optimizer, 1, options);
   for (int64_t step = 1; step <= 2; ++step) tiny_job::step(*runner, step);
@@ -155,7 +163,8 @@ TEST_P(FourCudaReplicas, TwoStepsMatchTheCpu) {
 // buffers: under ThreadSanitizer every case takes 10-15 s on the host runtime).
 INSTANTIATE_TEST_SUITE_P(StrategiesAndOptimizers, FourCudaReplicas,
                          ::testing::Values(std::make_tuple("dp", "sgd"), std::make_tuple("ddp", "adam"),
-                                           std::make_tuple("local2", "adam"), std::make_tuple("async", "sgd")),
+                                           std::make_tuple("local2", "adam"), std::make_tuple("async", "sgd"),
+                                           std::make_tuple("nccl", "sgd"), std::make_tuple("nccl_syncbn", "sgd")),
                          [](const auto& info) { return std::get<0>(info.param) + "_" + std::get<1>(info.param); });
 
 }  // namespace

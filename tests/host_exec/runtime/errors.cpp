@@ -1,4 +1,6 @@
 // Error names and strings (CUDA's wording), and the calling thread's last error.
+#include <string>
+
 #include "host_exec/runtime/runtime.h"
 
 const char* cudaGetErrorName(cudaError_t error) {
@@ -28,7 +30,9 @@ const char* cudaGetErrorName(cudaError_t error) {
   return "unknown cudaError_t";
 }
 
-const char* cudaGetErrorString(cudaError_t error) {
+namespace {
+
+const char* cuda_wording(cudaError_t error) {
   switch (error) {
     case cudaSuccess: return "no error";
     case cudaErrorInvalidValue: return "invalid argument";
@@ -53,6 +57,20 @@ const char* cudaGetErrorString(cudaError_t error) {
     case cudaErrorStreamCaptureWrongThread: return "attempt to terminate a thread-local capture sequence from another thread";
   }
   return "unknown error";
+}
+
+}  // namespace
+
+// CUDA's wording; for the current device's sticky error, followed by what the host runtime
+// knows of its cause (the kernel, block and thread, or the collective), which a GPU cannot
+// say: every error check of the library (kernels/cuda_runtime/check.cu) then reports it.
+const char* cudaGetErrorString(cudaError_t error) {
+  host_runtime::Bookkeeping hide;
+  const int device = host_runtime::current_device();
+  if (error == cudaSuccess || host_runtime::device_error(device) != error) return cuda_wording(error);
+  thread_local std::string text;
+  text = std::string(cuda_wording(error)) + " (" + host_runtime::device_error_detail(device) + ")";
+  return text.c_str();
 }
 
 namespace host_runtime {
