@@ -52,5 +52,18 @@ TEST(CudaTrain, FourReplicasOverNcclMatchTheCpu) {
 }
 
 
+// A replica that hangs on the NCCL path: its peer's collective waits on the device, and the
+// communicator's timeout must end the job with an error naming the timeout, not leave it
+// waiting (the faults path once waited for the whole device, the collective included).
+TEST(CudaTrain, AReplicaThatHangsOverNcclEndsTheJobAfterTheReplicaTimeout) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device (a GPU, or the host build's emulated ones)";
+  const CommandResult r =
+      run_command(job(kSpec, kData, "cuda") + " --steps 6 --replicas 2 --backend nccl --inject hang:replica=1,step=3 "
+                  "--replica-timeout 2", within_seconds(120, ""));
+  EXPECT_NE(r.status, kTimedOut) << "the job hung:\n" << r.output;
+  EXPECT_NE(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("--replica-timeout"), std::string::npos) << r.output;
+}
+
 }  // namespace
 }  // namespace dpcore::testing

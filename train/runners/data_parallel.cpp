@@ -169,6 +169,10 @@ void use_replica_streams(ReplicaThreads& pool, std::vector<Replica>& replicas) {
 
 void finish_device_work(Replica& r) { runtime::synchronize(r.device()); }
 
+void finish_replica_stream(Replica& r) {
+  if (auto queued = backend_for(r.device()).record_event(r.device().index)) queued->synchronize();
+}
+
 std::string comm_lane(const Replica& r) { return "comm " + std::to_string(r.rank()); }
 
 void abort_all(std::vector<Replica>& replicas, int failed, const std::string& message) {
