@@ -51,7 +51,6 @@ TEST(CudaTrain, FourReplicasOverNcclMatchTheCpu) {
   expect_cuda_matches_cpu("--replicas 4 --backend nccl", "--replicas 4 --backend local");
 }
 
-
 // A replica that hangs on the NCCL path: its peer's collective waits on the device, and the
 // communicator's timeout must end the job with an error naming the timeout, not leave it
 // waiting (the faults path once waited for the whole device, the collective included).
