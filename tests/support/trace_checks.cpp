@@ -82,11 +82,16 @@ TraceFile read_trace(const std::string& path) {
   return trace;
 }
 
-std::vector<TraceSpan> spans_of(const TraceFile& trace, const std::string& lane, const std::string& prefix) {
+std::vector<TraceSpan> spans_in_file_order(const TraceFile& trace, const std::string& lane, const std::string& prefix) {
   std::vector<TraceSpan> found;
   for (const TraceSpan& s : trace.spans) {
     if (s.lane == lane && s.name.rfind(prefix, 0) == 0) found.push_back(s);
   }
+  return found;
+}
+
+std::vector<TraceSpan> spans_of(const TraceFile& trace, const std::string& lane, const std::string& prefix) {
+  std::vector<TraceSpan> found = spans_in_file_order(trace, lane, prefix);
   // By begin; of spans that begin together (a device's events recorded back to back can
   // carry one timestamp), the enclosing one first; then in file order.
   std::stable_sort(found.begin(), found.end(), [](const TraceSpan& a, const TraceSpan& b) {

@@ -34,7 +34,11 @@ struct TraceFile {
 // lane's spans nest: two spans on one (pid, tid) are disjoint or one contains the other.
 TraceFile read_trace(const std::string& path);
 
-// The spans on `lane` whose name starts with `prefix`, in order of their beginning.
+// The spans on `lane` whose name starts with `prefix`, in file order: the order dpcore
+// recorded them, and for a device lane the order of their host spans.
+std::vector<TraceSpan> spans_in_file_order(const TraceFile& trace, const std::string& lane, const std::string& prefix);
+
+// The same spans in order of their beginning.
 std::vector<TraceSpan> spans_of(const TraceFile& trace, const std::string& lane, const std::string& prefix);
 
 }  // namespace dpcore::testing

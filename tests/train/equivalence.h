@@ -23,11 +23,14 @@ struct HostBatch {
   data::Batch batch;
 };
 
-inline HostBatch make_batch(int64_t n, uint64_t seed) {
+// `n` random images of shape `sample` with labels 0-9.
+inline HostBatch make_batch(int64_t n, uint64_t seed, const std::vector<int64_t>& sample = {3, 32, 32}) {
   HostBatch h;
-  h.images = random_vector<float>(size_t(n * 3 * 32 * 32), seed);
+  int64_t numel = n;
+  for (int64_t d : sample) numel *= d;
+  h.images = random_vector<float>(size_t(numel), seed);
   for (int64_t i = 0; i < n; ++i) h.labels.push_back((i * 7 + int64_t(seed)) % 10);
-  h.batch.size = n, h.batch.sample = {3, 32, 32};
+  h.batch.size = n, h.batch.sample = sample;
   h.batch.images = h.images.data(), h.batch.labels = h.labels.data();
   return h;
 }
