@@ -9,6 +9,7 @@
 namespace dpcore {
 
 std::unique_ptr<Backend::Captured> Backend::make_graph(int) { return nullptr; }
+void Backend::synchronize_stream(int) {}
 void Backend::use_thread_stream(int, int) {}
 void Backend::use_own_stream(int) {}
 std::shared_ptr<Backend::Event> Backend::record_event(int) { return nullptr; }
@@ -73,6 +74,8 @@ int cuda_device_count() {
 Device best_device() { return cuda_device_count() > 0 ? Device::cuda(0) : Device::cpu(); }
 
 void synchronize(Device device) { backend_for(device).synchronize(device.index); }
+
+void synchronize_stream(Device device) { backend_for(device).synchronize_stream(device.index); }
 
 size_t peak_bytes(Device device) { return allocator_for(device).peak_bytes(); }
 

@@ -41,6 +41,11 @@ class Backend {
   virtual void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes) = 0;
   // Waits until all queued work on the device is done.
   virtual void synchronize(int device_index) = 0;
+  // Waits until the work queued so far on the calling thread's current stream of the device
+  // is done, not other streams' (a collective on another stream may wait for a peer that
+  // hangs); raises what that work recorded as the device's error, as synchronize() does.
+  // Nothing to wait for on the CPU, where work has run when the call that queued it returns.
+  virtual void synchronize_stream(int device_index);
   // Backend-specific settings from the command line ("conv-engine" = "cudnn", "tf32" =
   // "on", ...). Fails naming the option when the backend has no such setting or value.
   virtual void set_option(const std::string& name, const std::string& value) = 0;

@@ -165,6 +165,12 @@ class CudaBackend : public Backend {
     CUDA_CHECK(cudaDeviceSynchronize());
     cuda_runtime::raise_pending_target_error(device_index);
   }
+  void synchronize_stream(int device_index) override {
+    cuda_runtime::set_device(device_index);
+    CUDA_CHECK(cudaStreamSynchronize(cuda_runtime::current_stream(device_index)));
+    // As after a device-to-host copy: a bad target this stream's check found is raised now.
+    cuda_runtime::raise_pending_target_error(device_index);
+  }
 
   // conv-engine = hand|cudnn|auto, gemm-engine = hand|cublas|auto, tf32 = on|off
   // (kernels/cuda_libraries/engine_config.h), cuda-graph = on|off; the CLI's flags of those names.

@@ -16,6 +16,9 @@ int cuda_device_count();
 Device best_device();
 // Waits for all queued work on the device.
 void synchronize(Device device);
+// Waits for the work the calling thread queued on its current stream of the device
+// (Backend::synchronize_stream).
+void synchronize_stream(Device device);
 // The allocator new tensors on `device` take their storage from: the backend's own unless
 // one was plugged in with set_allocator.
 Allocator& allocator_for(Device device);

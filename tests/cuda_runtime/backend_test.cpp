@@ -52,6 +52,18 @@ TEST(CudaBackend, BadTargetIsReportedAtSynchronizeNamingTheOp) {
   EXPECT_NO_THROW(runtime::synchronize(kGpu));
 }
 
+// A wait for the calling thread's stream alone (the replicas' finish_device_work) reports
+// what that stream's work found, as a wait for the whole device does.
+TEST(CudaBackend, BadTargetIsReportedAtAStreamSynchronize) {
+  SKIP_WITHOUT_CUDA();
+  kernels::cuda_runtime::StreamGuard side(kGpu.index, kernels::cuda_runtime::side_stream(kGpu.index, 1));
+  Tensor logp = Tensor::from_vector(random_floats(5 * 10, 2), {5, 10}, kGpu);
+  Tensor target = Tensor::from_vector(std::vector<int64_t>{1, 2, 3, 4, -3}, {5}, kGpu);
+  Tensor loss = ops::nll_loss(logp, target);
+  EXPECT_EQ(message_of([] { runtime::synchronize_stream(kGpu); }), "nll_loss: target -3 at row 4 is outside [0, 10)");
+  EXPECT_NO_THROW(runtime::synchronize_stream(kGpu));
+}
+
 TEST(CudaBackend, BadTargetIsReportedOnReadingAResultBack) {
   SKIP_WITHOUT_CUDA();
   Tensor logits = Tensor::from_vector(random_floats(4 * 3, 1), {4, 3}, kGpu);

@@ -32,7 +32,7 @@ std::vector<Replica> replicate(std::unique_ptr<layers::Model> root, const std::v
   // this thread's current stream of each device, the legacy default one; the collectives
   // that come next (broadcast_state) run on the replica threads' and the communicators'
   // non-blocking streams, which CUDA does not order after the legacy stream. Waiting for
-  // each device here orders all of it before the first collective.
+  // that stream of each device here orders all of it before the first collective.
   for (Replica& r : replicas) finish_device_work(r);
   return replicas;
 }
@@ -167,11 +167,7 @@ void use_replica_streams(ReplicaThreads& pool, std::vector<Replica>& replicas) {
   });
 }
 
-void finish_device_work(Replica& r) { runtime::synchronize(r.device()); }
-
-void finish_replica_stream(Replica& r) {
-  if (auto queued = backend_for(r.device()).record_event(r.device().index)) queued->synchronize();
-}
+void finish_device_work(Replica& r) { runtime::synchronize_stream(r.device()); }
 
 std::string comm_lane(const Replica& r) { return "comm " + std::to_string(r.rank()); }
 

@@ -177,12 +177,12 @@ std::vector<Device> process_replica_devices(const ParallelOptions& options, Devi
 // Puts each replica's device work on its own stream (replica r's thread, stream r), so
 // replicas sharing a GPU run concurrently. Nothing to do on the CPU.
 void use_replica_streams(ReplicaThreads& pool, std::vector<Replica>& replicas);
-// Waits for the device work this replica queued (before another thread reads its results).
+// Waits for the device work the calling thread queued for this replica on its current
+// stream (before another thread reads the results). Not the whole device's: a collective
+// the replica's buckets launched on the communicator's stream may be waiting on the device
+// for a peer that hangs, which only the communicator's timeout (in its wait) may end; a
+// device-wide wait would hang with it.
 void finish_device_work(Replica& r);
-// Waits for the work queued on this replica's own stream only, not the whole device's: a
-// collective its buckets launched may be waiting on the device for a peer that hangs, which
-// only the communicator's timeout (in its wait) may end; a device-wide wait would hang too.
-void finish_replica_stream(Replica& r);
 // The trace lane of replica r's communication thread ("comm 2"): whom its waits wait on.
 std::string comm_lane(const Replica& r);
 // Aborts every communicator of `replicas` (a replica failed: wake the others).

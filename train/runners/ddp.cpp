@@ -233,7 +233,7 @@ StepStats DistributedRunner::attempt_step(const data::Batch& batch) {
     }
     seconds[size_t(rank)] = seconds_since(t0);
     if (!faults_.empty()) {
-      finish_replica_stream(rep);  // the gradients are final before a fault writes them
+      finish_device_work(rep);  // the gradients are final before a fault writes them
       faults_.after(rep.id, step, *rep.model, seconds[size_t(rank)], FaultInjector::kNanWrittenByRunner);
       // An injected slowdown is part of this replica's compute, for --split adaptive too.
       seconds[size_t(rank)] = seconds_since(t0);
