@@ -1,7 +1,8 @@
 // `dpcore train --device cuda` as a user runs it, against the same run on the CPU: one
-// device (CUDA graphs on, the default), four replicas over the local ring and over NCCL. Runs on a
-// GPU and, in the host build (DPCORE_CUDA=HOST), on the 4 emulated devices of the host
-// CUDA runtime; skips elsewhere. The engines are the command's defaults, which must exist
+// device (CUDA graphs on, the default), four replicas over the local ring and over NCCL,
+// batch norm synchronised over NCCL, a run that shrinks past a failed replica; a trace's
+// stream lanes; a hang on the NCCL path. Runs on a GPU and, in the host build
+// (DPCORE_CUDA=HOST), on the 4 emulated devices of the host CUDA runtime; skips elsewhere. The engines are the command's defaults, which must exist
 // in every build (the host build has no cuDNN or cuBLAS).
 #include <gtest/gtest.h>
 
@@ -10,6 +11,8 @@
 #include <vector>
 
 #include "cli/cli_run.h"
+#include "cli/same_maths.h"
+#include "support/trace_checks.h"
 #include "support/test_support.h"
 
 namespace dpcore::testing {
@@ -25,10 +28,12 @@ std::vector<double> epoch_results(const std::string& output) {
 
 // `cpu_flags` for the CPU run where they differ (NCCL has no CPU ranks: the local ring
 // computes the same sums there).
-void expect_cuda_matches_cpu(const std::string& flags, const std::string& cpu_flags = "") {
+void expect_cuda_matches_cpu(const std::string& flags, const std::string& cpu_flags = "",
+                             const std::string& model = kSpec) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device (a GPU, or the host build's emulated ones)";
-  const CommandResult cpu = run(job() + " --epochs 1 --no-shuffle " + (cpu_flags.empty() ? flags : cpu_flags));
-  const CommandResult cuda = run(job(kSpec, kData, "cuda") + " --epochs 1 --no-shuffle " + flags);
+  const CommandResult cpu =
+      run(job(model) + " --epochs 1 --no-shuffle " + (cpu_flags.empty() ? flags : cpu_flags));
+  const CommandResult cuda = run(job(model, kData, "cuda") + " --epochs 1 --no-shuffle " + flags);
   ASSERT_EQ(cpu.status, 0) << cpu.output;
   ASSERT_EQ(cuda.status, 0) << cuda.output;
   const std::vector<double> want = epoch_results(cpu.output), got = epoch_results(cuda.output);
@@ -43,12 +48,77 @@ void expect_cuda_matches_cpu(const std::string& flags, const std::string& cpu_fl
   EXPECT_EQ(got[2], want[2]) << "test accuracy";
 }
 
+// 6 steps of `flags` on the CPU (with `cpu_flags` there, when given) and on CUDA end with the
+// same weights and buffers, to the FP32 kernels' 1e-5 of their scale over 6 steps; the
+// CUDA run's output.
+std::string expect_cuda_weights_match_cpu(const std::string& flags, const std::string& cpu_flags = "",
+                                          const std::string& model = kSpec) {
+  TempDir dir;
+  const std::string steps = " --steps 6 --save ";
+  const CommandResult cpu = run(job(model) + " " + (cpu_flags.empty() ? flags : cpu_flags) + steps + dir.file("cpu.st"));
+  const CommandResult cuda = run(job(model, kData, "cuda") + " " + flags + steps + dir.file("cuda.st"));
+  EXPECT_EQ(cpu.status, 0) << cpu.output;
+  EXPECT_EQ(cuda.status, 0) << cuda.output;
+  if (cpu.status == 0 && cuda.status == 0) expect_same_maths(dir.file("cpu.st"), dir.file("cuda.st"), 1e-4);
+  return cuda.output;
+}
+
 TEST(CudaTrain, OneDeviceWithCudaGraphsMatchesTheCpu) { expect_cuda_matches_cpu(""); }
 
 TEST(CudaTrain, FourReplicasOverTheLocalRingMatchTheCpu) { expect_cuda_matches_cpu("--replicas 4 --backend local"); }
 
 TEST(CudaTrain, FourReplicasOverNcclMatchTheCpu) {
   expect_cuda_matches_cpu("--replicas 4 --backend nccl", "--replicas 4 --backend local");
+}
+
+// Batch norm over the whole batch of four replicas: the statistics are allreduced over NCCL
+// in the forward and backward passes of every step (the running statistics are compared too).
+TEST(CudaTrain, SyncBatchNormOverNcclMatchesTheCpu) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device (a GPU, or the host build's emulated ones)";
+  expect_cuda_weights_match_cpu("--replicas 4 --backend nccl --batchnorm sync",
+                                "--replicas 4 --backend local --batchnorm sync",
+                                "\"conv(4,3,p1,nobias) bn relu pool(2) flatten linear(4)\"");
+}
+
+// --trace of a 2-replica NCCL run: each replica's forward spans appear a second time on a
+// lane of its GPU's stream ("cuda:1 stream 1 (replica 1)"), one per host span, at times the
+// device ran them, which are never before the host queued them.
+TEST(CudaTrain, ATraceHasALaneForEachReplicasStream) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device (a GPU, or the host build's emulated ones)";
+  TempDir dir;
+  const std::string path = dir.file("t.json");
+  const CommandResult r =
+      run(job(kSpec, kData, "cuda") + " --steps 4 --replicas 2 --backend nccl --trace " + path + " --trace-steps 2");
+  ASSERT_EQ(r.status, 0) << r.output;
+  const TraceFile t = read_trace(path);
+  for (int replica = 0; replica < 2; ++replica) {
+    const std::string host = "replica " + std::to_string(replica), gpu = "cuda:" + std::to_string(replica) + " stream ";
+    std::string device;
+    for (const auto& [key, name] : t.lanes) {
+      if (name.rfind(gpu, 0) == 0 && name.find("(" + host + ")") != std::string::npos) device = name;
+    }
+    ASSERT_FALSE(device.empty()) << "no lane of " << gpu << "for " << host;
+    const std::vector<TraceSpan> on_host = spans_in_file_order(t, host, "forward"),
+                                 on_device = spans_in_file_order(t, device, "forward");
+    ASSERT_FALSE(on_host.empty()) << host;
+    ASSERT_EQ(on_device.size(), on_host.size()) << device;
+    for (size_t i = 0; i < on_host.size(); ++i) {
+      EXPECT_EQ(on_device[i].name, on_host[i].name);
+      EXPECT_GE(on_device[i].begin, on_host[i].begin - 50.0) << on_host[i].name << " ran on " << device
+                                                             << " before the host queued it";
+    }
+  }
+}
+
+// --on-replica-failure shrink on the GPUs: replica 2 of 4 throws at step 3 of 6, the run goes
+// on over the local ring on the other three devices and ends with the weights the CPU's
+// run of the same failure ends with.
+TEST(CudaTrain, AShrunkRunEndsWithTheCpusWeights) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device (a GPU, or the host build's emulated ones)";
+  const std::string output = expect_cuda_weights_match_cpu(
+      "--replicas 4 --backend local --inject throw:replica=2,step=3 --on-replica-failure shrink");
+  EXPECT_NE(output.find("replica 2 failed at step 3"), std::string::npos) << output;
+  EXPECT_NE(output.find("on 3 replicas"), std::string::npos) << output;
 }
 
 // A replica that hangs on the NCCL path: its peer's collective waits on the device, and the
