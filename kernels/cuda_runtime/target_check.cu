@@ -81,6 +81,16 @@ Records& records() {
   return *r;
 }
 
+// Zeroes the device's claim, before any check that this thread queues from now on reads
+// it. The memset runs on the legacy default stream, and the checks run on the callers'
+// streams, non-blocking ones that CUDA does not order after the legacy stream: waiting for
+// the memset here is what orders it first (without the wait, a check on a side stream
+// could race the memset, as ThreadSanitizer reported on the host runtime).
+void zero_claim(const DeviceRecord& record) {
+  CUDA_CHECK(cudaMemset(record.claim, 0, sizeof(int)));
+  CUDA_CHECK(cudaStreamSynchronize(nullptr));
+}
+
 int intern_check(Records& r, const IndexCheck& check) {
   const KnownCheck known{check.op, check.index, check.at, check.limit, check.ignore};
   for (size_t i = 0; i < r.checks.size(); ++i)
@@ -95,7 +105,7 @@ DeviceRecord& device_record_locked(Records& r, int device) {
   if (!record.host) {
     DeviceGuard guard(device);
     CUDA_CHECK(cudaMalloc(&record.claim, sizeof(int)));
-    CUDA_CHECK(cudaMemset(record.claim, 0, sizeof(int)));
+    zero_claim(record);
     void* host = nullptr;
     CUDA_CHECK(cudaHostAlloc(&host, sizeof(TargetError), cudaHostAllocMapped | cudaHostAllocPortable));
     *static_cast<TargetError*>(host) = TargetError{0, 0, 0, 0};
@@ -151,7 +161,7 @@ void raise_pending_target_error(int device) {
   error->set = 0;
   {
     DeviceGuard guard(device);
-    CUDA_CHECK(cudaMemset(record.claim, 0, sizeof(int)));  // the device is idle: re-arm the check
+    zero_claim(record);  // re-arm the check
   }
   const KnownCheck& known = r.checks[seen.check];
   fail_index(IndexCheck{known.op.c_str(), known.index.c_str(), known.at.c_str(), known.limit, known.ignore}, seen.row,

@@ -22,8 +22,9 @@ namespace dpcore::kernels::cuda_runtime {
 void check_indices_async(int device, const IndexCheck& check, const int64_t* indices, int64_t n,
                          cudaStream_t stream);
 
-// Throws the recorded index error of `device`, if any, and clears it. Call only once the
-// device's queued work is done (after a synchronize or a synchronous copy).
+// Throws the recorded index error of `device`, if any, and clears it. Call once the work
+// that may have recorded it is done (after a synchronize of the device or of the stream it
+// ran on, or a synchronous copy).
 void raise_pending_target_error(int device);
 
 // Creates the device's error record. Done before a graph capture, which may not allocate
