@@ -152,9 +152,7 @@ class CudaBackend : public Backend {
       cuda_runtime::set_device(device);
       cudaStream_t stream = cuda_runtime::current_stream(device);
       CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream));
-      CUDA_CHECK(cudaStreamSynchronize(stream));
-      // Reading results back means the queued work ran: report a bad target now.
-      cuda_runtime::raise_pending_target_error(device);
+      synchronize_stream(device);  // reading results back means the queued work ran
     } else {
       std::memmove(dst, src, bytes);
     }
@@ -168,7 +166,7 @@ class CudaBackend : public Backend {
   void synchronize_stream(int device_index) override {
     cuda_runtime::set_device(device_index);
     CUDA_CHECK(cudaStreamSynchronize(cuda_runtime::current_stream(device_index)));
-    // As after a device-to-host copy: a bad target this stream's check found is raised now.
+    // The queued work ran: a bad target its checks found is reported now.
     cuda_runtime::raise_pending_target_error(device_index);
   }
 

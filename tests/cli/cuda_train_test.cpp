@@ -2,8 +2,9 @@
 // device (CUDA graphs on, the default), four replicas over the local ring and over NCCL,
 // batch norm synchronised over NCCL, a run that shrinks past a failed replica; a trace's
 // stream lanes; a hang on the NCCL path. Runs on a GPU and, in the host build
-// (DPCORE_CUDA=HOST), on the 4 emulated devices of the host CUDA runtime; skips elsewhere. The engines are the command's defaults, which must exist
-// in every build (the host build has no cuDNN or cuBLAS).
+// (DPCORE_CUDA=HOST), on the 4 emulated devices of the host CUDA runtime; skips elsewhere.
+// The engines are the command's defaults, which must exist in every build (the host build
+// has no cuDNN or cuBLAS).
 #include <gtest/gtest.h>
 
 #include <regex>
@@ -91,22 +92,8 @@ TEST(CudaTrain, ATraceHasALaneForEachReplicasStream) {
       run(job(kSpec, kData, "cuda") + " --steps 4 --replicas 2 --backend nccl --trace " + path + " --trace-steps 2");
   ASSERT_EQ(r.status, 0) << r.output;
   const TraceFile t = read_trace(path);
-  for (int replica = 0; replica < 2; ++replica) {
-    const std::string host = "replica " + std::to_string(replica), gpu = "cuda:" + std::to_string(replica) + " stream ";
-    std::string device;
-    for (const auto& [key, name] : t.lanes) {
-      if (name.rfind(gpu, 0) == 0 && name.find("(" + host + ")") != std::string::npos) device = name;
-    }
-    ASSERT_FALSE(device.empty()) << "no lane of " << gpu << "for " << host;
-    const std::vector<TraceSpan> on_host = spans_in_file_order(t, host, "forward"),
-                                 on_device = spans_in_file_order(t, device, "forward");
-    ASSERT_FALSE(on_host.empty()) << host;
-    ASSERT_EQ(on_device.size(), on_host.size()) << device;
-    for (size_t i = 0; i < on_host.size(); ++i) {
-      EXPECT_EQ(on_device[i].name, on_host[i].name);
-      EXPECT_GE(on_device[i].begin, on_host[i].begin - 50.0) << on_host[i].name << " ran on " << device
-                                                             << " before the host queued it";
-    }
+  for (int r = 0; r < 2; ++r) {
+    expect_device_lane_mirrors(t, "replica " + std::to_string(r), "cuda:" + std::to_string(r) + " stream ", "forward");
   }
 }
 

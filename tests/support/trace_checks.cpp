@@ -100,4 +100,24 @@ std::vector<TraceSpan> spans_of(const TraceFile& trace, const std::string& lane,
   return found;
 }
 
+void expect_device_lane_mirrors(const TraceFile& trace, const std::string& host, const std::string& device_prefix,
+                                const std::string& prefix) {
+  std::string device;
+  for (const auto& [key, name] : trace.lanes) {
+    if (name.rfind(device_prefix, 0) == 0 && name.find("(" + host + ")") != std::string::npos) device = name;
+  }
+  ASSERT_FALSE(device.empty()) << "no lane of '" << device_prefix << "' for " << host;
+  const std::vector<TraceSpan> on_host = spans_in_file_order(trace, host, prefix),
+                               on_device = spans_in_file_order(trace, device, prefix);
+  ASSERT_FALSE(on_host.empty()) << host;
+  ASSERT_EQ(on_device.size(), on_host.size()) << device;
+  for (size_t i = 0; i < on_host.size(); ++i) {
+    EXPECT_EQ(on_device[i].name, on_host[i].name);
+    EXPECT_EQ(on_device[i].args, on_host[i].args);
+    // The reference's uncertainty is microseconds; queued work cannot run before it is queued.
+    EXPECT_GE(on_device[i].begin, on_host[i].begin - 50.0)
+        << on_host[i].name << " ran on " << device << " before the host queued it";
+  }
+}
+
 }  // namespace dpcore::testing

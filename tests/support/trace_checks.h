@@ -41,4 +41,14 @@ std::vector<TraceSpan> spans_in_file_order(const TraceFile& trace, const std::st
 // The same spans in order of their beginning.
 std::vector<TraceSpan> spans_of(const TraceFile& trace, const std::string& lane, const std::string& prefix);
 
+// Checks (with gtest failures) that the spans of lane `host` whose name starts with
+// `prefix` appear again on a device lane of that host lane whose name starts with
+// `device_prefix` ("cuda:0 stream "): one per host span, with its name and args, never
+// beginning before the host queued it. They are paired in the order they were recorded,
+// not by their times: a view (flatten) queues no kernel, so its device span has no length
+// and can carry the same begin as the next layer's (device times are float milliseconds
+// since a reference: a microsecond apart tens of seconds after it).
+void expect_device_lane_mirrors(const TraceFile& trace, const std::string& host, const std::string& device_prefix,
+                                const std::string& prefix);
+
 }  // namespace dpcore::testing

@@ -305,28 +305,7 @@ TEST(TrainTrace, CudaReplicasGetALanePerStreamWithDeviceTimes) {
   auto runner = make_runner(std::make_unique<layers::Model>(std::move(net), Shape{3, 8, 8}, gpu, DType::Float32, 5),
                             kSgd, 1, options);
   TraceFile t = traced_steps(*runner, 2, dir, {3, 8, 8});
-  for (int r = 0; r < 2; ++r) {
-    const std::string host = lane("replica", r);
-    std::string device;
-    for (const auto& [key, name] : t.lanes) {
-      if (name.rfind("cuda:0 stream ", 0) == 0 && name.find("(" + host + ")") != std::string::npos) device = name;
-    }
-    ASSERT_FALSE(device.empty()) << "no device lane for " << host;
-    // Paired by the order they were recorded, not by their times: a view (flatten) queues
-    // no kernel, so its device span has no length and can carry the same begin as the next
-    // layer's (device times are float milliseconds since a reference: a microsecond apart
-    // tens of seconds after it).
-    const std::vector<TraceSpan> on_host = spans_in_file_order(t, host, "forward"),
-                                 on_device = spans_in_file_order(t, device, "forward");
-    ASSERT_EQ(on_device.size(), on_host.size()) << device;
-    for (size_t i = 0; i < on_host.size(); ++i) {
-      EXPECT_EQ(on_device[i].name, on_host[i].name);
-      EXPECT_EQ(on_device[i].args, on_host[i].args);
-      // The reference's uncertainty is microseconds; queued work cannot run before it is queued.
-      EXPECT_GE(on_device[i].begin, on_host[i].begin - 50.0) << on_host[i].name << " ran on " << device
-                                                             << " before the host queued it";
-    }
-  }
+  for (int r = 0; r < 2; ++r) expect_device_lane_mirrors(t, lane("replica", r), "cuda:0 stream ", "forward");
 }
 
 }  // namespace
