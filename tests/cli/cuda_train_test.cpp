@@ -66,10 +66,18 @@ std::string expect_cuda_weights_match_cpu(const std::string& flags, const std::s
 
 TEST(CudaTrain, OneDeviceWithCudaGraphsMatchesTheCpu) { expect_cuda_matches_cpu(""); }
 
-TEST(CudaTrain, FourReplicasOverTheLocalRingMatchTheCpu) { expect_cuda_matches_cpu("--replicas 4 --backend local"); }
+// Four replicas compared by their weights after 6 steps rather than by a whole epoch's
+// losses: the same sums, in a third of the time on the emulated devices under ThreadSanitizer
+// (about 17 s each instead of 55). The one-device run above is the one that also checks the
+// evaluation and the epoch line.
+TEST(CudaTrain, FourReplicasOverTheLocalRingMatchTheCpu) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device (a GPU, or the host build's emulated ones)";
+  expect_cuda_weights_match_cpu("--replicas 4 --backend local");
+}
 
 TEST(CudaTrain, FourReplicasOverNcclMatchTheCpu) {
-  expect_cuda_matches_cpu("--replicas 4 --backend nccl", "--replicas 4 --backend local");
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device (a GPU, or the host build's emulated ones)";
+  expect_cuda_weights_match_cpu("--replicas 4 --backend nccl", "--replicas 4 --backend local");
 }
 
 // Batch norm over the whole batch of four replicas: the statistics are allreduced over NCCL
