@@ -19,6 +19,9 @@
 namespace dpcore::testing {
 namespace {
 
+// Why every test here skips on a machine without one.
+constexpr char kNoCudaDevice[] = "no CUDA device (a GPU, or the host build's emulated ones)";
+
 // The epoch line's train loss, test loss and test accuracy (%).
 std::vector<double> epoch_results(const std::string& output) {
   static const std::regex line("epoch 1: train loss ([0-9.]+), test loss ([0-9.]+), test accuracy ([0-9.]+)%");
@@ -31,7 +34,7 @@ std::vector<double> epoch_results(const std::string& output) {
 // computes the same sums there).
 void expect_cuda_matches_cpu(const std::string& flags, const std::string& cpu_flags = "",
                              const std::string& model = kSpec) {
-  if (!cuda_available()) GTEST_SKIP() << "no CUDA device (a GPU, or the host build's emulated ones)";
+  if (!cuda_available()) GTEST_SKIP() << kNoCudaDevice;
   const CommandResult cpu =
       run(job(model) + " --epochs 1 --no-shuffle " + (cpu_flags.empty() ? flags : cpu_flags));
   const CommandResult cuda = run(job(model, kData, "cuda") + " --epochs 1 --no-shuffle " + flags);
@@ -71,19 +74,19 @@ TEST(CudaTrain, OneDeviceWithCudaGraphsMatchesTheCpu) { expect_cuda_matches_cpu(
 // (about 17 s each instead of 55). The one-device run above is the one that also checks the
 // evaluation and the epoch line.
 TEST(CudaTrain, FourReplicasOverTheLocalRingMatchTheCpu) {
-  if (!cuda_available()) GTEST_SKIP() << "no CUDA device (a GPU, or the host build's emulated ones)";
+  if (!cuda_available()) GTEST_SKIP() << kNoCudaDevice;
   expect_cuda_weights_match_cpu("--replicas 4 --backend local");
 }
 
 TEST(CudaTrain, FourReplicasOverNcclMatchTheCpu) {
-  if (!cuda_available()) GTEST_SKIP() << "no CUDA device (a GPU, or the host build's emulated ones)";
+  if (!cuda_available()) GTEST_SKIP() << kNoCudaDevice;
   expect_cuda_weights_match_cpu("--replicas 4 --backend nccl", "--replicas 4 --backend local");
 }
 
 // Batch norm over the whole batch of four replicas: the statistics are allreduced over NCCL
 // in the forward and backward passes of every step (the running statistics are compared too).
 TEST(CudaTrain, SyncBatchNormOverNcclMatchesTheCpu) {
-  if (!cuda_available()) GTEST_SKIP() << "no CUDA device (a GPU, or the host build's emulated ones)";
+  if (!cuda_available()) GTEST_SKIP() << kNoCudaDevice;
   expect_cuda_weights_match_cpu("--replicas 4 --backend nccl --batchnorm sync",
                                 "--replicas 4 --backend local --batchnorm sync",
                                 "\"conv(4,3,p1,nobias) bn relu pool(2) flatten linear(4)\"");
@@ -93,7 +96,7 @@ TEST(CudaTrain, SyncBatchNormOverNcclMatchesTheCpu) {
 // lane of its GPU's stream ("cuda:1 stream 1 (replica 1)"), one per host span, at times the
 // device ran them, which are never before the host queued them.
 TEST(CudaTrain, ATraceHasALaneForEachReplicasStream) {
-  if (!cuda_available()) GTEST_SKIP() << "no CUDA device (a GPU, or the host build's emulated ones)";
+  if (!cuda_available()) GTEST_SKIP() << kNoCudaDevice;
   TempDir dir;
   const std::string path = dir.file("t.json");
   const CommandResult r =
@@ -109,7 +112,7 @@ TEST(CudaTrain, ATraceHasALaneForEachReplicasStream) {
 // on over the local ring on the other three devices and ends with the weights the CPU's
 // run of the same failure ends with.
 TEST(CudaTrain, AShrunkRunEndsWithTheCpusWeights) {
-  if (!cuda_available()) GTEST_SKIP() << "no CUDA device (a GPU, or the host build's emulated ones)";
+  if (!cuda_available()) GTEST_SKIP() << kNoCudaDevice;
   const std::string output = expect_cuda_weights_match_cpu(
       "--replicas 4 --backend local --inject throw:replica=2,step=3 --on-replica-failure shrink");
   EXPECT_NE(output.find("replica 2 failed at step 3"), std::string::npos) << output;
@@ -120,7 +123,7 @@ TEST(CudaTrain, AShrunkRunEndsWithTheCpusWeights) {
 // communicator's timeout must end the job with an error naming the timeout, not leave it
 // waiting (the faults path once waited for the whole device, the collective included).
 TEST(CudaTrain, AReplicaThatHangsOverNcclEndsTheJobAfterTheReplicaTimeout) {
-  if (!cuda_available()) GTEST_SKIP() << "no CUDA device (a GPU, or the host build's emulated ones)";
+  if (!cuda_available()) GTEST_SKIP() << kNoCudaDevice;
   const CommandResult r =
       run_command(job(kSpec, kData, "cuda") + " --steps 6 --replicas 2 --backend nccl --inject hang:replica=1,step=3 "
                   "--replica-timeout 2", within_seconds(120, ""));
