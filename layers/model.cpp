@@ -61,10 +61,13 @@ void Model::bind_tied_slots(const std::vector<ParamSlot>& tied_slots) {
   }
 }
 
-void Model::set_batch_norm_group(ops::BatchNormGroup* group) {
-  net_->apply([group](Module& m) {
-    if (auto* bn = dynamic_cast<BatchNorm2d*>(&m)) bn->set_group(group);
-  });
+void Model::set_batch_norm_group(ops::BatchNormGroup* group) { set_batch_norm_group(group, 0, net_->size()); }
+
+void Model::set_batch_norm_group(ops::BatchNormGroup* group, size_t first_layer, size_t end_layer) {
+  for (size_t i = first_layer; i < std::min(end_layer, net_->size()); ++i)
+    net_->child(i).apply([group](Module& m) {
+      if (auto* bn = dynamic_cast<BatchNorm2d*>(&m)) bn->set_group(group);
+    });
 }
 
 void Model::init_parameters(uint64_t seed) {

@@ -47,6 +47,9 @@ class Model {
   // Synchronises every batch norm over `group` in training mode (null: each replica's own
   // statistics, the default).
   void set_batch_norm_group(ops::BatchNormGroup* group);
+  // The same for the batch norms in the top-level layers [first_layer, end_layer) only (a
+  // pipeline stage's, synchronised over that stage's replicas).
+  void set_batch_norm_group(ops::BatchNormGroup* group, size_t first_layer, size_t end_layer);
   bool has_batch_norm() const { return !buffers_->empty(); }
 
   // Each parameter as its slot says (PyTorch's default U(-1/sqrt(fan_in), 1/sqrt(fan_in))

@@ -130,6 +130,23 @@ TEST(CliPipeline, ExplainTellsTheHybridsSharesAndEachStagesReduction) {
     EXPECT_NE(r.output.find(line), std::string::npos) << line << "\n" << r.output;
 }
 
+// --batchnorm sync in the hybrid: stage 0's batch norm combines its statistics over the two
+// replicas' stage 0, so the run saves ddp's --batchnorm sync weights (two replicas: every
+// sum has one order), across the epoch's short batch; --explain says so.
+TEST(CliPipeline, HybridBatchNormSyncSavesDdpsSyncWeights) {
+  dpcore::testing::TempDir dir;
+  const std::string hybrid = " --stages 0-2@cpu:0,3-6@cpu:1 --schedule 1f1b --micro-batches 2 --replicas 2 --batchnorm sync";
+  ASSERT_EQ(run(kJob + kSteps + " --replicas 2 --accum 2 --batchnorm sync --save " + dir.file("ddp.safetensors")).status, 0);
+  CommandResult r = run(kJob + kSteps + hybrid + " --save " + dir.file("hybrid.safetensors"));
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_EQ(slurp(dir.file("hybrid.safetensors")), slurp(dir.file("ddp.safetensors")));
+  CommandResult e = run(kJob + " --steps 1 --explain" + hybrid);
+  ASSERT_EQ(e.status, 0) << e.output;
+  EXPECT_NE(e.output.find("--batchnorm sync: in each forward a stage's batch norms allgather their statistics"),
+            std::string::npos)
+      << e.output;
+}
+
 TEST(CliPipeline, CheckpointsResumeAcrossOneDeviceAndAPipeline) {
   dpcore::testing::TempDir dir;
   const std::string piped = " --stages 0-3@cpu:0,4-6@cpu:1 --schedule 1f1b --micro-batches 4";
@@ -248,7 +265,7 @@ TEST(CliPipeline, WhatAPipelineCannotTakeIsRefusedNamingIt) {
       {" --recompute", "--recompute is a pipeline's: give it with --stages or --pipeline P"},
       {" --pipeline 8", "--pipeline 8: more stages than the model has layers (7;"},
       {" --pipeline 2 --stages 0-6@cpu:0", "--stages excludes --pipeline"},
-      {" --pipeline 2 --replicas 2 --batchnorm sync", "--pipeline 2 with --replicas 2 --batchnorm sync"},
+      {" --pipeline 2 --replicas 2 --split adaptive", "--pipeline 2 with --replicas 2 --split adaptive"},
       {" --pipeline 2 --micro-batches 17", "--batch 16 cannot be split into --micro-batches 17"},
   };
   for (const Case& c : cases) {

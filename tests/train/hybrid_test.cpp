@@ -1,10 +1,12 @@
 // Pipeline x data parallel in one process (train/pipeline/hybrid_runner.h): P stages x D
 // replicas train ddp's parameters with --accum M (the same bits for D = 2, where a sum of
 // two replicas has one order; within float32's 1e-6 for D = 3) and one device's with --accum
-// M within 1e-6; batch norm's running statistics are ddp's; a short batch that leaves a
-// replica without rows trains on; each stage reduces its own part of the flat gradient
-// buffer, the parts covering it; a failing stage ends every replica's step at once, naming
-// itself; what the runner cannot take is refused naming the flags.
+// M within 1e-6; batch norm's running statistics are ddp's, with --batchnorm local and with
+// sync (each stage's batch norms synchronised over its replicas); a short batch that leaves
+// a replica without rows trains on (and is refused, naming the replica, under sync); each
+// stage reduces its own part of the flat gradient buffer, the parts covering it; a failing
+// stage ends every replica's step at once, naming itself; what the runner cannot take is
+// refused naming the flags.
 #include <chrono>
 #include <functional>
 
@@ -38,9 +40,9 @@ ParallelOptions hybrid_options(const std::string& stages, const std::string& sch
   return o;
 }
 
-ParallelOptions ddp_options(int replicas, const std::string& split = "even") {
+ParallelOptions ddp_options(int replicas, const std::string& split = "even", const std::string& batchnorm = "local") {
   ParallelOptions o;
-  o.replicas = replicas, o.split = split, o.timeout_s = 60;
+  o.replicas = replicas, o.split = split, o.batchnorm = batchnorm, o.timeout_s = 60;
   return o;
 }
 
@@ -105,6 +107,74 @@ TEST(Hybrid, BatchNormsRunningStatisticsAreDdps) {
   EXPECT_EQ(replica_buffers(*hybrid), replica_buffers(*ddp));
 }
 
+struct SyncCase {
+  const char* stages;
+  const char* schedule;
+  int micro_batches, replicas;
+  const char* split;
+  bool recompute;
+};
+
+// batch_norm_net's 8 layers: conv bn relu res gap flatten linear logsoftmax, the res block
+// holding two batch norms and its projection's; every case puts batch norms on two stages.
+const SyncCase kSyncCases[] = {
+    {"0-2@cpu:0,3-7@cpu:1", "gpipe", 2, 2, "even", false},
+    {"0-1@cpu:0,2-3@cpu:1,4-7@cpu:0", "1f1b", 2, 2, "weights:5,2", false},  // P 3, uneven shares
+    {"0-2@cpu:0,3-7@cpu:1", "1f1b", 2, 2, "even", true},  // the backward's forward joins the group again
+    {"0-2@cpu:0,3-7@cpu:1", "gpipe", 2, 3, "even", false},
+};
+
+// --batchnorm sync: a stage's batch norms combine their statistics over the stage's
+// replicas, so each normalises with the whole micro-batch m, as ddp's sync does: its
+// parameters and running statistics (bits for D = 2; within 1e-6 for D = 3, whose sums
+// over three replicas ddp and the stage groups may add in other orders), and not those of
+// --batchnorm local (which would be what a group that never synchronised trains).
+TEST(Hybrid, BatchNormSyncOverEachStagesReplicasTrainsDdpsSyncParameters) {
+  for (const SyncCase& c : kSyncCases) {
+    SCOPED_TRACE(std::string(c.stages) + " " + c.schedule + " M " + std::to_string(c.micro_batches) + " D " +
+                 std::to_string(c.replicas) + " " + c.split + (c.recompute ? " --recompute" : ""));
+    ParallelOptions o = hybrid_options(c.stages, c.schedule, c.micro_batches, c.replicas, c.split);
+    o.batchnorm = "sync", o.pipeline.recompute = c.recompute;
+    auto hybrid = make_runner(testing::batch_norm_net(), testing::kSgd, 1, o);
+    ASSERT_NE(dynamic_cast<HybridRunner*>(hybrid.get()), nullptr) << hybrid->describe();
+    auto ddp = make_runner(testing::batch_norm_net(), testing::kSgd, c.micro_batches,
+                           ddp_options(c.replicas, c.split, "sync"));
+    auto ddp_local = make_runner(testing::batch_norm_net(), testing::kSgd, c.micro_batches,
+                                 ddp_options(c.replicas, c.split, "local"));
+    const testing::BatchNormState got = testing::train_batch_norm_net(*hybrid);
+    const testing::BatchNormState want = testing::train_batch_norm_net(*ddp);
+    if (c.replicas == 2) {
+      EXPECT_EQ(got.params, want.params);
+      EXPECT_EQ(got.buffers, want.buffers);
+    } else {
+      EXPECT_LE(testing::relative_difference(got.params, want.params), 1e-6);
+      EXPECT_LE(testing::relative_difference(got.buffers, want.buffers), 1e-6);
+    }
+    const testing::BatchNormState local = testing::train_batch_norm_net(*ddp_local);
+    EXPECT_GT(testing::relative_difference(got.params, local.params), 1e-4);
+  }
+}
+
+// Under sync every replica's stages must join every micro-batch's batch norms: 3 samples in
+// 2 micro-batches over 2 replicas give replica 1 no piece of the second. Refused before any
+// stage waits in its group, naming the replica, the shares and the flag to lower.
+TEST(Hybrid, BatchNormSyncRefusesABatchThatLeavesAReplicaWithoutAPiece) {
+  ParallelOptions o = hybrid_options("0-2@cpu:0,3-7@cpu:1", "gpipe", 2, 2);
+  o.batchnorm = "sync";
+  auto hybrid = make_runner(testing::batch_norm_net(), testing::kSgd, 1, o);
+  HostBatch b = make_batch(3, 3);
+  const auto began = std::chrono::steady_clock::now();
+  const std::string error = error_of([&] { hybrid->step(b.batch); });
+  EXPECT_NE(error.find("--batchnorm sync: replica 1 gets no samples of a micro-batch of 1 (shares 1,0)"),
+            std::string::npos)
+      << error;
+  EXPECT_NE(error.find("fewer --micro-batches or --replicas"), std::string::npos) << error;
+  EXPECT_LT(std::chrono::steady_clock::now() - began, std::chrono::seconds(20));
+  // The runner is still whole: a batch every replica has pieces of trains.
+  HostBatch whole = make_batch(8, 4);
+  EXPECT_NO_THROW(hybrid->step(whole.batch));
+}
+
 // 3 samples in 2 micro-batches over 2 replicas: pieces 1,1 then 1,0; 1 sample: 1,0 then
 // none, so replica 1 has no rows at all and its stages only reduce.
 TEST(Hybrid, AShortBatchThatLeavesAReplicaWithoutRowsTrainsOn) {
@@ -160,7 +230,6 @@ TEST(Hybrid, WhatTheRunnerCannotTakeIsRefusedNamingIt) {
   };
   const std::vector<Case> cases = {
       {[](ParallelOptions& o) { o.mode = "dp"; }, "--stages 0-3@cpu:0,4-7@cpu:1 with --replicas 2 --mode dp"},
-      {[](ParallelOptions& o) { o.batchnorm = "sync"; }, "with --replicas 2 --batchnorm sync"},
       {[](ParallelOptions& o) { o.split = "adaptive"; }, "with --replicas 2 --split adaptive"},
       {[](ParallelOptions& o) { o.failure.on_failure = "shrink"; }, "with --replicas 2 --on-replica-failure shrink"},
       {[](ParallelOptions& o) { o.backend = "nccl"; }, "with --backend nccl"},

@@ -1,8 +1,8 @@
 // Pipeline stages as processes (train/pipeline/stage_process_runner.h), run under mpiexec with
 // 2 and 4 processes: P stages x D replicas, a process each, train the parameters (and batch
-// norm's running statistics) of the same pipeline in one process, bit for bit (a sum over
-// at most two replicas has one order), on every rank after settle(); and one device's with
-// --accum M within float32's 1e-6.
+// norm's running statistics, with --batchnorm local and sync) of the same pipeline in one
+// process, bit for bit (a sum over at most two replicas has one order), on every rank after
+// settle(); and one device's with --accum M within float32's 1e-6.
 #include <gtest/gtest.h>
 
 #include "comm/communicator.h"
@@ -21,9 +21,10 @@ std::unique_ptr<Model> plain_net() {
 }
 
 ParallelOptions stage_options(const std::string& backend, const std::string& stages, const std::string& schedule,
-                              int micro_batches, int replicas, const std::string& split = "even") {
+                              int micro_batches, int replicas, const std::string& split = "even",
+                              const std::string& batchnorm = "local") {
   ParallelOptions o;
-  o.backend = backend, o.replicas = replicas, o.timeout_s = 120, o.split = split;
+  o.backend = backend, o.replicas = replicas, o.timeout_s = 120, o.split = split, o.batchnorm = batchnorm;
   o.pipeline.stages = stages, o.pipeline.schedule = schedule, o.pipeline.micro_batches = micro_batches;
   return o;
 }
@@ -57,14 +58,18 @@ std::vector<Case> cases_for(int world) {
 
 TEST(MpiPipeline, StageProcessesTrainTheInProcessPipelinesParameters) {
   const int world = world_size();
-  for (bool batch_norm : {false, true}) {
+  // "": plain_net; otherwise batch_norm_net under that --batchnorm (with sync, a stage's
+  // batch norms combine their statistics over its replicas' processes).
+  for (const std::string batch_norm : {"", "local", "sync"}) {
     for (const Case& c : cases_for(world)) {
       const int replicas = world / c.stages;
-      SCOPED_TRACE(std::string(c.text) + " " + c.schedule + " x " + std::to_string(replicas) +
-                   (batch_norm ? " replicas, batch norm" : " replicas"));
-      auto make = [&] { return batch_norm ? testing::batch_norm_net() : plain_net(); };
+      SCOPED_TRACE(std::string(c.text) + " " + c.schedule + " x " + std::to_string(replicas) + " replicas" +
+                   (batch_norm.empty() ? "" : ", --batchnorm " + batch_norm));
+      const std::string bn = batch_norm.empty() ? "local" : batch_norm;
+      auto make = [&] { return batch_norm.empty() ? plain_net() : testing::batch_norm_net(); };
       // batch_norm_net has 8 layers too: conv bn relu res gap flatten linear logsoftmax.
-      auto runner = make_runner(make(), testing::kSgd, 1, stage_options("mpi", c.text, c.schedule, c.micro_batches, 1));
+      auto runner =
+          make_runner(make(), testing::kSgd, 1, stage_options("mpi", c.text, c.schedule, c.micro_batches, 1, "even", bn));
       ASSERT_NE(dynamic_cast<StageProcessRunner*>(runner.get()), nullptr) << runner->describe();
       const std::vector<float> got = state_after(*runner, 14, 3);
       // The same pipeline in this process (threads, all on team cpu:0: mpiexec may have bound
@@ -72,9 +77,10 @@ TEST(MpiPipeline, StageProcessesTrainTheInProcessPipelinesParameters) {
       std::string one_team = c.text;
       for (size_t at = one_team.find("@cpu:"); at != std::string::npos; at = one_team.find("@cpu:", at + 1))
         one_team[at + 5] = '0';
-      auto here = make_runner(make(), testing::kSgd, 1, stage_options("local", one_team, c.schedule, c.micro_batches, replicas));
+      auto here = make_runner(make(), testing::kSgd, 1,
+                              stage_options("local", one_team, c.schedule, c.micro_batches, replicas, "even", bn));
       EXPECT_EQ(got, state_after(*here, 14, 3)) << here->describe();
-      if (!batch_norm) {
+      if (batch_norm.empty()) {
         SingleDeviceRunner one(make(), testing::kSgd, c.micro_batches);
         EXPECT_LE(testing::relative_difference(got, state_after(one, 14, 3)), 1e-6);
       }

@@ -198,6 +198,10 @@ void explain_pipeline(std::ostream& os, const Explanation& e) {
        << " cuts it: into micro-batches, each shared among the replicas (--split " << e.split << "):\n";
     explain_shares(os, e);
     os << "   what follows is replica 0's pipeline; every replica runs its own the same way\n";
+    if (e.sync_batch_norm)
+      os << "   --batchnorm sync: in each forward a stage's batch norms allgather their statistics (count, mean, "
+            "variance per channel) among the replicas' same stage, and in each backward sum their two gradient sums "
+            "there, so they normalise with the whole micro-batch\n";
   }
   os << "1. copy the batch to " << e.devices.front() << ": " << e.batch << " x (" << bytes(e.image_bytes) << " + "
      << bytes(e.label_bytes) << ") = " << bytes(e.batch * (e.image_bytes + e.label_bytes)) << "\n";

@@ -27,7 +27,7 @@ std::vector<std::vector<MicroBatchRows>> replica_micro_batches(const data::Batch
     const std::vector<int64_t> pieces = splitter.shares(batch, begin, size);
     int64_t row = begin;
     for (int d = 0; d < replicas; ++d) {
-      if (pieces[size_t(d)] > 0) rows[size_t(d)].push_back({row, pieces[size_t(d)]});
+      if (pieces[size_t(d)] > 0) rows[size_t(d)].push_back({row, pieces[size_t(d)], size});
       row += pieces[size_t(d)];
     }
     if (shares) shares->push_back(pieces);
@@ -42,8 +42,6 @@ HybridRunner::HybridRunner(std::unique_ptr<Model> model, const OptimizerConfig& 
       plan_(plan_pipeline(*model, accum, options, int(runtime::allowed_cpus().size()))),
       ranges_(stage_parameter_ranges(*model, plan_.stages)) {
   const int P = int(plan_.stages.size()), D = options.replicas;
-  const std::vector<Device> devices(size_t(D), Device::cpu());
-  start(std::move(model), devices, comm::make_communicators(comm_config(options, devices)), optimizer);
   // Stage s of replica d is rank d of group s.
   const std::vector<runtime::CpuTeam> teams = stage_cpu_teams(plan_.stages, runtime::allowed_cpus(), runtime::cpu_threads());
   // (In a trace, rank d of stage s's group is the lane "stage s group comm d"; its thread
@@ -59,6 +57,25 @@ HybridRunner::HybridRunner(std::unique_ptr<Model> model, const OptimizerConfig& 
         P, timeout_of(options), teams, [this, d](int s, const std::string& message) { stage_failed(d, s, message); },
         d));
     pipelines_.back()->set_recompute(plan_.recompute);
+  }
+  // (start() makes the batch norm groups, over groups_, and gives them to pipelines_.)
+  const std::vector<Device> devices(size_t(D), Device::cpu());
+  start(std::move(model), devices, comm::make_communicators(comm_config(options, devices)), optimizer);
+}
+
+void HybridRunner::make_batch_norm_groups() {
+  if (!sync_batch_norm_) return;
+  batch_norm_groups_.clear();
+  for (size_t d = 0; d < replicas_.size(); ++d) {
+    batch_norm_groups_.emplace_back();
+    std::vector<ReplicaBatchNormGroup*> per_stage;
+    for (size_t s = 0; s < plan_.stages.size(); ++s) {
+      auto& group = batch_norm_groups_[d].emplace_back(std::make_unique<ReplicaBatchNormGroup>(*groups_[s][d]));
+      replicas_[d].model->set_batch_norm_group(group.get(), size_t(plan_.stages[s].first_layer),
+                                               size_t(plan_.stages[s].last_layer) + 1);
+      per_stage.push_back(group.get());
+    }
+    pipelines_[d]->set_batch_norm_groups(std::move(per_stage));
   }
 }
 
@@ -86,6 +103,9 @@ StepStats HybridRunner::step(const data::Batch& batch) {
   const int D = int(replicas_.size());
   const int64_t n = batch.size, counted = counted_targets(batch);
   const auto rows = replica_micro_batches(batch, plan_.micro_batches, splitter_, D, &last_shares_);
+  // Before any stage starts: a replica without a piece would leave its stages' groups waiting.
+  if (sync_batch_norm_)
+    for (const std::vector<int64_t>& pieces : last_shares_) batch_norm_group_rows(pieces, "--micro-batches");
   // Every replica reads its rows of the one host batch: the replicas are all on the CPU.
   auto [x, y] = batch_tensors(batch, Device::cpu());
   const double scale = gradient_scale(counted);

@@ -13,6 +13,9 @@
 // the order of the sums): only who computes which layer moved. Batch norm normalises with
 // each replica's piece of a micro-batch (ddp's --batchnorm local), and rank 0's running
 // statistics are broadcast at the start of every step, as DDP's broadcast_buffers does.
+// With --batchnorm sync a stage's batch norms combine their statistics over the stage's
+// data-parallel group, the group its gradients are reduced over, so they normalise with
+// the whole micro-batch m (every replica's piece), as ddp's --batchnorm sync does.
 //
 // The replicas of a stage share that stage's CPU team (cpu:N is the same cores for every
 // replica). A failing stage aborts its pipeline and every data-parallel group, so the
@@ -43,7 +46,7 @@ std::vector<std::vector<MicroBatchRows>> replica_micro_batches(const data::Batch
 class HybridRunner : public ReplicatedRunner {
  public:
   // Refuses, naming the flags, what plan_pipeline refuses (check_pipeline_replica_flags
-  // included: --split adaptive, --batchnorm sync, ...).
+  // included: --split adaptive, --on-replica-failure shrink, ...).
   HybridRunner(std::unique_ptr<Model> model, const OptimizerConfig& optimizer, int64_t accum,
                const ParallelOptions& options);
   StepStats step(const data::Batch& batch) override;
@@ -61,6 +64,8 @@ class HybridRunner : public ReplicatedRunner {
   const PipelineStepStats& last_step() const { return last_step_; }
 
  private:
+  // --batchnorm sync: stage s of replica d's batch norms over groups_[s][d].
+  void make_batch_norm_groups() override;
   // Stage s of replica d: its gradients summed over stage s's data-parallel group.
   void reduce_stage(int d, int s);
   // Stage s of replica d failed: the first such failure of the step is recorded as its
@@ -72,6 +77,7 @@ class HybridRunner : public ReplicatedRunner {
   std::vector<FlatRange> ranges_;                              // per stage
   std::vector<std::vector<std::unique_ptr<comm::Communicator>>> groups_;  // [stage][replica]
   std::vector<std::unique_ptr<PipelineThreads>> pipelines_;    // per replica
+  std::vector<std::vector<std::unique_ptr<ReplicaBatchNormGroup>>> batch_norm_groups_;  // [replica][stage], sync
   PipelineStepStats last_step_;                               // replica 0's
   std::mutex failure_mutex_;
   std::string failure_;  // the step's first stage failure: "replica 1 failed: pipeline stage 0 failed: ..."

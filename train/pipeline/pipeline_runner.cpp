@@ -33,9 +33,6 @@ void check_pipeline_replica_flags(const ParallelOptions& o, int replicas) {
   DPCORE_CHECK(o.mode == "ddp", with, " --mode ", o.mode,
                ": a pipeline's replicas reduce each stage's gradients among themselves, as ddp does (--mode dp "
                "gathers every output on one root)");
-  DPCORE_CHECK(o.batchnorm == "local", with, " --batchnorm ", o.batchnorm,
-               ": batch norm in a pipeline normalises with each replica's piece of a micro-batch (--batchnorm local); "
-               "this runner does not synchronise it over a stage's replicas");
   DPCORE_CHECK(o.split != "adaptive", with, " --split adaptive: the shares follow --split even or weights:...");
   DPCORE_CHECK(!o.failure.shrink(), with, " --on-replica-failure shrink: a failing stage ends the pipeline's step");
   for (const Device& d : o.devices)

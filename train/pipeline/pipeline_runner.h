@@ -25,8 +25,8 @@ std::string pipeline_flag(const PipelineOptions& pipeline);
 // the trainer too, before it measures the layers for --pipeline.)
 void check_pipeline_flags(const Model& model, int64_t accum, const ParallelOptions& options);
 // What pipeline x data parallel over `replicas` replicas (train/pipeline/hybrid_runner.h,
-// stage_process_runner.h) does not combine with, naming the flags: --mode dp, --batchnorm
-// sync, --split adaptive, --on-replica-failure shrink and a GPU in --devices.
+// stage_process_runner.h) does not combine with, naming the flags: --mode dp, --split
+// adaptive, --on-replica-failure shrink and a GPU in --devices.
 void check_pipeline_replica_flags(const ParallelOptions& options, int replicas);
 
 // What a pipeline's runner runs, as the options ask for it: its stages, its schedule, its

@@ -144,8 +144,16 @@ void StageWork::set_recompute(bool on) {
   if (on && buffer_ranges_.empty()) buffer_ranges_ = stage_buffer_ranges(model_, stages_);
 }
 
+void StageWork::set_batch_norm_groups(std::vector<ReplicaBatchNormGroup*> groups) {
+  DPCORE_CHECK(groups.empty() || int(groups.size()) == stages(), "pipeline: ", groups.size(),
+               " batch norm groups for ", stages(), " stages");
+  batch_norm_groups_ = std::move(groups);
+}
+
 Tensor StageWork::run_layers(int s, int m, const Tensor& in) {
   const int64_t begin = rows_[m].first, end = rows_[m].first + rows_[m].size;
+  if (!batch_norm_groups_.empty() && batch_norm_groups_[size_t(s)])
+    batch_norm_groups_[size_t(s)]->set_rows(rows_[m].group_rows);
   model_.set_batch_position(start_.step, start_.first_sample + begin, size_t(stages_[s].first_layer), layer_end(s));
   Tensor out = model_.net().forward_range(in, size_t(stages_[s].first_layer), layer_end(s));
   if (s + 1 == stages()) out = loss_of(out, y_.narrow0(begin, end), logits_);

@@ -21,6 +21,7 @@
 #include "layers/model.h"
 #include "train/pipeline/pipeline_schedule.h"
 #include "train/pipeline/stage_plan.h"
+#include "train/step/batch_norm_group.h"
 #include "train/step/step.h"
 
 namespace dpcore::train::pipeline {
@@ -42,6 +43,10 @@ struct PipelineStepStats {
 struct MicroBatchRows {
   int64_t first = 0;
   int64_t size = 0;
+  // The micro-batch's samples over all the replicas that share it (this piece and the
+  // others': train/pipeline/hybrid_runner.h), which a stage's batch norms synchronised over
+  // its replicas normalise with (StageWork::set_batch_norm_groups). 0: not shared.
+  int64_t group_rows = 0;
 };
 // One device's --accum cut of a batch of `batch` rows into `micro_batches` (micro_batch_sizes:
 // refuses more micro-batches than rows).
@@ -103,6 +108,12 @@ class StageWork {
   // the batch position. One more forward per micro-batch buys the activations a stage would
   // hold between a forward and its backward. Before the first forward.
   void set_recompute(bool on);
+  // --batchnorm sync in a pipeline x data parallel run: groups[s], where not null, is the
+  // group that stage s's batch norms combine their statistics over (its data-parallel
+  // group; Model::set_batch_norm_group over the stage's layers). Before each forward of
+  // micro-batch m on stage s (a recomputing backward's too) the group is told the
+  // micro-batch's group_rows. Empty (the default): nothing to tell.
+  void set_batch_norm_groups(std::vector<ReplicaBatchNormGroup*> groups);
 
   Tensor loss_sum() const { return loss_sum_; }
   DType dtype() const { return model_.dtype(); }
@@ -127,6 +138,7 @@ class StageWork {
   Tensor loss_sum_;
   bool recompute_ = false;
   std::vector<FlatRange> buffer_ranges_;         // per stage, with recompute_
+  std::vector<ReplicaBatchNormGroup*> batch_norm_groups_;  // per stage, or empty
 };
 
 // The reference executor: every stage's ops on this thread, in the order of the schedule's

@@ -120,6 +120,7 @@ Tensor PipelineThreads::accumulate_gradients(Model& model, const std::vector<Sta
   if (!rows.empty()) {
     work.emplace(model, stages, rows, x, y, grad_scale, start);
     work->set_recompute(recompute_);
+    work->set_batch_norm_groups(batch_norm_groups_);
   }
   std::vector<runtime::CpuTeam> cores(stages.size());  // cores[s]: written by stage s's thread only
   for (const auto& account : accounts_) account->begin_window();

@@ -47,6 +47,8 @@ class PipelineThreads {
   int stages() const { return threads_.size(); }
   // --recompute for the batches from now on (StageWork::set_recompute).
   void set_recompute(bool on) { recompute_ = on; }
+  // --batchnorm sync for the batches from now on (StageWork::set_batch_norm_groups).
+  void set_batch_norm_groups(std::vector<ReplicaBatchNormGroup*> groups) { batch_norm_groups_ = std::move(groups); }
 
   // pipeline_accumulate_gradients' contract, each stage on its thread. Each stage's thread
   // charges the tensors it allocates to the stage's memory account (engine/memory_account.h):
@@ -76,6 +78,7 @@ class PipelineThreads {
   std::vector<char> started_;
   int replica_;  // the hybrid runner's replica this pipeline is, for the lanes' names; -1: none
   bool recompute_ = false;
+  std::vector<ReplicaBatchNormGroup*> batch_norm_groups_;  // per stage, or empty
   ReplicaThreads threads_;
 };
 

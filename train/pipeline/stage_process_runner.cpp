@@ -50,6 +50,14 @@ StageProcessRunner::StageProcessRunner(std::unique_ptr<Model> model, const Optim
       buffer_ranges_(stage_buffer_ranges(*model_, plan_.stages)) {
   pipeline_ = world_->split(replica_, stage_);       // rank s: this replica's stage s
   data_parallel_ = world_->split(stage_, replica_);  // rank d: this stage's replica d
+  if (options.batchnorm == "sync" && replicas_ > 1) {
+    // This process runs its stage's batch norms only: those are synchronised over the
+    // stage's replicas. (One replica's statistics are already the whole micro-batch's, as
+    // in the in-process pipeline.)
+    batch_norm_group_ = std::make_unique<ReplicaBatchNormGroup>(*data_parallel_);
+    const Stage& mine = plan_.stages[size_t(stage_)];
+    model_->set_batch_norm_group(batch_norm_group_.get(), size_t(mine.first_layer), size_t(mine.last_layer) + 1);
+  }
   sync_replicas();
 }
 
@@ -58,7 +66,11 @@ StepStats StageProcessRunner::step(const data::Batch& batch) {
                " with pipeline stages in processes of their own: the norm is over every stage's gradients, and "
                "each process has its own stage's");
   const int64_t counted = counted_targets(batch);
-  const auto rows = replica_micro_batches(batch, plan_.micro_batches, splitter_, replicas_)[size_t(replica_)];
+  std::vector<std::vector<int64_t>> shares;
+  const auto rows = replica_micro_batches(batch, plan_.micro_batches, splitter_, replicas_, &shares)[size_t(replica_)];
+  // Every process refuses the batch alike (the shares are every rank's), before any waits in its group.
+  if (batch_norm_group_)
+    for (const std::vector<int64_t>& pieces : shares) batch_norm_group_rows(pieces, "--micro-batches");
   auto [x, y] = batch_tensors(batch, Device::cpu());
   // DDP's broadcast_buffers, within the stage: its replica 0's running statistics.
   broadcast_range(*data_parallel_, model_->buffers().values(), buffer_ranges_[size_t(stage_)], 0);
@@ -67,6 +79,11 @@ StepStats StageProcessRunner::step(const data::Batch& batch) {
   if (!rows.empty()) {
     StageWork work(*model_, plan_.stages, rows, x, y, gradient_scale(counted), {uint64_t(step_number()), 0});
     work.set_recompute(plan_.recompute);
+    if (batch_norm_group_) {
+      std::vector<ReplicaBatchNormGroup*> groups(plan_.stages.size(), nullptr);
+      groups[size_t(stage_)] = batch_norm_group_.get();
+      work.set_batch_norm_groups(std::move(groups));
+    }
     run_stage_ops(work, plan_.schedule, stage_, *pipeline_);
     loss = work.loss_sum();  // the last stage's; zero on the others
   }

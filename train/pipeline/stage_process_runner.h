@@ -9,7 +9,9 @@
 // The arithmetic is the in-process HybridRunner's (train/pipeline/hybrid_runner.h): the same
 // cut of the batch (every process loads the whole global batch, as with ddp), StageWork's
 // forwards and backwards, and a sum of each stage's gradients over its replicas; so the
-// processes train the parameters of the in-process hybrid, and of ddp with --accum M.
+// processes train the parameters of the in-process hybrid, and of ddp with --accum M. With
+// --batchnorm sync a stage's batch norms combine their statistics over its data-parallel
+// group, as the in-process hybrid's do.
 //
 // Each process holds the whole model but computes, and keeps activations for, its stage's
 // layers only: its gradient buffer is zero outside its stage's part, and the optimizer's
@@ -34,6 +36,7 @@
 #include "train/pipeline/pipeline_step.h"
 #include "train/pipeline/stage_plan.h"
 #include "train/runners/runner.h"
+#include "train/step/batch_norm_group.h"
 #include "train/step/split.h"
 
 namespace dpcore::train::pipeline {
@@ -66,6 +69,7 @@ class StageProcessRunner : public StepRunner {
   int stage_, replica_, replicas_;
   Splitter splitter_;  // over the replicas_ of each stage
   std::unique_ptr<comm::Communicator> pipeline_, data_parallel_;
+  std::unique_ptr<ReplicaBatchNormGroup> batch_norm_group_;  // --batchnorm sync: over data_parallel_
   std::vector<FlatRange> parameter_ranges_, buffer_ranges_;  // per stage
 };
 

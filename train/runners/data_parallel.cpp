@@ -64,17 +64,20 @@ void broadcast_buffers(Replica& r) {
   broadcast_from_rank0(r, buffers, "buffers");
 }
 
-void prepare_batch_norm(Replica& r, const std::vector<int64_t>& pieces) {
-  if (!r.batch_norm_group) return;
+int64_t batch_norm_group_rows(const std::vector<int64_t>& pieces, const char* micro_batches_flag) {
   int64_t rows = 0;
   std::string listed;
   for (int64_t p : pieces) rows += p, listed += (listed.empty() ? "" : ",") + std::to_string(p);
   for (size_t g = 0; g < pieces.size(); ++g) {
     DPCORE_CHECK(pieces[g] > 0, "--batchnorm sync: replica ", g, " gets no samples of a micro-batch of ", rows,
                  " (shares ", listed, "), but every replica must join every synchronised batch norm: use a larger ",
-                 "--batch, or fewer --accum or --replicas");
+                 "--batch, or fewer ", micro_batches_flag, " or --replicas");
   }
-  r.batch_norm_group->set_rows(rows);
+  return rows;
+}
+
+void prepare_batch_norm(Replica& r, const std::vector<int64_t>& pieces) {
+  if (r.batch_norm_group) r.batch_norm_group->set_rows(batch_norm_group_rows(pieces, "--accum"));
 }
 
 std::vector<Shard> scatter(const data::Batch& batch, int64_t begin, const std::vector<int64_t>& shares,

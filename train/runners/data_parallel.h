@@ -68,6 +68,10 @@ void broadcast_buffers(Replica& r);
 // Before a micro-batch's forward: with --batchnorm sync, the group's rows (`pieces`, each
 // replica's share of the micro-batch, all of them non-empty: checked, naming the replica).
 void prepare_batch_norm(Replica& r, const std::vector<int64_t>& pieces);
+// The samples of a micro-batch over the group that shares it as `pieces` (each replica's),
+// refusing an empty piece, naming the replica, the shares and `micro_batches_flag` (fewer of
+// which would give each replica more).
+int64_t batch_norm_group_rows(const std::vector<int64_t>& pieces, const char* micro_batches_flag);
 
 // A replica's share of the rows [begin, begin + count) of a host batch, on its device.
 struct Shard {
@@ -127,6 +131,9 @@ class ReplicatedRunner : public StepRunner {
   // were just dropped: replicas_ holds the survivors, with their new communicators, already.
   // (Only the runners that call surviving_failures need it.)
   virtual void replicas_dropped(const std::vector<int>& /*ranks*/) {}
+  // --batchnorm sync: each replica's group over its communicator (start() and a shrink call
+  // it). The hybrid runner's batch norms are synchronised per stage instead.
+  virtual void make_batch_norm_groups();
 
   std::vector<Replica> replicas_;
   std::unique_ptr<ReplicaThreads> threads_;
@@ -140,8 +147,6 @@ class ReplicatedRunner : public StepRunner {
  private:
   // One thread per replica, each on its own stream and trace lane ("replica ID").
   void start_threads();
-  // --batchnorm sync: each replica's group over its communicator.
-  void make_batch_norm_groups();
   // Drops the replicas at `failed` (ranks) and rebuilds the group over the survivors (their
   // communicators, batch norm groups, threads, the splitter), in rank order. train/faults/shrink.cpp.
   void drop_replicas(const std::vector<FailedReplica>& failed);
