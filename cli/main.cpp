@@ -523,6 +523,10 @@ void add_train_flags(CLI::App& cmd, TrainOptions& o, BackendFlags& b) {
   cmd.add_flag("--recompute", o.parallel.pipeline.recompute,
                "--stages or --pipeline: each stage keeps only its inputs between a micro-batch's forward and its "
                "backward, and runs the forward again there (less activation memory, one more forward)");
+  with_rule(cmd.add_option("--stage-memory-mb", o.parallel.pipeline.stage_memory_mb,
+                           "--pipeline P: the most MiB of activations a stage may hold under the schedule (the layers' "
+                           "measured bytes times its live micro-batches); the balance takes the fastest split within it"),
+            number(0, false, 1048576, " of MiB"));
   // Upper ends keep the arithmetic in range: MiB -> bytes in a size_t, seconds -> int64 milliseconds.
   with_rule(cmd.add_option("--bucket-mb", o.parallel.bucket_mb, "DDP allreduce bucket cap in MiB (the first bucket is 1 MiB)"),
             number(0, false, 1048576, " of MiB"))
@@ -573,11 +577,14 @@ void apply_optimizer_defaults(const CLI::App& cmd, TrainOptions& o) {
   if (!given("--weight-decay")) o.sgd.weight_decay = o.optimizer == "adamw" ? 1e-2 : 0.0;
 }
 
-// --schedule, --micro-batches and --recompute are a pipeline's: refused without --stages or --pipeline.
+// --schedule, --micro-batches and --recompute are a pipeline's: refused without --stages or --pipeline;
+// --stage-memory-mb without --pipeline.
 void check_pipeline_given(const CLI::App& cmd, const TrainOptions& o) {
   for (const char* flag : {"--schedule", "--micro-batches", "--recompute"})
     DPCORE_CHECK(cmd.count(flag) == 0 || dpcore::train::is_pipeline(o.parallel.pipeline), flag,
                  " is a pipeline's: give it with --stages or --pipeline P");
+  DPCORE_CHECK(cmd.count("--stage-memory-mb") == 0 || o.parallel.pipeline.balanced_stages > 0,
+               "--stage-memory-mb is --pipeline P's: it bounds the split --pipeline chooses (--stages gives the split)");
 }
 
 // `dpcore launch -n N ... -- train ...` (cli/launch.h): the flags before --; what follows

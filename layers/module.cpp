@@ -241,17 +241,21 @@ trace::Label forward_label(const Children& children, size_t i, size_t n, const T
 }
 }  // namespace
 
+size_t Sequential::fused_span(size_t i, size_t end) const {
+  end = std::min(end, children_.size());
+  const bool relu = child_as<Conv2d>(children_, i, end) && child_as<ReLU>(children_, i + 1, end);
+  return relu && child_as<MaxPool2d>(children_, i + 2, end) ? 3 : relu ? 2 : 1;
+}
+
 Tensor Sequential::forward_range(const Tensor& x, size_t begin, size_t end) {
   end = std::min(end, children_.size());
   Tensor h = x;
   for (size_t i = begin; i < end;) {
+    const size_t n = fused_span(i, end);
     auto* conv = child_as<Conv2d>(children_, i, end);
-    const bool relu = conv && child_as<ReLU>(children_, i + 1, end);
-    auto* pool = relu ? child_as<MaxPool2d>(children_, i + 2, end) : nullptr;
-    const size_t n = pool ? 3 : relu ? 2 : 1;
     trace::Span span("forward", [&] { return forward_label(children_, i, n, h); });
-    if (pool) h = conv->forward_relu_pool(h, pool->options());
-    else if (relu) h = conv->forward_relu(h);
+    if (n == 3) h = conv->forward_relu_pool(h, child_as<MaxPool2d>(children_, i + 2, end)->options());
+    else if (n == 2) h = conv->forward_relu(h);
     else h = children_[i].second->forward(h);
     i += n;
   }

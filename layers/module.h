@@ -280,6 +280,9 @@ class Sequential : public Module {
   Tensor forward_prefix(const Tensor& x, size_t count) { return forward_range(x, 0, count); }
   // Runs children [begin, end) only: a pipeline stage's layers (train/pipeline).
   Tensor forward_range(const Tensor& x, size_t begin, size_t end);
+  // How many children from i (of those before `end`) forward_range runs as one op: 3 for a
+  // conv, relu and max-pool, 2 for a conv and relu, else 1.
+  size_t fused_span(size_t i, size_t end) const;
   Shape output_shape(const Shape& input) const override;
   std::string describe() const override;
   std::unique_ptr<Module> clone() const override;

@@ -285,7 +285,8 @@ std::string balanced_stages(const TrainOptions& o, const data::Dataset& train_da
   auto [x, y] = batch_tensors(batch, device);
   auto probe = build_model(o.model, train_data, device, o.seed, o.task);
   const pipeline::BalancedStages balanced =
-      pipeline::balance_pipeline(*probe, x, y, o.parallel.pipeline.balanced_stages, int(runtime::allowed_cpus().size()));
+      pipeline::balance_pipeline(*probe, x, y, o.parallel.pipeline.balanced_stages, int(runtime::allowed_cpus().size()),
+                                 o.parallel.pipeline);
   log += pipeline::describe(balanced);
   return pipeline::stages_text(balanced.stages);
 }

@@ -49,7 +49,7 @@ TEST(CliPipeline, PipelineBalancesMeasuredLayersAndTrainsOneDevicesWeights) {
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_EQ(slurp(dir.file("piped.safetensors")), slurp(dir.file("one.safetensors")));
   // 16 samples in 4 micro-batches: the layers are timed on 4; the stages it chose are the runner's.
-  const std::string measured = "--pipeline 3: forward + backward per layer on a micro-batch of 4 samples";
+  const std::string measured = "--pipeline 3: per layer on a micro-batch of 4 samples, forward + backward ms";
   const size_t at = r.output.find(measured);
   ASSERT_NE(at, std::string::npos) << r.output;
   const std::string into = "; balanced into ";
@@ -57,6 +57,24 @@ TEST(CliPipeline, PipelineBalancesMeasuredLayersAndTrainsOneDevicesWeights) {
   const std::string stages = r.output.substr(chosen, r.output.find(", the stages taking", chosen) - chosen);
   EXPECT_EQ(std::count(stages.begin(), stages.end(), '@'), 3) << stages;
   EXPECT_NE(r.output.find("pipeline (1f1b) of 3 stages [" + stages + "], 4 micro-batches"), std::string::npos) << r.output;
+}
+
+// --stage-memory-mb bounds what --pipeline's split may put on a stage: one no split keeps is
+// refused before anything trains, naming the least any split needs; a generous one trains;
+// without --pipeline the flag is refused.
+TEST(CliPipeline, StageMemoryLimitBoundsThePipelinesSplit) {
+  CommandResult tight = run(kJob + " --steps 2 --pipeline 3 --schedule gpipe --micro-batches 4 --stage-memory-mb 0.001");
+  EXPECT_NE(tight.status, 0);
+  EXPECT_NE(tight.output.find("--stage-memory-mb 0.001: no split of the 7 layers into 3 stages holds at most that on "
+                              "every stage; the least any split needs is "),
+            std::string::npos)
+      << tight.output;
+  CommandResult roomy = run(kJob + " --steps 2 --pipeline 3 --schedule gpipe --micro-batches 4 --stage-memory-mb 64");
+  ASSERT_EQ(roomy.status, 0) << roomy.output;
+  EXPECT_NE(roomy.output.find(" KiB at most (gpipe, 4 micro-batches)"), std::string::npos) << roomy.output;
+  CommandResult alone = run(kJob + " --steps 2 --stages 0-2@cpu:0,3-6@cpu:1 --stage-memory-mb 64");
+  EXPECT_NE(alone.status, 0);
+  EXPECT_NE(alone.output.find("--stage-memory-mb is --pipeline P's"), std::string::npos) << alone.output;
 }
 
 TEST(CliPipeline, TheLogNamesTheScheduleStagesAndMicroBatches) {

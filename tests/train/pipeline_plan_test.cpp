@@ -2,6 +2,9 @@
 // wrong refused with the value named, and --pipeline's balanced split (its slowest stage
 // against every possible split, enumerated).
 #include <algorithm>
+#include <functional>
+#include <limits>
+#include <numeric>
 #include <random>
 
 #include <gtest/gtest.h>
@@ -90,22 +93,38 @@ TEST(StagePlan, MalformedPartsAreNamed) {
             "--stages: empty (expected stages such as 0-5@cpu:0,6-11@cpu:1)");
 }
 
-// The smallest possible cost of the slowest stage, over every way to cut `costs` into
-// `stages` contiguous non-empty stages.
-double slowest_stage_by_enumeration(const std::vector<double>& costs, int stages) {
-  const int n = int(costs.size());
-  double best = 1e300;
+// Calls fn(split) for every way to cut n layers into `stages` contiguous non-empty stages,
+// split[s] = (first, last) layer of stage s.
+void for_each_split(int n, int stages, const std::function<void(const std::vector<std::pair<int, int>>&)>& fn) {
   // A split is a choice of stages-1 cut points among the n-1 gaps.
   std::vector<int> gaps(n - 1, 0);
   std::fill(gaps.end() - (stages - 1), gaps.end(), 1);
   do {
-    double stage = 0, slowest = 0;
-    for (int i = 0; i < n; ++i) {
-      stage += costs[i];
-      if (i == n - 1 || gaps[i]) slowest = std::max(slowest, stage), stage = 0;
+    std::vector<std::pair<int, int>> split;
+    int first = 0;
+    for (int i = 0; i < n; ++i)
+      if (i == n - 1 || gaps[i]) split.emplace_back(first, i), first = i + 1;
+    fn(split);
+  } while (std::next_permutation(gaps.begin(), gaps.end()));
+}
+
+double stage_cost(const std::vector<double>& costs, int first, int last) {
+  return std::accumulate(costs.begin() + first, costs.begin() + last + 1, 0.0);
+}
+
+// The smallest possible cost of the slowest stage, over every way to cut `costs` into
+// `stages` contiguous non-empty stages whose every stage `fits` (all of them, by default).
+double slowest_stage_by_enumeration(const std::vector<double>& costs, int stages,
+                                    const std::function<bool(int, int, int)>& fits = {}) {
+  double best = 1e300;
+  for_each_split(int(costs.size()), stages, [&](const std::vector<std::pair<int, int>>& split) {
+    double slowest = 0;
+    for (size_t s = 0; s < split.size(); ++s) {
+      if (fits && !fits(int(s), split[s].first, split[s].second)) return;
+      slowest = std::max(slowest, stage_cost(costs, split[s].first, split[s].second));
     }
     best = std::min(best, slowest);
-  } while (std::next_permutation(gaps.begin(), gaps.end()));
+  });
   return best;
 }
 
@@ -133,6 +152,93 @@ TEST(BalanceStages, TheSlowestStageIsAsFastAsAnySplitAllows) {
       EXPECT_EQ(stages.back().last_layer, n - 1);
       EXPECT_DOUBLE_EQ(slowest, slowest_stage_by_enumeration(costs, p)) << "n " << n << " p " << p;
     }
+}
+
+// Random layers (times, held and backward bytes, inputs), 1f1b's live micro-batches (P - s),
+// and a limit between the least any split needs and what the fastest split needs: the
+// split chosen fits, and its slowest stage is as fast as any split that fits allows.
+TEST(BalanceStages, UnderAMemoryLimitTheSlowestStageIsAsFastAsAnySplitThatFitsAllows) {
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<double> cost(0.1, 5.0);
+  std::uniform_int_distribution<int64_t> bytes(1, 1 << 20);
+  int constrained = 0;
+  for (int n = 2; n <= 9; ++n)
+    for (int p = 2; p <= std::min(n, 4); ++p) {
+      std::vector<double> costs(n);
+      for (double& c : costs) c = cost(rng);
+      StageMemory memory;
+      for (int i = 0; i < n; ++i) {
+        memory.ops.push_back({OpBytes{bytes(rng), i == 0 ? 0 : bytes(rng) / 4, bytes(rng)}});
+        if (i % 3 == 0 && i + 1 < n) memory.ops.back().push_back(OpBytes{bytes(rng), 0, bytes(rng)});  // fused with i + 1
+        memory.input_bytes.push_back(bytes(rng));
+      }
+      for (int s = 0; s < p; ++s) memory.live.push_back(p - s);
+      std::vector<StageDevice> devices(size_t(p), cpu_team(0));
+      // The fastest split's largest stage, and the least largest stage any split has.
+      int64_t fastest_needs = 0, least = std::numeric_limits<int64_t>::max();
+      const std::vector<Stage> fastest = balance_stages(costs, p, devices);
+      for (size_t s = 0; s < fastest.size(); ++s)
+        fastest_needs = std::max(fastest_needs, memory.stage_bytes(int(s), fastest[s].first_layer, fastest[s].last_layer));
+      for_each_split(n, p, [&](const std::vector<std::pair<int, int>>& split) {
+        int64_t largest = 0;
+        for (size_t s = 0; s < split.size(); ++s)
+          largest = std::max(largest, memory.stage_bytes(int(s), split[s].first, split[s].second));
+        least = std::min(least, largest);
+      });
+      memory.limit_mb = double(least + fastest_needs) / 2 / (1 << 20);
+      constrained += least < fastest_needs;
+      const auto fits = [&](int s, int first, int last) {
+        return double(memory.stage_bytes(s, first, last)) <= memory.limit_mb * (1 << 20);
+      };
+      const std::vector<Stage> stages = balance_stages(costs, p, devices, &memory);
+      ASSERT_EQ(int(stages.size()), p);
+      double slowest = 0;
+      for (int s = 0; s < p; ++s) {
+        EXPECT_EQ(stages[s].first_layer, s == 0 ? 0 : stages[s - 1].last_layer + 1) << "n " << n << " p " << p;
+        EXPECT_TRUE(fits(s, stages[s].first_layer, stages[s].last_layer)) << "n " << n << " p " << p << " stage " << s;
+        slowest = std::max(slowest, stage_cost(costs, stages[s].first_layer, stages[s].last_layer));
+      }
+      EXPECT_EQ(stages.back().last_layer, n - 1);
+      EXPECT_DOUBLE_EQ(slowest, slowest_stage_by_enumeration(costs, p, fits)) << "n " << n << " p " << p;
+    }
+  EXPECT_GT(constrained, 10) << "cases where the limit ruled out the fastest split";
+}
+
+// Stage s of layers first..last: live[s] x (its input, above layer 0, + its activations:
+// its ops' held bytes and the input its first op let go of), the gradient from above
+// (layer last + 1's input) and its largest backward; with --recompute live[s] inputs and
+// the activations once. Layers 0-1 as one fused op count as the op when a stage holds both.
+TEST(StageMemory, AStageHoldsItsLiveMicroBatchesTheGradientFromAboveAndOneBackward) {
+  StageMemory m;
+  m.ops = {{OpBytes{100, 0, 7}, OpBytes{90, 0, 9}}, {OpBytes{20, 5, 50}}, {OpBytes{3, 0, 1}}};
+  m.input_bytes = {1000, 400, 30};
+  m.live = {3, 2, 1};
+  EXPECT_EQ(m.stage_bytes(0, 0, 0), 3 * 100 + 400 + 7);                // stage 0's input is the batch's: a view
+  EXPECT_EQ(m.stage_bytes(1, 1, 2), 2 * (400 + 5 + 20 + 3) + 0 + 50);   // the last stage receives no gradient
+  EXPECT_EQ(m.stage_bytes(0, 0, 1), 3 * 90 + 30 + 9);                  // the fused op, not its layers
+  EXPECT_EQ(m.stage_bytes(0, 0, 2), 3 * (90 + 3) + 0 + 9);
+  m.recompute = true;
+  EXPECT_EQ(m.stage_bytes(1, 1, 2), 2 * 400 + (5 + 20 + 3) + 50);
+}
+
+// Held bytes of 4, 1, 1 and 4 MiB, equal times, two stages live 2 and 1 (1f1b's): the
+// fastest split, 0-1 | 2-3, needs 2 x 5 MiB on stage 0; the least any split needs is 8 MiB,
+// 0 | 1-3 (2 x 4, and 6). 7 MiB is refused, naming the limit, the least and its split; 8
+// takes 0 | 1-3.
+TEST(BalanceStages, AMemoryLimitNoSplitKeepsIsRefusedNamingTheLeastNeeded) {
+  const int64_t mib = 1 << 20;
+  StageMemory m;
+  m.ops = {{OpBytes{4 * mib, 0, 0}}, {OpBytes{mib, 0, 0}}, {OpBytes{mib, 0, 0}}, {OpBytes{4 * mib, 0, 0}}};
+  m.input_bytes = {0, 0, 0, 0};
+  m.live = {2, 1};
+  const std::vector<StageDevice> devices = {cpu_team(0), cpu_team(1)};
+  EXPECT_EQ(stages_text(balance_stages({1, 1, 1, 1}, 2, devices, &m)), "0-1@cpu:0,2-3@cpu:1");  // no limit
+  m.limit_mb = 7;
+  EXPECT_EQ(error_of([&] { balance_stages({1, 1, 1, 1}, 2, devices, &m); }),
+            "--stage-memory-mb 7: no split of the 4 layers into 2 stages holds at most that on every stage; the least "
+            "any split needs is 8.000 MiB (layers 0,1-3)");
+  m.limit_mb = 8;
+  EXPECT_EQ(stages_text(balance_stages({1, 1, 1, 1}, 2, devices, &m)), "0@cpu:0,1-3@cpu:1");
 }
 
 TEST(BalanceStages, AnExpensiveLayerGetsAStageOfItsOwn) {

@@ -1,6 +1,7 @@
 // --pipeline P: the model's layers timed on one micro-batch (measure_layer_costs,
 // train/pipeline/pipeline_step.h) and split into the P contiguous stages whose slowest
-// stage is the fastest any split gives (balance_stages, train/pipeline/stage_plan.h).
+// stage is the fastest any split gives (balance_stages, train/pipeline/stage_plan.h), within
+// what --stage-memory-mb lets a stage hold.
 //
 // The split changes where the work runs, never the arithmetic: a pipelined step is one
 // device's step with --accum M whatever the stages (docs/pipelines.md), so a split that
@@ -17,22 +18,31 @@ namespace dpcore::train::pipeline {
 
 struct BalancedStages {
   std::vector<double> layer_seconds;  // per layer: forward + backward on the micro-batch (the medians' sum)
+  std::vector<int64_t> layer_held_bytes;  // per layer alone: what its forward adds to what is held until the backward (OpBytes::held)
   int64_t samples = 0;                // the micro-batch's samples
   std::vector<Stage> stages;          // stage i on cpu:(i mod the CPU teams)
+  StageMemory memory;                 // the layers' bytes and the schedule's live micro-batches, its limit
+  std::vector<int64_t> stage_bytes;   // per stage: what it holds at its peak (memory.stage_bytes)
+  std::string schedule;               // what the memory is for: the schedule and its micro-batches
+  int micro_batches = 1;
 };
 
 // The layer profile repeats this many times after one warm-up batch; the median counts.
 inline constexpr int kBalanceRepeats = 3;
 
 // Times `model`'s layers on the micro-batch (x, y) and splits them into `stages` stages,
-// stage i on CPU team i mod `cpu_teams` (a machine of fewer cores than stages shares them).
-// Measuring trains nothing but moves batch norm's running statistics, so give it a model
-// made for the purpose, not the one that trains. Refuses, naming --pipeline and the value:
-// fewer than 1 stage, more stages than layers (check_stage_count); measure_layer_costs
-// refuses a model on a GPU.
-BalancedStages balance_pipeline(Model& model, const Tensor& x, const Tensor& y, int stages, int cpu_teams);
+// stage i on CPU team i mod `cpu_teams` (a machine of fewer cores than stages shares them),
+// the slowest stage as fast as any split allows, among the splits whose every stage holds
+// at most `pipeline`'s --stage-memory-mb under its schedule, --micro-batches and
+// --recompute (StageMemory, train/pipeline/stage_plan.h; no limit: any split). Measuring
+// trains nothing but moves batch norm's running statistics, so give it a model made for
+// the purpose, not the one that trains. Refuses, naming --pipeline and the value: fewer than
+// 1 stage, more stages than layers (check_stage_count), a limit no split keeps
+// (balance_stages); measure_layer_costs refuses a model on a GPU.
+BalancedStages balance_pipeline(Model& model, const Tensor& x, const Tensor& y, int stages, int cpu_teams,
+                                const PipelineOptions& pipeline = {});
 
-// The log line: the measured layers, the stages chosen and what each costs.
+// The log line: the measured layers, the stages chosen and what each costs and holds.
 std::string describe(const BalancedStages& balanced);
 
 }  // namespace dpcore::train::pipeline

@@ -7,6 +7,7 @@
 #include "engine/autograd.h"
 #include "engine/backend.h"
 #include "engine/median.h"
+#include "engine/memory_account.h"
 #include "kernels/error.h"
 
 namespace dpcore::train::pipeline {
@@ -269,6 +270,54 @@ std::vector<LayerCost> measure_layer_costs(Model& model, const Tensor& x, const 
   model.zero_grad();
   std::vector<LayerCost> out;
   for (int i = 0; i < layers; ++i) out.push_back({median(forward[size_t(i)]), median(backward[size_t(i)])});
+  return out;
+}
+
+std::vector<std::vector<OpBytes>> measure_layer_memory(Model& model, const Tensor& x, const Tensor& y) {
+  DPCORE_CHECK(model.device().is_cpu(), "pipeline memory profile: the model is on ", model.device().str(),
+               "; the profile is measured on the CPU only");
+  layers::Sequential& net = model.net();
+  const int layers = int(net.size());
+  std::vector<std::vector<OpBytes>> out(static_cast<size_t>(layers));
+  for (int i = 0; i < layers; ++i) out[size_t(i)].resize(net.fused_span(size_t(i), size_t(layers)));
+  // Ops of at most `cap` layers: every op a stage can run, each fused op cut short once per length.
+  for (int cap = 1; cap <= 3; ++cap) {
+    std::vector<Stage> ops;  // this pass's ops, as forward_range with `cap` would run them
+    for (int i = 0; i < layers;) {
+      const int n = int(net.fused_span(size_t(i), size_t(std::min(layers, i + cap))));
+      ops.push_back({i, i + n - 1, StageDevice{Device::cpu()}});
+      i += n;
+    }
+    const auto account = std::make_shared<MemoryAccount>();
+    const MemoryAccount::Scope charged(account);
+    // held and input_released: one graph through all the ops, as a stage of several holds it.
+    {
+      model.set_batch_position(0, 0);
+      Tensor t = x;  // a view of the batch: not in the account
+      int64_t before = 0;
+      for (const Stage& op : ops) {
+        Tensor next = net.forward_range(t, size_t(op.first_layer), size_t(op.last_layer) + 1);
+        const int64_t holding_both = int64_t(account->bytes_in_use());
+        t = next, next = Tensor();
+        const int64_t after = int64_t(account->bytes_in_use());
+        OpBytes& bytes = out[size_t(op.first_layer)][size_t(op.layers() - 1)];
+        bytes.held = after - before, bytes.input_released = holding_both - after;
+        before = after;
+      }
+    }
+    // backward_peak: each op a stage of its own, as the stage that ends with it runs its backward.
+    StageWork work(model, ops, 1, x, y, 1.0, {0, 0});
+    Tensor passed;
+    for (int s = 0; s < int(ops.size()); ++s) passed = work.forward(s, 0, passed);
+    for (int s = int(ops.size()) - 1; s >= 0; --s) {
+      const int64_t before = int64_t(account->bytes_in_use());
+      account->begin_window();
+      passed = work.backward(s, 0, passed);
+      out[size_t(ops[size_t(s)].first_layer)][size_t(ops[size_t(s)].layers() - 1)].backward_peak =
+          int64_t(account->window_peak_bytes()) - before;
+    }
+  }
+  model.zero_grad();
   return out;
 }
 

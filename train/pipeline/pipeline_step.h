@@ -164,4 +164,13 @@ struct LayerCost {
 // zeroed at the end; batch norm's running statistics move, as in a training step.
 std::vector<LayerCost> measure_layer_costs(Model& model, const Tensor& x, const Tensor& y, int warmup, int repeats);
 
+// The bytes each op a stage can run holds on the micro-batch (x, y) (OpBytes, stage_plan.h),
+// as the calling thread's allocations count them (engine/memory_account.h): out[i][n - 1]
+// for layers i..i+n-1 run as one op, n from 1 (the layer alone) to the span of the fused
+// op the model's forward starts at layer i (Sequential::fused_span: a conv, relu and
+// max-pool are one op, a conv and relu too when a stage ends after the relu). Tensor sizes,
+// not times: the same every run. CPU models only; the gradient buffer is zeroed at the end,
+// batch norm's running statistics move.
+std::vector<std::vector<OpBytes>> measure_layer_memory(Model& model, const Tensor& x, const Tensor& y);
+
 }  // namespace dpcore::train::pipeline

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdio>
 #include <limits>
 
 #include "kernels/error.h"
@@ -99,32 +100,97 @@ void check_stage_count(int stages, int layer_count) {
                "; a layer is a top-level child of the model, a residual block one layer)");
 }
 
+int64_t StageMemory::stage_bytes(int s, int first, int last) const {
+  const int64_t input = first > 0 ? input_bytes[size_t(first)] : 0;  // stage 0's is a view of the batch
+  const int64_t gradient = size_t(last) + 1 < input_bytes.size() ? input_bytes[size_t(last) + 1] : 0;
+  int64_t activations = 0, backward = 0;
+  for (int i = first; i <= last;) {
+    const int n = std::min(int(ops[size_t(i)].size()), last - i + 1);
+    const OpBytes& op = ops[size_t(i)][size_t(n - 1)];
+    activations += op.held + (i == first ? op.input_released : 0);
+    backward = std::max(backward, op.backward_peak);
+    i += n;
+  }
+  const int64_t n = live[size_t(s)];
+  return (recompute ? n * input + activations : n * (input + activations)) + gradient + backward;
+}
+
+namespace {
+
+// The linear-partition dynamic programme over contiguous splits of n layers into P stages:
+// best[k][i] is the least possible cost of the worst stage when layers 0..i-1 make k
+// stages, cut[k][i] where the last of them begins. cost(s, first, last) is stage s's; a
+// stage that `allowed` refuses is never chosen. Returns the split, or none (an empty
+// vector) when no split is allowed.
+template <class Cost, class Allowed>
+std::vector<std::pair<int, int>> least_worst_split(int n, int P, Cost cost, Allowed allowed) {
+  const double inf = std::numeric_limits<double>::infinity();
+  std::vector<std::vector<double>> best(P + 1, std::vector<double>(n + 1, inf));
+  std::vector<std::vector<int>> cut(P + 1, std::vector<int>(n + 1, 0));
+  best[0][0] = 0;
+  for (int k = 1; k <= P; ++k)
+    for (int i = k; i <= n; ++i)
+      for (int j = k - 1; j < i; ++j) {  // the last stage is layers j..i-1
+        if (best[k - 1][j] == inf || !allowed(k - 1, j, i - 1)) continue;
+        const double worst = std::max(best[k - 1][j], cost(k - 1, j, i - 1));
+        if (worst < best[k][i]) best[k][i] = worst, cut[k][i] = j;
+      }
+  if (best[P][n] == inf) return {};
+  std::vector<std::pair<int, int>> out(P);
+  for (int k = P, end = n; k >= 1; --k) {
+    out[k - 1] = {cut[k][end], end - 1};
+    end = cut[k][end];
+  }
+  return out;
+}
+
+std::string split_text(const std::vector<std::pair<int, int>>& split) {
+  std::string out;
+  for (const auto& [first, last] : split) out += (out.empty() ? "" : ",") + range_text(first, last);
+  return out;
+}
+
+std::string mib(int64_t bytes) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.3f MiB", double(bytes) / (1 << 20));
+  return text;
+}
+
+}  // namespace
+
 std::vector<Stage> balance_stages(const std::vector<double>& layer_costs, int stages,
-                                  const std::vector<StageDevice>& devices) {
+                                  const std::vector<StageDevice>& devices, const StageMemory* memory) {
   const int n = int(layer_costs.size());
   check_stage_count(stages, n);
   DPCORE_CHECK(int(devices.size()) == stages, "--pipeline ", stages, ": ", devices.size(), " devices given for ",
                stages, " stages");
+  if (memory)
+    DPCORE_CHECK(int(memory->ops.size()) == n && int(memory->input_bytes.size()) == n &&
+                     int(memory->live.size()) == stages,
+                 "--pipeline ", stages, ": the stage memory model has ", memory->ops.size(), " layers and ",
+                 memory->live.size(), " stages for ", n, " layers and ", stages, " stages");
   // prefix[i]: the cost of layers 0..i-1.
   std::vector<double> prefix(n + 1, 0.0);
   for (int i = 0; i < n; ++i) prefix[i + 1] = prefix[i] + layer_costs[i];
-  // The linear-partition dynamic programme: best[k][i] is the smallest possible cost of the
-  // slowest stage when layers 0..i-1 make k stages; cut[k][i] is where its last stage begins.
-  const double inf = std::numeric_limits<double>::infinity();
-  std::vector<std::vector<double>> best(stages + 1, std::vector<double>(n + 1, inf));
-  std::vector<std::vector<int>> cut(stages + 1, std::vector<int>(n + 1, 0));
-  best[0][0] = 0;
-  for (int k = 1; k <= stages; ++k)
-    for (int i = k; i <= n; ++i)
-      for (int j = k - 1; j < i; ++j) {  // the last stage is layers j..i-1
-        const double slowest = std::max(best[k - 1][j], prefix[i] - prefix[j]);
-        if (slowest < best[k][i]) best[k][i] = slowest, cut[k][i] = j;
-      }
-  std::vector<Stage> out(stages);
-  for (int k = stages, end = n; k >= 1; --k) {
-    out[k - 1] = {cut[k][end], end - 1, devices[k - 1]};
-    end = cut[k][end];
+  const auto time = [&](int, int first, int last) { return prefix[last + 1] - prefix[first]; };
+  const bool limited = memory && memory->limit_mb > 0;
+  const auto fits = [&](int s, int first, int last) {
+    return !limited || double(memory->stage_bytes(s, first, last)) <= memory->limit_mb * (1 << 20);
+  };
+  const std::vector<std::pair<int, int>> split = least_worst_split(n, stages, time, fits);
+  if (split.empty()) {
+    // The split that needs least: the same programme over the stages' bytes.
+    const auto bytes = [&](int s, int first, int last) { return double(memory->stage_bytes(s, first, last)); };
+    const auto least = least_worst_split(n, stages, bytes, [](int, int, int) { return true; });
+    int64_t needed = 0;
+    for (size_t s = 0; s < least.size(); ++s)
+      needed = std::max(needed, memory->stage_bytes(int(s), least[s].first, least[s].second));
+    fail("--stage-memory-mb ", memory->limit_mb, ": no split of the ", n, " layers into ", stages,
+         " stages holds at most that on every stage; the least any split needs is ", mib(needed), " (layers ",
+         split_text(least), ")");
   }
+  std::vector<Stage> out;
+  for (int s = 0; s < stages; ++s) out.push_back({split[size_t(s)].first, split[size_t(s)].second, devices[size_t(s)]});
   return out;
 }
 

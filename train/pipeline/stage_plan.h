@@ -6,6 +6,7 @@
 // --pipeline P splits the layers into P stages balanced by the measured cost of each layer.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -54,12 +55,45 @@ std::vector<Stage> parse_stages(const std::string& text, int layer_count, const 
 // --pipeline P for a model of `layer_count` layers: refuses P < 1 and P > layer_count.
 void check_stage_count(int stages, int layer_count);
 
+// What one op of a stage (a layer, or layers run fused as one op) adds to what the stage
+// holds on one micro-batch, as one graph through the stage holds it. held: what the graph
+// holds after the op's forward less what it held before (the op's output and what it saved
+// for its backward, less its input when it does not keep that: it may be negative);
+// input_released: the input it let go of that way (which a stage beginning with the op
+// keeps: the stage's input); backward_peak: the most its backward allocates on top of what
+// was held before it (the gradients it makes on the way, the one it sends down).
+struct OpBytes {
+  int64_t held = 0, input_released = 0, backward_peak = 0;
+};
+
+// What a stage of a pipeline holds, for --pipeline P's balance: the tensors of its live
+// micro-batches and one backward's. Stage s of layers first..last runs them as its forward
+// does (ops[i][n - 1], n the most of ops[i].size() and the layers left in the stage) and
+// holds live[s] micro-batches at once (the schedule's count: gpipe M, 1f1b min(M, P - s),
+// naive 1), each its ops' held bytes and the input its first op let go of, plus, above
+// layer 0, the input it received; then in a backward the gradient received from above (the
+// size of layer last + 1's input) and the most any of its ops' backwards allocates. With
+// --recompute a live micro-batch is its input only, and one micro-batch's activations are
+// held at a time, in its backward.
+struct StageMemory {
+  std::vector<std::vector<OpBytes>> ops;  // per layer, by the op's length - 1 (measure_layer_memory)
+  std::vector<int64_t> input_bytes;       // per layer, one micro-batch: its input's
+  std::vector<int> live;                  // per stage
+  bool recompute = false;
+  double limit_mb = 0;                    // --stage-memory-mb: the most a stage may hold, MiB; 0: no limit
+
+  // What stage s of layers first..last holds at its peak.
+  int64_t stage_bytes(int s, int first, int last) const;
+};
+
 // --pipeline P: splits layers 0..n-1 (n = layer_costs.size(), each cost the layer's forward
 // plus backward time) into P contiguous, non-empty stages whose slowest stage costs as
-// little as possible; stage i goes on devices[i]. Refuses what check_stage_count refuses
-// and a device count other than P.
+// little as possible; stage i goes on devices[i]. With `memory` and its limit, only among
+// the splits whose every stage holds at most the limit; none: refused, naming the limit and
+// the least any split needs. Refuses what check_stage_count refuses and a device count other
+// than P.
 std::vector<Stage> balance_stages(const std::vector<double>& layer_costs, int stages,
-                                  const std::vector<StageDevice>& devices);
+                                  const std::vector<StageDevice>& devices, const StageMemory* memory = nullptr);
 
 // "0-5@cpu:0,6-11@cpu:1": the --stages text of `stages` (parse_stages reads it back).
 std::string stages_text(const std::vector<Stage>& stages);

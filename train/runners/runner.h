@@ -39,6 +39,7 @@ struct PipelineOptions {
   std::string schedule = "gpipe";  // --schedule naive | gpipe | 1f1b
   int micro_batches = 0;           // --micro-batches M; 0: one per stage (1 with naive)
   bool recompute = false;          // --recompute: each stage keeps its inputs only (StageWork::set_recompute)
+  double stage_memory_mb = 0;      // --stage-memory-mb: what --pipeline P's stages may hold (MiB); 0: no limit
 };
 // The micro-batches of a pipeline's step: --micro-batches, else one per stage of --stages or
 // --pipeline (1 with naive); 1 without a pipeline. What a checkpoint records as the step's --accum:
