@@ -82,7 +82,7 @@ TYPED_TEST(SgdTest, MatchesPyTorchAlgorithmOverSeveralSteps) {
   using T = typename B::Scalar;
   constexpr int kSteps = 3;
   for (const FlatCase& c : kCases) {
-    if (!B::runs_elements(c.n + c.offset)) continue;
+    if (!runs_flat_optimizer_case<B>(c.n + c.offset)) continue;
     const int64_t n = c.n, at = c.offset;
     std::vector<T> padded_param0(at, std::numeric_limits<T>::quiet_NaN());
     const auto param0 = random_vector<T>(n, 1);

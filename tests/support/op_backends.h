@@ -27,6 +27,7 @@
 
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/kernels.h"
+#include "kernels/cpu/parallel.h"
 #include "kernels/index_check.h"
 #include "kernels/naive/naive.h"
 #include "kernels/shapes.h"
@@ -618,6 +619,22 @@ class OpTest : public ::testing::Test {
     B::set_up();
   }
 };
+
+// Whether backend B runs a flat optimizer case of n elements (sgd_test, adam_test). The
+// cases of millions of elements are the CUDA kernels': several waves of blocks over the
+// grid. The CPU kernels' one size boundary, kMinParallelElements (kernels/cpu/parallel.h:
+// serial below it, split among the threads above), is crossed by the 70001-element case,
+// so a CPU backend leaves out the cases past 16 times it (seconds each), saying so.
+template <class B>
+bool runs_flat_optimizer_case(int64_t n) {
+  constexpr int64_t kLargestCpuCase = 16 * kernels::cpu::kMinParallelElements;
+  if (!B::kCuda && n > kLargestCpuCase) {
+    std::printf("[ limit    ] a case of %lld elements is left out on %s: the CPU kernels' size boundary is %lld\n",
+                static_cast<long long>(n), B::name().c_str(), static_cast<long long>(kernels::cpu::kMinParallelElements));
+    return false;
+  }
+  return B::runs_elements(n);
+}
 
 // The backend's result against the reference, within its tolerance (scaled_error: relative
 // to each element or to the rms of the reference, whichever is larger).
