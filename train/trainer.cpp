@@ -219,9 +219,6 @@ const TrainOptions& checked(const TrainOptions& o) {
   DPCORE_CHECK(!is_pipeline(o.parallel.pipeline) || o.parallel.backend != "mpi" || o.clip_grad_norm < 0,
                "--clip-grad-norm ", o.clip_grad_norm, " with --backend mpi and ", pipeline::pipeline_flag(o.parallel.pipeline),
                ": the norm is over every stage's gradients, and each process has its own stage's");
-  DPCORE_CHECK(!o.explain || !is_pipeline(o.parallel.pipeline) || o.parallel.backend != "mpi", "--explain with ",
-               pipeline::pipeline_flag(o.parallel.pipeline),
-               " and --backend mpi: it tells the step of a pipeline whose stages are threads of one process");
   DPCORE_CHECK(!o.explain || o.parallel.sync == "full",
                "--explain tells one synchronous step (--sync full); with --sync ", o.parallel.sync,
                " the replicas step on their own");

@@ -4,6 +4,7 @@
 #include "comm/ring.h"
 #include "train/pipeline/hybrid_runner.h"
 #include "train/pipeline/pipeline_runner.h"
+#include "train/pipeline/stage_process_runner.h"
 #include "train/runners/ddp.h"
 #include "train/step/step.h"
 
@@ -41,16 +42,11 @@ Explanation common(const Model& model, const Optimizer& optimizer, const data::B
   return e;
 }
 
-// What both data-parallel runners add: who the replicas are and how the batch was shared.
-void replicated(Explanation& e, const ReplicatedRunner& runner, const data::Batch& batch) {
-  const Replica& first = runner.replica(0);
-  e.backend = first.comm->backend();
-  e.replicas = first.comm->size();
-  for (size_t r = 0; r < runner.local_replicas(); ++r) {
-    e.devices.push_back(runner.replica(r).device().str());
-    e.ranks.push_back(runner.replica(r).rank());
-  }
-  e.shares = runner.last_shares();
+// How the batch was shared: `shares` [micro-batch][rank] by `splitter`, each micro-batch's
+// samples (and, for text, each share's tokens).
+void shared_out(Explanation& e, const std::vector<std::vector<int64_t>>& shares, const Splitter& splitter,
+                const data::Batch& batch) {
+  e.shares = shares;
   int64_t row = 0;
   for (const std::vector<int64_t>& pieces : e.shares) {
     int64_t micro = 0;
@@ -64,9 +60,20 @@ void replicated(Explanation& e, const ReplicatedRunner& runner, const data::Batc
     e.micro.push_back(micro);
     if (batch.lengths) e.tokens.push_back(std::move(tokens));
   }
-  const Splitter& splitter = runner.splitter();
   e.split = splitter.even() ? "even" : splitter.adaptive() ? "adaptive" : "weights";
   e.weights = splitter.weights();
+}
+
+// What both data-parallel runners add: who the replicas are and how the batch was shared.
+void replicated(Explanation& e, const ReplicatedRunner& runner, const data::Batch& batch) {
+  const Replica& first = runner.replica(0);
+  e.backend = first.comm->backend();
+  e.replicas = first.comm->size();
+  for (size_t r = 0; r < runner.local_replicas(); ++r) {
+    e.devices.push_back(runner.replica(r).device().str());
+    e.ranks.push_back(runner.replica(r).rank());
+  }
+  shared_out(e, runner.last_shares(), runner.splitter(), batch);
   e.sync_batch_norm = runner.sync_batch_norm();
 }
 
@@ -166,6 +173,23 @@ Explanation explain_step(StepRunner& runner, const data::Batch& batch, const Ste
     pipelined(e, runner.model(), hybrid->stages(), hybrid->schedule(), replica0_micro_batches, hybrid->last_step(),
               batch);
     for (const pipeline::FlatRange& r : hybrid->stage_ranges()) e.stage_ranges.push_back({r.first, r.first + r.size});
+    return e;
+  }
+  if (const auto* procs = dynamic_cast<const pipeline::StageProcessRunner*>(&runner)) {
+    e.kind = Explanation::Kind::Pipeline;
+    e.stage_processes = true;
+    e.world_size = procs->replicas() * int(procs->plan().stages.size());
+    e.backend = "mpi";
+    e.replicas = procs->replicas();
+    e.devices = {runner.model().device().str()};
+    e.sync_batch_norm = procs->sync_batch_norm();
+    shared_out(e, procs->last_shares(), procs->splitter(), batch);
+    int replica0_micro_batches = 0;
+    for (const std::vector<int64_t>& pieces : e.shares) replica0_micro_batches += pieces.front() > 0;
+    if (e.replicas == 1) e.shares.clear();  // one pipeline: its micro-batches are e.micro
+    pipelined(e, runner.model(), procs->plan().stages, procs->plan().schedule, replica0_micro_batches,
+              procs->last_step(), batch);
+    for (const pipeline::FlatRange& r : procs->stage_ranges()) e.stage_ranges.push_back({r.first, r.first + r.size});
     return e;
   }
   fail("--explain: cannot explain a step of ", runner.describe(),

@@ -187,10 +187,17 @@ void explain_single(std::ostream& os, const Explanation& e) {
 void explain_pipeline(std::ostream& os, const Explanation& e) {
   const int stages = int(e.stages.size());
   const bool replicated = e.replicas > 1;
-  os << "explain: step 1 of this run as a pipeline (" << e.schedule << ") of " << stages
-     << " stages, each a thread of this process on cores of its CPU team, the model whole on " << e.devices.front();
-  if (replicated)
-    os << ", x " << e.replicas << " replicas (each its own pipeline of " << stages << " threads, its own copy of the model)";
+  os << "explain: step 1 of this run as a pipeline (" << e.schedule << ") of " << stages;
+  if (e.stage_processes) {
+    os << " stages, each a process of this mpirun job on " << e.devices.front() << " (" << e.world_size
+       << " processes: rank r is stage r mod " << stages << " of replica r / " << stages
+       << "), each holding the whole model and computing its stage's layers";
+    if (replicated) os << ", x " << e.replicas << " replicas";
+  } else {
+    os << " stages, each a thread of this process on cores of its CPU team, the model whole on " << e.devices.front();
+    if (replicated)
+      os << ", x " << e.replicas << " replicas (each its own pipeline of " << stages << " threads, its own copy of the model)";
+  }
   os << "\n";
   for (int s = 0; s < stages; ++s) os << "   stage " << s << ": " << e.stages[s] << "\n";
   if (replicated) {

@@ -1,5 +1,7 @@
 #include "train/pipeline/stage_process_runner.h"
 
+#include <algorithm>
+
 #include "engine/backend.h"
 #include "kernels/error.h"
 #include "train/pipeline/hybrid_runner.h"
@@ -47,7 +49,8 @@ StageProcessRunner::StageProcessRunner(std::unique_ptr<Model> model, const Optim
       replicas_(replicas_of(*world_, int(plan_.stages.size()), options)),
       splitter_(options.split, replicas_),
       parameter_ranges_(stage_parameter_ranges(*model_, plan_.stages)),
-      buffer_ranges_(stage_buffer_ranges(*model_, plan_.stages)) {
+      buffer_ranges_(stage_buffer_ranges(*model_, plan_.stages)),
+      account_(std::make_shared<MemoryAccount>()) {
   pipeline_ = world_->split(replica_, stage_);       // rank s: this replica's stage s
   data_parallel_ = world_->split(stage_, replica_);  // rank d: this stage's replica d
   if (options.batchnorm == "sync" && replicas_ > 1) {
@@ -66,17 +69,20 @@ StepStats StageProcessRunner::step(const data::Batch& batch) {
                " with pipeline stages in processes of their own: the norm is over every stage's gradients, and "
                "each process has its own stage's");
   const int64_t counted = counted_targets(batch);
-  std::vector<std::vector<int64_t>> shares;
-  const auto rows = replica_micro_batches(batch, plan_.micro_batches, splitter_, replicas_, &shares)[size_t(replica_)];
+  const auto rows =
+      replica_micro_batches(batch, plan_.micro_batches, splitter_, replicas_, &last_shares_)[size_t(replica_)];
   // Every process refuses the batch alike (the shares are every rank's), before any waits in its group.
   if (batch_norm_group_)
-    for (const std::vector<int64_t>& pieces : shares) batch_norm_group_rows(pieces, "--micro-batches");
+    for (const std::vector<int64_t>& pieces : last_shares_) batch_norm_group_rows(pieces, "--micro-batches");
   auto [x, y] = batch_tensors(batch, Device::cpu());
   // DDP's broadcast_buffers, within the stage: its replica 0's running statistics.
   broadcast_range(*data_parallel_, model_->buffers().values(), buffer_ranges_[size_t(stage_)], 0);
   model_->zero_grad();
   Tensor loss = Tensor::zeros({}, model_->dtype(), Device::cpu());
+  int64_t live = 0;
+  account_->begin_window();
   if (!rows.empty()) {
+    const MemoryAccount::Scope charged(account_);
     StageWork work(*model_, plan_.stages, rows, x, y, gradient_scale(counted), {uint64_t(step_number()), 0});
     work.set_recompute(plan_.recompute);
     if (batch_norm_group_) {
@@ -86,7 +92,9 @@ StepStats StageProcessRunner::step(const data::Batch& batch) {
     }
     run_stage_ops(work, plan_.schedule, stage_, *pipeline_);
     loss = work.loss_sum();  // the last stage's; zero on the others
+    live = work.peak_live_activations()[size_t(stage_)];
   }
+  gather_measurements(live);
   const FlatRange& mine = parameter_ranges_[size_t(stage_)];
   if (mine.size > 0) {
     Tensor grads = model_->parameters().grads().narrow0(mine.first, mine.first + mine.size);
@@ -95,6 +103,28 @@ StepStats StageProcessRunner::step(const data::Batch& batch) {
   world_->allreduce(loss, comm::ReduceOp::Sum).wait();
   optimizer_->step();
   return {loss, batch.size, counted};
+}
+
+void StageProcessRunner::gather_measurements(int64_t live) {
+  const int P = int(plan_.stages.size());
+  Tensor mine = Tensor::from_vector(std::vector<int64_t>{live, int64_t(account_->window_peak_bytes()),
+                                                         int64_t(account_->peak_bytes())}, {3});
+  Tensor all = Tensor::empty({3 * int64_t(world_->size())}, DType::Int64, Device::cpu());
+  world_->allgather(mine, all).wait();
+  gathered_ = all.to_vector<int64_t>();
+  last_step_ = {};
+  for (int s = 0; s < P; ++s) {  // replica 0's stage s is rank s
+    last_step_.peak_live_activations.push_back(int(gathered_[size_t(3 * s)]));
+    last_step_.peak_bytes.push_back(size_t(gathered_[size_t(3 * s + 1)]));
+  }
+}
+
+std::vector<size_t> StageProcessRunner::stage_peak_bytes() const {
+  const int P = int(plan_.stages.size());
+  std::vector<size_t> out(size_t(P), 0);
+  for (size_t r = 0; 3 * r < gathered_.size(); ++r)  // rank r is stage r mod P
+    out[r % size_t(P)] = std::max(out[r % size_t(P)], size_t(gathered_[3 * r + 2]));
+  return out;
 }
 
 void StageProcessRunner::set_rates(double lr, double momentum) {

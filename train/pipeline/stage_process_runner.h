@@ -21,8 +21,11 @@
 // writes, and every rank evaluates, the whole model; a checkpoint is one device's and
 // resumes anywhere. The loss of a step is summed over the last stage's processes.
 //
-// A stage's process runs on the cores mpirun gives it: the cpu:N of --stages names no team
-// here. Refused, naming the flags: what check_pipeline_flags refuses, a world that is not a
+// Each process charges the tensors its stage work allocates to an account of its own
+// (engine/memory_account.h), and at the end of every step the processes allgather their
+// measurements, so that the epoch line's peak memory per stage and --explain cover every
+// stage. A stage's process runs on the cores mpirun gives it: the cpu:N of --stages names
+// no team here. Refused, naming the flags: what check_pipeline_flags refuses, a world that is not a
 // multiple of P, --clip-grad-norm (its norm is over every stage's gradients, which no
 // process has), and with D > 1 what check_pipeline_replica_flags refuses.
 #pragma once
@@ -32,6 +35,7 @@
 #include <vector>
 
 #include "comm/communicator.h"
+#include "engine/memory_account.h"
 #include "train/pipeline/pipeline_runner.h"
 #include "train/pipeline/pipeline_step.h"
 #include "train/pipeline/stage_plan.h"
@@ -58,8 +62,24 @@ class StageProcessRunner : public StepRunner {
   StepStats settle() override;
   std::string describe() const override;
 
+  // Per stage, the most bytes of tensors any of its processes held at once since
+  // reset_stage_peak_bytes, as every process learnt it at the end of the latest step.
+  std::vector<size_t> stage_peak_bytes() const override;
+  void reset_stage_peak_bytes() override { account_->reset_peak(); }
+
   int stage() const { return stage_; }
   int replica() const { return replica_; }
+  int replicas() const { return replicas_; }
+  // What --explain reads, as the in-process hybrid's: the plan, the shares of the latest
+  // step ([micro-batch][replica]), its splitter, each stage's part of the gradient buffer,
+  // and replica 0's pipeline in the latest step, every stage's measurements gathered from
+  // its process (no stage_cores: each process runs on the cores mpirun gave it).
+  const PipelinePlan& plan() const { return plan_; }
+  const std::vector<std::vector<int64_t>>& last_shares() const { return last_shares_; }
+  const Splitter& splitter() const { return splitter_; }
+  const std::vector<FlatRange>& stage_ranges() const { return parameter_ranges_; }
+  const PipelineStepStats& last_step() const { return last_step_; }
+  bool sync_batch_norm() const { return batch_norm_group_ != nullptr; }
 
  private:
   std::unique_ptr<Model> model_;
@@ -70,7 +90,17 @@ class StageProcessRunner : public StepRunner {
   Splitter splitter_;  // over the replicas_ of each stage
   std::unique_ptr<comm::Communicator> pipeline_, data_parallel_;
   std::unique_ptr<ReplicaBatchNormGroup> batch_norm_group_;  // --batchnorm sync: over data_parallel_
+  // The end of a step: every process's measurements (its stage's `live` micro-batches and
+  // its account's peaks) to every process.
+  void gather_measurements(int64_t live);
+
   std::vector<FlatRange> parameter_ranges_, buffer_ranges_;  // per stage
+  std::shared_ptr<MemoryAccount> account_;  // what this process's stage work allocates
+  std::vector<std::vector<int64_t>> last_shares_;
+  // Every process's (peak live micro-batches, the step's peak bytes, the peak since the
+  // reset), by world rank, gathered at the end of each step.
+  std::vector<int64_t> gathered_;
+  PipelineStepStats last_step_;
 };
 
 }  // namespace dpcore::train::pipeline
