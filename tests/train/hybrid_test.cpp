@@ -59,6 +59,7 @@ struct HybridCase {
   const char* schedule;
   int micro_batches, replicas;
   const char* split;
+  bool recompute = false;
 };
 
 const HybridCase kCases[] = {
@@ -107,17 +108,9 @@ TEST(Hybrid, BatchNormsRunningStatisticsAreDdps) {
   EXPECT_EQ(replica_buffers(*hybrid), replica_buffers(*ddp));
 }
 
-struct SyncCase {
-  const char* stages;
-  const char* schedule;
-  int micro_batches, replicas;
-  const char* split;
-  bool recompute;
-};
-
 // batch_norm_net's 8 layers: conv bn relu res gap flatten linear logsoftmax, the res block
 // holding two batch norms and its projection's; every case puts batch norms on two stages.
-const SyncCase kSyncCases[] = {
+const HybridCase kSyncCases[] = {
     {"0-2@cpu:0,3-7@cpu:1", "gpipe", 2, 2, "even", false},
     {"0-1@cpu:0,2-3@cpu:1,4-7@cpu:0", "1f1b", 2, 2, "weights:5,2", false},  // P 3, uneven shares
     {"0-2@cpu:0,3-7@cpu:1", "1f1b", 2, 2, "even", true},  // the backward's forward joins the group again
@@ -130,7 +123,7 @@ const SyncCase kSyncCases[] = {
 // over three replicas ddp and the stage groups may add in other orders), and not those of
 // --batchnorm local (which would be what a group that never synchronised trains).
 TEST(Hybrid, BatchNormSyncOverEachStagesReplicasTrainsDdpsSyncParameters) {
-  for (const SyncCase& c : kSyncCases) {
+  for (const HybridCase& c : kSyncCases) {
     SCOPED_TRACE(std::string(c.stages) + " " + c.schedule + " M " + std::to_string(c.micro_batches) + " D " +
                  std::to_string(c.replicas) + " " + c.split + (c.recompute ? " --recompute" : ""));
     ParallelOptions o = hybrid_options(c.stages, c.schedule, c.micro_batches, c.replicas, c.split);

@@ -178,7 +178,6 @@ Explanation explain_step(StepRunner& runner, const data::Batch& batch, const Ste
   if (const auto* procs = dynamic_cast<const pipeline::StageProcessRunner*>(&runner)) {
     e.kind = Explanation::Kind::Pipeline;
     e.stage_processes = true;
-    e.world_size = procs->replicas() * int(procs->plan().stages.size());
     e.backend = "mpi";
     e.replicas = procs->replicas();
     e.devices = {runner.model().device().str()};

@@ -95,10 +95,9 @@ struct Explanation {
   // pipeline x data parallel (replicas > 1; the stages above are replica 0's): each stage's
   // part of the flat gradient buffer, allreduced among the stage's replicas.
   std::vector<std::pair<int64_t, int64_t>> stage_ranges;  // [begin, end) elements per stage
-  // The stages are processes of an mpirun job (rank r: stage r mod P of replica r / P), not
-  // threads of this one; world_size: the processes.
+  // The stages are processes of an mpirun job (rank r: stage r mod P of replica r / P, so
+  // P x replicas processes), not threads of this one.
   bool stage_processes = false;
-  int world_size = 1;
 
   std::string optimizer = "sgd";  // Optimizer::name: sgd, adam, adamw
   SgdConfig sgd;                  // sgd's settings

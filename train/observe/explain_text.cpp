@@ -189,7 +189,7 @@ void explain_pipeline(std::ostream& os, const Explanation& e) {
   const bool replicated = e.replicas > 1;
   os << "explain: step 1 of this run as a pipeline (" << e.schedule << ") of " << stages;
   if (e.stage_processes) {
-    os << " stages, each a process of this mpirun job on " << e.devices.front() << " (" << e.world_size
+    os << " stages, each a process of this mpirun job on " << e.devices.front() << " (" << stages * e.replicas
        << " processes: rank r is stage r mod " << stages << " of replica r / " << stages
        << "), each holding the whole model and computing its stage's layers";
     if (replicated) os << ", x " << e.replicas << " replicas";

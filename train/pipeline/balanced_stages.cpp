@@ -51,12 +51,9 @@ BalancedStages balance_pipeline(Model& model, const Tensor& x, const Tensor& y, 
   for (const LayerCost& cost : measure_layer_costs(model, x, y, 1, kBalanceRepeats))
     out.layer_seconds.push_back(cost.total());
   memory.ops = measure_layer_memory(model, x, y);
-  for (const std::vector<OpBytes>& ops : memory.ops) out.layer_held_bytes.push_back(ops.front().held);
   std::vector<StageDevice> devices;
   for (int i = 0; i < stages; ++i) devices.push_back({Device::cpu(), i % cpu_teams});
   out.stages = balance_stages(out.layer_seconds, stages, devices, &memory);
-  for (int s = 0; s < stages; ++s)
-    out.stage_bytes.push_back(memory.stage_bytes(s, out.stages[size_t(s)].first_layer, out.stages[size_t(s)].last_layer));
   out.memory = std::move(memory);
   return out;
 }
@@ -64,12 +61,12 @@ BalancedStages balance_pipeline(Model& model, const Tensor& x, const Tensor& y, 
 std::string describe(const BalancedStages& b) {
   std::string layers, stages, held;
   for (size_t i = 0; i < b.layer_seconds.size(); ++i)
-    layers += (layers.empty() ? "" : " ") + milliseconds(b.layer_seconds[i]) + "/" + kib(b.layer_held_bytes[i]);
+    layers += (layers.empty() ? "" : " ") + milliseconds(b.layer_seconds[i]) + "/" + kib(b.memory.ops[i].front().held);
   for (size_t s = 0; s < b.stages.size(); ++s) {
     double sum = 0;
     for (int i = b.stages[s].first_layer; i <= b.stages[s].last_layer; ++i) sum += b.layer_seconds[size_t(i)];
     stages += (stages.empty() ? "" : ", ") + milliseconds(sum);
-    held += (held.empty() ? "" : ", ") + kib(b.stage_bytes[s]);
+    held += (held.empty() ? "" : ", ") + kib(b.stage_bytes(s));
   }
   return "--pipeline " + std::to_string(b.stages.size()) + ": per layer on a micro-batch of " +
          std::to_string(b.samples) + " samples, forward + backward ms (the median of " +

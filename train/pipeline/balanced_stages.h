@@ -18,13 +18,16 @@ namespace dpcore::train::pipeline {
 
 struct BalancedStages {
   std::vector<double> layer_seconds;  // per layer: forward + backward on the micro-batch (the medians' sum)
-  std::vector<int64_t> layer_held_bytes;  // per layer alone: what its forward adds to what is held until the backward (OpBytes::held)
   int64_t samples = 0;                // the micro-batch's samples
   std::vector<Stage> stages;          // stage i on cpu:(i mod the CPU teams)
   StageMemory memory;                 // the layers' bytes and the schedule's live micro-batches, its limit
-  std::vector<int64_t> stage_bytes;   // per stage: what it holds at its peak (memory.stage_bytes)
   std::string schedule;               // what the memory is for: the schedule and its micro-batches
   int micro_batches = 1;
+
+  // What stage s of `stages` holds at its peak (memory.stage_bytes).
+  int64_t stage_bytes(size_t s) const {
+    return memory.stage_bytes(int(s), stages[s].first_layer, stages[s].last_layer);
+  }
 };
 
 // The layer profile repeats this many times after one warm-up batch; the median counts.

@@ -36,6 +36,10 @@ std::vector<std::vector<MicroBatchRows>> replica_micro_batches(const data::Batch
   return rows;
 }
 
+void check_batch_norm_shares(const std::vector<std::vector<int64_t>>& shares) {
+  for (const std::vector<int64_t>& pieces : shares) batch_norm_group_rows(pieces, "--micro-batches");
+}
+
 HybridRunner::HybridRunner(std::unique_ptr<Model> model, const OptimizerConfig& optimizer, int64_t accum,
                            const ParallelOptions& options)
     : ReplicatedRunner(options, accum),
@@ -103,9 +107,7 @@ StepStats HybridRunner::step(const data::Batch& batch) {
   const int D = int(replicas_.size());
   const int64_t n = batch.size, counted = counted_targets(batch);
   const auto rows = replica_micro_batches(batch, plan_.micro_batches, splitter_, D, &last_shares_);
-  // Before any stage starts: a replica without a piece would leave its stages' groups waiting.
-  if (sync_batch_norm_)
-    for (const std::vector<int64_t>& pieces : last_shares_) batch_norm_group_rows(pieces, "--micro-batches");
+  if (sync_batch_norm_) check_batch_norm_shares(last_shares_);
   // Every replica reads its rows of the one host batch: the replicas are all on the CPU.
   auto [x, y] = batch_tensors(batch, Device::cpu());
   const double scale = gradient_scale(counted);

@@ -43,6 +43,11 @@ std::vector<std::vector<MicroBatchRows>> replica_micro_batches(const data::Batch
                                                                const Splitter& splitter, int replicas,
                                                                std::vector<std::vector<int64_t>>* shares = nullptr);
 
+// --batchnorm sync: refuses `shares` (replica_micro_batches') that leave a replica without a
+// piece of some micro-batch (batch_norm_group_rows names it), before any stage waits in its
+// group for that replica.
+void check_batch_norm_shares(const std::vector<std::vector<int64_t>>& shares);
+
 class HybridRunner : public ReplicatedRunner {
  public:
   // Refuses, naming the flags, what plan_pipeline refuses (check_pipeline_replica_flags

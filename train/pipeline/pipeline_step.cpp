@@ -279,9 +279,13 @@ std::vector<std::vector<OpBytes>> measure_layer_memory(Model& model, const Tenso
   layers::Sequential& net = model.net();
   const int layers = int(net.size());
   std::vector<std::vector<OpBytes>> out(static_cast<size_t>(layers));
-  for (int i = 0; i < layers; ++i) out[size_t(i)].resize(net.fused_span(size_t(i), size_t(layers)));
+  int longest = 1;  // the model's longest fused op
+  for (int i = 0; i < layers; ++i) {
+    out[size_t(i)].resize(net.fused_span(size_t(i), size_t(layers)));
+    longest = std::max(longest, int(out[size_t(i)].size()));
+  }
   // Ops of at most `cap` layers: every op a stage can run, each fused op cut short once per length.
-  for (int cap = 1; cap <= 3; ++cap) {
+  for (int cap = 1; cap <= longest; ++cap) {
     std::vector<Stage> ops;  // this pass's ops, as forward_range with `cap` would run them
     for (int i = 0; i < layers;) {
       const int n = int(net.fused_span(size_t(i), size_t(std::min(layers, i + cap))));

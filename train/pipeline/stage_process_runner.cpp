@@ -71,9 +71,7 @@ StepStats StageProcessRunner::step(const data::Batch& batch) {
   const int64_t counted = counted_targets(batch);
   const auto rows =
       replica_micro_batches(batch, plan_.micro_batches, splitter_, replicas_, &last_shares_)[size_t(replica_)];
-  // Every process refuses the batch alike (the shares are every rank's), before any waits in its group.
-  if (batch_norm_group_)
-    for (const std::vector<int64_t>& pieces : last_shares_) batch_norm_group_rows(pieces, "--micro-batches");
+  if (batch_norm_group_) check_batch_norm_shares(last_shares_);  // alike on every process: the shares are every rank's
   auto [x, y] = batch_tensors(batch, Device::cpu());
   // DDP's broadcast_buffers, within the stage: its replica 0's running statistics.
   broadcast_range(*data_parallel_, model_->buffers().values(), buffer_ranges_[size_t(stage_)], 0);
