@@ -15,6 +15,7 @@
 #include "kernels/adam_config.h"
 #include "kernels/dropout_config.h"
 #include "kernels/gelu_approximate.h"
+#include "kernels/half_types.h"
 #include "kernels/attention_shape.h"
 #include "kernels/sgd_config.h"
 #include "kernels/shapes.h"
@@ -215,5 +216,35 @@ void softmax_backward(int64_t rows, int64_t cols, const float* dy, const float* 
 
 // ---- transpose, as on the CPU ----
 void transpose(const TransposeShape& s, const float* x, float* y, cudaStream_t stream);
+
+// ---- mixed precision (issue 27): 16-bit storage (kernels/half_types.h) ----
+// C = alpha * op(A) op(B) + beta * C over `batch` matrix triples (sgemm_strided_batched's
+// contract, row-major), A and B 16-bit (In = BFloat16 or Float16), multiplied on tensor cores
+// (WMMA m16n16k16) and accumulated in float32; C is float (beta applies; beta == 0 never reads
+// C) or In (rounded once to nearest even from the float32 result, plus the old C when
+// beta is 1; beta must be 0 or 1), as kernels/cpu/half/gemm_half.h.
+// Instantiated for (BFloat16, float), (BFloat16, BFloat16), (Float16, float), (Float16, Float16).
+template <class In, class Out>
+void gemm_half_strided_batched(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                               const In* A, int64_t lda, int64_t stride_a, const In* B, int64_t ldb, int64_t stride_b,
+                               float beta, Out* C, int64_t ldc, int64_t stride_c, int64_t batch, cudaStream_t stream);
+// y[i] = x[i] converted: float32 to BFloat16 / Float16 rounded to nearest even (NaN kept a
+// quiet NaN, as kernels/half_types.h), or back exactly. One pass: the master weights'
+// low-precision copy is made by one such launch over the flat buffer.
+// Instantiated for float -> BFloat16, float -> Float16, BFloat16 -> float, Float16 -> float.
+template <class From, class To>
+void cast(int64_t n, const From* x, To* y, cudaStream_t stream);
+// linear and batched_matmul with 16-bit tensors (H = BFloat16 or Float16) on the GEMM
+// above: every output H, rounded once; the contracts of the float32 versions (bias and
+// dbias may be null; accumulate adds onto dw and dbias).
+template <class H>
+void linear_forward_half(const LinearShape& s, const H* x, const H* w, const H* bias, H* y, cudaStream_t stream);
+template <class H>
+void linear_backward_data_half(const LinearShape& s, const H* dy, const H* w, H* dx, cudaStream_t stream);
+template <class H>
+void linear_backward_weight_half(const LinearShape& s, const H* x, const H* dy, H* dw, H* dbias, bool accumulate,
+                                 cudaStream_t stream);
+template <class H>
+void batched_matmul_half(const BatchedMatmulShape& s, const H* a, const H* b, H* c, cudaStream_t stream);
 
 }  // namespace dpcore::kernels::cuda

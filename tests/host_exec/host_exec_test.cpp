@@ -14,8 +14,11 @@
 
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda_runtime/check.h"
+#include "host_exec/runtime_test_util.h"
 
 namespace {
+
+using host_runtime_test::failure_of;
 
 using dpcore::kernels::cuda::launch;
 
@@ -77,22 +80,6 @@ TEST(HostExec, ShuffleVariantsFollowCudaSemantics) {
     EXPECT_EQ(out[96 + lane], lane ^ 1) << "xor in segments, lane " << lane;
   }
 }
-
-// Runs a launch that must fail and returns its message; the device's sticky error is then
-// cleared (cudaDeviceReset), as a program that goes on after a fault must.
-template <class Launch>
-std::string failure_of(Launch body) {
-  std::string message = "(no error)";
-  try {
-    body();
-  } catch (const std::runtime_error& e) {
-    message = e.what();
-  }
-  cudaDeviceReset();
-  return message;
-}
-
-#define EXPECT_CONTAINS(text, part) EXPECT_NE(std::string(text).find(part), std::string::npos) << (text)
 
 // Thread 5 of block 1 leaves before the barrier the others wait at.
 __global__ void early_exit_before_barrier(int* out) {

@@ -1,10 +1,12 @@
-// What the host runtime's tests share (host_runtime_test.cpp, host_graph_test.cpp): small
-// kernels, device buffers and streams made the way the project's code makes them.
+// What the host layer's tests share (host_runtime_test.cpp, host_graph_test.cpp,
+// host_exec_test.cpp, host_wmma_test.cpp): small kernels, device buffers and streams made
+// the way the project's code makes them, and the message of a launch that must fail.
 #pragma once
 
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -14,6 +16,20 @@
 namespace host_runtime_test {
 
 #define EXPECT_CONTAINS(text, part) EXPECT_NE(std::string(text).find(part), std::string::npos) << (text)
+
+// Runs a launch that must fail and returns its message; the device's sticky error is then
+// cleared (cudaDeviceReset), as a program that goes on after a fault must.
+template <class Launch>
+std::string failure_of(Launch body) {
+  std::string message = "(no error)";
+  try {
+    body();
+  } catch (const std::runtime_error& e) {
+    message = e.what();
+  }
+  cudaDeviceReset();
+  return message;
+}
 
 inline __global__ void set_to(float* x, float value) { x[threadIdx.x] = value; }
 inline __global__ void add_one(float* x) { x[threadIdx.x] += 1.f; }
