@@ -243,6 +243,10 @@ class Backend {
   // in s (kernels/softmax_mask.h). Backward from the output y.
   virtual void softmax_forward(const kernels::SoftmaxShape& s, const Tensor& x, const Tensor& mask, Tensor& y) = 0;
   virtual void softmax_backward(const Tensor& dy, const Tensor& y, Tensor& dx) = 0;
+  // ---- cast (issue 27): y = x converted, float32 to bfloat16 or float16 rounded to nearest
+  // even (kernels/half_types.h), or either back to float32 exactly; same element count.
+  // One pass over the array: the low-precision copy of the flat parameters is one call.
+  virtual void cast(const Tensor& x, Tensor& y) = 0;
   // ---- transpose: y [outer, B, mid, A, inner] from x [outer, A, mid, B, inner] ----
   virtual void transpose(const kernels::TransposeShape& s, const Tensor& x, Tensor& y) = 0;
 };

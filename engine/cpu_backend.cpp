@@ -11,6 +11,7 @@
 
 #include "engine/backend.h"
 #include "kernels/cpu/blas_core.h"
+#include "kernels/cpu/half/gemm_half.h"
 #include "kernels/cpu/kernels.h"
 
 namespace dpcore {
@@ -96,6 +97,16 @@ void dispatch_float(const char* op, const Tensor& t, F&& f) {
   }
 }
 
+// dispatch_float and the 16-bit types: the matrix products (linear, batched_matmul).
+template <class F>
+void dispatch_float_or_half(const char* op, const Tensor& t, F&& f) {
+  switch (t.dtype()) {
+    case DType::BFloat16: f(kernels::BFloat16{}); return;
+    case DType::Float16: f(kernels::Float16{}); return;
+    default: dispatch_float(op, t, f);
+  }
+}
+
 template <class T>
 T* ptr(const Tensor& t) {
   return t.defined() ? t.data<T>() : nullptr;
@@ -112,8 +123,15 @@ class CpuBackend : public Backend {
   Allocator& allocator(int) override { return allocator_; }
   void copy_bytes(void* dst, Device, const void* src, Device, size_t bytes) override { std::memmove(dst, src, bytes); }
   void synchronize(int) override {}
-  void set_option(const std::string& name, const std::string&) override {
-    fail("the cpu backend has no option '", name, "'");
+  // "bf16-gemm" = "avx512-bf16" | "convert" | "auto": which path bfloat16 matrix products
+  // take (kernels/cpu/half/gemm_half.h); auto: AVX512-BF16 where the CPU has it.
+  void set_option(const std::string& name, const std::string& value) override {
+    DPCORE_CHECK(name == "bf16-gemm", "the cpu backend has no option '", name, "' (it has bf16-gemm)");
+    if (value == "convert") k::set_half_gemm_path(k::HalfGemmPath::Convert);
+    else if (value == "avx512-bf16") k::set_half_gemm_path(k::HalfGemmPath::Avx512Bf16);
+    else if (value == "auto")
+      k::set_half_gemm_path(k::cpu_has_avx512_bf16() ? k::HalfGemmPath::Avx512Bf16 : k::HalfGemmPath::Convert);
+    else fail("the cpu backend's bf16-gemm is avx512-bf16, convert or auto, not '", value, "'");
   }
 
   void conv2d_forward(const kernels::Conv2dShape& s, const Tensor& x, const Tensor& w, const Tensor* bias,
@@ -147,20 +165,20 @@ class CpuBackend : public Backend {
 
   void linear_forward(const kernels::LinearShape& s, const Tensor& x, const Tensor& w, const Tensor* bias,
                       Tensor& y) override {
-    dispatch_float("linear", x, [&](auto t) {
+    dispatch_float_or_half("linear", x, [&](auto t) {
       using T = decltype(t);
       k::linear_forward<T>(s, ptr<T>(x), ptr<T>(w), ptr<T>(bias), ptr<T>(y));
     });
   }
   void linear_backward_data(const kernels::LinearShape& s, const Tensor& dy, const Tensor& w, Tensor& dx) override {
-    dispatch_float("linear backward", dy, [&](auto t) {
+    dispatch_float_or_half("linear backward", dy, [&](auto t) {
       using T = decltype(t);
       k::linear_backward_data<T>(s, ptr<T>(dy), ptr<T>(w), ptr<T>(dx));
     });
   }
   void linear_backward_weight(const kernels::LinearShape& s, const Tensor& x, const Tensor& dy, Tensor& dw,
                               Tensor* dbias, bool accumulate) override {
-    dispatch_float("linear backward", x, [&](auto t) {
+    dispatch_float_or_half("linear backward", x, [&](auto t) {
       using T = decltype(t);
       k::linear_backward_weight<T>(s, ptr<T>(x), ptr<T>(dy), ptr<T>(dw), ptr<T>(dbias), accumulate);
     });
@@ -444,7 +462,7 @@ class CpuBackend : public Backend {
 
   // ---- batched_matmul ----
   void batched_matmul(const kernels::BatchedMatmulShape& s, const Tensor& a, const Tensor& b, Tensor& c) override {
-    dispatch_float("batched_matmul", a, [&](auto t) {
+    dispatch_float_or_half("batched_matmul", a, [&](auto t) {
       using T = decltype(t);
       k::batched_matmul<T>(s, ptr<T>(a), ptr<T>(b), ptr<T>(c));
     });
@@ -504,6 +522,15 @@ class CpuBackend : public Backend {
     });
   }
   // ---- transpose ----
+  void cast(const Tensor& x, Tensor& y) override {
+    const DType from = x.dtype(), to = y.dtype();
+    const int64_t n = x.numel();
+    if (from == DType::Float32 && to == DType::BFloat16) k::cast(n, ptr<float>(x), ptr<kernels::BFloat16>(y));
+    else if (from == DType::Float32 && to == DType::Float16) k::cast(n, ptr<float>(x), ptr<kernels::Float16>(y));
+    else if (from == DType::BFloat16 && to == DType::Float32) k::cast(n, ptr<kernels::BFloat16>(x), ptr<float>(y));
+    else if (from == DType::Float16 && to == DType::Float32) k::cast(n, ptr<kernels::Float16>(x), ptr<float>(y));
+    else fail("cast: ", dtype_name(from), " to ", dtype_name(to), " is not a conversion the kernels have");
+  }
   void transpose(const kernels::TransposeShape& s, const Tensor& x, Tensor& y) override {
     dispatch_float("transpose", x, [&](auto t) {
       using T = decltype(t);

@@ -49,6 +49,23 @@ cudaStream_t begin_op(const char* op, std::initializer_list<const Tensor*> float
   return cuda_runtime::current_stream(first->device().index);
 }
 
+// The matrix products with 16-bit tensors (the op has checked that all share the dtype):
+// runs f(H{}, stream) on the tensor-core kernels and returns true when t is bfloat16 or
+// float16; false for float32 and float64, which take the op's float32 path.
+template <class F>
+bool on_half(const Tensor& t, F&& f) {
+  if (!is_half_precision(t.dtype())) return false;
+  cuda_runtime::set_device(t.device().index);
+  cudaStream_t stream = cuda_runtime::current_stream(t.device().index);
+  if (t.dtype() == DType::BFloat16) f(kernels::BFloat16{}, stream);
+  else f(kernels::Float16{}, stream);
+  return true;
+}
+template <class H>
+H* half_ptr(const Tensor* t) {
+  return t && t->defined() ? t->data<H>() : nullptr;
+}
+
 float* f32(const Tensor& t) { return t.data<float>(); }
 float* f32(const Tensor* t) { return t && t->defined() ? t->data<float>() : nullptr; }
 
@@ -242,15 +259,31 @@ class CudaBackend : public Backend {
 
   void linear_forward(const kernels::LinearShape& s, const Tensor& x, const Tensor& w, const Tensor* bias,
                       Tensor& y) override {
+    if (on_half(x, [&](auto h, cudaStream_t stream) {
+          using H = decltype(h);
+          k::linear_forward_half(s, x.data<H>(), w.data<H>(), half_ptr<H>(bias), y.data<H>(), stream);
+        }))
+      return;
     cudaStream_t stream = begin_op("linear", {&x, &w, bias, &y});
     cuda_libraries::dispatch_linear_forward(s, f32(x), f32(w), f32(bias), f32(y), stream);
   }
   void linear_backward_data(const kernels::LinearShape& s, const Tensor& dy, const Tensor& w, Tensor& dx) override {
+    if (on_half(dy, [&](auto h, cudaStream_t stream) {
+          using H = decltype(h);
+          k::linear_backward_data_half(s, dy.data<H>(), w.data<H>(), dx.data<H>(), stream);
+        }))
+      return;
     cudaStream_t stream = begin_op("linear backward", {&dy, &w, &dx});
     cuda_libraries::dispatch_linear_backward_data(s, f32(dy), f32(w), f32(dx), stream);
   }
   void linear_backward_weight(const kernels::LinearShape& s, const Tensor& x, const Tensor& dy, Tensor& dw,
                               Tensor* dbias, bool accumulate) override {
+    if (on_half(x, [&](auto h, cudaStream_t stream) {
+          using H = decltype(h);
+          k::linear_backward_weight_half(s, x.data<H>(), dy.data<H>(), dw.data<H>(), half_ptr<H>(dbias), accumulate,
+                                         stream);
+        }))
+      return;
     cudaStream_t stream = begin_op("linear backward", {&x, &dy, &dw, dbias});
     cuda_libraries::dispatch_linear_backward_weight(s, f32(x), f32(dy), f32(dw), f32(dbias), accumulate, stream);
   }
@@ -457,6 +490,11 @@ class CudaBackend : public Backend {
 
   // ---- batched_matmul: through the GEMM engine selection ----
   void batched_matmul(const kernels::BatchedMatmulShape& s, const Tensor& a, const Tensor& b, Tensor& c) override {
+    if (on_half(a, [&](auto h, cudaStream_t stream) {
+          using H = decltype(h);
+          k::batched_matmul_half(s, a.data<H>(), b.data<H>(), c.data<H>(), stream);
+        }))
+      return;
     cudaStream_t stream = begin_op("batched_matmul", {&a, &b, &c});
     cuda_libraries::dispatch_batched_matmul(s, f32(a), f32(b), f32(c), stream);
   }
@@ -505,6 +543,20 @@ class CudaBackend : public Backend {
     cudaStream_t stream = begin_op("softmax backward", {&dy, &y, &dx});
     const int64_t cols = y.size(y.dim() - 1);
     k::softmax_backward(y.numel() / cols, cols, f32(dy), f32(y), f32(dx), stream);
+  }
+  // ---- cast ----
+  void cast(const Tensor& x, Tensor& y) override {
+    const Tensor& wide = x.dtype() == DType::Float32 ? x : y;  // the float32 side
+    cudaStream_t stream = begin_op("cast", {&wide});
+    const DType from = x.dtype(), to = y.dtype();
+    const int64_t n = x.numel();
+    using kernels::BFloat16;
+    using kernels::Float16;
+    if (from == DType::Float32 && to == DType::BFloat16) k::cast(n, f32(x), y.data<BFloat16>(), stream);
+    else if (from == DType::Float32 && to == DType::Float16) k::cast(n, f32(x), y.data<Float16>(), stream);
+    else if (from == DType::BFloat16 && to == DType::Float32) k::cast(n, x.data<BFloat16>(), f32(y), stream);
+    else if (from == DType::Float16 && to == DType::Float32) k::cast(n, x.data<Float16>(), f32(y), stream);
+    else fail("cast: ", dtype_name(from), " to ", dtype_name(to), " is not a conversion the kernels have");
   }
   // ---- transpose ----
   void transpose(const kernels::TransposeShape& s, const Tensor& x, Tensor& y) override {

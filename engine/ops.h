@@ -112,6 +112,14 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, Reduction reduc
 // 1 / total, as it now seeds with 1 / samples.
 Tensor cross_entropy_count(const Tensor& target, int64_t ignore_index = kernels::kDefaultIgnoreIndex);
 Tensor add(const Tensor& a, const Tensor& b);
+// Tensor.to(dtype) between float32 and bfloat16 / float16 (round to nearest even; back to
+// float32 exactly): x itself when it already has the dtype; other pairs fail, naming them.
+// The backward casts the gradient back to x's dtype.
+Tensor to(const Tensor& x, DType dtype);
+// `cast`, which holds to(x, cast.dtype())'s values already (made by one cast of a whole
+// flat buffer: engine/low_precision_parameters.h), recorded as that op: its backward
+// casts the gradient back to x's dtype. Returns cast.
+Tensor as_cast_of(const Tensor& x, Tensor cast);
 Tensor scale(const Tensor& x, double factor);
 Tensor sum(const Tensor& x);
 Tensor mean(const Tensor& x);

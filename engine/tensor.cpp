@@ -174,6 +174,13 @@ void check_float_tensor(const char* op, const char* what, const Tensor& t, int64
   DPCORE_CHECK(rank < 0 || t.dim() == rank, op, ": ", what, " must have ", rank, " dimensions, got ", t.str());
 }
 
+void check_float_or_half_tensor(const char* op, const char* what, const Tensor& t, int64_t rank) {
+  DPCORE_CHECK(t.defined(), op, ": ", what, " is undefined");
+  DPCORE_CHECK(is_floating(t.dtype()) || is_half_precision(t.dtype()), op, ": ", what,
+               " must be float32, float64, bfloat16 or float16, got ", t.str());
+  DPCORE_CHECK(rank < 0 || t.dim() == rank, op, ": ", what, " must have ", rank, " dimensions, got ", t.str());
+}
+
 void check_same_device_dtype(const char* op, const Tensor& a, const Tensor& b) {
   DPCORE_CHECK(a.device() == b.device(), op, ": tensors on different devices: ", a.str(), " and ", b.str());
   DPCORE_CHECK(a.dtype() == b.dtype(), op, ": mixed dtypes: ", a.str(), " and ", b.str());

@@ -119,6 +119,10 @@ class Tensor {
 
 // Fails with a message naming `op` unless `t` is defined, has `rank` dims and a floating dtype.
 void check_float_tensor(const char* op, const char* what, const Tensor& t, int64_t rank = -1);
+// The same for the matrix products that also compute with 16-bit inputs (linear,
+// batched_matmul: float32 accumulation, docs/mixed-precision.md): float32, float64,
+// bfloat16 or float16.
+void check_float_or_half_tensor(const char* op, const char* what, const Tensor& t, int64_t rank = -1);
 void check_same_device_dtype(const char* op, const Tensor& a, const Tensor& b);
 
 }  // namespace dpcore

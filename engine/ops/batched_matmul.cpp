@@ -50,8 +50,8 @@ struct BatchedMatmulBackward : Node {
 };
 
 Tensor batched_matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
-  check_float_tensor("batched_matmul", "a", a);
-  check_float_tensor("batched_matmul", "b", b);
+  check_float_or_half_tensor("batched_matmul", "a", a);
+  check_float_or_half_tensor("batched_matmul", "b", b);
   check_same_device_dtype("batched_matmul", a, b);
   DPCORE_CHECK(a.dim() == 3 || a.dim() == 4, "batched_matmul: ", operand("a", a, trans_a),
                " must have 3 or 4 dimensions (batch dimensions, then the matrix)");

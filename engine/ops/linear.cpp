@@ -27,8 +27,8 @@ struct LinearBackward : Node {
 
 
 Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias) {
-  check_float_tensor("linear", "input", x);
-  check_float_tensor("linear", "weight", w, 2);
+  check_float_or_half_tensor("linear", "input", x);
+  check_float_or_half_tensor("linear", "weight", w, 2);
   check_same_device_dtype("linear", x, w);
   DPCORE_CHECK(x.dim() >= 1, "linear: input ", shape_str(x.shape()), " must have at least 1 dimension (its features)");
   DPCORE_CHECK(x.size(-1) == w.size(1), "linear: input ", shape_str(x.shape()), " has ", x.size(-1),

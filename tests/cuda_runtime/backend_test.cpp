@@ -41,6 +41,26 @@ TEST(CudaBackend, Float64ConvFailsClearly) {
             "conv2d: float64 is not supported on cuda; the CUDA kernels are float32");
 }
 
+// ops::to on the device (the cast kernel of kernels/cuda/cast.cu through the backend):
+// the CPU's bits each way, and the gradient cast back to the input's dtype.
+TEST(CudaBackend, ToGivesTheCpusBitsBothWaysAndCastsTheGradientBack) {
+  SKIP_WITHOUT_CUDA();
+  const std::vector<float> values = random_floats(1000, 7);
+  Tensor x = Tensor::from_vector(values, {1000});
+  for (DType half : {DType::BFloat16, DType::Float16}) {
+    Tensor on_cpu = ops::to(x, half), on_gpu = ops::to(x.to(kGpu), half);
+    EXPECT_EQ(on_gpu.dtype(), half);
+    Tensor back = on_gpu.to(Device::cpu());
+    EXPECT_EQ(std::memcmp(back.raw_data(), on_cpu.raw_data(), on_cpu.nbytes()), 0) << dtype_name(half);
+    Tensor wide = ops::to(on_gpu, DType::Float32).to(Device::cpu()), wide_cpu = ops::to(on_cpu, DType::Float32);
+    EXPECT_EQ(std::memcmp(wide.raw_data(), wide_cpu.raw_data(), wide.nbytes()), 0) << dtype_name(half);
+  }
+  Tensor w = Tensor::from_vector(std::vector<float>{0.5f, -1.25f}, {2}, kGpu);
+  w.set_requires_grad(true);
+  ops::sum(ops::scale(ops::to(ops::to(w, DType::BFloat16), DType::Float32), 1.0 / 3)).backward();
+  for (float g : w.grad().to(Device::cpu()).to_vector<float>()) EXPECT_EQ(g, 0.333984375f);  // bfloat16(1/3)
+}
+
 TEST(CudaBackend, BadTargetIsReportedAtSynchronizeNamingTheOp) {
   SKIP_WITHOUT_CUDA();
   Tensor logp = Tensor::from_vector(random_floats(5 * 10, 1), {5, 10}, kGpu);

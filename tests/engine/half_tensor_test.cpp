@@ -1,6 +1,7 @@
 // bfloat16 and float16 tensors: two bytes an element, named as PyTorch names them, filled
-// through float32 as PyTorch converts a scalar, and refused, naming the op and the dtype,
-// by ops that compute only in float32 and float64.
+// through float32 as PyTorch converts a scalar, cast by ops::to, and refused, naming the op
+// and the dtype, by ops that compute only in float32 and float64 (all but linear and
+// batched_matmul so far: tests/engine/half_matmul_test.cpp).
 #include <gtest/gtest.h>
 
 #include "engine/ops.h"
@@ -29,13 +30,43 @@ TEST(HalfTensor, StorageNamesAndFill) {
 }
 
 TEST(HalfTensor, OpsWithoutAHalfPathRefuseNamingOpAndDtype) {
-  Tensor x = Tensor::zeros({4, 3}, DType::BFloat16), w = Tensor::zeros({2, 3}, DType::Float16);
+  Tensor x = Tensor::zeros({4, 3}, DType::BFloat16);
   std::string msg = testing::error_of([&] { ops::relu(x); });
   EXPECT_TRUE(contains(msg, "relu") && contains(msg, "bfloat16[4, 3]")) << msg;
-  msg = testing::error_of([&] { ops::linear(Tensor::zeros({4, 3}, DType::Float16), w, Tensor()); });
-  EXPECT_TRUE(contains(msg, "linear") && contains(msg, "float16[4, 3]")) << msg;
+  msg = testing::error_of([&] { ops::log_softmax(Tensor::zeros({4, 3}, DType::Float16)); });
+  EXPECT_TRUE(contains(msg, "log_softmax") && contains(msg, "float16[4, 3]")) << msg;
   msg = testing::error_of([&] { x.set_requires_grad(true); });
   EXPECT_TRUE(contains(msg, "requires_grad on a bfloat16 tensor")) << msg;
+}
+
+// ops::to, Tensor.to(dtype): the bits of kernels/half_types.h's rounding each way, the
+// tensor itself for its own dtype, other pairs refused by name; the backward casts the
+// gradient back, so a float32 leaf behind a bfloat16 copy gets the bfloat16-rounded one.
+TEST(HalfTensor, ToCastsAndItsBackwardCastsTheGradientBack) {
+  const std::vector<float> values = {1.f / 3, -2.5f, 1e-40f, 70000.f, -0.f, 65520.f, 3.0e38f};
+  Tensor x = Tensor::from_vector(values, {7});
+  const auto b = ops::to(x, DType::BFloat16).to_vector<kernels::BFloat16>();
+  const auto h = ops::to(x, DType::Float16).to_vector<kernels::Float16>();
+  for (size_t i = 0; i < values.size(); ++i) {
+    EXPECT_EQ(b[i].bits, kernels::float_to_bfloat16(values[i]).bits) << values[i];
+    EXPECT_EQ(h[i].bits, kernels::float_to_float16(values[i]).bits) << values[i];
+  }
+  const auto back = ops::to(ops::to(x, DType::Float16), DType::Float32).to_vector<float>();
+  for (size_t i = 0; i < values.size(); ++i)
+    EXPECT_EQ(kernels::float32_bits(back[i]), kernels::float32_bits(kernels::float16_to_float(h[i]))) << values[i];
+  EXPECT_EQ(ops::to(x, DType::Float32).raw_data(), x.raw_data()) << "its own dtype: the tensor itself";
+
+  std::string msg = testing::error_of([&] { ops::to(Tensor::zeros({2}, DType::Float64), DType::BFloat16); });
+  EXPECT_TRUE(contains(msg, "to: float64[2]") && contains(msg, "to bfloat16")) << msg;
+  msg = testing::error_of([&] { ops::to(Tensor::zeros({2}, DType::Int64), DType::Float16); });
+  EXPECT_TRUE(contains(msg, "int64[2]") && contains(msg, "float16")) << msg;
+
+  // loss = sum(to(to(w, bfloat16), float32) / 3): dloss/dw = bfloat16(1/3) = 0.333984375.
+  Tensor w = Tensor::from_vector(std::vector<float>{0.5f, -1.25f, 2.f}, {3});
+  w.set_requires_grad(true);
+  Tensor loss = ops::sum(ops::scale(ops::to(ops::to(w, DType::BFloat16), DType::Float32), 1.0 / 3));
+  loss.backward();
+  for (float g : w.grad().to_vector<float>()) EXPECT_EQ(g, 0.333984375f);
 }
 
 }  // namespace
