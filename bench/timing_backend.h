@@ -286,6 +286,9 @@ class TimingBackend : public Backend {
   void transpose(const kernels::TransposeShape& s, const Tensor& x, Tensor& y) override {
     timed(times_, "transpose", [&] { inner_.transpose(s, x, y); });
   }
+  void cast(const Tensor& x, Tensor& y) override {
+    timed(times_, "cast", [&] { inner_.cast(x, y); });
+  }
 
  private:
   Backend& inner_;

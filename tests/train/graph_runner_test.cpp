@@ -293,6 +293,9 @@ class RecordingBackend : public Backend {
   void transpose(const kernels::TransposeShape& s, const Tensor& x, Tensor& y) override {
     run([=, y = y]() mutable { cpu_.transpose(s, x, y); });
   }
+  void cast(const Tensor& x, Tensor& y) override {
+    run([=, y = y]() mutable { cpu_.cast(x, y); });
+  }
 
  private:
   static Tensor opt(const Tensor* t) { return t ? *t : Tensor(); }
