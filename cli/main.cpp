@@ -395,6 +395,13 @@ void add_train_flags(CLI::App& cmd, TrainOptions& o, BackendFlags& b) {
                            "--eps 1e-8, --weight-decay 0 (adam) or 0.01 (adamw)"),
             one_of({"sgd", "adam", "adamw"}))
       ->capture_default_str();
+  with_rule(cmd.add_option("--precision", o.precision,
+                           "fp32, or bf16: autocast (torch.autocast) in bfloat16, linear layers, matrix products, "
+                           "convolutions and attention on bfloat16 operands with float32 accumulation, everything "
+                           "else in float32, the master weights, gradients and optimizer state float32 "
+                           "(docs/mixed-precision.md)"),
+            one_of({"fp32", "bf16"}))
+      ->capture_default_str();
   with_rule(cmd.add_option("--lr", o.sgd.lr, "learning rate (with --optimizer adam or adamw, 0.001 unless given)"), rate)
       ->capture_default_str();
   with_rule(cmd.add_option_function<std::string>(

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <sstream>
 
+#include "engine/autocast.h"
+#include "engine/autograd.h"
 #include "engine/random.h"
 
 namespace dpcore::layers {
@@ -59,6 +61,63 @@ void Model::bind_tied_slots(const std::vector<ParamSlot>& tied_slots) {
     *tied.tensor = params_->param(owner);  // the same leaf: both uses accumulate into one gradient
     tied_names_.emplace_back(tied.name, tied.tied_to);
   }
+}
+
+Tensor Model::forward(const Tensor& x) {
+  return under_precision([&] { return net_->forward(x); });
+}
+
+Tensor Model::forward_logits(const Tensor& x) {
+  return under_precision([&] { return net_->forward_prefix(x, logits_end_); });
+}
+
+void Model::zero_grad() {
+  params_->zero_grad();
+  if (low_) low_->refresh();
+}
+
+void Model::set_precision(DType precision) {
+  DPCORE_CHECK(precision == DType::Float32 || is_half_precision(precision), "model: precision ",
+               dtype_name(precision), " is not float32, bfloat16 or float16");
+  DPCORE_CHECK(precision == DType::Float32 || dtype() == DType::Float32, "model: precision ", dtype_name(precision),
+               " needs float32 parameters (the master weights), not ", dtype_name(dtype()));
+  precision_ = precision;
+  low_.reset();
+  if (precision == DType::Float32) return;
+  low_ = std::make_unique<LowPrecisionParameters>(*params_, precision);
+  low_->refresh();
+}
+
+namespace {
+// The autocast operands bound to the 16-bit copy's views for one forward, and back to their
+// float32 parameters afterwards (also when the forward throws).
+class CopyBinding {
+ public:
+  CopyBinding(const std::vector<ParamSlot>& slots, const LowPrecisionParameters& low) : slots_(slots) {
+    for (size_t i = 0; i < slots_.size(); ++i) {
+      if (!slots_[i].autocast_operand) continue;
+      saved_.emplace_back(i, *slots_[i].tensor);
+      *slots_[i].tensor = low.param(i);
+    }
+  }
+  ~CopyBinding() {
+    for (auto& [i, master] : saved_) *slots_[i].tensor = master;
+  }
+  CopyBinding(const CopyBinding&) = delete;
+  CopyBinding& operator=(const CopyBinding&) = delete;
+
+ private:
+  const std::vector<ParamSlot>& slots_;
+  std::vector<std::pair<size_t, Tensor>> saved_;
+};
+}  // namespace
+
+Tensor Model::under_precision(const std::function<Tensor()>& f) {
+  if (precision_ == DType::Float32) return f();
+  AutocastScope autocast(precision_);
+  if (!autograd::grad_mode_enabled()) return f();
+  CopyBinding binding(slots_, *low_);
+  return f();
 }
 
 void Model::set_batch_norm_group(ops::BatchNormGroup* group) { set_batch_norm_group(group, 0, net_->size()); }
@@ -126,6 +185,7 @@ std::unique_ptr<Model> Model::replicate(Device device) const {
   copy->parameters().values().copy_(params_->values());
   if (!buffers_->empty()) copy->buffers().values().copy_(buffers_->values());
   copy->train(is_training());
+  copy->set_precision(precision_);
   return copy;
 }
 

@@ -8,11 +8,13 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
 #include "engine/flat_buffers.h"
 #include "engine/flat_parameters.h"
+#include "engine/low_precision_parameters.h"
 #include "layers/module.h"
 
 namespace dpcore::layers {
@@ -26,18 +28,36 @@ class Model {
   Model(std::unique_ptr<Sequential> net, Shape input_shape, Device device = Device::cpu(),
         DType dtype = DType::Float32, uint64_t seed = 0);
 
-  // Log-probabilities [N, classes] or [N, ..., classes] (the network's full output).
-  Tensor forward(const Tensor& x) { return net_->forward(x); }
+  // Log-probabilities [N, classes] or [N, ..., classes] (the network's full output), under
+  // the model's precision (set_precision).
+  Tensor forward(const Tensor& x);
   // The network without its final LogSoftmax, for the fused cross-entropy loss.
   // Equals forward() when the network does not end in LogSoftmax.
-  Tensor forward_logits(const Tensor& x) { return net_->forward_prefix(x, logits_end_); }
+  Tensor forward_logits(const Tensor& x);
   bool ends_in_log_softmax() const { return logits_end_ < net_->size(); }
 
   FlatParameters& parameters() { return *params_; }
   const FlatParameters& parameters() const { return *params_; }
   FlatBuffers& buffers() { return *buffers_; }
   const FlatBuffers& buffers() const { return *buffers_; }
-  void zero_grad() { params_->zero_grad(); }
+  // The start of a step: the gradients zeroed and, under a 16-bit precision, the 16-bit
+  // copy of the parameters refreshed from the master weights the previous step updated
+  // (every runner zeroes once per step, before its first micro-batch and after whatever
+  // changed the parameters: the optimizer, a broadcast, a loaded checkpoint).
+  void zero_grad();
+
+  // Mixed precision (--precision, docs/mixed-precision.md): Float32 (the default) computes
+  // everything in float32; BFloat16 or Float16 run forward() and forward_logits() under
+  // autocast (engine/autocast.h) and, when they record a graph, take the parameters of the
+  // autocast ops (ParamSlot::autocast_operand) from one 16-bit copy of the flat parameters
+  // (engine/low_precision_parameters.h), refreshed by zero_grad(). The parameters, their
+  // gradients and the optimizer state stay float32. A forward that records nothing
+  // (evaluation) casts the float32 parameters in each op instead, so it never reads a copy
+  // older than the parameters. Fails unless the model is float32 (float64 has no autocast).
+  void set_precision(DType precision);
+  DType precision() const { return precision_; }
+  // The 16-bit copy under a 16-bit precision; null under Float32.
+  const LowPrecisionParameters* low_precision_parameters() const { return low_.get(); }
 
   // torch.nn.Module.train() / eval(): batch norm normalises with the batch's statistics
   // (and updates the running ones) in training mode, with the running ones in eval mode.
@@ -105,6 +125,10 @@ class Model {
   std::vector<std::pair<std::string, std::string>> tied_names_;
   std::unique_ptr<FlatParameters> params_;
   std::unique_ptr<FlatBuffers> buffers_;
+  DType precision_ = DType::Float32;
+  std::unique_ptr<LowPrecisionParameters> low_;  // set_precision's 16-bit copy
+  // f() under the precision: autocast, and the autocast operands bound to the copy.
+  Tensor under_precision(const std::function<Tensor()>& f);
 };
 
 }  // namespace dpcore::layers

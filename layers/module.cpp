@@ -13,6 +13,10 @@ std::string qualified_name(const std::string& prefix, const std::string& name) {
   return prefix.empty() ? name : prefix + "." + name;
 }
 
+void mark_autocast_operands(std::vector<ParamSlot>& out, size_t first) {
+  for (size_t i = first; i < out.size(); ++i) out[i].autocast_operand = true;
+}
+
 namespace {
 
 void check_rank(const char* layer, const Shape& input, size_t rank, const std::string& what) {
@@ -82,8 +86,10 @@ void Conv2d::collect_parameters(const std::string& prefix, std::vector<ParamSlot
   const ParamInit weight_init = init_ == Init::KaimingNormalFanOut
                                     ? ParamInit::kaiming_normal_fan_out(out_ * kernel_ * kernel_)
                                     : ParamInit::pytorch_default(fan_in);
+  const size_t first = out.size();
   out.push_back({qualified_name(prefix, "weight"), {out_, in_, kernel_, kernel_}, weight_init, &weight_});
   if (has_bias_) out.push_back({qualified_name(prefix, "bias"), {out_}, ParamInit::pytorch_default(fan_in), &bias_});
+  mark_autocast_operands(out, first);
 }
 
 // ---------------------------------------------------------------- Linear
@@ -112,15 +118,17 @@ std::string Linear::describe() const { return "linear(" + std::to_string(in_) + 
 std::unique_ptr<Module> Linear::clone() const { return std::make_unique<Linear>(in_, out_, init_, init_std_); }
 
 void Linear::collect_parameters(const std::string& prefix, std::vector<ParamSlot>& out) {
+  const size_t first = out.size();
   if (init_ == Init::BertNormal) {
     out.push_back({qualified_name(prefix, "weight"), {out_, in_}, ParamInit::normal(init_std_), &weight_});
     ParamSlot bias{qualified_name(prefix, "bias"), {out_}, ParamInit::constant(0.0), &bias_};
     bias.weight_decay = false;
     out.push_back(bias);
-    return;
+  } else {
+    out.push_back({qualified_name(prefix, "weight"), {out_, in_}, ParamInit::pytorch_default(in_), &weight_});
+    out.push_back({qualified_name(prefix, "bias"), {out_}, ParamInit::pytorch_default(in_), &bias_});
   }
-  out.push_back({qualified_name(prefix, "weight"), {out_, in_}, ParamInit::pytorch_default(in_), &weight_});
-  out.push_back({qualified_name(prefix, "bias"), {out_}, ParamInit::pytorch_default(in_), &bias_});
+  mark_autocast_operands(out, first);
 }
 
 // ---------------------------------------------------------------- Pool2d, GlobalAvgPool2d

@@ -49,7 +49,16 @@ struct ParamSlot {
   // out once and binds both slots to the same leaf, so its gradient is the sum of both
   // uses. A tied slot's own init and weight_decay are not used (the owner's are).
   std::string tied_to = {};
+  // The parameter is an operand of an op autocast computes in 16 bits (a convolution's or a
+  // linear layer's weight and bias, engine/autocast.h): under Model::set_precision a
+  // training forward takes it from the model's 16-bit copy (engine/low_precision_parameters.h),
+  // refreshed once per step, instead of casting it in the op. The parameters of other ops
+  // (norms, embeddings) stay float32, as autocast leaves them.
+  bool autocast_operand = false;
 };
+// Marks out[first, end) autocast operands: what a module's collect_parameters calls after
+// pushing the slots of its convolutions or linear maps.
+void mark_autocast_operands(std::vector<ParamSlot>& out, size_t first);
 
 // "layer1.0" + "conv1" -> "layer1.0.conv1"; "" + "conv1" -> "conv1" (state_dict names).
 std::string qualified_name(const std::string& prefix, const std::string& name);

@@ -190,6 +190,22 @@ std::string describe_adam(const TrainOptions& o) {
   return os.str();
 }
 
+// --precision's dtype: the model's (layers::Model::set_precision).
+DType precision_dtype(const std::string& precision) {
+  if (precision == "fp32") return DType::Float32;
+  DPCORE_CHECK(precision == "bf16", "--precision ", precision, ": unknown (expected fp32 or bf16)");
+  return DType::BFloat16;
+}
+
+// --precision bf16 runs the model's forward under autocast (layers::Model::forward); a
+// pipeline's stage threads run their layers one by one, outside it.
+void check_precision(const TrainOptions& o) {
+  precision_dtype(o.precision);
+  DPCORE_CHECK(o.precision == "fp32" || !is_pipeline(o.parallel.pipeline), "--precision ", o.precision, " with ",
+               pipeline::pipeline_flag(o.parallel.pipeline),
+               ": a pipeline's stages run their layers outside the model's autocast forward; use --precision fp32");
+}
+
 // Checks the options that train() cannot start without; returns them.
 const TrainOptions& checked(const TrainOptions& o) {
   DPCORE_CHECK(o.batch >= 1, "--batch ", o.batch, " must be at least 1");
@@ -216,6 +232,7 @@ const TrainOptions& checked(const TrainOptions& o) {
                ": a checkpoint holds one model, which local SGD has only at its averagings (every ", sync.period,
                " steps); use a multiple of ", sync.period);
   DPCORE_CHECK(o.trace_steps >= 1, "--trace-steps ", o.trace_steps, " must be at least 1");
+  check_precision(o);
   DPCORE_CHECK(!is_pipeline(o.parallel.pipeline) || o.parallel.backend != "mpi" || o.clip_grad_norm < 0,
                "--clip-grad-norm ", o.clip_grad_norm, " with --backend mpi and ", pipeline::pipeline_flag(o.parallel.pipeline),
                ": the norm is over every stage's gradients, and each process has its own stage's");
@@ -297,6 +314,7 @@ std::unique_ptr<StepRunner> set_up_runner(const TrainOptions& o, const data::Dat
   if (!o.init.empty())
     loaded = layers::conversion_log(layers::load_weights(*model, o.init, {o.convert_weights}), model->dtype());
   if (!o.init_from.empty()) loaded = init_from(o, *model);
+  model->set_precision(precision_dtype(o.precision));
   ParallelOptions parallel = o.parallel;
   if (parallel.pipeline.balanced_stages > 0) {
     DPCORE_CHECK(parallel.pipeline.stages.empty(), "--stages ", parallel.pipeline.stages, " and --pipeline ",
@@ -468,7 +486,8 @@ std::unique_ptr<data::DataLoader> TrainingRun::make_loader() const {
 
 void TrainingRun::print_header() const {
   out_ << "dpcore: " << o_.model << " on " << data_.train.name << " (" << data::describe(data_.train) << "), "
-       << runner_->describe() << ", batch " << o_.batch << describe_adam(o_) << ", lr " << schedule_->describe() << ", " << per_epoch_
+       << runner_->describe() << ", batch " << o_.batch << describe_adam(o_)
+       << (o_.precision == "fp32" ? "" : ", precision " + o_.precision + " (autocast, float32 master weights)") << ", lr " << schedule_->describe() << ", " << per_epoch_
        << " steps per epoch";
   const data::Augment augment = data::parse_augment(o_.augment);
   if (!augment.none()) out_ << ", augment " << data::describe(augment);

@@ -2,6 +2,7 @@
 // row, never the Tq x Tk probabilities; the backward recomputes them from q, k and lse.
 #include <cmath>
 
+#include "engine/ops/autocast_operands.h"
 #include "engine/ops/op_support.h"
 
 namespace dpcore::ops {
@@ -57,6 +58,11 @@ AttentionShape attention_shape(const Tensor& q, const Tensor& k, const Tensor& v
 
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_padding_mask,
                                     const AttentionOptions& opt) {
+  if (auto low = autocast_dtype_for({q, k, v})) {  // no 16-bit kernel yet: the float32 one on 16-bit values
+    AutocastScope off(DType::Float32);
+    return rounded(scaled_dot_product_attention(rounded(q, *low), rounded(k, *low), rounded(v, *low), key_padding_mask, opt),
+                   *low);
+  }
   const AttentionShape s = attention_shape(q, k, v, key_padding_mask, opt);
   Tensor o = empty_like(q);
   Tensor lse = Tensor::empty({s.B, s.H, s.Tq}, q.dtype(), q.device());

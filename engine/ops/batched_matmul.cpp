@@ -2,6 +2,7 @@
 // dimensions (torch.matmul of 3-d and 4-d operands, without broadcasting), and its backward.
 #include <string>
 
+#include "engine/ops/autocast_operands.h"
 #include "engine/ops/op_support.h"
 
 namespace dpcore::ops {
@@ -50,6 +51,10 @@ struct BatchedMatmulBackward : Node {
 };
 
 Tensor batched_matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
+  if (auto low = autocast_dtype_for({a, b})) {  // the 16-bit kernels, float32 accumulation
+    AutocastScope off(DType::Float32);
+    return widened(batched_matmul(lowered(a, *low), lowered(b, *low), trans_a, trans_b));
+  }
   check_float_or_half_tensor("batched_matmul", "a", a);
   check_float_or_half_tensor("batched_matmul", "b", b);
   check_same_device_dtype("batched_matmul", a, b);

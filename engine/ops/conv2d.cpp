@@ -1,6 +1,8 @@
 // conv2d: y = conv(x, w) + bias, and its backward (data, weight and bias gradients).
 #include "engine/ops/conv2d.h"
 
+#include "engine/ops/autocast_operands.h"
+
 namespace dpcore::ops {
 
 std::vector<Tensor> Conv2dBackward::conv_grads(const Tensor& dy) {
@@ -43,6 +45,10 @@ Conv2dShape conv2d_shape(const Tensor& x, const Tensor& w, const Tensor& bias, c
 }
 
 Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dOptions& opt) {
+  if (auto low = autocast_dtype_for({x, w, bias})) {  // no 16-bit kernel yet: the float32 one on 16-bit values
+    AutocastScope off(DType::Float32);
+    return rounded(conv2d(rounded(x, *low), rounded(w, *low), rounded(bias, *low), opt), *low);
+  }
   Conv2dShape s = conv2d_shape(x, w, bias, opt);
   Tensor y = Tensor::empty({s.N, s.K, s.P, s.Q}, x.dtype(), x.device());
   backend(x).conv2d_forward(s, x, w, bias.defined() ? &bias : nullptr, y);

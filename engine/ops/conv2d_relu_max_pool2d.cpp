@@ -1,5 +1,6 @@
 // The fused blocks: relu(conv2d) and max_pool2d(relu(conv2d)), the same mathematics as the
 // composition of conv2d.cpp, relu.cpp and max_pool2d.cpp in fewer passes over memory.
+#include "engine/ops/autocast_operands.h"
 #include "engine/ops/conv2d.h"
 #include "engine/ops/max_pool2d.h"
 
@@ -29,7 +30,13 @@ struct Conv2dReluPoolBackward : Conv2dBackward {
   }
 };
 
+// Under autocast, the float32 kernels on 16-bit values (as conv2d): relu and max commute
+// with rounding, so rounding the block's output once is rounding the convolution's.
 Tensor conv2d_relu(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dOptions& opt) {
+  if (auto low = autocast_dtype_for({x, w, bias})) {
+    AutocastScope off(DType::Float32);
+    return rounded(conv2d_relu(rounded(x, *low), rounded(w, *low), rounded(bias, *low), opt), *low);
+  }
   Conv2dShape s = conv2d_shape(x, w, bias, opt);
   Tensor y = Tensor::empty({s.N, s.K, s.P, s.Q}, x.dtype(), x.device());
   backend(x).conv2d_relu_forward(s, x, w, bias.defined() ? &bias : nullptr, y);
@@ -40,6 +47,10 @@ Tensor conv2d_relu(const Tensor& x, const Tensor& w, const Tensor& bias, const C
 
 Tensor conv2d_relu_max_pool2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dOptions& conv,
                               const Pool2dOptions& pool) {
+  if (auto low = autocast_dtype_for({x, w, bias})) {
+    AutocastScope off(DType::Float32);
+    return rounded(conv2d_relu_max_pool2d(rounded(x, *low), rounded(w, *low), rounded(bias, *low), conv, pool), *low);
+  }
   Conv2dShape s = conv2d_shape(x, w, bias, conv);
   Tensor y = Tensor::empty({s.N, s.K, s.P, s.Q}, x.dtype(), x.device());
   backend(x).conv2d_relu_forward(s, x, w, bias.defined() ? &bias : nullptr, y);

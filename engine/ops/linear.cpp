@@ -1,6 +1,7 @@
 // linear: y = x W^T + b over any leading dimensions of x (torch.nn.functional.linear), and
 // its backward. x[..., in] is contiguous, so the kernels read it as the matrix
 // [prod(...), in] without a copy, and y[..., out] likewise.
+#include "engine/ops/autocast_operands.h"
 #include "engine/ops/op_support.h"
 
 namespace dpcore::ops {
@@ -27,6 +28,10 @@ struct LinearBackward : Node {
 
 
 Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias) {
+  if (auto low = autocast_dtype_for({x, w, bias})) {  // the 16-bit kernels, float32 accumulation
+    AutocastScope off(DType::Float32);
+    return widened(linear(lowered(x, *low), lowered(w, *low), lowered(bias, *low)));
+  }
   check_float_or_half_tensor("linear", "input", x);
   check_float_or_half_tensor("linear", "weight", w, 2);
   check_same_device_dtype("linear", x, w);

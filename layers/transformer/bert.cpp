@@ -319,6 +319,7 @@ std::unique_ptr<Module> BertMaskedLMHead::clone() const {
 void BertMaskedLMHead::collect_parameters(const std::string& prefix, std::vector<ParamSlot>& out) {
   ParamSlot bias{qualified_name(prefix, "predictions.bias"), {config_.vocab_size}, ParamInit::constant(0.0), &bias_};
   bias.weight_decay = false;
+  bias.autocast_operand = true;  // the decoder's; its weight is the (float32) word embedding's, cast in the op
   out.push_back(bias);
   Composite::collect_parameters(prefix, out);
   ParamSlot decoder{qualified_name(prefix, "predictions.decoder.weight"), {config_.vocab_size, config_.hidden_size},

@@ -71,10 +71,12 @@ void TransformerEncoderLayer::collect_parameters(const std::string& prefix, std:
   const int64_t d = d_model_, ff = options_.dim_feedforward;
   // torch's declaration order: self_attn, linear1, linear2, norm1, norm2.
   self_attn_.collect_parameters(qualified_name(prefix, "self_attn"), out);
+  const size_t first = out.size();
   out.push_back({qualified_name(prefix, "linear1.weight"), {ff, d}, ParamInit::pytorch_default(d), &linear1_weight_});
   out.push_back({qualified_name(prefix, "linear1.bias"), {ff}, ParamInit::pytorch_default(d), &linear1_bias_});
   out.push_back({qualified_name(prefix, "linear2.weight"), {d, ff}, ParamInit::pytorch_default(ff), &linear2_weight_});
   out.push_back({qualified_name(prefix, "linear2.bias"), {d}, ParamInit::pytorch_default(ff), &linear2_bias_});
+  mark_autocast_operands(out, first);
   norm1_.collect_parameters(qualified_name(prefix, "norm1"), out);
   norm2_.collect_parameters(qualified_name(prefix, "norm2"), out);
 }

@@ -71,8 +71,13 @@ void MultiheadAttention::collect_parameters(const std::string& prefix, std::vect
   const ParamInit xavier{ParamInit::Kind::Uniform, std::sqrt(6.0 / double(E + 3 * E))};
   out.push_back({qualified_name(prefix, "in_proj_weight"), {3 * E, E}, xavier, &in_proj_weight_});
   out.push_back({qualified_name(prefix, "in_proj_bias"), {3 * E}, ParamInit::constant(0.0), &in_proj_bias_});
+  // The out projection's from the 16-bit copy under autocast; the in projection's are cut
+  // into three views per forward (q, k, v), each cast in its linear: a 16-bit copy used
+  // three times would sum its gradient in 16 bits.
+  const size_t first = out.size();
   out.push_back({qualified_name(prefix, "out_proj.weight"), {E, E}, ParamInit::pytorch_default(E), &out_proj_weight_});
   out.push_back({qualified_name(prefix, "out_proj.bias"), {E}, ParamInit::constant(0.0), &out_proj_bias_});
+  mark_autocast_operands(out, first);
 }
 
 }  // namespace dpcore::layers

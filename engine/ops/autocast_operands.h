@@ -1,0 +1,37 @@
+// How an op that autocast runs in 16 bits (engine/autocast.h) takes its operands and hands
+// on its result. Internal to engine/ops/. The op starts with
+//
+//   if (auto low = autocast_dtype_for({x, w, bias})) {
+//     AutocastScope off(DType::Float32);  // the op itself, once, on 16-bit operands
+//     return widened(linear(lowered(x, *low), lowered(w, *low), lowered(bias, *low)));
+//   }
+//
+// Every cast is an ops::to, so the backward runs the same casts the other way: the float32
+// gradient of the result is rounded to 16 bits for the op's 16-bit backward, and the 16-bit
+// gradients of float32 operands are widened into their float32 gradients (a parameter's
+// reaches the float32 master gradient buffer).
+#pragma once
+
+#include <initializer_list>
+#include <optional>
+
+#include "engine/autocast.h"
+#include "engine/tensor.h"
+
+namespace dpcore::ops {
+
+// The 16-bit dtype the op computes in: autocast_dtype() when a scope is open, every
+// defined operand is float32 or that dtype, and at least one is float32 (operands already
+// all 16-bit run as they are; float64 is never cast, as in PyTorch). nullopt otherwise.
+std::optional<DType> autocast_dtype_for(std::initializer_list<Tensor> operands);
+// to(t, dtype), an undefined tensor (no bias) left undefined.
+Tensor lowered(const Tensor& t, DType dtype);
+// For an op without a 16-bit kernel yet (conv2d, attention): its operand as such a kernel
+// would read it, rounded to `dtype` and widened back exactly to float32. A float32 kernel
+// on such operands computes what a 16-bit kernel accumulating in float32 computes (the
+// products of 16-bit numbers are exact in float32), up to the order of the sums.
+Tensor rounded(const Tensor& t, DType dtype);
+// The op's 16-bit result widened (exactly) to float32 for the ops after it.
+Tensor widened(const Tensor& y);
+
+}  // namespace dpcore::ops

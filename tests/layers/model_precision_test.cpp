@@ -1,0 +1,157 @@
+// Model::set_precision (--precision bf16, docs/mixed-precision.md): a training forward runs
+// under autocast and takes its convolutions' and linear layers' parameters from the model's
+// one 16-bit copy, refreshed by zero_grad(), while the master weights, their gradients and
+// the optimizer state stay float32.
+//
+// The reference is the same network in float32 run under an AutocastScope by hand, whose
+// ops then cast each float32 parameter themselves: the copy holds the same bits, so the
+// outputs and the float32 gradients agree bit for bit, and they stop agreeing when the
+// master weights change without a refresh (the copy is really what the forward reads);
+// evaluation (no graph recorded) casts the current weights in each op, never a stale copy.
+// Over the reference models' parts: convolutions fused with relu and pooling, batch norm,
+// residual blocks, transformer encoder layers (their in projection cast in the op), and
+// BERT with attention, layer norm and a decoder tied to the word embedding.
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "engine/autocast.h"
+#include "engine/autograd.h"
+#include "engine/ops.h"
+#include "layers/zoo.h"
+#include "tests/support/test_devices.h"
+#include "tests/support/test_support.h"
+
+namespace dpcore::layers {
+namespace {
+
+struct NetCase {
+  std::string name;
+  std::function<ModelDef()> make;
+  bool token_ids = false;
+  bool on_cuda = true;  // also on the first CUDA device (the small ones: the emulated devices are slow)
+};
+
+std::vector<NetCase> nets() {
+  auto spec = [](std::string text, Shape shape) {
+    return [text, shape] { return ModelDef{parse_layer_spec(text, shape), shape}; };
+  };
+  return {
+      {"fashioncnn", [] { return reference_model("fashioncnn"); }, false, false},
+      {"conv bn res", spec("conv(8,3,p1,nobias) bn relu res(8) res(16,s2) gap flatten linear(5)", {3, 8, 8})},
+      {"encoders", spec("encoder(heads=2,ff=16,dropout=0) encoder(heads=2,ff=16,dropout=0,gelu) meanpool linear(5)",
+                        {6, 8})},
+      {"bert-tiny-mlm", [] { return reference_model("bert-tiny-mlm", {12}, 10, 40); }, true, false},
+  };
+}
+
+Model build(const NetCase& c, Device device) {
+  ModelDef def = c.make();
+  return Model(std::move(def.net), def.input_shape, device, DType::Float32, 5);
+}
+
+Tensor input_for(const Model& m, Device device) {
+  Shape shape{3};
+  shape.insert(shape.end(), m.input_shape().begin(), m.input_shape().end());
+  const int64_t n = shape_numel(shape);
+  if (m.takes_token_ids()) {
+    std::vector<int64_t> ids(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) ids[size_t(i)] = (i * 7 + 3) % 40;
+    return Tensor::from_vector(ids, shape).to(device);
+  }
+  return Tensor::from_vector(testing::random_vector<float>(size_t(n), 11), shape).to(device);
+}
+
+struct Pass {
+  std::vector<float> output, grads;
+};
+
+// forward (under `scope` when given) and backward from a fixed seed; zero_grad first.
+Pass train_pass(Model& m, const Tensor& x, std::optional<DType> scope) {
+  m.zero_grad();
+  Tensor y;
+  {
+    std::optional<AutocastScope> autocast;
+    if (scope) autocast.emplace(*scope);
+    y = m.forward(x);
+  }
+  y.backward(Tensor::from_vector(testing::random_vector<float>(size_t(y.numel()), 3), y.shape()).to(x.device()));
+  return {y.to(Device::cpu()).to_vector<float>(), m.parameters().grads().to(Device::cpu()).to_vector<float>()};
+}
+
+std::vector<float> eval_output(Model& m, const Tensor& x, std::optional<DType> scope) {
+  autograd::NoGradGuard no_grad;
+  std::optional<AutocastScope> autocast;
+  if (scope) autocast.emplace(*scope);
+  return m.forward(x).to(Device::cpu()).to_vector<float>();
+}
+
+// Every master weight times 1.5 (every 16-bit value changes), without a refresh.
+void change_master_weights(Model& m) {
+  Tensor v = m.parameters().values();
+  v.copy_(ops::scale(v, 1.5));
+}
+
+TEST(ModelPrecision, ATrainingForwardReadsTheCopyAndEqualsCastingInEachOp) {
+  for (Device device : testing::cpu_and_first_cuda_device()) {
+    for (const NetCase& c : nets()) {
+      if (device.is_cuda() && !c.on_cuda) continue;
+      for (DType half : {DType::BFloat16, DType::Float16}) {
+        SCOPED_TRACE(c.name + " on " + device.str() + " in " + dtype_name(half));
+        Model copy = build(c, device), by_op = build(c, device);
+        copy.set_precision(half);
+        ASSERT_EQ(copy.precision(), half);
+        ASSERT_NE(copy.low_precision_parameters(), nullptr);
+        EXPECT_EQ(copy.parameters().grads().dtype(), DType::Float32);
+        const Tensor x = input_for(copy, device);
+
+        const Pass a = train_pass(copy, x, std::nullopt), b = train_pass(by_op, x, half);
+        EXPECT_EQ(a.output, b.output);
+        EXPECT_EQ(a.grads, b.grads);
+        EXPECT_NE(a.output, train_pass(by_op, x, std::nullopt).output) << "the forward did not compute in 16 bits";
+
+        // New master weights: the copy is stale until zero_grad refreshes it (a training
+        // forward right after the change, without zero_grad, reads the old copy).
+        change_master_weights(copy);
+        change_master_weights(by_op);
+        const Tensor stale = copy.forward(x);
+        EXPECT_NE(stale.to(Device::cpu()).to_vector<float>(), eval_output(by_op, x, half))
+            << "the training forward did not read the copy";
+        // Evaluation casts the current weights in each op, stale copy or not.
+        EXPECT_EQ(eval_output(copy, x, std::nullopt), eval_output(by_op, x, half));
+        const Pass a2 = train_pass(copy, x, std::nullopt), b2 = train_pass(by_op, x, half);  // zero_grad: refreshed
+        EXPECT_EQ(a2.output, b2.output);
+        EXPECT_EQ(a2.grads, b2.grads);
+      }
+    }
+  }
+}
+
+TEST(ModelPrecision, ReplicasKeepItAndOnlyFloat32MasterWeightsTakeIt) {
+  Model m = build(nets()[1], Device::cpu());
+  m.set_precision(DType::BFloat16);
+  EXPECT_EQ(m.replicate(Device::cpu())->precision(), DType::BFloat16);
+  m.set_precision(DType::Float32);
+  EXPECT_EQ(m.low_precision_parameters(), nullptr);
+
+  ModelDef def = nets()[1].make();
+  Model doubles(std::move(def.net), def.input_shape, Device::cpu(), DType::Float64, 5);
+  try {
+    doubles.set_precision(DType::BFloat16);
+    FAIL() << "a float64 model took bfloat16";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("float64"), std::string::npos) << e.what();
+  }
+  try {
+    m.set_precision(DType::Int64);
+    FAIL() << "int64 accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("int64"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace dpcore::layers
