@@ -396,11 +396,13 @@ void add_train_flags(CLI::App& cmd, TrainOptions& o, BackendFlags& b) {
             one_of({"sgd", "adam", "adamw"}))
       ->capture_default_str();
   with_rule(cmd.add_option("--precision", o.precision,
-                           "fp32, or bf16: autocast (torch.autocast) in bfloat16, linear layers, matrix products, "
-                           "convolutions and attention on bfloat16 operands with float32 accumulation, everything "
-                           "else in float32, the master weights, gradients and optimizer state float32 "
-                           "(docs/mixed-precision.md)"),
-            one_of({"fp32", "bf16"}))
+                           "fp32, bf16 or fp16: autocast (torch.autocast) in bfloat16 or float16, linear layers, "
+                           "matrix products, convolutions and attention on 16-bit operands with float32 "
+                           "accumulation, everything else in float32, the master weights, gradients and optimizer "
+                           "state float32; fp16 with dynamic loss scaling (torch.amp.GradScaler's defaults: scale "
+                           "65536, halved after a step with an Inf or NaN gradient, which is skipped, doubled after "
+                           "2000 clean steps) (docs/mixed-precision.md)"),
+            one_of({"fp32", "bf16", "fp16"}))
       ->capture_default_str();
   with_rule(cmd.add_option("--lr", o.sgd.lr, "learning rate (with --optimizer adam or adamw, 0.001 unless given)"), rate)
       ->capture_default_str();

@@ -34,8 +34,9 @@ struct TrainOptions {
   SgdConfig sgd{0.03, 0.9, 0.0, 0.0, false};
   AdamConfig adam;  // --betas and --eps (its lr and weight_decay: sgd's above)
   double clip_grad_norm = -1;  // --clip-grad-norm MAX (Optimizer::set_clip_grad_norm); negative: none
-  // --precision: fp32, or bf16 (autocast in bfloat16 with float32 master weights,
-  // layers::Model::set_precision; docs/mixed-precision.md).
+  // --precision: fp32, bf16 or fp16 (autocast in bfloat16 / float16 with float32 master
+  // weights, layers::Model::set_precision; fp16 with dynamic loss scaling,
+  // train/step/loss_scaling.h; docs/mixed-precision.md).
   std::string precision = "fp32";
   std::string lr_schedule = "constant";  // constant | step:EPOCHS:GAMMA | cosine | onecycle (train/schedule/lr_schedule.h)
   int64_t warmup_steps = 0;              // linear warm-up steps; with onecycle, pct_start = W/T

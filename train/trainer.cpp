@@ -159,6 +159,7 @@ class MetricsLog {
     if (!m.stage_peak_bytes.empty()) j["stage_peak_bytes"] = m.stage_peak_bytes;
     if (!std::isnan(m.test_perplexity)) j["test_perplexity"] = m.test_perplexity;
     if (!std::isnan(m.grad_norm)) j["grad_norm"] = m.grad_norm;
+    if (!std::isnan(m.loss_scale)) j["loss_scale"] = m.loss_scale;
     write(j);
   }
   // A record of another kind, e.g. {"kind": "shrink", ...}.
@@ -193,17 +194,36 @@ std::string describe_adam(const TrainOptions& o) {
 // --precision's dtype: the model's (layers::Model::set_precision).
 DType precision_dtype(const std::string& precision) {
   if (precision == "fp32") return DType::Float32;
-  DPCORE_CHECK(precision == "bf16", "--precision ", precision, ": unknown (expected fp32 or bf16)");
+  if (precision == "fp16") return DType::Float16;
+  DPCORE_CHECK(precision == "bf16", "--precision ", precision, ": unknown (expected fp32, bf16 or fp16)");
   return DType::BFloat16;
 }
 
-// --precision bf16 runs the model's forward under autocast (layers::Model::forward); a
-// pipeline's stage threads run their layers one by one, outside it.
+// --precision bf16 and fp16 run the model's forward under autocast (layers::Model::forward);
+// a pipeline's stage threads run their layers one by one, outside it. fp16's loss scaler
+// judges the one reduced gradient of a synchronous step (train/step/loss_scaling.h), and
+// itself skips the steps whose gradients hold an Inf or NaN.
 void check_precision(const TrainOptions& o) {
   precision_dtype(o.precision);
   DPCORE_CHECK(o.precision == "fp32" || !is_pipeline(o.parallel.pipeline), "--precision ", o.precision, " with ",
                pipeline::pipeline_flag(o.parallel.pipeline),
                ": a pipeline's stages run their layers outside the model's autocast forward; use --precision fp32");
+  if (o.precision != "fp16") return;
+  DPCORE_CHECK(o.parallel.sync == "full", "--precision fp16 with --sync ", o.parallel.sync,
+               ": the loss scaler judges the one reduced gradient of a synchronous step (--sync full)");
+  DPCORE_CHECK(!o.parallel.guards.skip_nonfinite,
+               "--precision fp16 with --skip-nonfinite: the loss scaler skips the steps whose gradients hold an Inf "
+               "or NaN itself, and lowers its scale");
+}
+
+// "precision bf16 (...)" for the header line; "" for fp32.
+std::string describe_precision(const TrainOptions& o, const StepRunner& runner) {
+  if (o.precision == "fp32") return "";
+  std::ostringstream os;
+  os << ", precision " << o.precision << " (autocast, float32 master weights";
+  if (const auto scale = runner.loss_scale()) os << ", loss scale " << scale->scale;
+  os << ")";
+  return os.str();
 }
 
 // Checks the options that train() cannot start without; returns them.
@@ -363,6 +383,9 @@ class TrainingRun {
   // --skip-nonfinite: step `step` was not applied. Logs it; stops the run after
   // --max-skipped such steps in a row.
   void note_skipped_step(int64_t step, const StepStats& s);
+  // --precision fp16: the loss scaler skipped step `step` (an Inf or NaN in its gradients)
+  // and lowered its scale. Logs it; the run goes on at the lower scale.
+  void note_overflow(int64_t step, const StepStats& s);
   // --on-replica-failure shrink: logs and records each replica the step dropped.
   void note_dropped_replicas(const std::vector<ReplicaDropped>& dropped);
   // Too few replicas left to go on: a final checkpoint of the last completed step, then the
@@ -464,6 +487,15 @@ void TrainingRun::restore_state() {
     const Resumed resumed = resume_from_checkpoint(o_, data_.train.n, runner_->model(), runner_->optimizer());
     runner_->sync_replicas();
     progress_ = resumed.progress;
+    if (runner_->loss_scale() && resumed.loss_scale) {
+      runner_->set_loss_scale(*resumed.loss_scale);
+    } else if (runner_->loss_scale()) {
+      out_ << "note: the checkpoint holds no loss scale (it was not written under --precision fp16): starting at "
+           << runner_->loss_scale()->scale << "\n";
+    } else if (resumed.loss_scale) {
+      out_ << "note: the checkpoint's loss scale " << resumed.loss_scale->scale
+           << " is not used: this run has no loss scaler (--precision " << o_.precision << ")\n";
+    }
     for (const std::string& line : resumed.log) out_ << line << "\n";
   } else if (!o_.init.empty() || !o_.init_from.empty()) {
     runner_->sync_replicas();
@@ -487,7 +519,7 @@ std::unique_ptr<data::DataLoader> TrainingRun::make_loader() const {
 void TrainingRun::print_header() const {
   out_ << "dpcore: " << o_.model << " on " << data_.train.name << " (" << data::describe(data_.train) << "), "
        << runner_->describe() << ", batch " << o_.batch << describe_adam(o_)
-       << (o_.precision == "fp32" ? "" : ", precision " + o_.precision + " (autocast, float32 master weights)") << ", lr " << schedule_->describe() << ", " << per_epoch_
+       << describe_precision(o_, *runner_) << ", lr " << schedule_->describe() << ", " << per_epoch_
        << " steps per epoch";
   const data::Augment augment = data::parse_augment(o_.augment);
   if (!augment.none()) out_ << ", augment " << data::describe(augment);
@@ -577,6 +609,8 @@ void TrainingRun::take_step(const data::Batch& batch, int64_t epoch) {
   }
   if (s.skipped) {
     note_skipped_step(progress_.step + 1, s);
+  } else if (s.overflow) {
+    note_overflow(progress_.step + 1, s);
   } else {
     skipped_in_row_ = 0;
     backend_for(totals_.loss_sum.device()).add(totals_.loss_sum, s.loss_sum, totals_.loss_sum);
@@ -604,6 +638,13 @@ void TrainingRun::note_skipped_step(int64_t step, const StepStats& s) {
                step, ") had a NaN or Inf in the loss or the gradients and were skipped (--max-skipped ", max,
                "); the parameters are those after step ", first_skipped_ - 1,
                ". Lower --lr, check the data, or resume from a checkpoint");
+}
+
+void TrainingRun::note_overflow(int64_t step, const StepStats& s) {
+  ++totals_.skipped_steps;
+  totals_.skipped_samples += s.samples, totals_.skipped_targets += s.targets;
+  out_ << (bar_ ? "\n" : "") << "step " << step << " skipped: Inf or NaN in the float16 gradients (--precision fp16: "
+       << "parameters and optimizer state unchanged; loss scale now " << runner_->loss_scale()->scale << ")" << std::endl;
 }
 
 void TrainingRun::note_dropped_replicas(const std::vector<ReplicaDropped>& dropped) {
@@ -693,6 +734,7 @@ EpochMetrics TrainingRun::epoch_metrics(int64_t epoch) {
   const int64_t counted = totals_.targets - totals_.skipped_targets;  // of the steps applied
   m.train_loss = counted ? totals_.loss_sum.item() / double(counted) : 0;
   m.skipped_steps = totals_.skipped_steps;
+  if (const auto scale = runner_->loss_scale()) m.loss_scale = scale->scale;
   m.seconds = totals_.train_seconds;
   m.samples_per_s = totals_.train_seconds > 0 ? double(totals_.samples) / totals_.train_seconds : 0;
   m.peak_bytes = runtime::peak_bytes(device_);
@@ -737,8 +779,9 @@ void TrainingRun::checkpoint() {
   settle_runner();  // (on every rank: averaging local SGD's replicas is a collective)
   if (!primary_) return;
   save_keeping(o_.checkpoint_dir, progress_.step, o_.keep_checkpoints, [this](const std::string& path) {
-    write_checkpoint(path, runner_->model(), runner_->optimizer(), progress_,
-                     checkpoint_settings(o_, runner_->describe()));
+    std::map<std::string, std::string> metadata = checkpoint_settings(o_, runner_->describe());
+    if (const auto scale = runner_->loss_scale()) record_loss_scale(*scale, metadata);
+    write_checkpoint(path, runner_->model(), runner_->optimizer(), progress_, metadata);
   });
 }
 

@@ -28,7 +28,9 @@ struct EpochMetrics {
   double samples_per_s = 0, seconds = 0;
   size_t peak_bytes = 0;
   std::vector<size_t> stage_peak_bytes;  // a pipeline's, per stage (StepRunner::stage_peak_bytes); else empty
-  int64_t skipped_steps = 0;  // --skip-nonfinite: the epoch's steps not applied (NaN or Inf)
+  int64_t skipped_steps = 0;  // --skip-nonfinite or fp16's loss scaler: the epoch's steps not applied (NaN or Inf)
+  // --precision fp16: the loss scale after the epoch's last step (GradScaler); NaN otherwise: not written.
+  double loss_scale = std::nan("");
   // What the runner counted over the epoch (StepRunner::epoch_counters), e.g. async's
   // staleness histogram: in the metrics JSONL, each an array.
   std::vector<std::pair<std::string, std::vector<int64_t>>> counters;

@@ -1,13 +1,16 @@
-// --precision through the `dpcore` command (issue 27): bf16 trains under autocast with
-// float32 master weights (layers::Model::set_precision), says so in its first line, keeps
-// the maths of one device with a micro-batch per replica and resumes bit for bit; what it
-// cannot run is refused naming the flags.
+// --precision through the `dpcore` command (issue 27): bf16 and fp16 train under autocast
+// with float32 master weights (layers::Model::set_precision), say so in their first line,
+// keep the maths of one device with a micro-batch per replica and resume bit for bit; fp16
+// scales the loss and skips the steps whose gradients overflow, on every replica alike,
+// with the scale in the log, the metrics and checkpoints; what they cannot run is refused
+// naming the flags.
 #include <gtest/gtest.h>
 
 #include <string>
 #include <vector>
 
 #include "cli/cli_run.h"
+#include "cli/metrics_lines.h"
 #include "engine/io/safetensors.h"
 #include "support/test_support.h"
 
@@ -15,6 +18,7 @@ namespace {
 
 using dpcore::testing::CommandResult;
 using dpcore::testing::job;
+using dpcore::testing::metrics_lines;
 using dpcore::testing::run;
 using dpcore::testing::slurp;
 
@@ -25,8 +29,11 @@ TEST(PrecisionFlag, RefusesWhatItCannotRunNamingTheFlags) {
     std::string args, expected;
   };
   const std::vector<Case> cases = {
-      {kJob + " --precision fp16", "--precision fp16: must be one of fp32, bf16"},
-      {kJob + " --precision half", "--precision half: must be one of fp32, bf16"},
+      {kJob + " --precision half", "--precision half: must be one of fp32, bf16, fp16"},
+      {kJob + " --precision fp16 --replicas 2 --sync local:2",
+       "--precision fp16 with --sync local:2: the loss scaler judges the one reduced gradient of a synchronous step"},
+      {kJob + " --precision fp16 --skip-nonfinite",
+       "--precision fp16 with --skip-nonfinite: the loss scaler skips the steps whose gradients hold an Inf or NaN itself"},
       {kJob + " --precision bf16 --pipeline 2",
        "--precision bf16 with --pipeline 2: a pipeline's stages run their layers outside the model's autocast forward"},
       {kJob + " --precision bf16 --stages 0-1@cpu:0,2-4@cpu:0",
@@ -81,6 +88,79 @@ TEST(PrecisionBf16, AResumedRunIsTheRunThatNeverStopped) {
     EXPECT_NE(resumed.output.find("resumed"), std::string::npos) << resumed.output;
     EXPECT_EQ(slurp(dir.file("straight.safetensors")), slurp(dir.file("resumed.safetensors")));
   }
+}
+
+// --precision fp16 scales the loss (GradScaler's 65536 to start) and skips a step whose
+// gradients hold an Inf or NaN: an injected NaN at step 3 is skipped, logged with the
+// halved scale, counted in the metrics with the scale, and the run goes on. Over 2
+// replicas the NaN of replica 1 reaches every replica through the reduction, so all skip
+// alike: dp and ddp equal one device with --accum 2 and its NaN, bit for bit.
+TEST(PrecisionFp16, AStepWithAnInfOrNanIsSkippedOnEveryReplicaAndHalvesTheScale) {
+  dpcore::testing::TempDir dir;
+  const std::string fp16 = kJob + " --precision fp16 --steps 8";
+  CommandResult one = run(fp16 + " --accum 2 --inject nan:replica=0,step=3 --metrics " + dir.file("m.jsonl") +
+                          " --save " + dir.file("accum.safetensors"));
+  ASSERT_EQ(one.status, 0) << one.output;
+  EXPECT_NE(one.output.find("precision fp16 (autocast, float32 master weights, loss scale 65536)"), std::string::npos)
+      << one.output;
+  EXPECT_NE(one.output.find("step 3 skipped: Inf or NaN in the float16 gradients (--precision fp16: parameters and "
+                            "optimizer state unchanged; loss scale now 32768)"),
+            std::string::npos)
+      << one.output;
+  const auto records = metrics_lines(dir.file("m.jsonl"));
+  ASSERT_FALSE(records.empty());
+  EXPECT_EQ(records.back().at("loss_scale").get<double>(), 32768.0);
+  EXPECT_EQ(records.back().at("skipped_steps").get<int64_t>(), 1);
+  for (const std::string mode : {"dp", "ddp"}) {
+    SCOPED_TRACE(mode);
+    CommandResult two = run(fp16 + " --replicas 2 --mode " + mode + " --inject nan:replica=1,step=3 --save " + dir.file(mode));
+    ASSERT_EQ(two.status, 0) << two.output;
+    EXPECT_NE(two.output.find("step 3 skipped: Inf or NaN in the float16 gradients"), std::string::npos) << two.output;
+    EXPECT_EQ(slurp(dir.file("accum.safetensors")), slurp(dir.file(mode)));
+  }
+  // Without the NaN no step is skipped: the scale stays (growth needs 2000 clean steps).
+  CommandResult clean = run(fp16 + " --metrics " + dir.file("clean.jsonl"));
+  ASSERT_EQ(clean.status, 0) << clean.output;
+  EXPECT_EQ(clean.output.find("skipped"), std::string::npos) << clean.output;
+  EXPECT_EQ(metrics_lines(dir.file("clean.jsonl")).back().at("loss_scale").get<double>(), 65536.0);
+}
+
+// The scale and its growth tracker are in the checkpoint (PyTorch's "scale" and
+// "_growth_tracker"): a run that backed off at step 3 and stopped at step 6 writes scale
+// 32768 and tracker 3 (steps 4 to 6 clean), and the resumed run goes on from them: the run
+// that never stopped, bit for bit, and its scale at the end. A float32 checkpoint resumed
+// under fp16 (--force-resume) starts at 65536, saying so.
+TEST(PrecisionFp16, TheScaleSurvivesCheckpointAndResume) {
+  dpcore::testing::TempDir dir;
+  const std::string fp16 = kJob + " --precision fp16 --inject nan:replica=0,step=3", ckpt = " --checkpoint " + dir.file("ckpt");
+  ASSERT_EQ(run(fp16 + " --steps 12 --metrics " + dir.file("straight.jsonl") + " --save " + dir.file("straight.safetensors")).status, 0);
+  CommandResult first = run(fp16 + " --steps 6" + ckpt);
+  ASSERT_EQ(first.status, 0) << first.output;
+  const auto checkpoint = dpcore::io::load_safetensors(dir.file("ckpt/checkpoint.safetensors"));
+  EXPECT_EQ(checkpoint.metadata().at("loss_scale"), "32768");
+  EXPECT_EQ(checkpoint.metadata().at("loss_scale_growth_tracker"), "3");
+  EXPECT_EQ(checkpoint.metadata().at("precision"), "fp16");
+  CommandResult resumed = run(kJob + " --precision fp16 --steps 12 --resume --metrics " + dir.file("resumed.jsonl") +
+                              " --save " + dir.file("resumed.safetensors") + ckpt);
+  ASSERT_EQ(resumed.status, 0) << resumed.output;
+  EXPECT_EQ(slurp(dir.file("straight.safetensors")), slurp(dir.file("resumed.safetensors")));
+  EXPECT_EQ(metrics_lines(dir.file("resumed.jsonl")).back().at("loss_scale"),
+            metrics_lines(dir.file("straight.jsonl")).back().at("loss_scale"));
+
+  dpcore::testing::TempDir fp32_dir;
+  const std::string fp32_ckpt = " --checkpoint " + fp32_dir.file("ckpt");
+  ASSERT_EQ(run(kJob + " --steps 4" + fp32_ckpt).status, 0);
+  CommandResult refused = run(kJob + " --precision fp16 --steps 8 --resume" + fp32_ckpt);
+  EXPECT_NE(refused.status, 0);
+  EXPECT_NE(refused.output.find("--precision fp32, this run has fp16: every step's gradient is computed in it"),
+            std::string::npos)
+      << refused.output;
+  CommandResult forced = run(kJob + " --precision fp16 --steps 8 --resume --force-resume" + fp32_ckpt);
+  ASSERT_EQ(forced.status, 0) << forced.output;
+  EXPECT_NE(forced.output.find("the checkpoint holds no loss scale (it was not written under --precision fp16): "
+                               "starting at 65536"),
+            std::string::npos)
+      << forced.output;
 }
 
 }  // namespace

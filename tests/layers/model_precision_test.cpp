@@ -43,7 +43,8 @@ std::vector<NetCase> nets() {
       {"fashioncnn", [] { return reference_model("fashioncnn"); }, false, false},
       {"conv bn res", spec("conv(8,3,p1,nobias) bn relu res(8) res(16,s2) gap flatten linear(5)", {3, 8, 8})},
       {"encoders", spec("encoder(heads=2,ff=16,dropout=0) encoder(heads=2,ff=16,dropout=0,gelu) meanpool linear(5)",
-                        {6, 8})},
+                        {6, 8}),
+       false, false},
       {"bert-tiny-mlm", [] { return reference_model("bert-tiny-mlm", {12}, 10, 40); }, true, false},
   };
 }

@@ -1,6 +1,7 @@
 #include "train/checkpoints/resume.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <sstream>
 
 #include "engine/data/augment.h"
@@ -66,6 +67,8 @@ std::vector<Setting> settings_of(const TrainOptions& o) {
       {"lr_schedule", "the schedule (--lr-schedule, --warmup-steps and, for cosine, onecycle and linear, the run's length)",
        "every step's rate follows from it", schedule_setting(o)},
       {"augment", "--augment", draws, data::describe(data::parse_augment(o.augment))},
+      // (Recorded since --precision; older checkpoints were written in fp32.)
+      {"precision", "--precision", "every step's gradient is computed in it", o.precision, false, true},
   };
 }
 
@@ -102,6 +105,25 @@ std::vector<std::string> compare_settings(const TrainOptions& o, const io::Safet
 
 }  // namespace
 
+void record_loss_scale(const GradScalerState& state, std::map<std::string, std::string>& metadata) {
+  char scale[32];
+  std::snprintf(scale, sizeof scale, "%.9g", double(state.scale));  // 9 digits: the float32 back exactly
+  metadata["loss_scale"] = scale;
+  metadata["loss_scale_growth_tracker"] = std::to_string(state.growth_tracker);
+}
+
+std::optional<GradScalerState> checkpoint_loss_scale(const io::SafetensorsFile& file) {
+  const auto scale = file.metadata().find("loss_scale"), tracker = file.metadata().find("loss_scale_growth_tracker");
+  if (scale == file.metadata().end()) return std::nullopt;
+  DPCORE_CHECK(tracker != file.metadata().end(), file.source(), ": the checkpoint has a loss_scale but no loss_scale_growth_tracker");
+  try {
+    return GradScalerState{std::stof(scale->second), int32_t(std::stol(tracker->second))};
+  } catch (const std::exception&) {
+    fail(file.source(), ": the loss scale '", scale->second, "' or its growth tracker '", tracker->second,
+         "' is not a number");
+  }
+}
+
 std::map<std::string, std::string> checkpoint_settings(const TrainOptions& o, const std::string& written_by) {
   std::map<std::string, std::string> out;
   for (const Setting& s : settings_of(o)) out[s.key] = s.value;
@@ -132,6 +154,7 @@ Resumed resume_from_checkpoint(const TrainOptions& o, int64_t train_samples, Mod
   r.log.insert(r.log.end(), changes.begin(), changes.end());
   restore_checkpoint(file, model, optimizer);
   r.progress = checkpoint_progress(file);
+  r.loss_scale = checkpoint_loss_scale(file);
 
   // The position counts batches of the checkpoint's size (a difference --force-resume accepted).
   auto recorded_batch = file.metadata().find("batch_size");

@@ -16,9 +16,11 @@
 #pragma once
 
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "engine/grad_scaler.h"
 #include "train/checkpoints/checkpoint.h"
 #include "train/train_options.h"
 
@@ -28,8 +30,16 @@ namespace dpcore::train {
 // `written_by` (the runner's description; shown on resume, never compared).
 std::map<std::string, std::string> checkpoint_settings(const TrainOptions& o, const std::string& written_by);
 
+// --precision fp16: the loss scaler's state in a checkpoint's metadata ("loss_scale", a
+// float32 written with the digits that read back exactly, and "loss_scale_growth_tracker",
+// PyTorch's "scale" and "_growth_tracker"), and read back (nullopt when the file has none:
+// written without a loss scaler).
+void record_loss_scale(const GradScalerState& state, std::map<std::string, std::string>& metadata);
+std::optional<GradScalerState> checkpoint_loss_scale(const io::SafetensorsFile& file);
+
 struct Resumed {
   TrainProgress progress;
+  std::optional<GradScalerState> loss_scale;  // the checkpoint's, when it has one
   std::vector<std::string> log;  // lines for the run's log: fallbacks, notes, changes, "resumed from ..."
 };
 

@@ -8,6 +8,7 @@
 #include "engine/runtime.h"
 #include "engine/seconds_since.h"
 #include "engine/trace.h"
+#include "train/step/loss_scaling.h"
 #include "train/step/step.h"
 
 namespace dpcore::train {
@@ -25,6 +26,7 @@ std::vector<Replica> replicate(std::unique_ptr<layers::Model> root, const std::v
     replicas[r].model = r == 0 ? std::move(root) : replicas[0].model->replicate(devices[r]);
     if (r == 0 && replicas[0].model->device() != devices[0]) replicas[0].model = replicas[0].model->replicate(devices[0]);
     replicas[r].optimizer = make_optimizer(replicas[r].model->parameters(), optimizer);
+    replicas[r].scaler = make_loss_scaler(*replicas[r].model);
     replicas[r].comm = std::move(comms[r]);
     replicas[r].id = replicas[r].comm->rank();
   }
@@ -256,6 +258,16 @@ void ReplicatedRunner::sync_replicas() {
   threads_->run([this, steps](int r) { broadcast_state(replicas_[size_t(r)], steps); });
 }
 
+std::optional<GradScalerState> ReplicatedRunner::loss_scale() const {
+  if (!replicas_[0].scaler) return std::nullopt;
+  return replicas_[0].scaler->state();
+}
+
+void ReplicatedRunner::set_loss_scale(const GradScalerState& state) {
+  if (!replicas_[0].scaler) StepRunner::set_loss_scale(state);
+  for (Replica& r : replicas_) r.scaler->load_state(state);
+}
+
 // ----------------------------------------------------------------------------- --mode dp
 
 DataParallelRunner::DataParallelRunner(std::unique_ptr<layers::Model> model, const OptimizerConfig& optimizer, int64_t accum,
@@ -323,7 +335,7 @@ StepStats DataParallelRunner::attempt_step(const data::Batch& batch) {
     Tensor logits = gather(outputs, root).set_requires_grad(true);
     Tensor y = batch_labels(batch_rows(batch, begin, begin + micro), root);
     Tensor loss = loss_of(logits, y, /*logits=*/true);
-    loss.backward(Tensor::full({}, gradient_scale(counted), loss.dtype(), root));
+    loss.backward(Tensor::full({}, backward_seed(counted, replicas_[0].scaler.get()), loss.dtype(), root));
     backend_for(root).add(loss_sum, loss.detach(), loss_sum);
     // scatter the loss gradient back; parallel_apply: backward
     Tensor dlogits = logits.grad();
@@ -351,7 +363,7 @@ StepStats DataParallelRunner::attempt_step(const data::Batch& batch) {
   // and backward are phases the main thread drives, and this is the first point where a
   // replica meets the others in a collective, whose timeout notices a hang.
   const bool loss_finite = !guards_.skip_nonfinite || all_finite(loss_sum);  // the root's: one for all
-  std::vector<char> skipped(R, 0);
+  std::vector<char> skipped(R, 0), overflowed(R, 0);
   std::vector<std::string> diverged(R);
   threads_->run([&](int r) {
     Replica& rep = replicas_[size_t(r)];
@@ -366,8 +378,13 @@ StepStats DataParallelRunner::attempt_step(const data::Batch& batch) {
     lane.blocked = seconds_since(reducing);
     // Every replica decides from the reduced gradients, the same bits on all of them.
     skipped[size_t(r)] = guards_.skip_nonfinite && (!loss_finite || !all_finite(rep.model->parameters().grads()));
-    if (!skipped[size_t(r)]) rep.optimizer->step();
-    lane.optimizer = skipped[size_t(r)] ? 0 : rep.optimizer->last_step_seconds();
+    if (skipped[size_t(r)]) {
+    } else if (rep.scaler) {
+      overflowed[size_t(r)] = scaled_step(*rep.scaler, *rep.optimizer, rep.model->parameters().grads());
+    } else {
+      rep.optimizer->step();
+    }
+    lane.optimizer = skipped[size_t(r)] || overflowed[size_t(r)] ? 0 : rep.optimizer->last_step_seconds();
     finish_device_work(rep);
     faults_.after_step(rep.id, step);
     if (guards_.check_due(step)) diverged[size_t(r)] = check_replicas(*rep.comm, *rep.model, *rep.optimizer, step);
@@ -375,6 +392,9 @@ StepStats DataParallelRunner::attempt_step(const data::Batch& batch) {
   for (size_t r = 1; r < R; ++r) {
     DPCORE_CHECK(skipped[r] == skipped[0], "--skip-nonfinite: at step ", step, " replica ", r,
                  skipped[r] ? " skipped" : " took", " the step and replica 0 did not: their reduced gradients differ");
+    DPCORE_CHECK(overflowed[r] == overflowed[0], "--precision fp16: at step ", step, " replica ", r,
+                 overflowed[r] ? " found" : " did not find",
+                 " an Inf or NaN in its gradients and replica 0 did not: their reduced gradients differ");
   }
   DPCORE_CHECK(diverged[0].empty(), diverged[0]);
   for (size_t r = 0; r < R; ++r) {
@@ -383,7 +403,9 @@ StepStats DataParallelRunner::attempt_step(const data::Batch& batch) {
     lanes[r].samples = computed[r];
   }
   splitter_.observe(seconds, computed);
-  return {loss_sum, n, counted, skipped[0] != 0, combine_lanes(lanes)};
+  StepStats stats{loss_sum, n, counted, skipped[0] != 0, combine_lanes(lanes)};
+  stats.overflow = overflowed[0] != 0;
+  return stats;
 }
 
 std::string DataParallelRunner::describe() const {

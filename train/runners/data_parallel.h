@@ -46,6 +46,7 @@ struct Replica {
   std::unique_ptr<Optimizer> optimizer;
   std::unique_ptr<Communicator> comm;
   std::unique_ptr<ReplicaBatchNormGroup> batch_norm_group;  // null: --batchnorm local
+  std::unique_ptr<GradScaler> scaler;  // --precision fp16's loss scaler (train/step/loss_scaling.h); null otherwise
   // Its rank at the start of the run, which --inject, the log and the trace lanes name it
   // by: after a shrink (--on-replica-failure shrink) its rank may be lower.
   int id = 0;
@@ -97,6 +98,10 @@ class ReplicatedRunner : public StepRunner {
   void set_rates(double lr, double momentum) override;
   // Rank 0's parameters and optimizer state to every replica.
   void sync_replicas() override;
+  // The replicas' loss scaler (--precision fp16): each unscales the same reduced gradient,
+  // so all hold the same state; rank 0's is reported and every one is set.
+  std::optional<GradScalerState> loss_scale() const override;
+  void set_loss_scale(const GradScalerState& state) override;
   // With mpi (or nccl under mpirun): this process's one replica's communicator, on its thread.
   bool across_processes(const std::function<void(Communicator&, Device)>& fn) override;
   // This process's replica number `replica` (0 is model()).

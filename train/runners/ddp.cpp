@@ -7,6 +7,7 @@
 #include "engine/runtime.h"
 #include "engine/seconds_since.h"
 #include "engine/trace.h"
+#include "train/step/loss_scaling.h"
 #include "train/step/step.h"
 
 namespace dpcore::train {
@@ -192,7 +193,7 @@ StepStats DistributedRunner::attempt_step(const data::Batch& batch) {
   std::vector<double> seconds(size_t(world_size_), 0.0);
   Tensor global_loss;
   const int64_t step = step_number();
-  std::vector<char> skipped(replicas_.size(), 0);
+  std::vector<char> skipped(replicas_.size(), 0), overflowed(replicas_.size(), 0);
   std::vector<std::string> diverged(replicas_.size());
   std::vector<ReplicaLane> lanes(replicas_.size());
 
@@ -228,7 +229,7 @@ StepStats DistributedRunner::attempt_step(const data::Batch& batch) {
       if (m == last) reducer.arm();
       auto [x, y] = batch_tensors(batch_rows(batch, row, row + size), rep.device());
       rep.model->set_batch_position(uint64_t(step), row);
-      Tensor l = forward_backward(*rep.model, x, y, gradient_scale(counted));
+      Tensor l = forward_backward(*rep.model, x, y, backward_seed(counted, rep.scaler.get()));
       backend_for(rep.device()).add(loss_sum, l, loss_sum);
     }
     seconds[size_t(rank)] = seconds_since(t0);
@@ -252,7 +253,12 @@ StepStats DistributedRunner::attempt_step(const data::Batch& batch) {
     // From the global loss and the reduced gradients: the same data, so the same decision,
     // on every rank.
     skipped[size_t(local)] = guards_.skip_nonfinite && step_is_nonfinite(loss_sum, rep.model->parameters().grads());
-    if (!skipped[size_t(local)]) rep.optimizer->step();
+    if (skipped[size_t(local)]) {
+    } else if (rep.scaler) {
+      overflowed[size_t(local)] = scaled_step(*rep.scaler, *rep.optimizer, rep.model->parameters().grads());
+    } else {
+      rep.optimizer->step();
+    }
     finish_device_work(rep);
     faults_.after_step(rep.id, step);
     if (local == 0) global_loss = loss_sum;
@@ -268,7 +274,7 @@ StepStats DistributedRunner::attempt_step(const data::Batch& batch) {
       }
     }
     if (guards_.check_due(step)) diverged[size_t(local)] = check_replicas(*rep.comm, *rep.model, *rep.optimizer, step);
-    lane.optimizer = skipped[size_t(local)] ? 0 : rep.optimizer->last_step_seconds();
+    lane.optimizer = skipped[size_t(local)] || overflowed[size_t(local)] ? 0 : rep.optimizer->last_step_seconds();
     lane.samples = shares[size_t(rank)];
     const double total = seconds_since(started);
     lane.blocked = std::max(0.0, total - lane.compute - lane.optimizer);  // collectives, mostly
@@ -277,6 +283,9 @@ StepStats DistributedRunner::attempt_step(const data::Batch& batch) {
     DPCORE_CHECK(skipped[r] == skipped[0], "--skip-nonfinite: at step ", step, " replica ", replicas_[r].rank(),
                  skipped[r] ? " skipped" : " took", " the step and replica ", replicas_[0].rank(),
                  " did not: their reduced gradients differ");
+    DPCORE_CHECK(overflowed[r] == overflowed[0], "--precision fp16: at step ", step, " replica ", replicas_[r].rank(),
+                 overflowed[r] ? " found" : " did not find", " an Inf or NaN in its gradients and replica ",
+                 replicas_[0].rank(), " did not: their reduced gradients differ");
   }
   DPCORE_CHECK(diverged[0].empty(), diverged[0]);
   splitter_.observe(seconds, shares);
@@ -285,7 +294,9 @@ StepStats DistributedRunner::attempt_step(const data::Batch& batch) {
   // only once that copy has run (the allocator reuses blocks per stream).
   Tensor loss = global_loss.clone();
   runtime::synchronize(loss.device());
-  return {loss, n, counted, skipped[0] != 0, combine_lanes(lanes)};
+  StepStats stats{loss, n, counted, skipped[0] != 0, combine_lanes(lanes)};
+  stats.overflow = overflowed[0] != 0;
+  return stats;
 }
 
 bool DistributedRunner::is_primary() const { return replicas_[0].rank() == 0; }

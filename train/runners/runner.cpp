@@ -5,6 +5,7 @@
 #include <iostream>
 
 #include "engine/runtime.h"
+#include "train/step/loss_scaling.h"
 #include "train/step/step.h"
 
 namespace dpcore::train {
@@ -16,12 +17,14 @@ SingleDeviceRunner::SingleDeviceRunner(std::unique_ptr<Model> model, const Optim
       accum_(accum),
       faults_(options.faults),
       guards_(options.guards),
-      guarded_(!options.faults.empty() || options.guards.skip_nonfinite) {
+      scaler_(make_loss_scaler(*model_)),
+      guarded_(!options.faults.empty() || options.guards.skip_nonfinite || scaler_) {
   DPCORE_CHECK(accum >= 1, "--accum ", accum, " must be at least 1");
   faults_.check(1, "one replica");
   if (guarded_ && backend_for(model_->device()).make_graph(model_->device().index)) {
-    std::cerr << "dpcore: note: --inject and --skip-nonfinite run every step without a CUDA graph (they act "
-                 "between backward and the optimizer step, where a recorded step cannot stop)\n";
+    std::cerr << "dpcore: note: --inject, --skip-nonfinite and --precision fp16's loss scaling run every step "
+                 "without a CUDA graph (they act between backward and the optimizer step, where a recorded step "
+                 "cannot stop)\n";
   }
   eager_only_ = guarded_ || !optimizer_->replayable();
 }
@@ -70,11 +73,16 @@ StepStats SingleDeviceRunner::guarded_step(const Tensor& x, const Tensor& y, int
   Tensor loss;
   model_->zero_grad();
   faults_.run(0, step_number(), *model_,
-              [&] { loss = accumulate_gradients(*model_, x, y, accum, gradient_scale(counted), start); });
+              [&] { loss = accumulate_gradients(*model_, x, y, accum, backward_seed(counted, scaler_.get()), start); });
   if (guards_.skip_nonfinite && step_is_nonfinite(loss, model_->parameters().grads())) {
     return {loss, samples, counted, true};
   }
-  optimizer_->step();
+  if (scaler_ && scaled_step(*scaler_, *optimizer_, model_->parameters().grads())) {
+    StepStats overflowed{loss, samples, counted};
+    overflowed.overflow = true;
+    return overflowed;
+  }
+  if (!scaler_) optimizer_->step();
   faults_.after_step(0, step_number());
   return {loss, samples, counted};
 }
@@ -130,6 +138,20 @@ bool SingleDeviceRunner::rates_changed() {
   stepped_ = true;
   rates_were_changing_ = changed;
   return changed;
+}
+
+std::optional<GradScalerState> SingleDeviceRunner::loss_scale() const {
+  if (!scaler_) return std::nullopt;
+  return scaler_->state();
+}
+
+void SingleDeviceRunner::set_loss_scale(const GradScalerState& state) {
+  if (!scaler_) StepRunner::set_loss_scale(state);
+  scaler_->load_state(state);
+}
+
+void StepRunner::set_loss_scale(const GradScalerState& /*state*/) {
+  fail("this run has no loss scaler (only --precision fp16 has one): ", describe());
 }
 
 void SingleDeviceRunner::set_rates(double lr, double momentum) {

@@ -6,12 +6,14 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "engine/backend.h"
 #include "engine/data/loader.h"
+#include "engine/grad_scaler.h"
 #include "engine/optimizer.h"
 #include "layers/model.h"
 #include "train/faults/fault_injection.h"
@@ -85,6 +87,9 @@ struct StepStats {
   // --on-replica-failure shrink: the replicas that failed in this step and were dropped
   // before it ran again without them (none normally).
   std::vector<ReplicaDropped> dropped = {};
+  // --precision fp16: the loss scaler found an Inf or NaN in the reduced gradients, so the
+  // step was not applied and the scale backed off (train/step/loss_scaling.h).
+  bool overflow = false;
 };
 
 class StepRunner {
@@ -130,6 +135,12 @@ class StepRunner {
   // for a runner without stages.
   virtual std::vector<size_t> stage_peak_bytes() const { return {}; }
   virtual void reset_stage_peak_bytes() {}
+  // --precision fp16: the loss scaler's state (the same on every replica), for the log,
+  // the metrics and checkpoints; nullopt for a runner without one.
+  virtual std::optional<GradScalerState> loss_scale() const { return std::nullopt; }
+  // Sets every replica's scaler to `state` (a resumed checkpoint's). Fails on a runner
+  // without one.
+  virtual void set_loss_scale(const GradScalerState& state);
 
  private:
   int64_t step_number_ = 0;  // 0: not set
@@ -168,7 +179,8 @@ class StepRunner {
 // With --inject or --skip-nonfinite every step runs eagerly: a fault runs host code
 // between backward and the optimizer step, and the guard reads the loss and the gradients
 // there, which a recorded graph cannot do (a note on stderr says so, where the backend
-// could have recorded).
+// could have recorded). So does a step under the loss scaler (--precision fp16), which
+// reads back whether the gradients held an Inf or NaN.
 //
 // An optimizer whose step is not replayable (Optimizer::replayable: Adam passes its bias
 // corrections, which change every step, to the kernel) runs every step eagerly too.
@@ -188,6 +200,8 @@ class SingleDeviceRunner : public StepRunner {
   void set_rates(double lr, double momentum) override;
   void sync_replicas() override {}
   std::string describe() const override;
+  std::optional<GradScalerState> loss_scale() const override;
+  void set_loss_scale(const GradScalerState& state) override;
   // True while steps of the recorded size replay a graph.
   bool replaying() const { return graph_ != nullptr; }
   Device device() const { return model_->device(); }
@@ -205,7 +219,7 @@ class SingleDeviceRunner : public StepRunner {
   // change at consecutive steps on a backend that records graphs.
   bool rates_changed();
   void drop_graph();
-  // The step through the fault injector and the --skip-nonfinite guard, eagerly.
+  // The step through the fault injector, the --skip-nonfinite guard and the loss scaler, eagerly.
   StepStats guarded_step(const Tensor& x, const Tensor& y, int64_t accum, int64_t samples, int64_t counted,
                          BatchStart start);
 
@@ -224,7 +238,8 @@ class SingleDeviceRunner : public StepRunner {
   bool stepped_ = false, rates_were_changing_ = false, noted_changing_ = false;
   FaultInjector faults_;
   GuardOptions guards_;
-  bool guarded_ = false;      // faults or --skip-nonfinite: guarded_step, never a graph
+  std::unique_ptr<GradScaler> scaler_;  // --precision fp16's loss scaler; null otherwise
+  bool guarded_ = false;      // faults, --skip-nonfinite or the scaler: guarded_step, never a graph
   std::unique_ptr<Backend::Captured> graph_;  // declared first: destroyed after its buffers
   Tensor static_x_, static_y_, static_loss_;  // the graph's fixed input and output buffers
 };
