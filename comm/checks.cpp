@@ -10,10 +10,13 @@ void check_defined(const std::string& op, const char* what, const Tensor& t) {
 
 void check_reducible(const std::string& op, const Tensor& t, ReduceOp reduce, bool integers_ok) {
   check_defined(op, "input", t);
-  bool integer = t.dtype() == DType::Int32 || t.dtype() == DType::Int64;
-  DPCORE_CHECK(is_floating(t.dtype()) || (integer && integers_ok && reduce == ReduceOp::Sum), op, ": cannot ",
-               reduce_op_name(reduce), "-reduce ", t.str(), " (supported: float32, float64",
-               integers_ok ? "; int32 and int64 for sum" : "", ")");
+  const bool integer = t.dtype() == DType::Int32 || t.dtype() == DType::Int64;
+  // 16-bit floats are summed, each partial sum rounded back to 16 bits as NCCL's kernels do
+  // (--grad-dtype bf16's allreduce); their average would round twice, so it is left out.
+  const bool sum = reduce == ReduceOp::Sum;
+  DPCORE_CHECK(is_floating(t.dtype()) || (is_half_precision(t.dtype()) && sum) || (integer && integers_ok && sum), op,
+               ": cannot ", reduce_op_name(reduce), "-reduce ", t.str(), " (supported: float32, float64; bfloat16 and float16",
+               integers_ok ? ", int32 and int64" : "", " for sum)");
 }
 
 void check_root(const std::string& op, int root, int size) {

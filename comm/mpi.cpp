@@ -31,6 +31,7 @@
 #include <deque>
 #include <limits>
 #include <sstream>
+#include <type_traits>
 
 #include "comm/checks.h"
 #include "comm/collective_span.h"
@@ -39,6 +40,7 @@
 #include "comm/communicator.h"
 #include "engine/backend.h"
 #include "engine/trace.h"
+#include "kernels/half_types.h"
 
 namespace dpcore::comm {
 namespace {
@@ -62,11 +64,45 @@ MPI_Datatype mpi_type(DType dtype) {
     case DType::Float64: return MPI_DOUBLE;
     case DType::Int32: return MPI_INT32_T;
     case DType::Int64: return MPI_INT64_T;
-    // MPI has no 16-bit float: moved as bits (check_reducible refuses to reduce them).
+    // MPI has no 16-bit float: moved as bits, and summed by sum_op's own operation.
     case DType::BFloat16:
     case DType::Float16: return MPI_UINT16_T;
   }
   return MPI_DATATYPE_NULL;
+}
+
+// The sum of 16-bit floats, which MPI_SUM would add as integers: each pair added in
+// float32 and rounded once to nearest even, as NCCL's kernels and the local ring do.
+float widen(kernels::BFloat16 h) { return kernels::bfloat16_to_float(h); }
+float widen(kernels::Float16 h) { return kernels::float16_to_float(h); }
+template <class H>
+void sum_half(void* in, void* inout, int* length, MPI_Datatype*) {
+  const H* a = static_cast<const H*>(in);
+  H* b = static_cast<H*>(inout);
+  for (int i = 0; i < *length; ++i) {
+    const float sum = widen(a[i]) + widen(b[i]);
+    if constexpr (std::is_same_v<H, kernels::BFloat16>) b[i] = kernels::float_to_bfloat16(sum);
+    else b[i] = kernels::float_to_float16(sum);
+  }
+}
+
+// MPI_SUM, or for a 16-bit dtype its operation, created once (on the communication thread,
+// where every MPI call runs) and kept until MPI_Finalize frees it.
+MPI_Op sum_op(DType dtype) {
+  auto created = [](MPI_User_function* f) {
+    MPI_Op op;
+    check_mpi(MPI_Op_create(f, /*commute=*/1, &op), "MPI_Op_create");
+    return op;
+  };
+  if (dtype == DType::BFloat16) {
+    static const MPI_Op bf16 = created(sum_half<kernels::BFloat16>);
+    return bf16;
+  }
+  if (dtype == DType::Float16) {
+    static const MPI_Op f16 = created(sum_half<kernels::Float16>);
+    return f16;
+  }
+  return MPI_SUM;
 }
 
 // This process's place in MPI_COMM_WORLD and MPI's thread level while MPI is initialised
@@ -219,7 +255,7 @@ class MpiCommunicator : public Communicator {
       check_reducible(op, t, reduce, true);
       HostView host(t, true);
       const int count = mpi_count(op, t.numel());
-      call(op, [&] { return MPI_Allreduce(MPI_IN_PLACE, host.data(), count, mpi_type(t.dtype()), MPI_SUM, comm_); });
+      call(op, [&] { return MPI_Allreduce(MPI_IN_PLACE, host.data(), count, mpi_type(t.dtype()), sum_op(t.dtype()), comm_); });
       average(host.tensor(), reduce);
       host.store();
     });
@@ -247,7 +283,7 @@ class MpiCommunicator : public Communicator {
       const bool is_root = rank_ == root;
       call(op, [&] {
         return MPI_Reduce(is_root ? MPI_IN_PLACE : host.data(), is_root ? host.data() : nullptr, count,
-                          mpi_type(t.dtype()), MPI_SUM, root, comm_);
+                          mpi_type(t.dtype()), sum_op(t.dtype()), root, comm_);
       });
       if (is_root) {
         average(host.tensor(), reduce);
@@ -279,7 +315,8 @@ class MpiCommunicator : public Communicator {
       HostView send(overlap(in, out) ? in.clone() : in, true), receive(out, false);
       const int count = mpi_count(op, out.numel());
       call(op, [&] {
-        return MPI_Reduce_scatter_block(send.data(), receive.data(), count, mpi_type(in.dtype()), MPI_SUM, comm_);
+        return MPI_Reduce_scatter_block(send.data(), receive.data(), count, mpi_type(in.dtype()), sum_op(in.dtype()),
+                                        comm_);
       });
       average(receive.tensor(), reduce);
       receive.store();

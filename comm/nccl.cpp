@@ -54,9 +54,9 @@ ncclDataType_t nccl_type(DType dtype) {
     case DType::Float64: return ncclFloat64;
     case DType::Int32: return ncclInt32;
     case DType::Int64: return ncclInt64;
-    // Not yet: the host NCCL stand-in that CI runs has no 16-bit types (issue 27's --grad-dtype).
-    case DType::BFloat16:
-    case DType::Float16: fail("nccl: ", dtype_name(dtype), " tensors are not communicated yet (float32, float64, int32, int64 are)");
+    // Summed by NCCL in float32 and rounded back at every step (--grad-dtype bf16).
+    case DType::BFloat16: return ncclBfloat16;
+    case DType::Float16: return ncclFloat16;
   }
   return ncclFloat32;
 }

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <type_traits>
 #include <unordered_map>
 #include <vector>
 
@@ -350,9 +351,15 @@ class CpuBackend : public Backend {
     }
   }
   void add(const Tensor& a, const Tensor& b, Tensor& y) override {
-    dispatch_float("add", a, [&](auto t) {
+    // 16-bit: the sum rounded once from float32 (the reduction step of a 16-bit allreduce).
+    dispatch_float_or_half("add", a, [&](auto t) {
       using T = decltype(t);
-      k::add<T>(a.numel(), ptr<T>(a), ptr<T>(b), ptr<T>(y));
+      if constexpr (std::is_same_v<T, kernels::BFloat16> || std::is_same_v<T, kernels::Float16>) {
+        for (const Tensor* other : std::initializer_list<const Tensor*>{&b, &y})
+          DPCORE_CHECK(other->dtype() == a.dtype(), "add: ", other->str(), " is not of ", a.str(), "'s dtype");
+        k::add_half<T>(a.numel(), ptr<T>(a), ptr<T>(b), ptr<T>(y));
+      } else
+        k::add<T>(a.numel(), ptr<T>(a), ptr<T>(b), ptr<T>(y));
     });
   }
   void axpy(double alpha, const Tensor& x, Tensor& y) override {

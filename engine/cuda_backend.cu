@@ -61,6 +61,12 @@ bool on_half(const Tensor& t, F&& f) {
   else f(kernels::Float16{}, stream);
   return true;
 }
+// An elementwise op on 16-bit tensors: every operand of the first one's dtype.
+void check_same_half(const char* op, const Tensor& first, std::initializer_list<const Tensor*> others) {
+  for (const Tensor* t : others)
+    DPCORE_CHECK(t->dtype() == first.dtype(), op, ": ", t->str(), " is not of ", first.str(), "'s dtype");
+}
+
 template <class H>
 H* half_ptr(const Tensor* t) {
   return t && t->defined() ? t->data<H>() : nullptr;
@@ -411,6 +417,13 @@ class CudaBackend : public Backend {
     }
   }
   void add(const Tensor& a, const Tensor& b, Tensor& y) override {
+    // 16-bit: the sum rounded once from float32 (the reduction step of a 16-bit allreduce).
+    if (on_half(a, [&](auto h, cudaStream_t stream) {
+          using H = decltype(h);
+          check_same_half("add", a, {&b, &y});
+          k::add_half(a.numel(), a.data<H>(), b.data<H>(), y.data<H>(), stream);
+        }))
+      return;
     cudaStream_t stream = begin_op("add", {&a, &b, &y});
     k::add(a.numel(), f32(a), f32(b), f32(y), stream);
   }

@@ -234,6 +234,10 @@ void gemm_half_strided_batched(bool trans_a, bool trans_b, int64_t M, int64_t N,
 // Instantiated for float -> BFloat16, float -> Float16, BFloat16 -> float, Float16 -> float.
 template <class From, class To>
 void cast(int64_t n, const From* x, To* y, cudaStream_t stream);
+// y[i] = a[i] + b[i] for H = BFloat16 or Float16, formed in float32 and rounded once to
+// nearest even (y may alias a or b): a 16-bit allreduce's reduction step, the CPU's bits.
+template <class H>
+void add_half(int64_t n, const H* a, const H* b, H* y, cudaStream_t stream);
 // linear and batched_matmul with 16-bit tensors (H = BFloat16 or Float16) on the GEMM
 // above: every output H, rounded once; the contracts of the float32 versions (bias and
 // dbias may be null; accumulate adds onto dw and dbias).

@@ -6,9 +6,11 @@
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "comm/communicator.h"
+#include "kernels/half_types.h"
 #include "support/test_support.h"
 
 namespace dpcore::testing {
@@ -17,9 +19,35 @@ namespace dpcore::testing {
 // uneven splits, and large buffers.
 inline const std::vector<int64_t> kCounts = {0, 1, 2, 3, 7, 1000, 1001, 65537, 1000000};
 
+// The 16-bit floats the collectives sum (--grad-dtype bf16's allreduce).
+template <class T>
+constexpr bool is_half_v = std::is_same_v<T, kernels::BFloat16> || std::is_same_v<T, kernels::Float16>;
+inline float widened(kernels::BFloat16 h) { return kernels::bfloat16_to_float(h); }
+inline float widened(kernels::Float16 h) { return kernels::float16_to_float(h); }
+template <class T>
+T rounded_to(float f) {
+  if constexpr (std::is_same_v<T, kernels::BFloat16>) return kernels::float_to_bfloat16(f);
+  else return kernels::float_to_float16(f);
+}
+
+// One step of a reduction as the collectives document it: a + b; for 16-bit floats formed
+// in float32 and rounded back to 16 bits, as NCCL's kernels sum them.
+template <class T>
+T sum_of(T a, T b) {
+  if constexpr (is_half_v<T>) return rounded_to<T>(widened(a) + widened(b));
+  else return a + b;
+}
+
 template <class T>
 std::vector<T> rank_input(int rank, int64_t count) {
-  return random_vector<T>(size_t(count), uint64_t(rank) * 7919 + uint64_t(count));
+  const uint64_t seed = uint64_t(rank) * 7919 + uint64_t(count);
+  if constexpr (is_half_v<T>) {
+    std::vector<T> out;
+    for (float x : random_vector<float>(size_t(count), seed)) out.push_back(rounded_to<T>(x));
+    return out;
+  } else {
+    return random_vector<T>(size_t(count), seed);
+  }
 }
 
 template <class T>
@@ -40,8 +68,9 @@ std::vector<T> ring_reduction(const std::vector<std::vector<T>>& inputs, const s
   for (size_t i = 0; i < out.size(); ++i) {
     int c = int(chunk_of[i]);
     T acc = inputs[size_t((c + 1) % world)][i];
-    for (int step = 2; step <= world; ++step) acc = inputs[size_t((c + step) % world)][i] + acc;
-    out[i] = op == comm::ReduceOp::Average ? T(1.0 / world) * acc : acc;
+    for (int step = 2; step <= world; ++step) acc = sum_of(inputs[size_t((c + step) % world)][i], acc);
+    if constexpr (is_half_v<T>) out[i] = acc;  // (16-bit floats are summed only)
+    else out[i] = op == comm::ReduceOp::Average ? T(1.0 / world) * acc : acc;
   }
   return out;
 }

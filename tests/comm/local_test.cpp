@@ -183,6 +183,76 @@ INSTANTIATE_TEST_SUITE_P(Sweep, LocalCollectives,
                                   dtype_name(std::get<2>(info.param));
                          });
 
+// ---- 16-bit floats (--grad-dtype bf16's allreduce): summed in the same ring order, each
+// step's partial sum rounded back to 16 bits ----
+template <class T>
+void check_half_allreduce(int world, int64_t count) {
+  auto inputs = all_inputs<T>(world, count);
+  std::vector<T> expected = ring_reduction(inputs, chunk_index(count, world), ReduceOp::Sum);
+  std::vector<std::vector<T>> results(static_cast<size_t>(world));
+  auto group = comm::make_local_group(world);
+  run_replicas(group, [&](Communicator& c) {
+    Tensor t = tensor_of(inputs[size_t(c.rank())]);
+    c.allreduce(t, ReduceOp::Sum).wait();
+    results[size_t(c.rank())] = t.to_vector<T>();
+  });
+  for (int r = 0; r < world; ++r) {
+    EXPECT_TRUE(bit_identical(results[size_t(r)], results[0])) << "rank " << r << " differs from rank 0";
+    EXPECT_TRUE(bit_identical(results[size_t(r)], expected)) << "rank " << r << " differs from the ring order";
+  }
+  // Each of the world - 1 steps rounds a partial sum no larger than the sum of |x| by at
+  // most the unit roundoff (2^-8 for bfloat16's 8 significant bits, 2^-11 for float16's 11).
+  const double unit = std::is_same_v<T, kernels::BFloat16> ? 0x1p-8 : 0x1p-11;
+  for (size_t i = 0; i < size_t(count); ++i) {
+    double exact = 0, magnitude = 0;
+    for (const auto& x : inputs) exact += widened(x[i]), magnitude += std::fabs(widened(x[i]));
+    ASSERT_LE(std::fabs(widened(results[0][i]) - exact), (world - 1) * unit * magnitude) << "element " << i;
+  }
+}
+
+class LocalHalfCollectives : public ::testing::TestWithParam<std::tuple<int, int64_t, DType>> {
+ protected:
+  int world() const { return std::get<0>(GetParam()); }
+  int64_t count() const { return std::get<1>(GetParam()); }
+  template <class F>
+  void for_half(F&& f) const {
+    if (std::get<2>(GetParam()) == DType::BFloat16) f(kernels::BFloat16{});
+    else f(kernels::Float16{});
+  }
+};
+
+TEST_P(LocalHalfCollectives, AllreduceSumRoundsEachStepOfTheRing) {
+  for_half([&](auto t) { check_half_allreduce<decltype(t)>(world(), count()); });
+}
+TEST_P(LocalHalfCollectives, ReduceAndReduceScatterSumInTheSameOrder) {
+  for_half([&](auto t) {
+    check_reduce<decltype(t)>(world(), count(), world() - 1, ReduceOp::Sum);
+    check_reduce_scatter<decltype(t)>(world(), count(), ReduceOp::Sum);
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(Sweep, LocalHalfCollectives,
+                         ::testing::Combine(::testing::Values(1, 2, 3, 4),
+                                            ::testing::Values(int64_t(0), int64_t(1), int64_t(3), int64_t(1001),
+                                                              int64_t(65537)),
+                                            ::testing::Values(DType::BFloat16, DType::Float16)),
+                         [](const auto& info) {
+                           return "world" + std::to_string(std::get<0>(info.param)) + "_n" +
+                                  std::to_string(std::get<1>(info.param)) + "_" +
+                                  dtype_name(std::get<2>(info.param));
+                         });
+
+TEST(LocalCollectivesExtra, SixteenBitAverageIsRefused) {
+  auto group = comm::make_local_group(2);
+  std::vector<std::string> errors(2);
+  run_replicas(group, [&](Communicator& c) {
+    Tensor t = Tensor::zeros({6}, DType::BFloat16);
+    errors[size_t(c.rank())] = error_of(c.allreduce(t, ReduceOp::Average));
+  });
+  EXPECT_EQ(errors[0], "local allreduce: cannot average-reduce bfloat16[6] on cpu (supported: float32, float64; "
+                       "bfloat16 and float16 for sum)");
+}
+
 // ---- beyond the sweep ----
 TEST(LocalCollectivesExtra, EveryRootOfBroadcastAndReduce) {
   for (int root = 0; root < 4; ++root) {
@@ -382,7 +452,8 @@ TEST(LocalFailures, BadArgumentsOnOneReplicaFailEveryone) {
     errors[size_t(c.rank())] = error_of(c.allreduce(t));
   });
   EXPECT_LT(seconds_since(start), 1.5);
-  EXPECT_EQ(errors[1], "local allreduce: cannot sum-reduce int64[10] on cpu (supported: float32, float64)");
+  EXPECT_EQ(errors[1], "local allreduce: cannot sum-reduce int64[10] on cpu (supported: float32, float64; bfloat16 and "
+                       "float16 for sum)");
   for (int r : {0, 2}) {
     EXPECT_EQ(errors[size_t(r)], "local allreduce: replica 1 failed: " + errors[1]) << "rank " << r;
   }
@@ -442,7 +513,8 @@ TEST(LocalFailures, ArgumentErrorsNameTheProblem) {
                "local reduce_scatter: input float32[6] on cpu must have 1 x 3 elements (world size x output float32[3] on cpu)");
   Tensor ints = Tensor::zeros({6}, DType::Int32);
   expect_error([&](Communicator& c) { return c.allreduce(ints, ReduceOp::Average); },
-               "local allreduce: cannot average-reduce int32[6] on cpu (supported: float32, float64)");
+               "local allreduce: cannot average-reduce int32[6] on cpu (supported: float32, float64; bfloat16 and "
+               "float16 for sum)");
   Tensor undefined;
   expect_error([&](Communicator& c) { return c.broadcast(undefined, 0); },
                "local broadcast: the input tensor is undefined");

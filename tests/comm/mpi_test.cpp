@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <thread>
 
@@ -121,6 +122,47 @@ TEST(MpiCollectives, AllreduceInt64IsExact) {
   Tensor t = Tensor::from_vector(inputs[size_t(world().rank())], {3});
   world().allreduce(t).wait();
   EXPECT_EQ(t.to_vector<int64_t>(), serial_reduction(inputs, ReduceOp::Sum));
+}
+
+// 16-bit floats (--grad-dtype bf16) are summed by the backend's own MPI operation, each
+// step in float32 rounded back to 16 bits: within world - 1 unit roundoffs (2^-8 bfloat16,
+// 2^-11 float16) of the sum of |x| from the exact sum, the same bits on every rank (MPI_SUM
+// on the bits, as unsigned integers, would be nowhere near).
+template <class T>
+void expect_half_sum(const std::vector<T>& got, const std::vector<std::vector<T>>& inputs, size_t first,
+                     const std::string& what) {
+  const double unit = std::is_same_v<T, kernels::BFloat16> ? 0x1p-8 : 0x1p-11;
+  for (size_t i = 0; i < got.size(); ++i) {
+    double exact = 0, magnitude = 0;
+    for (const auto& x : inputs) exact += widened(x[first + i]), magnitude += std::fabs(widened(x[first + i]));
+    ASSERT_LE(std::fabs(widened(got[i]) - exact), (inputs.size() - 1) * unit * magnitude) << what << ", element " << i;
+  }
+}
+
+template <class T>
+void check_half_sums(int64_t count) {
+  const int n = world().size(), rank = world().rank();
+  auto inputs = all_inputs<T>(n, count);
+  Tensor t = tensor_of(inputs[size_t(rank)]);
+  world().allreduce(t).wait();
+  const std::string what = label("allreduce sum", count, t.dtype());
+  expect_half_sum(t.to_vector<T>(), inputs, 0, what);
+  expect_same_on_every_rank(t.to_vector<T>(), what);
+  Tensor r = tensor_of(inputs[size_t(rank)]);
+  world().reduce(r, n - 1).wait();
+  if (rank == n - 1) expect_half_sum(r.to_vector<T>(), inputs, 0, label("reduce", count, r.dtype()));
+  const int64_t block = block_for(count, n);
+  auto whole = all_inputs<T>(n, n * block);
+  Tensor mine = Tensor::empty({block}, dtype_of<T>::value);
+  world().reduce_scatter(tensor_of(whole[size_t(rank)]), mine).wait();
+  expect_half_sum(mine.to_vector<T>(), whole, size_t(rank * block), label("reduce_scatter", count, mine.dtype()));
+}
+
+TEST(MpiCollectives, SixteenBitSumsRoundEachStep) {
+  for (int64_t count : {int64_t(0), int64_t(1), int64_t(1001), int64_t(65537)}) {
+    check_half_sums<kernels::BFloat16>(count);
+    check_half_sums<kernels::Float16>(count);
+  }
 }
 
 TEST(MpiCollectives, BroadcastAndReduceFromEveryRoot) {

@@ -3,6 +3,8 @@
 // on machines without a GPU; the device-list checks that need none are in choose_test.cpp.
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "collective_reference.h"
 #include "comm/communicator.h"
 #include "engine/runtime.h"
@@ -69,6 +71,30 @@ TEST(NcclCollectives, GroupOverEveryGpu) {
     c.barrier();
   });
   EXPECT_LE(max_relative_error(results[0].data(), serial.data(), serial.size()), 1e-3);
+  for (int r = 1; r < gpus; ++r) EXPECT_TRUE(bit_identical(results[size_t(r)], results[0])) << "rank " << r;
+}
+
+// --grad-dtype bf16's allreduce over NCCL: bfloat16 and float16 tensors summed, each step
+// rounded back to 16 bits, within world - 1 unit roundoffs of the sum of |x|, the same
+// bits on every rank.
+TEST(NcclCollectives, SixteenBitSumOverEveryGpu) {
+  int gpus = runtime::cuda_device_count();
+  if (gpus < 2) GTEST_SKIP() << "needs 2 or more GPUs (NCCL refuses two ranks on one GPU); this machine has " << gpus;
+  auto group = comm::make_nccl_group(comm::place_replicas(gpus, Device::Type::CUDA));
+  const int64_t count = 1001;
+  auto inputs = all_inputs<kernels::BFloat16>(gpus, count);
+  std::vector<std::vector<kernels::BFloat16>> results(static_cast<size_t>(gpus));
+  run_replicas(group, [&](Communicator& c) {
+    Tensor t = Tensor::from_vector(inputs[size_t(c.rank())], {count}).to(Device::cuda(c.rank()));
+    c.allreduce(t).wait();
+    results[size_t(c.rank())] = t.to(Device::cpu()).to_vector<kernels::BFloat16>();
+    c.barrier();
+  });
+  for (size_t i = 0; i < size_t(count); ++i) {
+    double exact = 0, magnitude = 0;
+    for (const auto& x : inputs) exact += widened(x[i]), magnitude += std::fabs(widened(x[i]));
+    ASSERT_LE(std::fabs(widened(results[0][i]) - exact), (gpus - 1) * 0x1p-8 * magnitude) << "element " << i;
+  }
   for (int r = 1; r < gpus; ++r) EXPECT_TRUE(bit_identical(results[size_t(r)], results[0])) << "rank " << r;
 }
 

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -59,6 +60,24 @@ TEST(CudaBackend, ToGivesTheCpusBitsBothWaysAndCastsTheGradientBack) {
   w.set_requires_grad(true);
   ops::sum(ops::scale(ops::to(ops::to(w, DType::BFloat16), DType::Float32), 1.0 / 3)).backward();
   for (float g : w.grad().to(Device::cpu()).to_vector<float>()) EXPECT_EQ(g, 0.333984375f);  // bfloat16(1/3)
+}
+
+// The add of two 16-bit tensors on the device (kernels/cuda/add_half.cu, the reduction step
+// of a 16-bit allreduce): the CPU's bits, into an output that starts as NaN and in place.
+TEST(CudaBackend, SixteenBitAddGivesTheCpusBits) {
+  SKIP_WITHOUT_CUDA();
+  Tensor a32 = Tensor::from_vector(random_floats(1001, 11), {1001}), b32 = Tensor::from_vector(random_floats(1001, 12), {1001});
+  for (DType half : {DType::BFloat16, DType::Float16}) {
+    Tensor a = ops::to(a32, half), b = ops::to(b32, half), want = Tensor::empty({1001}, half);
+    backend_for(Device::cpu()).add(a, b, want);
+    Tensor ga = a.to(kGpu), gb = b.to(kGpu), got = Tensor::full({1001}, NAN, half).to(kGpu);
+    backend_for(kGpu).add(ga, gb, got);
+    backend_for(kGpu).add(ga, gb, ga);
+    for (const Tensor& t : {got, ga}) {
+      Tensor back = t.to(Device::cpu());
+      EXPECT_EQ(std::memcmp(back.raw_data(), want.raw_data(), want.nbytes()), 0) << dtype_name(half);
+    }
+  }
 }
 
 TEST(CudaBackend, BadTargetIsReportedAtSynchronizeNamingTheOp) {

@@ -4,6 +4,10 @@
 // batched_matmul so far: tests/engine/half_matmul_test.cpp).
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstring>
+
+#include "engine/backend.h"
 #include "engine/ops.h"
 #include "tests/support/error_of.h"
 
@@ -67,6 +71,40 @@ TEST(HalfTensor, ToCastsAndItsBackwardCastsTheGradientBack) {
   Tensor loss = ops::sum(ops::scale(ops::to(ops::to(w, DType::BFloat16), DType::Float32), 1.0 / 3));
   loss.backward();
   for (float g : w.grad().to_vector<float>()) EXPECT_EQ(g, 0.333984375f);
+}
+
+// The backend's add of two 16-bit tensors (a 16-bit allreduce's reduction step, --grad-dtype
+// bf16): the 16-bit value nearest the exact sum. The inputs lie within a factor 2^8 of each
+// other, so their float32 sum is exact and one rounding gives the nearest value; an
+// infinity and a NaN carry through, other dtypes are refused. The output starts as NaN.
+TEST(HalfTensor, AddIsTheNearest16BitValueToTheExactSum) {
+  std::vector<float> a_values, b_values;
+  for (int i = 0; i < 1000; ++i) {
+    a_values.push_back(std::ldexp(1.0f + float(i % 97) / 97, i % 9) * (i % 3 ? 1.f : -1.f));
+    b_values.push_back(std::ldexp(1.0f + float(i % 89) / 89, (i * 5) % 7) * (i % 5 ? 1.f : -1.f));
+  }
+  a_values[0] = INFINITY, a_values[1] = NAN, b_values[2] = -INFINITY;
+  const Tensor a32 = Tensor::from_vector(a_values, {1000}), b32 = Tensor::from_vector(b_values, {1000});
+  for (DType half : {DType::BFloat16, DType::Float16}) {
+    SCOPED_TRACE(dtype_name(half));
+    Tensor a = ops::to(a32, half), b = ops::to(b32, half), y = Tensor::full({1000}, NAN, half);
+    backend_for(Device::cpu()).add(a, b, y);
+    const std::vector<float> wa = ops::to(a, DType::Float32).to_vector<float>(), wb = ops::to(b, DType::Float32).to_vector<float>();
+    const std::vector<float> got = ops::to(y, DType::Float32).to_vector<float>();
+    for (size_t i = 0; i < got.size(); ++i) {
+      const double exact = double(wa[i]) + double(wb[i]);
+      const Tensor nearest = ops::to(Tensor::from_vector(std::vector<float>{float(exact)}, {1}), half);
+      const float want = ops::to(nearest, DType::Float32).item();
+      if (std::isnan(want)) EXPECT_TRUE(std::isnan(got[i])) << "element " << i;
+      else EXPECT_EQ(got[i], want) << "element " << i << ": " << wa[i] << " + " << wb[i];
+    }
+    Tensor in_place = a.clone();
+    backend_for(Device::cpu()).add(in_place, b, in_place);  // y aliasing a
+    EXPECT_EQ(std::memcmp(in_place.raw_data(), y.raw_data(), y.nbytes()), 0);
+  }
+  Tensor bf = ops::to(a32, DType::BFloat16), f16 = ops::to(b32, DType::Float16), out = Tensor::empty({1000}, DType::BFloat16);
+  const std::string msg = testing::error_of([&] { backend_for(Device::cpu()).add(bf, f16, out); });
+  EXPECT_TRUE(contains(msg, "add: float16[1000] on cpu is not of bfloat16[1000] on cpu's dtype")) << msg;
 }
 
 }  // namespace

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "kernels/cuda_runtime/check.h"
+#include "kernels/half_types.h"
 
 namespace {
 
@@ -345,6 +346,33 @@ TEST(HostNccl, AllReduceAddsTheRanksInRankOrder) {
     CUDA_CHECK(cudaFree(x));
   });
   for (int r = 0; r < 4; ++r) EXPECT_EQ(out[r], 1.f) << "rank " << r;
+}
+
+// bfloat16 and float16 (--grad-dtype bf16's allreduce) are combined in float32 and rounded
+// back to 16 bits at every step, as NCCL's kernels store each partial result: 256 + 1 is
+// 257, a tie between bfloat16's 256 and 258 that rounds to the even 256, and so is every
+// later step; one float32 sum of all four, rounded at the end, would give 258. float16
+// has the same tie at 2048.
+TEST(HostNccl, SixteenBitAllReduceRoundsEveryStep) {
+  using dpcore::kernels::BFloat16;
+  using dpcore::kernels::Float16;
+  Clique clique(4);
+  const float values[] = {0.f, 1.f, 1.f, 0.f};  // after the first rank's
+  for (const float first : {256.f, 2048.f}) {
+    const bool bf16 = first == 256.f;
+    std::vector<float> out(4);
+    on_ranks(4, [&](int r) {
+      cudaStream_t s = clique.streams[r];
+      const float mine = r == 0 ? first : values[r];
+      uint16_t bits = bf16 ? dpcore::kernels::float_to_bfloat16(mine).bits : dpcore::kernels::float_to_float16(mine).bits;
+      uint16_t* x = upload(std::vector<uint16_t>{bits}, s);
+      EXPECT_NCCL(ncclAllReduce(x, x, 1, bf16 ? ncclBfloat16 : ncclFloat16, ncclSum, clique.comms[r], s));
+      const uint16_t got = download(x, 1, s)[0];
+      out[r] = bf16 ? dpcore::kernels::bfloat16_to_float(BFloat16{got}) : dpcore::kernels::float16_to_float(Float16{got});
+      CUDA_CHECK(cudaFree(x));
+    });
+    for (int r = 0; r < 4; ++r) EXPECT_EQ(out[r], first) << (bf16 ? "bfloat16" : "float16") << " rank " << r;
+  }
 }
 
 // ncclCommSplit as NCCL defines it: ranks of one color form a communicator ranked by key,

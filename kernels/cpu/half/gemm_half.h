@@ -56,4 +56,10 @@ void gemm_bf16_avx512(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t 
 template <class From, class To>
 void cast(int64_t n, const From* x, To* y);
 
+// y[i] = a[i] + b[i] for H = BFloat16 or Float16: each sum formed in float32 and rounded
+// once to nearest even (y may alias a or b). The reduction step of a 16-bit allreduce
+// (--grad-dtype bf16), as NCCL's kernels sum 16-bit buffers; the CUDA kernel's bits.
+template <class H>
+void add_half(int64_t n, const H* a, const H* b, H* y);
+
 }  // namespace dpcore::kernels::cpu

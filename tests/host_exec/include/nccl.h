@@ -33,7 +33,15 @@ typedef enum {
 
 typedef enum { ncclSum = 0, ncclProd = 1, ncclMax = 2, ncclMin = 3, ncclAvg = 4 } ncclRedOp_t;
 
-typedef enum { ncclInt32 = 2, ncclInt64 = 4, ncclFloat32 = 7, ncclFloat64 = 8 } ncclDataType_t;
+// NCCL's numbering; bfloat16 and float16 are summed in float32 and rounded back per step.
+typedef enum {
+  ncclInt32 = 2,
+  ncclInt64 = 4,
+  ncclFloat16 = 6,
+  ncclFloat32 = 7,
+  ncclFloat64 = 8,
+  ncclBfloat16 = 9
+} ncclDataType_t;
 
 // ---- communicators (runtime/nccl_comm.cpp) ----
 // An id naming a new clique: the ranks that pass it to ncclCommInitRank form one communicator.

@@ -5,6 +5,7 @@
 #include <type_traits>
 
 #include "host_exec/runtime/nccl_clique.h"
+#include "kernels/half_types.h"
 
 namespace host_runtime::nccl {
 namespace {
@@ -15,6 +16,8 @@ const char* type_name(ncclDataType_t type) {
     case ncclInt64: return "int64";
     case ncclFloat32: return "float32";
     case ncclFloat64: return "float64";
+    case ncclFloat16: return "float16";
+    case ncclBfloat16: return "bfloat16";
   }
   return "?";
 }
@@ -47,10 +50,46 @@ T multiply(T a, T b) {
   return a * b;
 }
 
+// A 16-bit float combined as NCCL's kernels combine bfloat16 and float16: widened to
+// float32, combined, and the result rounded back to 16 bits at every step.
+using dpcore::kernels::BFloat16;
+using dpcore::kernels::Float16;
+float widen(BFloat16 h) { return dpcore::kernels::bfloat16_to_float(h); }
+float widen(Float16 h) { return dpcore::kernels::float16_to_float(h); }
+template <class H>
+H narrow(float f) {
+  if constexpr (std::is_same_v<H, BFloat16>) return dpcore::kernels::float_to_bfloat16(f);
+  else return dpcore::kernels::float_to_float16(f);
+}
+template <class H>
+void reduce_half_into(H* out, const std::vector<const H*>& in, size_t count, ncclRedOp_t reduce) {
+  const int n = int(in.size());
+  for (size_t i = 0; i < count; ++i) {
+    H acc{};
+    for (int q = 0; q < n; ++q) {
+      float x = widen(in[q][i]);
+      if (reduce == ncclAvg) x = widen(narrow<H>(x * (1.0f / float(n))));  // NCCL: a pre-multiplied sum
+      if (q == 0) {
+        acc = narrow<H>(x);
+        continue;
+      }
+      const float a = widen(acc);
+      switch (reduce) {
+        case ncclSum:
+        case ncclAvg: acc = narrow<H>(a + x); break;
+        case ncclProd: acc = narrow<H>(a * x); break;
+        case ncclMax: acc = narrow<H>(std::fmax(a, x)); break;
+        case ncclMin: acc = narrow<H>(std::fmin(a, x)); break;
+      }
+    }
+    out[i] = acc;
+  }
+}
+
 // out[i] = in[0][i] (op) in[1][i] (op) ..., left to right. Max and min are fmax and fmin
 // for floating types, as NCCL's kernels use.
 template <class T>
-void reduce_into(T* out, const std::vector<const T*>& in, size_t count, ncclRedOp_t reduce) {
+void reduce_numbers_into(T* out, const std::vector<const T*>& in, size_t count, ncclRedOp_t reduce) {
   const int n = int(in.size());
   for (size_t i = 0; i < count; ++i) {
     T acc{};
@@ -76,6 +115,12 @@ void reduce_into(T* out, const std::vector<const T*>& in, size_t count, ncclRedO
     if (reduce == ncclAvg && !std::is_floating_point_v<T>) acc = acc / T(n);  // NCCL: sum, then divide
     out[i] = acc;
   }
+}
+
+template <class T>
+void reduce_into(T* out, const std::vector<const T*>& in, size_t count, ncclRedOp_t reduce) {
+  if constexpr (std::is_same_v<T, BFloat16> || std::is_same_v<T, Float16>) reduce_half_into(out, in, count, reduce);
+  else reduce_numbers_into(out, in, count, reduce);
 }
 
 template <class T>
@@ -145,12 +190,14 @@ bool same_call(const Op& a, const Op& b) {
 }
 
 bool valid_type(ncclDataType_t type) {
-  return type == ncclInt32 || type == ncclInt64 || type == ncclFloat32 || type == ncclFloat64;
+  return type == ncclInt32 || type == ncclInt64 || type == ncclFloat32 || type == ncclFloat64 ||
+         type == ncclFloat16 || type == ncclBfloat16;
 }
 
 bool valid_reduce(ncclRedOp_t reduce) { return reduce >= ncclSum && reduce <= ncclAvg; }
 
 size_t type_size(ncclDataType_t type) {
+  if (type == ncclFloat16 || type == ncclBfloat16) return 2;
   return type == ncclInt32 || type == ncclFloat32 ? 4 : 8;
 }
 
@@ -160,6 +207,8 @@ std::vector<char> result_for(int rank, const std::vector<Op>& calls) {
     case ncclInt64: return compute<int64_t>(rank, calls);
     case ncclFloat32: return compute<float>(rank, calls);
     case ncclFloat64: return compute<double>(rank, calls);
+    case ncclFloat16: return compute<Float16>(rank, calls);
+    case ncclBfloat16: return compute<BFloat16>(rank, calls);
   }
   return {};
 }
