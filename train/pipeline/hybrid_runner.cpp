@@ -51,8 +51,10 @@ HybridRunner::HybridRunner(std::unique_ptr<Model> model, const OptimizerConfig& 
   // (In a trace, rank d of stage s's group is the lane "stage s group comm d"; its thread
   // runs on stage s's team, as the stage's threads do.)
   for (int s = 0; s < P; ++s) {
-    comm::LocalOptions group{timeout_of(options), "stage " + std::to_string(s) + " group comm",
-                             trace::kStageGroupCommLanes + s * D};
+    comm::LocalOptions group;
+    group.timeout = timeout_of(options);
+    group.lanes = "stage " + std::to_string(s) + " group comm";
+    group.first_lane = trace::kStageGroupCommLanes + s * D;
     group.thread_start = [team = teams[size_t(s)]](int) { runtime::join_cpu_team(team); };
     groups_.push_back(comm::make_local_group(D, group));
   }

@@ -38,7 +38,10 @@ std::string stage_lane(int replica, int s) { return lane_prefix(replica) + "stag
 // no core that another stage is computing on.
 comm::LocalOptions stage_comm_options(std::chrono::milliseconds timeout, int replica, int stages,
                                       const std::vector<runtime::CpuTeam>& teams) {
-  comm::LocalOptions o{timeout, lane_prefix(replica) + "stage comm", trace::kStageCommLanes + std::max(replica, 0) * stages};
+  comm::LocalOptions o;
+  o.timeout = timeout;
+  o.lanes = lane_prefix(replica) + "stage comm";
+  o.first_lane = trace::kStageCommLanes + std::max(replica, 0) * stages;
   if (!teams.empty()) o.thread_start = [teams](int s) { runtime::join_cpu_team(teams[size_t(s)]); };
   return o;
 }
