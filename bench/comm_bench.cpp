@@ -4,6 +4,9 @@
 //           broadcast, allgather's output and reduce_scatter's input;
 //   busbw = algbw x 2(n-1)/n (allreduce), x (n-1)/n (allgather, reduce_scatter), x 1
 //           (broadcast): comparable across rank counts and against link bandwidth.
+// allreduce_bf16_grads is --grad-dtype bf16's allreduce of a float32 gradient buffer of the
+// size named (cast to bfloat16, allreduce, cast back), its bandwidths counted in float32
+// bytes so that they compare with allreduce's directly.
 // Backends: local on the CPU (2, 3 and 4 replicas), local and nccl on the GPUs when there
 // are any, and mpi when started under mpiexec (then with a fixed iteration count, since
 // every rank must run the same number of collectives):
@@ -21,6 +24,7 @@
 #include <vector>
 
 #include "comm/communicator.h"
+#include "engine/backend.h"
 #include "engine/runtime.h"
 
 namespace {
@@ -76,10 +80,14 @@ class Crew {
   std::vector<std::thread> helpers_;
 };
 
-enum class Op { Allreduce, Allgather, ReduceScatter, Broadcast };
+// AllreduceBf16Grads: --grad-dtype bf16's gradient allreduce of a float32 buffer of the
+// size named: rounded into a bfloat16 copy, that allreduced (half the bytes), widened back
+// (train/step/gradient_wire.h), against Allreduce of the same float32 buffer.
+enum class Op { Allreduce, AllreduceBf16Grads, Allgather, ReduceScatter, Broadcast };
 const char* op_name(Op op) {
   switch (op) {
     case Op::Allreduce: return "allreduce";
+    case Op::AllreduceBf16Grads: return "allreduce_bf16_grads";
     case Op::Allgather: return "allgather";
     case Op::ReduceScatter: return "reduce_scatter";
     case Op::Broadcast: return "broadcast";
@@ -88,7 +96,8 @@ const char* op_name(Op op) {
 }
 double bus_factor(Op op, int n) {
   switch (op) {
-    case Op::Allreduce: return 2.0 * (n - 1) / n;
+    case Op::Allreduce:
+    case Op::AllreduceBf16Grads: return 2.0 * (n - 1) / n;
     case Op::Allgather:
     case Op::ReduceScatter: return double(n - 1) / n;
     case Op::Broadcast: return 1.0;
@@ -105,6 +114,8 @@ Buffers make_buffers(Op op, int64_t elements, int world, Device device) {
   switch (op) {
     case Op::Allreduce:
     case Op::Broadcast: return {Tensor::full({elements}, 1.0, DType::Float32, device), Tensor()};
+    case Op::AllreduceBf16Grads:
+      return {Tensor::full({elements}, 1.0, DType::Float32, device), Tensor::empty({elements}, DType::BFloat16, device)};
     case Op::Allgather: return {Tensor::full({part}, 1.0, DType::Float32, device), Tensor::empty({elements}, DType::Float32, device)};
     case Op::ReduceScatter: return {Tensor::full({elements}, 1.0, DType::Float32, device), Tensor::empty({part}, DType::Float32, device)};
   }
@@ -114,6 +125,11 @@ Buffers make_buffers(Op op, int64_t elements, int world, Device device) {
 void run_op(Op op, Communicator& c, Buffers& b) {
   switch (op) {
     case Op::Allreduce: c.allreduce(b.in).wait(); return;
+    case Op::AllreduceBf16Grads:
+      dpcore::backend_for(b.in.device()).cast(b.in, b.out);
+      c.allreduce(b.out).wait();
+      dpcore::backend_for(b.in.device()).cast(b.out, b.in);
+      return;
     case Op::Allgather: c.allgather(b.in, b.out).wait(); return;
     case Op::ReduceScatter: c.reduce_scatter(b.in, b.out).wait(); return;
     case Op::Broadcast: c.broadcast(b.in, 0).wait(); return;
@@ -128,7 +144,7 @@ void measure(benchmark::State& state, Op op, const Group& group, const std::vect
   Crew crew(group.size(), [&](size_t r) { run_op(op, *group[r], buffers[r]); });
   crew.step();  // warm-up: first-touch allocation of the scratch buffers, NCCL connections
   for (auto _ : state) crew.step();
-  double message = double(elements) * 4;
+  double message = double(elements) * 4;  // AllreduceBf16Grads: the float32 gradients it reduces
   using benchmark::Counter;
   state.counters["algbw"] = Counter(message, Counter::kIsIterationInvariantRate, Counter::OneK::kIs1000);
   state.counters["busbw"] =
@@ -141,7 +157,7 @@ std::string size_name(int64_t bytes) {
   return std::to_string(bytes >> 10) + "KiB";
 }
 
-const Op kOps[] = {Op::Allreduce, Op::Allgather, Op::ReduceScatter, Op::Broadcast};
+const Op kOps[] = {Op::Allreduce, Op::AllreduceBf16Grads, Op::Allgather, Op::ReduceScatter, Op::Broadcast};
 const std::vector<int64_t> kCpuSizes = {4 << 10, 64 << 10, 1 << 20, 16 << 20, 64 << 20};
 const std::vector<int64_t> kGpuSizes = {4 << 10, 64 << 10, 1 << 20, 16 << 20, 256 << 20};
 

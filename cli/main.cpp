@@ -540,6 +540,13 @@ void add_train_flags(CLI::App& cmd, TrainOptions& o, BackendFlags& b) {
   with_rule(cmd.add_option("--bucket-mb", o.parallel.bucket_mb, "DDP allreduce bucket cap in MiB (the first bucket is 1 MiB)"),
             number(0, false, 1048576, " of MiB"))
       ->capture_default_str();
+  with_rule(cmd.add_option("--grad-dtype", o.parallel.grad_dtype,
+                           "what the gradient allreduce moves (--mode dp or ddp, 2 or more replicas): fp32, or "
+                           "bf16 (half the bytes, as DDP's bf16_compress_hook: each bucket rounded to bfloat16 "
+                           "and summed in bfloat16, the micro-batches still accumulated and the optimizer still "
+                           "stepping in float32) (docs/mixed-precision.md)"),
+            one_of({"fp32", "bf16"}))
+      ->capture_default_str();
   with_rule(cmd.add_option("--replica-timeout", o.parallel.timeout_s, "seconds before a silent replica fails the run"),
             number(0, false, 1e9, " of seconds"))
       ->capture_default_str();

@@ -31,7 +31,6 @@
 #include <deque>
 #include <limits>
 #include <sstream>
-#include <type_traits>
 
 #include "comm/checks.h"
 #include "comm/collective_span.h"
@@ -40,7 +39,7 @@
 #include "comm/communicator.h"
 #include "engine/backend.h"
 #include "engine/trace.h"
-#include "kernels/half_types.h"
+#include "kernels/cpu/half/gemm_half.h"
 
 namespace dpcore::comm {
 namespace {
@@ -71,19 +70,12 @@ MPI_Datatype mpi_type(DType dtype) {
   return MPI_DATATYPE_NULL;
 }
 
-// The sum of 16-bit floats, which MPI_SUM would add as integers: each pair added in
-// float32 and rounded once to nearest even, as NCCL's kernels and the local ring do.
-float widen(kernels::BFloat16 h) { return kernels::bfloat16_to_float(h); }
-float widen(kernels::Float16 h) { return kernels::float16_to_float(h); }
+// The sum of 16-bit floats, which MPI_SUM would add as integers: the CPU kernel of the
+// local ring's 16-bit add (each pair added in float32 and rounded once to nearest even, as
+// NCCL's kernels do).
 template <class H>
 void sum_half(void* in, void* inout, int* length, MPI_Datatype*) {
-  const H* a = static_cast<const H*>(in);
-  H* b = static_cast<H*>(inout);
-  for (int i = 0; i < *length; ++i) {
-    const float sum = widen(a[i]) + widen(b[i]);
-    if constexpr (std::is_same_v<H, kernels::BFloat16>) b[i] = kernels::float_to_bfloat16(sum);
-    else b[i] = kernels::float_to_float16(sum);
-  }
+  kernels::cpu::add_half(*length, static_cast<const H*>(in), static_cast<const H*>(inout), static_cast<H*>(inout));
 }
 
 // MPI_SUM, or for a 16-bit dtype its operation, created once (on the communication thread,

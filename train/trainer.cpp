@@ -27,6 +27,7 @@
 #include "train/observe/explain.h"
 #include "train/schedule/lr_schedule.h"
 #include "train/checkpoints/resume.h"
+#include "train/step/gradient_wire.h"
 #include "train/step/step.h"
 #include "train/sync/sync_strategy.h"
 #include "train/observe/job_trace.h"
@@ -216,6 +217,13 @@ void check_precision(const TrainOptions& o) {
                "or NaN itself, and lowers its scale");
 }
 
+// ", allreduce in bfloat16 (...)" for the header line; "" for fp32.
+std::string describe_grad_dtype(const TrainOptions& o) {
+  if (o.parallel.grad_dtype == "fp32") return "";
+  return std::string(", gradients allreduced in ") + dtype_name(grad_dtype_of(o.parallel.grad_dtype)) +
+         " (accumulated in float32)";
+}
+
 // "precision bf16 (...)" for the header line; "" for fp32.
 std::string describe_precision(const TrainOptions& o, const StepRunner& runner) {
   if (o.precision == "fp32") return "";
@@ -253,6 +261,7 @@ const TrainOptions& checked(const TrainOptions& o) {
                " steps); use a multiple of ", sync.period);
   DPCORE_CHECK(o.trace_steps >= 1, "--trace-steps ", o.trace_steps, " must be at least 1");
   check_precision(o);
+  check_grad_dtype(o.parallel);
   DPCORE_CHECK(!is_pipeline(o.parallel.pipeline) || o.parallel.backend != "mpi" || o.clip_grad_norm < 0,
                "--clip-grad-norm ", o.clip_grad_norm, " with --backend mpi and ", pipeline::pipeline_flag(o.parallel.pipeline),
                ": the norm is over every stage's gradients, and each process has its own stage's");
@@ -519,7 +528,7 @@ std::unique_ptr<data::DataLoader> TrainingRun::make_loader() const {
 void TrainingRun::print_header() const {
   out_ << "dpcore: " << o_.model << " on " << data_.train.name << " (" << data::describe(data_.train) << "), "
        << runner_->describe() << ", batch " << o_.batch << describe_adam(o_)
-       << describe_precision(o_, *runner_) << ", lr " << schedule_->describe() << ", " << per_epoch_
+       << describe_precision(o_, *runner_) << describe_grad_dtype(o_) << ", lr " << schedule_->describe() << ", " << per_epoch_
        << " steps per epoch";
   const data::Augment augment = data::parse_augment(o_.augment);
   if (!augment.none()) out_ << ", augment " << data::describe(augment);

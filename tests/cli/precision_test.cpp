@@ -163,4 +163,43 @@ TEST(PrecisionFp16, TheScaleSurvivesCheckpointAndResume) {
       << forced.output;
 }
 
+// --grad-dtype bf16 rounds the gradient allreduce of dp and ddp to bfloat16 (the exact
+// result and the bytes: tests/train/gradient_wire_test.cpp): the first line says so, the run
+// differs from float32 communication, mpirun's 2 processes equal 2 local replicas bit for
+// bit (one 16-bit sum per element either way), and a run that has no such allreduce refuses it.
+TEST(GradDtype, Bf16AllreduceIsNamedDiffersFromFloat32AndIsRefusedWhereNothingIsReduced) {
+  dpcore::testing::TempDir dir;
+  const std::string two = kJob + " --steps 6 --replicas 2";
+  CommandResult bf16 = run(two + " --grad-dtype bf16 --save " + dir.file("bf16.safetensors"));
+  ASSERT_EQ(bf16.status, 0) << bf16.output;
+  EXPECT_NE(bf16.output.find("gradients allreduced in bfloat16 (accumulated in float32)"), std::string::npos)
+      << bf16.output;
+  ASSERT_EQ(run(two + " --save " + dir.file("fp32.safetensors")).status, 0);
+  EXPECT_NE(slurp(dir.file("bf16.safetensors")), slurp(dir.file("fp32.safetensors")));
+#ifdef DPCORE_MPIEXEC
+  CommandResult mpi = dpcore::testing::run_command(kJob + " --steps 6 --backend mpi --grad-dtype bf16 --save " +
+                                                       dir.file("mpi.safetensors"),
+                                                   dpcore::testing::mpirun(2));
+  ASSERT_EQ(mpi.status, 0) << mpi.output;
+  EXPECT_EQ(slurp(dir.file("bf16.safetensors")), slurp(dir.file("mpi.safetensors")));
+#endif
+  struct Case {
+    std::string args, expected;
+  };
+  const std::vector<Case> cases = {
+      {kJob + " --grad-dtype fp16", "--grad-dtype fp16: must be one of fp32, bf16"},
+      {kJob + " --grad-dtype bf16", "--grad-dtype bf16 with one replica: there is no gradient allreduce to make smaller"},
+      {kJob + " --grad-dtype bf16 --replicas 2 --sync local:2",
+       "--grad-dtype bf16 with --sync local:2: only the gradient allreduce of a synchronous step"},
+      {kJob + " --grad-dtype bf16 --replicas 2 --pipeline 2",
+       "--grad-dtype bf16 with --pipeline 2: only the data-parallel gradient allreduce"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.args);
+    CommandResult r = run(c.args + " --steps 2");
+    EXPECT_NE(r.status, 0);
+    EXPECT_NE(r.output.find(c.expected), std::string::npos) << r.output;
+  }
+}
+
 }  // namespace

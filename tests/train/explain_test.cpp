@@ -172,6 +172,27 @@ TEST(Explain, UnevenWeightsShowInTheSharesAndTheDpMoves) {
   EXPECT_NE(text.find("weights 3:1"), std::string::npos) << text;
 }
 
+// --grad-dtype bf16: the buckets, the ring's chunks and dp's one allreduce count bfloat16
+// bytes, and the text says the gradients are rounded into the copy and widened back.
+TEST(Explain, ABfloat16AllreduceCountsItsBytesAndSaysSo) {
+  for (const std::string mode : {"ddp", "dp"}) {
+    SCOPED_TRACE(mode);
+    ParallelOptions options = parallel(mode, 2, "even", 1e-5);
+    options.grad_dtype = "bf16";
+    auto runner = make_runner(small_net(), kSgd, 1, options);
+    Explained x = step_and_explain(*runner, 16);
+    const Explanation& e = x.e;
+    EXPECT_EQ(e.wire_dtype, "bfloat16");
+    EXPECT_EQ(e.wire_bytes, kElements * 2);
+    int64_t bucket_bytes = 0;
+    for (const ExplainedBucket& b : e.buckets) bucket_bytes += b.bytes;
+    EXPECT_EQ(bucket_bytes, mode == "ddp" ? kElements * 2 : 0);
+    const std::string text = render(e);
+    EXPECT_NE(text.find("bfloat16 copy (530,208 B, --grad-dtype)"), std::string::npos) << text;
+    EXPECT_NE(text.find("widen"), std::string::npos) << text;
+  }
+}
+
 TEST(Explain, OneDeviceTellsMicroBatchesSeedAndSgd) {
   constexpr int64_t kN = 10;
   auto runner = make_runner(small_net(), kSgd, 3, ParallelOptions{});

@@ -75,6 +75,10 @@ void replicated(Explanation& e, const ReplicatedRunner& runner, const data::Batc
   }
   shared_out(e, runner.last_shares(), runner.splitter(), batch);
   e.sync_batch_norm = runner.sync_batch_norm();
+  if (first.wire_grads.defined()) {
+    e.wire_dtype = dtype_name(first.wire_grads.dtype());
+    e.wire_bytes = bytes_of(first.wire_grads);
+  }
 }
 
 // What a pipeline's explanation says of its stages, its schedule and the step just taken.
@@ -133,7 +137,8 @@ Explanation explain_step(StepRunner& runner, const data::Batch& batch, const Ste
     const BucketReducer& reducer = ddp->reducer(0);
     const auto& entries = first.model->parameters().entries();
     for (const Bucket& b : reducer.buckets()) {
-      ExplainedBucket x{b.begin, b.end, (b.end - b.begin) * int64_t(dtype_size(first.model->dtype())), {}, 0};
+      const DType moved = first.wire_grads.defined() ? first.wire_grads.dtype() : first.model->dtype();
+      ExplainedBucket x{b.begin, b.end, (b.end - b.begin) * int64_t(dtype_size(moved)), {}, 0};
       for (size_t p : b.params) x.params.push_back(entries[p].name);
       e.buckets.push_back(std::move(x));
     }

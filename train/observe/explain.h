@@ -62,6 +62,10 @@ struct Explanation {
   int64_t param_tensors = 0;
   int64_t param_elements = 0, param_bytes = 0;  // the parameter buffer; the gradient buffer's twin
   int64_t grad_bytes = 0;
+  // --grad-dtype bf16: the dtype the gradient allreduce moves and the bytes of its copy of
+  // the gradient buffer; "" and 0 when it moves the float32 gradients themselves.
+  std::string wire_dtype;
+  int64_t wire_bytes = 0;
   int64_t momentum_bytes = 0;  // 0: no momentum buffer
   int64_t buffer_bytes = 0;    // batch norm's running statistics; 0: none
   bool sync_batch_norm = false;

@@ -125,7 +125,8 @@ void explain_ring(std::ostream& os, const Explanation& e, const std::string& wha
   os << "   reduce-scatter: the receiver adds the chunk into its own copy, so after " << plural(R - 1, "step", "steps")
      << " rank r holds chunk r summed over all ranks, added in ring order (the same on every rank: all end "
         "bit-identical);\n   allgather: the receiver copies the complete chunk. Each rank sends "
-     << plural(2 * (R - 1), "chunk", "chunks") << " of at most " << bytes(largest * int64_t(sizeof(float)))
+     << plural(2 * (R - 1), "chunk", "chunks") << " of at most "
+     << bytes(largest * (e.wire_dtype.empty() ? int64_t(sizeof(float)) : e.wire_bytes / e.param_elements))
      << ": 2(R-1)/R of the buffer\n";
 }
 
@@ -324,8 +325,15 @@ void explain_dp(std::ostream& os, const Explanation& e) {
     for (size_t r = 0; r < e.shares[m].size(); ++r) os << (r ? " +" : "") << " " << bytes(e.shares[m][r] * logit_bytes);
     os << "\n   parallel_apply backward: every replica from its rows of that gradient, into its flat gradient buffer\n";
   }
-  os << "3. reduce: every replica allreduces (SUM) its whole gradient buffer, " << bytes(e.grad_bytes)
-     << ", in one collective after the last backward (nothing overlaps)\n";
+  if (e.wire_dtype.empty()) {
+    os << "3. reduce: every replica allreduces (SUM) its whole gradient buffer, " << bytes(e.grad_bytes)
+       << ", in one collective after the last backward (nothing overlaps)\n";
+  } else {
+    os << "3. reduce: every replica rounds its whole gradient buffer into its " << e.wire_dtype << " copy ("
+       << bytes(e.wire_bytes) << ", --grad-dtype), allreduces (SUM) that in one collective after the last backward\n"
+       << "   (nothing overlaps; each step's partial sum rounded to " << e.wire_dtype
+       << "), then widens it back into the float32 gradients (one cast)\n";
+  }
   explain_ring(os, e, "the gradient buffer");
   explain_optimizer(os, e, 4, " on every replica, the same");
   explain_loss(os, e);
@@ -348,7 +356,12 @@ void explain_ddp(std::ostream& os, const Explanation& e) {
         "up to "
      << bytes(e.first_cap_bytes) << ", the others up to "
      << (cap_mib > 0 && cap_mib << 20 == e.cap_bytes ? count(cap_mib) + " MiB" : bytes(e.cap_bytes))
-     << " (--bucket-mb); each a slice of the buffer, allreduced in place:\n";
+     << " (--bucket-mb); "
+     << (e.wire_dtype.empty()
+             ? "each a slice of the buffer, allreduced in place:\n"
+             : "each a slice of the buffer, rounded into the same slice of its " + e.wire_dtype + " copy (" +
+                   bytes(e.wire_bytes) + ", --grad-dtype) and allreduced there, each step's partial sum rounded to " +
+                   e.wire_dtype + "; after the last, one cast widens the copy back into the float32 gradients:\n");
   for (size_t b = 0; b < e.buckets.size(); ++b) {
     const ExplainedBucket& k = e.buckets[b];
     os << "     bucket " << b << ": " << bytes(k.bytes) << ", elements " << range(k.begin, k.end) << ": "

@@ -8,6 +8,7 @@
 #include "engine/runtime.h"
 #include "engine/seconds_since.h"
 #include "engine/trace.h"
+#include "train/step/gradient_wire.h"
 #include "train/step/loss_scaling.h"
 #include "train/step/step.h"
 
@@ -135,12 +136,14 @@ Tensor gather(const std::vector<Tensor>& parts, Device device) {
 
 void reduce_gradients(Replica& r) {
   Tensor grads = r.model->parameters().grads();
+  Tensor outgoing = outgoing_gradients(r.wire_grads, grads, 0, grads.numel());  // grads, or their 16-bit copy
   trace::Span span("wait", [&] {
-    return trace::Label{"allreduce gradients (wait)", {{"bytes", int64_t(grads.nbytes())},
+    return trace::Label{"allreduce gradients (wait)", {{"bytes", int64_t(outgoing.nbytes())},
                                                        {"on", comm_lane(r)}}};
   });
   trace::CollectiveLabel purpose([&] { return trace::Label{"all gradients", {}}; });
-  r.comm->allreduce(grads, ReduceOp::Sum).wait();
+  r.comm->allreduce(outgoing, ReduceOp::Sum).wait();
+  receive_gradients(r.wire_grads, grads);
 }
 
 std::vector<Device> replica_devices(const ParallelOptions& options, Device model_device) {
@@ -208,6 +211,7 @@ void ReplicatedRunner::check_faults(int world_size, const ParallelOptions& optio
 void ReplicatedRunner::start(std::unique_ptr<layers::Model> model, const std::vector<Device>& devices,
                              std::vector<std::unique_ptr<Communicator>> comms, const OptimizerConfig& optimizer) {
   replicas_ = replicate(std::move(model), devices, std::move(comms), optimizer);
+  for (Replica& r : replicas_) r.wire_grads = make_wire_gradients(grad_dtype_of(options_.grad_dtype), r.model->parameters().grads());
   // Processes of one job: each its rank in a trace, as rank 0's file of them all shows them
   // (train/observe/job_trace.h).
   const int rank = replicas_[0].rank();

@@ -47,6 +47,9 @@ struct Replica {
   std::unique_ptr<Communicator> comm;
   std::unique_ptr<ReplicaBatchNormGroup> batch_norm_group;  // null: --batchnorm local
   std::unique_ptr<GradScaler> scaler;  // --precision fp16's loss scaler (train/step/loss_scaling.h); null otherwise
+  // --grad-dtype bf16: the gradients as the allreduce moves them (train/step/gradient_wire.h);
+  // undefined for float32.
+  Tensor wire_grads;
   // Its rank at the start of the run, which --inject, the log and the trace lanes name it
   // by: after a shrink (--on-replica-failure shrink) its rank may be lower.
   int id = 0;

@@ -7,6 +7,7 @@
 #include "engine/runtime.h"
 #include "engine/seconds_since.h"
 #include "engine/trace.h"
+#include "train/step/gradient_wire.h"
 #include "train/step/loss_scaling.h"
 #include "train/step/step.h"
 
@@ -98,8 +99,10 @@ void BucketReducer::launch_ready_buckets() {
   while (next_to_launch_ < buckets_.size() && pending_[next_to_launch_] == 0) {
     const size_t index = next_to_launch_++;
     const Bucket& b = buckets_[index];
-    Tensor slice = grads.narrow0(b.begin, b.end);  // a view: the allreduce works in place
-    if (poison_) slice.fill_(std::nan(""));
+    if (poison_) grads.narrow0(b.begin, b.end).fill_(std::nan(""));
+    // The bucket's view of the gradients, or (--grad-dtype bf16) of their 16-bit rounding:
+    // the allreduce works in place.
+    Tensor slice = outgoing_gradients(replica_->wire_grads, grads, b.begin, b.end);
     trace::CollectiveLabel purpose([&] { return bucket_label(index, slice); });
     works_.push_back(replica_->comm->allreduce(slice, ReduceOp::Sum));
   }
@@ -137,6 +140,7 @@ void BucketReducer::finish() {
     works = works_;
   }
   for (Work& w : works) w.wait();
+  receive_gradients(replica_->wire_grads, replica_->model->parameters().grads());
   exposed_seconds_ = seconds_since(backward_done);
 }
 

@@ -61,6 +61,9 @@ struct ParallelOptions {
   double first_bucket_mb = 1;      // DDP's first bucket cap (PyTorch's 1 MiB; the benchmarks sweep it)
   std::vector<Device> devices;     // one per replica; empty: all on the model's device
   double timeout_s = 300;          // a replica that does not answer within this fails the run
+  // What the gradient allreduce moves: "fp32", or "bf16" (half the bytes; the gradients stay
+  // float32 in the flat buffer: train/step/gradient_wire.h). dp and ddp.
+  std::string grad_dtype = "fp32";
   // Batch norm over replicas: "local" (each replica normalises with its share's statistics;
   // rank 0's running statistics are broadcast at the start of each step, DDP's
   // broadcast_buffers) or "sync" (SyncBatchNorm: the statistics of the whole micro-batch).
@@ -243,6 +246,11 @@ class SingleDeviceRunner : public StepRunner {
   std::unique_ptr<Backend::Captured> graph_;  // declared first: destroyed after its buffers
   Tensor static_x_, static_y_, static_loss_;  // the graph's fixed input and output buffers
 };
+
+// --grad-dtype: refuses, naming the flags, a 16-bit gradient allreduce where there is none
+// for it to change (one replica), or the runner communicates otherwise (a pipeline, local
+// SGD, async). make_runner checks it; the trainer too, before it loads any data.
+void check_grad_dtype(const ParallelOptions& options);
 
 // SingleDeviceRunner for one local replica, else the data-parallel runner of options.mode.
 std::unique_ptr<StepRunner> make_runner(std::unique_ptr<Model> model, const OptimizerConfig& optimizer, int64_t accum,

@@ -36,9 +36,19 @@ __attribute__((target("f16c,avx"))) void widen_f16c(int64_t n, const Float16* x,
   for (; i < n; ++i) y[i] = float16_to_float(x[i]);
 }
 
+// The bfloat16 loops below are integer shifts, adds and selects that GCC vectorises; built
+// for AVX-512, AVX2 and the baseline, the best chosen when the library loads (ifunc), they
+// run about twice as fast as the baseline's 16-byte vectors on this machine, with the same
+// bits on every CPU (no floating-point arithmetic is involved).
+#define DPCORE_VECTOR_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+
 // n contiguous 16-bit values to float32 (exact), on the calling thread.
-void widen(int64_t n, const BFloat16* x, float* y) {
-  for (int64_t i = 0; i < n; ++i) y[i] = bfloat16_to_float(x[i]);  // a shift: vectorises
+DPCORE_VECTOR_CLONES void widen(int64_t n, const BFloat16* x, float* y) {
+  for (int64_t i = 0; i < n; ++i) y[i] = bfloat16_to_float(x[i]);  // a shift
+}
+// n float32 values rounded to bfloat16 (kernels/half_types.h's rounding), on the calling thread.
+DPCORE_VECTOR_CLONES void narrow(int64_t n, const float* x, BFloat16* y) {
+  for (int64_t i = 0; i < n; ++i) y[i] = float_to_bfloat16(x[i]);
 }
 void widen(int64_t n, const Float16* x, float* y) {
   static const bool f16c = cpu_has_f16c();
@@ -143,7 +153,9 @@ void cast(int64_t n, const From* x, To* y) {
 #pragma omp parallel for num_threads(threads) if (threads > 1 && n >= kMinParallelElements) schedule(static)
   for (int64_t chunk = 0; chunk < chunks; ++chunk) {
     const int64_t begin = chunk * kChunk, end = std::min(n, begin + kChunk);
-    if constexpr (std::is_same_v<From, float>) {
+    if constexpr (std::is_same_v<From, float> && std::is_same_v<To, BFloat16>) {
+      narrow(end - begin, x + begin, y + begin);
+    } else if constexpr (std::is_same_v<From, float>) {
       for (int64_t i = begin; i < end; ++i) y[i] = narrow<To>(x[i]);
     } else if constexpr (std::is_same_v<From, BFloat16>) {
       widen(end - begin, x + begin, y + begin);
