@@ -98,7 +98,7 @@ void dispatch_float(const char* op, const Tensor& t, F&& f) {
   }
 }
 
-// dispatch_float and the 16-bit types: the matrix products (linear, batched_matmul).
+// dispatch_float and the 16-bit types: the matrix products (linear, batched_matmul, conv2d).
 template <class F>
 void dispatch_float_or_half(const char* op, const Tensor& t, F&& f) {
   switch (t.dtype()) {
@@ -137,7 +137,7 @@ class CpuBackend : public Backend {
 
   void conv2d_forward(const kernels::Conv2dShape& s, const Tensor& x, const Tensor& w, const Tensor* bias,
                       Tensor& y) override {
-    dispatch_float("conv2d", x, [&](auto t) {
+    dispatch_float_or_half("conv2d", x, [&](auto t) {
       using T = decltype(t);
       k::conv2d_forward<T>(s, ptr<T>(x), ptr<T>(w), ptr<T>(bias), ptr<T>(y));
     });
@@ -151,14 +151,14 @@ class CpuBackend : public Backend {
     });
   }
   void conv2d_backward_data(const kernels::Conv2dShape& s, const Tensor& dy, const Tensor& w, Tensor& dx) override {
-    dispatch_float("conv2d backward", dy, [&](auto t) {
+    dispatch_float_or_half("conv2d backward", dy, [&](auto t) {
       using T = decltype(t);
       k::conv2d_backward_data<T>(s, ptr<T>(dy), ptr<T>(w), ptr<T>(dx));
     });
   }
   void conv2d_backward_weight(const kernels::Conv2dShape& s, const Tensor& x, const Tensor& dy, Tensor& dw,
                               Tensor* dbias, bool accumulate) override {
-    dispatch_float("conv2d backward", x, [&](auto t) {
+    dispatch_float_or_half("conv2d backward", x, [&](auto t) {
       using T = decltype(t);
       k::conv2d_backward_weight<T>(s, ptr<T>(x), ptr<T>(dy), ptr<T>(dw), ptr<T>(dbias), accumulate);
     });

@@ -242,9 +242,15 @@ class CudaBackend : public Backend {
   void free_host(void* ptr) override { cuda_runtime::pinned_free(ptr); }
   void await_host_reads(const void* host) override { cuda_runtime::await_pinned_reads(host); }
 
-  // ---- conv2d and linear: through the engine selection ----
+  // ---- conv2d and linear: through the engine selection (16-bit tensors: the hand
+  // tensor-core kernels) ----
   void conv2d_forward(const kernels::Conv2dShape& s, const Tensor& x, const Tensor& w, const Tensor* bias,
                       Tensor& y) override {
+    if (on_half(x, [&](auto h, cudaStream_t stream) {
+          using H = decltype(h);
+          k::conv2d_forward_half(s, x.data<H>(), w.data<H>(), half_ptr<H>(bias), y.data<H>(), stream);
+        }))
+      return;
     cudaStream_t stream = begin_op("conv2d", {&x, &w, bias, &y});
     cuda_libraries::dispatch_conv2d_forward(s, f32(x), f32(w), f32(bias), false, f32(y), stream);
   }
@@ -254,11 +260,22 @@ class CudaBackend : public Backend {
     cuda_libraries::dispatch_conv2d_forward(s, f32(x), f32(w), f32(bias), true, f32(y), stream);
   }
   void conv2d_backward_data(const kernels::Conv2dShape& s, const Tensor& dy, const Tensor& w, Tensor& dx) override {
+    if (on_half(dy, [&](auto h, cudaStream_t stream) {
+          using H = decltype(h);
+          k::conv2d_backward_data_half(s, dy.data<H>(), w.data<H>(), dx.data<H>(), stream);
+        }))
+      return;
     cudaStream_t stream = begin_op("conv2d backward", {&dy, &w, &dx});
     cuda_libraries::dispatch_conv2d_backward_data(s, f32(dy), f32(w), f32(dx), stream);
   }
   void conv2d_backward_weight(const kernels::Conv2dShape& s, const Tensor& x, const Tensor& dy, Tensor& dw,
                               Tensor* dbias, bool accumulate) override {
+    if (on_half(x, [&](auto h, cudaStream_t stream) {
+          using H = decltype(h);
+          k::conv2d_backward_weight_half(s, x.data<H>(), dy.data<H>(), dw.data<H>(), half_ptr<H>(dbias), accumulate,
+                                         stream);
+        }))
+      return;
     cudaStream_t stream = begin_op("conv2d backward", {&x, &dy, &dw, dbias});
     cuda_libraries::dispatch_conv2d_backward_weight(s, f32(x), f32(dy), f32(dw), f32(dbias), accumulate, stream);
   }

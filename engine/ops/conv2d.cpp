@@ -1,4 +1,5 @@
-// conv2d: y = conv(x, w) + bias, and its backward (data, weight and bias gradients).
+// conv2d: y = conv(x, w) + bias, and its backward (data, weight and bias gradients), in
+// float32, float64 or (autocast's) bfloat16 and float16.
 #include "engine/ops/conv2d.h"
 
 #include "engine/ops/autocast_operands.h"
@@ -20,8 +21,8 @@ std::vector<Tensor> Conv2dBackward::conv_grads(const Tensor& dy) {
 }
 
 Conv2dShape conv2d_shape(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dOptions& opt) {
-  check_float_tensor("conv2d", "input", x, 4);
-  check_float_tensor("conv2d", "weight", w, 4);
+  check_float_or_half_tensor("conv2d", "input", x, 4);
+  check_float_or_half_tensor("conv2d", "weight", w, 4);
   check_same_device_dtype("conv2d", x, w);
   DPCORE_CHECK(x.size(1) == w.size(1), "conv2d: input ", shape_str(x.shape()), " has ", x.size(1),
                " channels but weight ", shape_str(w.shape()), " expects ", w.size(1));
@@ -45,9 +46,9 @@ Conv2dShape conv2d_shape(const Tensor& x, const Tensor& w, const Tensor& bias, c
 }
 
 Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dOptions& opt) {
-  if (auto low = autocast_dtype_for({x, w, bias})) {  // no 16-bit kernel yet: the float32 one on 16-bit values
+  if (auto low = autocast_dtype_for({x, w, bias})) {  // the 16-bit kernels, float32 accumulation
     AutocastScope off(DType::Float32);
-    return rounded(conv2d(rounded(x, *low), rounded(w, *low), rounded(bias, *low), opt), *low);
+    return widened(conv2d(lowered(x, *low), lowered(w, *low), lowered(bias, *low), opt));
   }
   Conv2dShape s = conv2d_shape(x, w, bias, opt);
   Tensor y = Tensor::empty({s.N, s.K, s.P, s.Q}, x.dtype(), x.device());

@@ -30,13 +30,13 @@ struct Conv2dReluPoolBackward : Conv2dBackward {
   }
 };
 
-// Under autocast, the float32 kernels on 16-bit values (as conv2d): relu and max commute
-// with rounding, so rounding the block's output once is rounding the convolution's.
+// Under autocast the block comes apart: the 16-bit convolution (conv2d.cpp), its output
+// widened, then relu (and the pooling) in float32, as torch.autocast runs them (relu and
+// max commute with the rounding, so these are the values of the 16-bit results). The fused
+// kernels themselves take float32 and float64.
 Tensor conv2d_relu(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dOptions& opt) {
-  if (auto low = autocast_dtype_for({x, w, bias})) {
-    AutocastScope off(DType::Float32);
-    return rounded(conv2d_relu(rounded(x, *low), rounded(w, *low), rounded(bias, *low), opt), *low);
-  }
+  if (autocast_dtype_for({x, w, bias})) return relu(conv2d(x, w, bias, opt));
+  check_float_tensor("conv2d_relu", "input", x, 4);
   Conv2dShape s = conv2d_shape(x, w, bias, opt);
   Tensor y = Tensor::empty({s.N, s.K, s.P, s.Q}, x.dtype(), x.device());
   backend(x).conv2d_relu_forward(s, x, w, bias.defined() ? &bias : nullptr, y);
@@ -47,10 +47,8 @@ Tensor conv2d_relu(const Tensor& x, const Tensor& w, const Tensor& bias, const C
 
 Tensor conv2d_relu_max_pool2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dOptions& conv,
                               const Pool2dOptions& pool) {
-  if (auto low = autocast_dtype_for({x, w, bias})) {
-    AutocastScope off(DType::Float32);
-    return rounded(conv2d_relu_max_pool2d(rounded(x, *low), rounded(w, *low), rounded(bias, *low), conv, pool), *low);
-  }
+  if (autocast_dtype_for({x, w, bias})) return max_pool2d(relu(conv2d(x, w, bias, conv)), pool);
+  check_float_tensor("conv2d_relu_max_pool2d", "input", x, 4);
   Conv2dShape s = conv2d_shape(x, w, bias, conv);
   Tensor y = Tensor::empty({s.N, s.K, s.P, s.Q}, x.dtype(), x.device());
   backend(x).conv2d_relu_forward(s, x, w, bias.defined() ? &bias : nullptr, y);

@@ -29,19 +29,6 @@ namespace dpcore::kernels::cpu {
 
 namespace {
 
-struct ConvDims {
-  int64_t crs, pq, image_in, image_out;
-  explicit ConvDims(const Conv2dShape& s)
-      : crs(s.C * s.R * s.S), pq(s.P * s.Q), image_in(s.C * s.H * s.W), image_out(s.K * s.P * s.Q) {}
-};
-
-// Threads over the batch when every thread gets an image; otherwise a team of one
-// (and the GEMMs split across the threads instead).
-int batch_threads(const Conv2dShape& s) {
-  int threads = kernel_threads();
-  return s.N >= threads ? threads : 1;
-}
-
 // im2col of images [n0, n0 + images) side by side in col (row stride images*PQ), plus
 // the row of ones under them when `ones_row`.
 template <class T>
@@ -151,10 +138,6 @@ void weight_grad_of_images(const Conv2dShape& s, const T* x, const T* dy, Range 
 }
 
 }  // namespace
-
-// The batch cut into this many contiguous chunks (one image each in a smaller batch),
-// whatever the thread count: see conv2d_backward_weight.
-constexpr int64_t kWeightGradChunks = 16;
 
 // Each chunk of the batch sums its images' gradient into a buffer of its own (its GEMMs one
 // BLAS call each), and the buffers are then added in chunk order. The chunks depend on the

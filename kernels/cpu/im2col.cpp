@@ -50,13 +50,13 @@ bool keeps_width(const Conv2dShape& s) { return s.stride_h == 1 && s.stride_w ==
 // cost a call per one or two entries.
 template <class T>
 void zero_padding(const Conv2dShape& s, const ValidRange& ps, const ValidRange& qs, T* row) {
-  std::fill(row, row + ps.lo * s.Q, T(0));
+  std::fill(row, row + ps.lo * s.Q, T{});
   auto zero_column = [&](int64_t q) {
-    for (int64_t p = ps.lo; p < ps.hi; ++p) row[p * s.Q + q] = T(0);
+    for (int64_t p = ps.lo; p < ps.hi; ++p) row[p * s.Q + q] = T{};
   };
   for (int64_t q = 0; q < qs.lo; ++q) zero_column(q);
   for (int64_t q = qs.hi; q < s.Q; ++q) zero_column(q);
-  std::fill(row + ps.hi * s.Q, row + s.P * s.Q, T(0));
+  std::fill(row + ps.hi * s.Q, row + s.P * s.Q, T{});
 }
 
 template <class T>
@@ -120,7 +120,7 @@ void im2col(const Conv2dShape& s, const T* x, T* col, int64_t ld) {
 
 template <class T>
 void col2im(const Conv2dShape& s, T* col, T* dx) {
-  std::fill(dx, dx + s.C * s.H * s.W, T(0));
+  std::fill(dx, dx + s.C * s.H * s.W, T{});
   for (int64_t c = 0; c < s.C; ++c)
     for (int64_t r = 0; r < s.R; ++r)
       for (int64_t k = 0; k < s.S; ++k)
@@ -129,6 +129,8 @@ void col2im(const Conv2dShape& s, T* col, T* dx) {
 
 template void im2col<float>(const Conv2dShape&, const float*, float*, int64_t);
 template void im2col<double>(const Conv2dShape&, const double*, double*, int64_t);
+template void im2col<BFloat16>(const Conv2dShape&, const BFloat16*, BFloat16*, int64_t);
+template void im2col<Float16>(const Conv2dShape&, const Float16*, Float16*, int64_t);
 template void col2im<float>(const Conv2dShape&, float*, float*);
 template void col2im<double>(const Conv2dShape&, double*, double*);
 

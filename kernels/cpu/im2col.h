@@ -4,9 +4,30 @@
 
 #include <cstdint>
 
+#include "kernels/cpu/parallel.h"
+#include "kernels/half_types.h"
 #include "kernels/shapes.h"
 
 namespace dpcore::kernels::cpu {
+
+// The sizes the im2col convolutions (conv2d.cpp, half/conv2d_half.cpp) work in.
+struct ConvDims {
+  int64_t crs, pq, image_in, image_out;
+  explicit ConvDims(const Conv2dShape& s)
+      : crs(s.C * s.R * s.S), pq(s.P * s.Q), image_in(s.C * s.H * s.W), image_out(s.K * s.P * s.Q) {}
+};
+
+// Threads over the batch when every thread gets an image; otherwise a team of one
+// (and the GEMMs split across the threads instead).
+inline int batch_threads(const Conv2dShape& s) {
+  const int threads = kernel_threads();
+  return s.N >= threads ? threads : 1;
+}
+
+// The weight gradient's batch is cut into this many contiguous chunks (one image each in
+// a smaller batch) whatever the thread count, each summed on its own, the chunks then added
+// in order: the same bits on any thread count (conv2d_backward_weight).
+constexpr int64_t kWeightGradChunks = 16;
 
 // col[(c*R + r)*S + s][p*Q + q] = x[c][p*stride_h - pad_h + r][q*stride_w - pad_w + s], or 0 where
 // that position falls in the padding. x is one image [C,H,W]; `ld` is the row stride of

@@ -26,7 +26,9 @@
 namespace dpcore::kernels::cpu {
 
 // ---- conv2d: im2col + GEMM through BLAS; for float with stride 1 on an AVX-512 CPU, a
-// direct convolution (kernels/cpu/conv2d_direct.h) unless set_direct_conv2d(false) ----
+// direct convolution (kernels/cpu/conv2d_direct.h) unless set_direct_conv2d(false). T is
+// float or double; conv2d_forward and both backwards also BFloat16 and Float16
+// (kernels/cpu/half/conv2d_half.cpp: float32 accumulation, each output rounded once) ----
 template <class T> void conv2d_forward(const Conv2dShape& s, const T* x, const T* w, const T* bias, T* y);  // bias may be null
 // y = relu(conv2d(x)), bit for bit conv2d_forward then relu_forward, in one pass over y.
 template <class T> void conv2d_relu_forward(const Conv2dShape& s, const T* x, const T* w, const T* bias, T* y);

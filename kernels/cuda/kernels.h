@@ -250,5 +250,15 @@ void linear_backward_weight_half(const LinearShape& s, const H* x, const H* dy, 
                                  cudaStream_t stream);
 template <class H>
 void batched_matmul_half(const BatchedMatmulShape& s, const H* a, const H* b, H* c, cudaStream_t stream);
+// conv2d with 16-bit tensors (conv2d_half.cu): im2col into a workspace, then the GEMM
+// above; every output H, rounded once from its float32 value (dx's overlapping windows
+// added in float32 first); the contracts of the float32 versions.
+template <class H>
+void conv2d_forward_half(const Conv2dShape& s, const H* x, const H* w, const H* bias, H* y, cudaStream_t stream);
+template <class H>
+void conv2d_backward_data_half(const Conv2dShape& s, const H* dy, const H* w, H* dx, cudaStream_t stream);
+template <class H>
+void conv2d_backward_weight_half(const Conv2dShape& s, const H* x, const H* dy, H* dw, H* dbias, bool accumulate,
+                                 cudaStream_t stream);
 
 }  // namespace dpcore::kernels::cuda

@@ -25,38 +25,6 @@ namespace {
 using kernels::BFloat16;
 using kernels::Float16;
 
-template <class H>
-H to_half(float v) {
-  if constexpr (std::is_same_v<H, BFloat16>) return kernels::float_to_bfloat16(v);
-  else return kernels::float_to_float16(v);
-}
-template <class H>
-double to_double(H h) {
-  if constexpr (std::is_same_v<H, BFloat16>) return kernels::bfloat16_to_float(h);
-  else if constexpr (std::is_same_v<H, Float16>) return kernels::float16_to_float(h);
-  else return double(h);
-}
-template <class H>
-constexpr double unit_roundoff() {
-  if constexpr (std::is_same_v<H, BFloat16>) return 1.0 / 256;
-  else if constexpr (std::is_same_v<H, Float16>) return 1.0 / 2048;
-  else return 0.0;  // a float32 output: its rounding is the last addition's, already counted
-}
-template <class H>
-const char* type_name() {
-  if constexpr (std::is_same_v<H, BFloat16>) return "bfloat16";
-  else if constexpr (std::is_same_v<H, Float16>) return "float16";
-  else return "float32";
-}
-
-template <class H>
-std::vector<H> random_half(size_t n, uint64_t seed) {
-  const std::vector<float> f = random_vector<float>(n, seed);
-  std::vector<H> h(n);
-  for (size_t i = 0; i < n; ++i) h[i] = to_half<H>(f[i]);
-  return h;
-}
-
 struct Case {
   const char* name;
   int64_t M, N, K, pad, batch;  // pad: extra elements per row of every matrix

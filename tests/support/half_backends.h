@@ -1,4 +1,4 @@
-// The backends the 16-bit kernel tests (tests/ops/half_gemm_test.cpp) run each body
+// The backends the 16-bit kernel tests (tests/ops/half_gemm_test.cpp, half_conv2d_test.cpp) run each body
 // against, as op_backends.h does for float32 and float64: one struct per implementation,
 // the same static functions in each.
 //
@@ -11,9 +11,11 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "kernels/cpu/half/gemm_half.h"
+#include "kernels/cpu/kernels.h"
 #include "kernels/half_types.h"
 #include "support/op_backends.h"
 
@@ -22,6 +24,41 @@
 #endif
 
 namespace dpcore::testing {
+
+// The 16-bit values of the tests: float32 rounded to nearest even, widened exactly, the
+// unit roundoff of a type (half an ulp, relative), its name, and random values uniform in
+// [-1, 1] rounded to it.
+template <class H>
+H to_half(float v) {
+  if constexpr (std::is_same_v<H, kernels::BFloat16>) return kernels::float_to_bfloat16(v);
+  else return kernels::float_to_float16(v);
+}
+template <class H>
+double to_double(H h) {
+  if constexpr (std::is_same_v<H, kernels::BFloat16>) return kernels::bfloat16_to_float(h);
+  else if constexpr (std::is_same_v<H, kernels::Float16>) return kernels::float16_to_float(h);
+  else return double(h);
+}
+template <class H>
+constexpr double unit_roundoff() {
+  if constexpr (std::is_same_v<H, kernels::BFloat16>) return 1.0 / 256;
+  else if constexpr (std::is_same_v<H, kernels::Float16>) return 1.0 / 2048;
+  else return 0.0;  // a float32 output: its rounding is the last addition's, already counted
+}
+template <class H>
+const char* type_name() {
+  if constexpr (std::is_same_v<H, kernels::BFloat16>) return "bfloat16";
+  else if constexpr (std::is_same_v<H, kernels::Float16>) return "float16";
+  else return "float32";
+}
+
+template <class H>
+std::vector<H> random_half(size_t n, uint64_t seed) {
+  const std::vector<float> f = random_vector<float>(n, seed);
+  std::vector<H> h(n);
+  for (size_t i = 0; i < n; ++i) h[i] = to_half<H>(f[i]);
+  return h;
+}
 
 // The CPU kernels under one bfloat16 path, restored to the default afterwards.
 template <kernels::cpu::HalfGemmPath kPath>
@@ -44,14 +81,34 @@ struct CpuHalf {
   static void gemm_half(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const In* A, int64_t lda,
                         int64_t sa, const In* B, int64_t ldb, int64_t sb, float beta, Out* C, int64_t ldc, int64_t sc,
                         int64_t batch) {
-    const kernels::cpu::HalfGemmPath before = kernels::cpu::half_gemm_path();
-    kernels::cpu::set_half_gemm_path(kPath);
-    kernels::cpu::gemm_half<In, Out>(ta, tb, M, N, K, alpha, A, lda, sa, B, ldb, sb, beta, C, ldc, sc, batch);
-    kernels::cpu::set_half_gemm_path(before);
+    on_path([&] { kernels::cpu::gemm_half<In, Out>(ta, tb, M, N, K, alpha, A, lda, sa, B, ldb, sb, beta, C, ldc, sc, batch); });
   }
   template <class From, class To>
   static void cast(int64_t n, const From* x, To* y) {
     kernels::cpu::cast<From, To>(n, x, y);
+  }
+  // conv2d (kernels/cpu/half/conv2d_half.cpp) on this path's GEMM.
+  template <class H>
+  static void conv2d_forward(const kernels::Conv2dShape& s, const H* x, const H* w, const H* bias, H* y) {
+    on_path([&] { kernels::cpu::conv2d_forward<H>(s, x, w, bias, y); });
+  }
+  template <class H>
+  static void conv2d_backward_data(const kernels::Conv2dShape& s, const H* dy, const H* w, H* dx) {
+    on_path([&] { kernels::cpu::conv2d_backward_data<H>(s, dy, w, dx); });
+  }
+  template <class H>
+  static void conv2d_backward_weight(const kernels::Conv2dShape& s, const H* x, const H* dy, H* dw, H* dbias,
+                                     bool accumulate) {
+    on_path([&] { kernels::cpu::conv2d_backward_weight<H>(s, x, dy, dw, dbias, accumulate); });
+  }
+
+ private:
+  template <class F>
+  static void on_path(F&& f) {
+    const kernels::cpu::HalfGemmPath before = kernels::cpu::half_gemm_path();
+    kernels::cpu::set_half_gemm_path(kPath);
+    f();
+    kernels::cpu::set_half_gemm_path(before);
   }
 };
 using CpuConvertHalf = CpuHalf<kernels::cpu::HalfGemmPath::Convert>;
@@ -76,6 +133,19 @@ struct CudaHalf {
   template <class From, class To>
   static void cast(int64_t n, const From* x, To* y) {
     kernels::cuda::cast<From, To>(n, x, y, nullptr);
+  }
+  template <class H>
+  static void conv2d_forward(const kernels::Conv2dShape& s, const H* x, const H* w, const H* bias, H* y) {
+    kernels::cuda::conv2d_forward_half<H>(s, x, w, bias, y, nullptr);
+  }
+  template <class H>
+  static void conv2d_backward_data(const kernels::Conv2dShape& s, const H* dy, const H* w, H* dx) {
+    kernels::cuda::conv2d_backward_data_half<H>(s, dy, w, dx, nullptr);
+  }
+  template <class H>
+  static void conv2d_backward_weight(const kernels::Conv2dShape& s, const H* x, const H* dy, H* dw, H* dbias,
+                                     bool accumulate) {
+    kernels::cuda::conv2d_backward_weight_half<H>(s, x, dy, dw, dbias, accumulate, nullptr);
   }
 };
 #endif

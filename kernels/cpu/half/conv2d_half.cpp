@@ -1,0 +1,147 @@
+// conv2d with 16-bit tensors (issue 27): kernels/cpu/conv2d.cpp's im2col + GEMM data flow on
+// gemm_half (16-bit operands, float32 accumulation). Every output is 16-bit and rounded
+// ONCE from its float32 value, as under torch.autocast, where a convolution's output, its
+// input gradient and its weight gradient all have the input's dtype:
+//   forward          y_n  = rounded(W[K, CRS] * col_n + bias)
+//   backward data    dx_n = rounded(col2im(W^T * dy_n)), the overlapping windows added in float32
+//   backward weight  dW   = rounded(sum_n dy_n[K, PQ] * col_n^T), dbias = rounded(sum_n,pq dy)
+// im2col of 16-bit values is a copy, so the GEMM reads the operands exactly as stored.
+// Every sum runs in an order set by the shape alone, so the bits do not depend on the
+// thread count (the GEMM's own order is fixed the same way: gemm_half.h).
+#include <algorithm>
+#include <type_traits>
+
+#include "kernels/cpu/half/gemm_half.h"
+#include "kernels/cpu/im2col.h"
+#include "kernels/cpu/kernels.h"
+
+namespace dpcore::kernels::cpu {
+
+namespace {
+
+template <class H>
+float widened(H h) {
+  if constexpr (std::is_same_v<H, BFloat16>) return bfloat16_to_float(h);
+  else return float16_to_float(h);
+}
+template <class H>
+H narrowed(float v) {
+  if constexpr (std::is_same_v<H, BFloat16>) return float_to_bfloat16(v);
+  else return float_to_float16(v);
+}
+
+template <class H>
+void conv2d_forward_half(const Conv2dShape& s, const H* x, const H* w, const H* bias, H* y) {
+  const ConvDims d(s);
+#pragma omp parallel for num_threads(batch_threads(s)) schedule(static)
+  for (int64_t n = 0; n < s.N; ++n) {
+    H* col = thread_scratch<H>(size_t(d.crs * d.pq), 0);
+    H* y_n = y + n * d.image_out;
+    im2col(s, x + n * d.image_in, col, d.pq);
+    // The bias rows first (exact: already 16-bit); the product is added to them in float32
+    // and the sum rounded once (beta 1), as linear's 16-bit forward does.
+    if (bias)
+      for (int64_t k = 0; k < s.K; ++k) std::fill_n(y_n + k * d.pq, d.pq, bias[k]);
+    gemm_half<H, H>(false, false, s.K, d.pq, d.crs, 1.f, w, d.crs, 0, col, d.pq, 0, bias ? 1.f : 0.f, y_n, d.pq, 0,
+                    1);
+  }
+}
+
+template <class H>
+void conv2d_backward_data_half(const Conv2dShape& s, const H* dy, const H* w, H* dx) {
+  const ConvDims d(s);
+#pragma omp parallel for num_threads(batch_threads(s)) schedule(static)
+  for (int64_t n = 0; n < s.N; ++n) {
+    // The column gradient and its col2im in float32; only dx itself is rounded.
+    float* col = thread_scratch<float>(size_t(d.crs * d.pq), 0);
+    float* image = thread_scratch<float>(size_t(d.image_in), 1);
+    gemm_half<H, float>(true, false, d.crs, d.pq, s.K, 1.f, w, d.crs, 0, dy + n * d.image_out, d.pq, 0, 0.f, col, d.pq,
+                        0, 1);
+    col2im(s, col, image);
+    H* dx_n = dx + n * d.image_in;
+    for (int64_t i = 0; i < d.image_in; ++i) dx_n[i] = narrowed<H>(image[i]);
+  }
+}
+
+// The GEMMs of the weight gradient sum over P*Q output pixels, few on the deep layers, so
+// several images go into one GEMM, their columns side by side (kernels/cpu/conv2d.cpp's
+// kWeightGradDepth): inner dimension images * P*Q >= this.
+constexpr int64_t kWeightGradDepth = 256;
+
+// sum[K, CRS] = the float32 weight gradient of images [r.begin, r.end), a group of images
+// per GEMM, the groups added in order (zeros for an empty range).
+template <class H>
+void weight_grad_of_images(const Conv2dShape& s, const H* x, const H* dy, Range r, float* sum) {
+  const ConvDims d(s);
+  const int64_t count = r.end - r.begin;
+  if (count == 0) {
+    std::fill_n(sum, s.K * d.crs, 0.f);
+    return;
+  }
+  const int64_t group = std::clamp<int64_t>((kWeightGradDepth + d.pq - 1) / d.pq, 1, count);
+  H* col = thread_scratch<H>(size_t(d.crs * group * d.pq), 1);
+  H* dy_group = thread_scratch<H>(size_t(s.K * group * d.pq), 2);
+  for (int64_t n0 = r.begin; n0 < r.end; n0 += group) {
+    const int64_t images = std::min(group, r.end - n0), ld = images * d.pq;
+    // The group's columns and its dy as one [K, images*PQ] matrix (copies: exact).
+    for (int64_t i = 0; i < images; ++i) {
+      im2col(s, x + (n0 + i) * d.image_in, col + i * d.pq, ld);
+      for (int64_t k = 0; k < s.K; ++k)
+        std::copy_n(dy + (n0 + i) * d.image_out + k * d.pq, d.pq, dy_group + k * ld + i * d.pq);
+    }
+    gemm_half<H, float>(false, true, s.K, d.crs, ld, 1.f, dy_group, ld, 0, col, ld, 0, n0 == r.begin ? 0.f : 1.f, sum,
+                        d.crs, 0, 1);
+  }
+}
+
+// As the float32 convolution (kernels/cpu/conv2d.cpp, conv2d_backward_weight): the batch
+// cut into kWeightGradChunks chunks whatever the thread count, each chunk's float32 sum in
+// a buffer of its own, the threads sharing out the chunks, then the chunks added in order
+// and each element rounded once: the same bits on any thread count.
+template <class H>
+void conv2d_backward_weight_half(const Conv2dShape& s, const H* x, const H* dy, H* dw, H* dbias, bool accumulate) {
+  const ConvDims d(s);
+  const int64_t size = s.K * d.crs;
+  const int chunks = int(std::clamp<int64_t>(s.N, 1, kWeightGradChunks));
+  float* partial = thread_scratch<float>(size_t(chunks * size), 0);  // partial + c * size: chunk c's sum
+#pragma omp parallel for num_threads(std::min(kernel_threads(), chunks)) schedule(dynamic, 1)
+  for (int c = 0; c < chunks; ++c) weight_grad_of_images(s, x, dy, split_range(s.N, chunks, c), partial + c * size);
+#pragma omp parallel for num_threads(kernel_threads()) schedule(static) if (s.K > 1)
+  for (int64_t k = 0; k < s.K; ++k) {
+    for (int64_t j = 0; j < d.crs; ++j) {
+      float total = partial[k * d.crs + j];
+      for (int c = 1; c < chunks; ++c) total += partial[c * size + k * d.crs + j];
+      H& out = dw[k * d.crs + j];
+      out = narrowed<H>(accumulate ? widened(out) + total : total);
+    }
+    if (!dbias) continue;
+    // Images, then pixels, in order, in float32.
+    float total = accumulate ? widened(dbias[k]) : 0.f;
+    for (int64_t n = 0; n < s.N; ++n) {
+      const H* row = dy + n * d.image_out + k * d.pq;
+      for (int64_t i = 0; i < d.pq; ++i) total += widened(row[i]);
+    }
+    dbias[k] = narrowed<H>(total);
+  }
+}
+
+}  // namespace
+
+#define DPCORE_HALF_CONV2D(H)                                                                            \
+  template <>                                                                                            \
+  void conv2d_forward<H>(const Conv2dShape& s, const H* x, const H* w, const H* bias, H* y) {            \
+    conv2d_forward_half(s, x, w, bias, y);                                                               \
+  }                                                                                                      \
+  template <>                                                                                            \
+  void conv2d_backward_data<H>(const Conv2dShape& s, const H* dy, const H* w, H* dx) {                   \
+    conv2d_backward_data_half(s, dy, w, dx);                                                             \
+  }                                                                                                      \
+  template <>                                                                                            \
+  void conv2d_backward_weight<H>(const Conv2dShape& s, const H* x, const H* dy, H* dw, H* dbias, bool accumulate) { \
+    conv2d_backward_weight_half(s, x, dy, dw, dbias, accumulate);                                        \
+  }
+DPCORE_HALF_CONV2D(BFloat16)
+DPCORE_HALF_CONV2D(Float16)
+#undef DPCORE_HALF_CONV2D
+
+}  // namespace dpcore::kernels::cpu
