@@ -15,6 +15,7 @@ next to each other in time, and the table reports the median over the rounds.
     /usr/bin/python3 bench/compare_cpu.py --models resnet8 resnet20 --threads 2 --rounds 1
     /usr/bin/python3 bench/compare_cpu.py --models resnet18 resnet50 --image-size 64 --threads 1 2
     /usr/bin/python3 bench/compare_cpu.py --models bert-tiny bert-mini --threads 1 2 --rounds 3
+    /usr/bin/python3 bench/compare_cpu.py --models fashioncnn resnet8 --precision bf16 --threads 1 2
 
 Every PyTorch of --torch-python runs in each round beside dpcore, so the table has one
 ratio per PyTorch: by default Debian's 1.13 (/usr/bin/python3) and, once
@@ -66,7 +67,7 @@ def torch_worker(args):
     torch.manual_seed(args.seed)
     model = build_torch_model(args.model)
     x, y = random_batch(args.model, args.batch, "cpu", args.seed, args.image_size)
-    step = make_step(model, adamw(model) if args.model in BERT else sgd(model), x, y, args.accum)
+    step = make_step(model, adamw(model) if args.model in BERT else sgd(model), x, y, args.accum, args.precision)
     for _ in range(args.warmup):
         step()
     times = []
@@ -75,7 +76,7 @@ def torch_worker(args):
         step()
         times.append((time.perf_counter() - t0) * 1e6)
     print(json.dumps({"engine": "pytorch", "version": torch.__version__, "model": args.model, "input": list(x.shape[1:]),
-                      "batch": args.batch, "accum": args.accum, "threads": torch.get_num_threads(),
+                      "batch": args.batch, "accum": args.accum, "precision": args.precision, "threads": torch.get_num_threads(),
                       "steps": args.steps, "warmup": args.warmup, **summarize(times, args.batch)}))
 
 
@@ -104,7 +105,8 @@ def compare(args, model, threads):
     batch, warmup, steps = PLAN[model]
     steps = args.steps or steps
     common = ["--model", model, "--batch", str(batch), "--threads", str(threads),
-              "--warmup", str(warmup), "--steps", str(steps), "--image-size", str(args.image_size)]
+              "--warmup", str(warmup), "--steps", str(steps), "--image-size", str(args.image_size),
+              "--precision", args.precision]
     optimizer = ["--optimizer", "adamw"] if model in BERT else []
     commands = [[args.bench, "--device", "cpu"] + common + optimizer]
     commands += [[python, os.path.abspath(__file__), "--torch-worker"] + common for python in args.torch_python]
@@ -130,6 +132,7 @@ def compare(args, model, threads):
                         "samples_per_s": statistics.median(x["pytorch"][k]["samples_per_s"] for x in rounds),
                         "ratio": statistics.median(ratios), "ratio_min": min(ratios), "ratio_max": max(ratios)})
     return {"model": model, "input": rounds[0]["dpcore"]["input"], "batch": batch, "threads": threads,
+            "precision": args.precision,
             "steps": steps, "warmup": warmup,
             "dpcore_samples_per_s": statistics.median(x["dpcore"]["samples_per_s"] for x in rounds),
             "pytorch": pytorch, "rounds": rounds}
@@ -153,6 +156,9 @@ def main():
     p.add_argument("--image-size", type=int, default=0,
                    help="the ResNets: square images of this size (0: the model's own; the others take only theirs)")
     p.add_argument("--threads", nargs="+", type=int, default=[1], help="thread counts, e.g. 1 2")
+    p.add_argument("--precision", choices=["fp32", "bf16"], default="fp32",
+                   help="bf16: both sides autocast the forward to bfloat16 (dpcore_step_bench --precision bf16, "
+                        "torch.autocast('cpu', torch.bfloat16)), the master weights float32")
     p.add_argument("--rounds", type=int, default=3, help="interleaved runs of each engine")
     p.add_argument("--steps", type=int, default=0, help="timed steps per run (0: the per-model default)")
     p.add_argument("--torch-python", nargs="+", default=default_torch_pythons(), metavar="PYTHON",

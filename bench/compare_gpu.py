@@ -19,6 +19,11 @@ the ratio compares like with like:
             heuristics), dpcore with --conv-engine cudnn --gemm-engine cublas (the same
             heuristics). PyTorch's benchmark may pick non-deterministic cuDNN algorithms,
             dpcore takes deterministic ones only.
+  autocast  only with --autocast: a third math mode, "bf16": the forward and loss under
+            torch.autocast("cuda", dtype=torch.bfloat16) on PyTorch's side (the backward
+            outside it, as the recipe has it) and dpcore_step_bench --precision bf16 (the
+            master weights float32, their 16-bit copy made once a step); TF32 off for
+            what stays float32 on both sides.
   memory    the allocator's peak from the end of the warm-up (before the capture) to the
             end, in the same mode on both sides: PyTorch's CUDA graph mode against dpcore's
             (which replays a graph too; if dpcore could not capture, PyTorch eager instead).
@@ -57,6 +62,7 @@ torch.optim.AdamW(fused=True). The ratio is PyTorch's time over dpcore's.
     python3 bench/compare_gpu.py --bench build/bench/dpcore_step_bench --json gpu.json
     python3 bench/compare_gpu.py --dry-run      # the plan; touches no GPU, imports no torch
     python3 bench/compare_gpu.py --models resnet8 resnet20 resnet50 --json resnet.json   # the ResNets
+    python3 bench/compare_gpu.py --autocast --models fashioncnn resnet50 --json bf16.json  # and bfloat16 autocast
     build/bench/cuda_kernels_bench --benchmark_filter='attention|layer_norm|gelu|softmax_|adamw' \
         --benchmark_out=kernels.json --benchmark_out_format=json
     python3 bench/compare_gpu.py --kernels-json kernels.json --models simplenet --json gpu.json
@@ -88,6 +94,9 @@ CASES = [
 MODELS = list(dict.fromkeys(model for model, _, _ in CASES))
 DEFAULT_MODELS = ["simplenet", "fashioncnn", "vggs"]
 MATH_MODES = ["tf32", "fp32"]
+# --autocast adds "bf16": the forward under autocast in bfloat16 on both sides
+# (torch.autocast("cuda", torch.bfloat16); dpcore --precision bf16), TF32 off for what stays float32.
+AUTOCAST_MODE = "bf16"
 COMPILE = {("simplenet", 4096, 1): ["tf32", "fp32"], ("fashioncnn", 512, 1): ["tf32"], ("vggs", 256, 1): ["tf32"]}
 COMPILE_RESERVE_S = 45  # with --compile: no compile starts with less of the --budget-s left
 # What each tuning policy means on each side: PyTorch's cudnn.benchmark, dpcore's engines.
@@ -161,15 +170,23 @@ def torch_setup(torch, case, seed=0):
     return model, optimizer, x, y
 
 
-def torch_eager(torch, case, args):
+def precision_of(math):
+    return "bf16" if math == AUTOCAST_MODE else "fp32"
+
+
+def math_modes(args):
+    return MATH_MODES + ([AUTOCAST_MODE] if args.autocast else [])
+
+
+def torch_eager(torch, case, args, math):
     model, optimizer, x, y = torch_setup(torch, case)
-    times = timed_steps(torch, make_step(model, optimizer, x, y, case[2]), args, reset_peak=True)
+    times = timed_steps(torch, make_step(model, optimizer, x, y, case[2], precision_of(math)), args, reset_peak=True)
     return {**summarize(times, case[1]), "peak_bytes": torch.cuda.max_memory_allocated()}
 
 
-def torch_graph(torch, case, args):
+def torch_graph(torch, case, args, math):
     model, optimizer, x, y = torch_setup(torch, case)
-    step = make_step(model, optimizer, x, y, case[2])
+    step = make_step(model, optimizer, x, y, case[2], precision_of(math))
     # Warm up on a side stream (cuDNN picks algorithms, the optimizer makes its momentum
     # buffers), then capture one whole step; replays reuse x, y and every buffer in place.
     side = torch.cuda.Stream()
@@ -187,11 +204,11 @@ def torch_graph(torch, case, args):
     return {**summarize(times, case[1]), "peak_bytes": torch.cuda.max_memory_allocated()}
 
 
-def torch_compile(torch, case, args):
+def torch_compile(torch, case, args, math):
     torch._dynamo.reset()  # a fresh compile per case and math mode
     model, optimizer, x, y = torch_setup(torch, case)
     compiled = torch.compile(model)
-    step = make_step(compiled, optimizer, x, y, case[2])
+    step = make_step(compiled, optimizer, x, y, case[2], precision_of(math))
     t0 = time.perf_counter()
     step()
     torch.cuda.synchronize()
@@ -220,6 +237,8 @@ def dpcore_command(args, case, mode):
            *TUNING[args.tuning][1], "--cuda-graph", "on"]
     if mode == "tf32":
         cmd.append("--tf32")
+    if mode == AUTOCAST_MODE:
+        cmd += ["--precision", "bf16"]
     return cmd
 
 
@@ -395,7 +414,7 @@ def run_all(args, doc, left):
         run_kernel_rows(torch, args, doc, left)
     longest_row_s = 0.0
     for case in selected_cases(args):
-        for math in MATH_MODES:
+        for math in math_modes(args):
             if left() < longest_row_s:
                 doc["left_out"].append(f"{case_name(case)} {math}")
                 continue
@@ -408,7 +427,7 @@ def run_all(args, doc, left):
                     row["pytorch"][name] = {"error": f"skipped: less than {COMPILE_RESERVE_S} s of --budget-s left"}
                     continue
                 row["pytorch"][name] = measure(f"{case_name(case)} {math} pytorch {name}",
-                                               lambda: TORCH_MODES[name](torch, case, args))
+                                               lambda: TORCH_MODES[name](torch, case, args, math))
             timeout_s = max(1.0, min(DPCORE_TIMEOUT_S, left()))
             row["dpcore"] = measure(f"{case_name(case)} {math} dpcore", lambda: run_dpcore(args, case, math, timeout_s))
             longest_row_s = max(longest_row_s, time.perf_counter() - row_start)
@@ -494,13 +513,13 @@ def selected_cases(args):
 
 def print_plan(args):
     cases = selected_cases(args)
-    print(f"plan: {len(cases)} cases x {len(MATH_MODES)} math modes ({', '.join(MATH_MODES)}), "
+    print(f"plan: {len(cases)} cases x {len(math_modes(args))} math modes ({', '.join(math_modes(args))}), "
           f"{args.warmup} warm-up + {args.steps} timed steps each, CUDA events per block of {args.block}")
     print(f"  models: {', '.join(args.models)}")
     print(f"  {tuning_line(args)}")
     runs = 0
     for case in cases:
-        modes = {math: torch_modes_for(case, math, args) for math in MATH_MODES}
+        modes = {math: torch_modes_for(case, math, args) for math in math_modes(args)}
         runs += sum(len(m) + 1 for m in modes.values())
         listed = "; ".join(f"{math}: {', '.join(m)}" for math, m in modes.items())
         print(f"  {case_name(case):<16} pytorch {listed:<48} target: "
@@ -537,6 +556,8 @@ def main():
                    help="algorithm choice on both sides: 'time' (cudnn.benchmark on, dpcore engines auto) or "
                         "'heuristic' (cudnn.benchmark off, dpcore cudnn/cublas)")
     p.add_argument("--compile", action="store_true", help="also measure torch.compile (slow: seconds per compile)")
+    p.add_argument("--autocast", action="store_true",
+                   help="also the bf16 math mode: autocast in bfloat16 on both sides (dpcore --precision bf16)")
     p.add_argument("--budget-s", type=float, default=DEFAULT_BUDGET_S,
                    help="wall-clock seconds for the whole run (default %(default)s, what scripts/gpu-check's stage "
                         "leaves): no row starts once less is left than the longest row so far took, and with "

@@ -3,7 +3,7 @@
 //
 // One step = zero the gradients, forward, NLL loss (mean over the batch), backward, SGD
 // (lr 0.01, momentum 0.9) or, with --optimizer adamw, AdamW (torch.optim.AdamW's defaults:
-// lr 0.001, weight decay 0.01). Models of token ids (bert-tiny, bert-mini, a bert(...)
+// lr 0.001, weight decay 0.01); with --precision bf16 the forward runs under autocast. Models of token ids (bert-tiny, bert-mini, a bert(...)
 // spec) take batches of --seq-len ids drawn from [1, --vocab): no padding, so every token
 // is attended. The batch is random (fixed seed) and made once, before the
 // clock starts, on the device the model lives on, exactly as PyTorch's side keeps its
@@ -68,6 +68,7 @@ struct BenchOptions {
   int64_t seq_len = 0;     // token models: ids per sample (0: the model's own)
   int64_t vocab = 0;       // token models: ids drawn from [1, vocab) (0: the first embedding's rows)
   std::string optimizer = "sgd";
+  std::string precision = "fp32";  // fp32 or bf16 (autocast, as dpcore train --precision bf16)
   int64_t batch = 64, accum = 1;
   int steps = 100, warmup = 20, block = 10;
   std::string device = "cpu";
@@ -241,6 +242,7 @@ nlohmann::json run(const BenchOptions& o, const CudaFlags& cuda) {
   layers::ModelDef def = layers::model_from_flag(o.model, input);
   auto model = std::make_unique<layers::Model>(std::move(def.net), def.input_shape, device, DType::Float32, o.seed);
   input = model->input_shape();
+  if (o.precision == "bf16") model->set_precision(DType::BFloat16);  // its forwards under autocast
   DPCORE_CHECK(model->takes_token_ids() || (o.seq_len == 0 && o.vocab == 0), "--seq-len and --vocab are for models of ",
                "token ids; ", o.model, " takes float inputs");
   const int64_t vocab = !model->takes_token_ids() ? 0 : o.vocab > 0 ? o.vocab : model->parameters().entries()[0].shape[0];
@@ -343,6 +345,7 @@ nlohmann::json run(const BenchOptions& o, const CudaFlags& cuda) {
                       {"batch", o.batch},
                       {"accum", o.accum},
                       {"optimizer", o.optimizer},
+                      {"precision", o.precision},
                       {"replicas", o.parallel.replicas},
                       {"device", device.str()},
                       {"threads", o.threads > 0 ? o.threads : runtime::cpu_threads()},
@@ -397,6 +400,12 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--optimizer", o.optimizer, "sgd (lr 0.01, momentum 0.9) or adamw (torch.optim.AdamW's defaults)")
       ->check(CLI::IsMember({"sgd", "adamw"}))
+      ->capture_default_str();
+  app.add_option("--precision", o.precision,
+                 "fp32, or bf16: the forward under autocast in bfloat16, as dpcore train --precision bf16 and "
+                 "torch.autocast(\"cpu\", torch.bfloat16) (the master weights float32, their 16-bit copy made once "
+                 "a step)")
+      ->check(CLI::IsMember({"fp32", "bf16"}))
       ->capture_default_str();
   app.add_option("--batch", o.batch, "samples per step")->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--accum", o.accum, "gradient accumulation micro-batches per step")

@@ -281,19 +281,25 @@ def random_batch(name, batch, device, seed=0, image_size=0):
     return x.to(device), y.to(device)
 
 
-def make_step(model, optimizer, x, y, accum):
+def make_step(model, optimizer, x, y, accum, precision="fp32"):
     """One training step as PyTorch users write it: zero grads, `accum` equal micro-batches
-    of forward + NLL loss (mean over the whole batch) + backward, one SGD step."""
+    of forward + NLL loss (mean over the whole batch) + backward, one SGD step. With
+    precision "bf16" the forward and the loss run under torch.autocast in bfloat16 (on x's
+    device), the backward outside it, as the autocast recipe has it."""
+    import torch
     import torch.nn.functional as F
 
     if x.shape[0] % accum:
         raise ValueError(f"batch {x.shape[0]} is not a multiple of accum {accum}")
     xs, ys = x.chunk(accum), y.chunk(accum)
+    device_type = x.device.type
 
     def step():
         optimizer.zero_grad(set_to_none=True)
         for xc, yc in zip(xs, ys):
-            (F.nll_loss(model(xc), yc) / accum).backward()  # equal chunks: mean over the batch
+            with torch.autocast(device_type, dtype=torch.bfloat16, enabled=precision == "bf16"):
+                loss = F.nll_loss(model(xc), yc) / accum  # equal chunks: mean over the batch
+            loss.backward()
         optimizer.step()
 
     return step

@@ -489,6 +489,11 @@ void add_train_flags(CLI::App& cmd, TrainOptions& o, BackendFlags& b) {
                "buckets, the ring's chunk schedule, the SGD step (docs/data-parallel.md)");
   with_rule(cmd.add_option("--progress", o.progress, "1: progress bar, 0: plain lines, -1: bar on a terminal"),
             one_of({"-1", "0", "1"}, "-1 (a bar on a terminal), 0 (plain lines) or 1 (a bar)"));
+  with_rule(cmd.add_option("--log-every", o.log_every,
+                           "without a bar: a progress line (the step's mean loss, speed, ETA) every N steps and at "
+                           "the last (PyTorch Lightning's log_every_n_steps); 1: every step"),
+            whole<int64_t>(1))
+      ->capture_default_str();
   with_rule(cmd.add_option("--replicas", o.parallel.replicas, "data-parallel replicas (R)"), whole<int>(1))
       ->capture_default_str();
   with_rule(cmd.add_option("--mode", o.parallel.mode, "dp (nn.DataParallel made explicit) or ddp (one worker per replica, bucketed overlap)"),

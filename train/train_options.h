@@ -65,6 +65,7 @@ struct TrainOptions {
   bool nvtx = false;            // every trace span also an NVTX range, from the start of training on (CUDA builds)
   bool explain = false;         // print the run's first step move by move (train/observe/explain.h)
   int progress = -1;            // -1: a progress bar when stdout is a terminal; 0: plain lines; 1: bar
+  int64_t log_every = 100;      // plain lines: one every this many steps, and at the last step
   ParallelOptions parallel;
 };
 

@@ -51,11 +51,6 @@ using Clock = std::chrono::steady_clock;
 // autograd graph, so this can be larger than a training batch without using much memory.
 constexpr int64_t kEvalBatch = 256;
 
-// Without a progress bar (stdout is not a terminal: a log file, CI), a progress line every
-// this many steps, and at the last step: a handful per epoch at the defaults (Fashion-MNIST
-// at --batch 64 is 938 steps) instead of a line per step. The bar redraws at every step.
-constexpr int64_t kReportEvery = 100;
-
 
 Device resolve_device(const std::string& flag) {
   if (flag == "auto") return runtime::best_device();
@@ -260,6 +255,7 @@ const TrainOptions& checked(const TrainOptions& o) {
                ": a checkpoint holds one model, which local SGD has only at its averagings (every ", sync.period,
                " steps); use a multiple of ", sync.period);
   DPCORE_CHECK(o.trace_steps >= 1, "--trace-steps ", o.trace_steps, " must be at least 1");
+  DPCORE_CHECK(o.log_every >= 1, "--log-every ", o.log_every, " must be at least 1");
   check_precision(o);
   check_grad_dtype(o.parallel);
   DPCORE_CHECK(!is_pipeline(o.parallel.pipeline) || o.parallel.backend != "mpi" || o.clip_grad_norm < 0,
@@ -674,7 +670,7 @@ void TrainingRun::stop_with_too_few_replicas(const TooFewReplicas& stop) {
 }
 
 bool TrainingRun::report_due() const {
-  return bar_ || progress_.step % kReportEvery == 0 || progress_.step == total_steps_;
+  return bar_ || progress_.step % o_.log_every == 0 || progress_.step == total_steps_;
 }
 
 // "step 200/938  epoch 1  loss 0.5123  10234 samples/s  ETA 0:00:07": the mean loss of the

@@ -541,6 +541,18 @@ TEST(Cli, ExplainTellsTheFirstStepOnce) {
   EXPECT_EQ(local.output.find("step 1/1"), std::string::npos) << local.output;
 }
 
+// --log-every N: a plain progress line every N steps and at the last, none in between; 0 refused.
+TEST(Cli, LogEveryPrintsAProgressLineEveryNStepsAndAtTheLast) {
+  CommandResult r = run(kJob + " --steps 5 --log-every 2");
+  ASSERT_EQ(r.status, 0) << r.output;
+  for (const std::string step : {"step 2/5 ", "step 4/5 ", "step 5/5 "})
+    EXPECT_NE(r.output.find(step), std::string::npos) << step << "\n" << r.output;
+  for (const std::string step : {"step 1/5 ", "step 3/5 "}) EXPECT_EQ(r.output.find(step), std::string::npos) << r.output;
+  CommandResult zero = run(kJob + " --steps 5 --log-every 0");
+  EXPECT_NE(zero.status, 0);
+  EXPECT_NE(zero.output.find("--log-every 0: must be a whole number of at least 1"), std::string::npos) << zero.output;
+}
+
 // A trace that could not be written is refused before the run spends anything on training.
 TEST(Cli, UnwritableTracePathFailsBeforeTraining) {
   dpcore::testing::TempDir dir;
