@@ -91,4 +91,15 @@ DPCORE_HALF_FN Float16 float_to_float16(float f) {
   return Float16{uint16_t(sign | m)};
 }
 
+// The two types behind one name, for code written once for both (H = BFloat16 or Float16):
+// to_float widens exactly, from_float<H> rounds to nearest even as above.
+DPCORE_HALF_FN float to_float(BFloat16 h) { return bfloat16_to_float(h); }
+DPCORE_HALF_FN float to_float(Float16 h) { return float16_to_float(h); }
+template <class H>
+DPCORE_HALF_FN H from_float(float f);
+template <>
+DPCORE_HALF_FN BFloat16 from_float<BFloat16>(float f) { return float_to_bfloat16(f); }
+template <>
+DPCORE_HALF_FN Float16 from_float<Float16>(float f) { return float_to_float16(f); }
+
 }  // namespace dpcore::kernels

@@ -12,17 +12,12 @@ namespace dpcore::kernels::cuda {
 
 namespace {
 
-__device__ inline float widen(BFloat16 h) { return bfloat16_to_float(h); }
-__device__ inline float widen(Float16 h) { return float16_to_float(h); }
-__device__ inline void narrow(float f, BFloat16& h) { h = float_to_bfloat16(f); }
-__device__ inline void narrow(float f, Float16& h) { h = float_to_float16(f); }
-
 // Grid-stride, as map.cuh's kernels; y may alias a or b (each element is read, then
 // written, by one thread).
 template <class H>
 __global__ void add_half_kernel(int64_t n, const H* a, const H* b, H* y) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
-    narrow(widen(a[i]) + widen(b[i]), y[i]);
+    y[i] = from_float<H>(to_float(a[i]) + to_float(b[i]));
 }
 
 }  // namespace

@@ -21,11 +21,6 @@ namespace dpcore::kernels::cuda {
 
 namespace {
 
-__device__ inline float widen(BFloat16 h) { return bfloat16_to_float(h); }
-__device__ inline float widen(Float16 h) { return float16_to_float(h); }
-__device__ inline void narrow(float v, BFloat16& h) { h = float_to_bfloat16(v); }
-__device__ inline void narrow(float v, Float16& h) { h = float_to_float16(v); }
-
 // The shape as the kernels index it (check_conv_shape has bounded every size to int32).
 struct ConvIndex {
   int C, H, W, K, R, S, P, Q, stride_h, stride_w, pad_h, pad_w;
@@ -83,7 +78,7 @@ __global__ void col2im_half_kernel(ConvIndex d, int64_t images, const float* col
         total += image_col[((int64_t(c) * d.R + r) * d.S + s) * d.pq + int64_t(p) * d.Q + q];
       }
     }
-    narrow(total, dx[e]);
+    dx[e] = from_float<H>(total);
   }
 }
 
@@ -101,7 +96,7 @@ __global__ void gather_dy_half_kernel(ConvIndex d, int64_t images, const H* dy, 
 template <class H>
 __global__ void finish_weight_grad_half_kernel(int64_t n, const float* sum, H* dw, bool accumulate) {
   for (int64_t e = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; e < n; e += int64_t(gridDim.x) * blockDim.x)
-    narrow(accumulate ? widen(dw[e]) + sum[e] : sum[e], dw[e]);
+    dw[e] = from_float<H>(accumulate ? to_float(dw[e]) + sum[e] : sum[e]);
 }
 
 // dbias[k] (+)= the sum of dy over the images and pixels of channel k, in that order, in
@@ -109,12 +104,12 @@ __global__ void finish_weight_grad_half_kernel(int64_t n, const float* sum, H* d
 template <class H>
 __global__ void bias_grad_half_kernel(ConvIndex d, int64_t N, const H* dy, H* dbias, bool accumulate) {
   for (int64_t k = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; k < d.K; k += int64_t(gridDim.x) * blockDim.x) {
-    float total = accumulate ? widen(dbias[k]) : 0.f;
+    float total = accumulate ? to_float(dbias[k]) : 0.f;
     for (int64_t n = 0; n < N; ++n) {
       const H* row = dy + n * d.image_out + k * d.pq;
-      for (int64_t i = 0; i < d.pq; ++i) total += widen(row[i]);
+      for (int64_t i = 0; i < d.pq; ++i) total += to_float(row[i]);
     }
-    narrow(total, dbias[k]);
+    dbias[k] = from_float<H>(total);
   }
 }
 

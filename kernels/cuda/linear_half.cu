@@ -12,11 +12,6 @@ namespace dpcore::kernels::cuda {
 
 namespace {
 
-__device__ inline float widen(BFloat16 h) { return bfloat16_to_float(h); }
-__device__ inline float widen(Float16 h) { return float16_to_float(h); }
-__device__ inline void narrow(float v, BFloat16& h) { h = float_to_bfloat16(v); }
-__device__ inline void narrow(float v, Float16& h) { h = float_to_float16(v); }
-
 // y[r, c] = bias[c], grid-stride over the rows x cols elements.
 template <class H>
 __global__ void broadcast_rows_half_kernel(int64_t rows, int64_t cols, const H* bias, H* y) {
@@ -30,9 +25,9 @@ __global__ void broadcast_rows_half_kernel(int64_t rows, int64_t cols, const H* 
 template <class H>
 __global__ void column_sum_half_kernel(int64_t rows, int64_t cols, const H* dy, H* dbias, bool accumulate) {
   for (int64_t c = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; c < cols; c += int64_t(gridDim.x) * blockDim.x) {
-    float total = accumulate ? widen(dbias[c]) : 0.f;
-    for (int64_t r = 0; r < rows; ++r) total += widen(dy[r * cols + c]);
-    narrow(total, dbias[c]);
+    float total = accumulate ? to_float(dbias[c]) : 0.f;
+    for (int64_t r = 0; r < rows; ++r) total += to_float(dy[r * cols + c]);
+    dbias[c] = from_float<H>(total);
   }
 }
 

@@ -9,7 +9,6 @@
 // Every sum runs in an order set by the shape alone, so the bits do not depend on the
 // thread count (the GEMM's own order is fixed the same way: gemm_half.h).
 #include <algorithm>
-#include <type_traits>
 
 #include "kernels/cpu/half/gemm_half.h"
 #include "kernels/cpu/im2col.h"
@@ -18,17 +17,6 @@
 namespace dpcore::kernels::cpu {
 
 namespace {
-
-template <class H>
-float widened(H h) {
-  if constexpr (std::is_same_v<H, BFloat16>) return bfloat16_to_float(h);
-  else return float16_to_float(h);
-}
-template <class H>
-H narrowed(float v) {
-  if constexpr (std::is_same_v<H, BFloat16>) return float_to_bfloat16(v);
-  else return float_to_float16(v);
-}
 
 template <class H>
 void conv2d_forward_half(const Conv2dShape& s, const H* x, const H* w, const H* bias, H* y) {
@@ -59,7 +47,7 @@ void conv2d_backward_data_half(const Conv2dShape& s, const H* dy, const H* w, H*
                         0, 1);
     col2im(s, col, image);
     H* dx_n = dx + n * d.image_in;
-    for (int64_t i = 0; i < d.image_in; ++i) dx_n[i] = narrowed<H>(image[i]);
+    for (int64_t i = 0; i < d.image_in; ++i) dx_n[i] = from_float<H>(image[i]);
   }
 }
 
@@ -112,16 +100,16 @@ void conv2d_backward_weight_half(const Conv2dShape& s, const H* x, const H* dy, 
       float total = partial[k * d.crs + j];
       for (int c = 1; c < chunks; ++c) total += partial[c * size + k * d.crs + j];
       H& out = dw[k * d.crs + j];
-      out = narrowed<H>(accumulate ? widened(out) + total : total);
+      out = from_float<H>(accumulate ? to_float(out) + total : total);
     }
     if (!dbias) continue;
     // Images, then pixels, in order, in float32.
-    float total = accumulate ? widened(dbias[k]) : 0.f;
+    float total = accumulate ? to_float(dbias[k]) : 0.f;
     for (int64_t n = 0; n < s.N; ++n) {
       const H* row = dy + n * d.image_out + k * d.pq;
-      for (int64_t i = 0; i < d.pq; ++i) total += widened(row[i]);
+      for (int64_t i = 0; i < d.pq; ++i) total += to_float(row[i]);
     }
-    dbias[k] = narrowed<H>(total);
+    dbias[k] = from_float<H>(total);
   }
 }
 

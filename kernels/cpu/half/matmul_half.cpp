@@ -5,7 +5,6 @@
 // its weight gradient all have the input's dtype; the master weights' float32 gradient is
 // the widened weight gradient (engine/low_precision_parameters.h).
 #include <algorithm>
-#include <type_traits>
 
 #include "kernels/cpu/half/gemm_half.h"
 #include "kernels/cpu/kernels.h"
@@ -13,17 +12,6 @@
 namespace dpcore::kernels::cpu {
 
 namespace {
-
-template <class H>
-float widened(H h) {
-  if constexpr (std::is_same_v<H, BFloat16>) return bfloat16_to_float(h);
-  else return float16_to_float(h);
-}
-template <class H>
-H narrowed(double v) {
-  if constexpr (std::is_same_v<H, BFloat16>) return float_to_bfloat16(float(v));
-  else return float_to_float16(float(v));
-}
 
 template <class H>
 void linear_forward_half(const LinearShape& s, const H* x, const H* w, const H* bias, H* y) {
@@ -47,9 +35,9 @@ void linear_backward_weight_half(const LinearShape& s, const H* x, const H* dy, 
   // Column sums of dy in double, in row order (the bits do not depend on the thread count),
   // rounded once; the old value is added before the rounding when accumulating.
   for (int64_t j = 0; j < s.out; ++j) {
-    double total = accumulate ? double(widened(dbias[j])) : 0.0;
-    for (int64_t n = 0; n < s.N; ++n) total += double(widened(dy[n * s.out + j]));
-    dbias[j] = narrowed<H>(total);
+    double total = accumulate ? double(to_float(dbias[j])) : 0.0;
+    for (int64_t n = 0; n < s.N; ++n) total += double(to_float(dy[n * s.out + j]));
+    dbias[j] = from_float<H>(float(total));
   }
 }
 
