@@ -202,6 +202,39 @@ std::vector<std::pair<std::string, double>> top_classes(const std::string& outpu
   return top;
 }
 
+// Issue 26 item 8: fine-tuning from a masked-LM file is one replica's run on 4 local
+// replicas and as 2 mpirun processes, and its checkpoint written by 2 replicas resumes on 1
+// (without --init-from: the checkpoint holds the weights). SGD, as above.
+TEST(TextTraining, FineTuningIsOneReplicasOnFourReplicasUnderMpirunAndAfterAResumeOnAnotherCount) {
+  TempDir dir;
+  const std::string mlm = dir.file("mlm.safetensors");
+  save_reference_bert("bert-tiny-mlm", 3, 7, mlm);
+  const std::string job = "train --model bert-tiny --data text:" + kTexts +
+                          " --optimizer sgd --lr 0.05 --batch 16 --threads 1 --progress 0 --device cpu --seed 5 --steps 6";
+  const std::string tune = job + " --init-from " + mlm;
+  const CommandResult one = run(tune + " --save " + dir.file("one.safetensors"));
+  ASSERT_EQ(one.status, 0) << one.output;
+  const CommandResult four = run(tune + " --replicas 4 --mode ddp --save " + dir.file("four.safetensors"));
+  ASSERT_EQ(four.status, 0) << four.output;
+  expect_same_maths(dir.file("one.safetensors"), dir.file("four.safetensors"), 1e-5, true);
+#ifdef DPCORE_MPIEXEC
+  const CommandResult mpi = run_command(tune + " --backend mpi --mode ddp --save " + dir.file("mpi.safetensors"),
+                                        mpirun(2));
+  ASSERT_EQ(mpi.status, 0) << mpi.output;
+  expect_same_maths(dir.file("one.safetensors"), dir.file("mpi.safetensors"), 1e-5, true);
+#endif
+  // Two replicas stop after step 3 with a checkpoint; one replica takes it to step 6.
+  const std::string ck = " --checkpoint " + dir.file("ck");
+  const CommandResult first = run(tune + " --replicas 2 --checkpoint-every 3 --inject exit:replica=1,step=4" + ck);
+  ASSERT_EQ(first.status, 75) << first.output;
+  const CommandResult resumed = run(job + " --resume --save " + dir.file("resumed.safetensors") + ck);
+  ASSERT_EQ(resumed.status, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("at step 3 (epoch 1), written by distributed data parallel (ddp, local) over 2 replicas"),
+            std::string::npos)
+      << resumed.output;
+  expect_same_maths(dir.file("one.safetensors"), dir.file("resumed.safetensors"), 1e-5, true);
+}
+
 TEST(Classify, PrintsTheTopClassesOfTheSavedClassListWithTheirProbabilities) {
   TempDir dir;
   const std::string weights = dir.file("w.safetensors");
