@@ -5,19 +5,20 @@
 
 #include "kernels/cpu/half/gemm_half.h"
 #include "kernels/cpu/parallel.h"
+#include "kernels/cpu/vector_variants.h"
 
 namespace dpcore::kernels::cpu {
 
 namespace {
 
 // One thread's share. The bfloat16 loop (shifts, one float add, the rounding's integer
-// adds and selects) vectorises; built for AVX-512, AVX2 and the baseline, the best chosen
-// when the library loads, it runs about 1.4 times the baseline's speed here, the same bits
-// on every CPU (IEEE single-precision adds, no contraction possible).
-__attribute__((target_clones("avx512f", "avx2", "default"))) void add_range(int64_t n, const BFloat16* a,
-                                                                             const BFloat16* b, BFloat16* y) {
+// adds and selects) vectorises; built for AVX-512, AVX2 and the baseline
+// (vector_variants.h), it runs about 1.4 times the baseline's speed here, the same bits on
+// every CPU (IEEE single-precision adds, no contraction possible).
+DPCORE_VECTOR_LOOP void add_range_loop(int64_t n, const BFloat16* a, const BFloat16* b, BFloat16* y) {
   for (int64_t i = 0; i < n; ++i) y[i] = float_to_bfloat16(bfloat16_to_float(a[i]) + bfloat16_to_float(b[i]));
 }
+DPCORE_VECTOR_VARIANTS(add_range, (int64_t n, const BFloat16* a, const BFloat16* b, BFloat16* y), (n, a, b, y))
 void add_range(int64_t n, const Float16* a, const Float16* b, Float16* y) {
   for (int64_t i = 0; i < n; ++i) y[i] = float_to_float16(float16_to_float(a[i]) + float16_to_float(b[i]));
 }

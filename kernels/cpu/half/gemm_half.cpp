@@ -12,6 +12,7 @@
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/half/gemm_half.h"
 #include "kernels/cpu/parallel.h"
+#include "kernels/cpu/vector_variants.h"
 #include "kernels/error.h"
 
 namespace dpcore::kernels::cpu {
@@ -37,19 +38,20 @@ __attribute__((target("f16c,avx"))) void widen_f16c(int64_t n, const Float16* x,
 }
 
 // The bfloat16 loops below are integer shifts, adds and selects that GCC vectorises; built
-// for AVX-512, AVX2 and the baseline, the best chosen when the library loads (ifunc), they
-// run about twice as fast as the baseline's 16-byte vectors on this machine, with the same
-// bits on every CPU (no floating-point arithmetic is involved).
-#define DPCORE_VECTOR_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+// for AVX-512, AVX2 and the baseline (vector_variants.h), they run about twice as fast as
+// the baseline's 16-byte vectors on this machine, with the same bits on every CPU (no
+// floating-point arithmetic is involved).
 
 // n contiguous 16-bit values to float32 (exact), on the calling thread.
-DPCORE_VECTOR_CLONES void widen(int64_t n, const BFloat16* x, float* y) {
+DPCORE_VECTOR_LOOP void widen_loop(int64_t n, const BFloat16* x, float* y) {
   for (int64_t i = 0; i < n; ++i) y[i] = bfloat16_to_float(x[i]);  // a shift
 }
+DPCORE_VECTOR_VARIANTS(widen, (int64_t n, const BFloat16* x, float* y), (n, x, y))
 // n float32 values rounded to bfloat16 (kernels/half_types.h's rounding), on the calling thread.
-DPCORE_VECTOR_CLONES void narrow(int64_t n, const float* x, BFloat16* y) {
+DPCORE_VECTOR_LOOP void narrow_loop(int64_t n, const float* x, BFloat16* y) {
   for (int64_t i = 0; i < n; ++i) y[i] = float_to_bfloat16(x[i]);
 }
+DPCORE_VECTOR_VARIANTS(narrow, (int64_t n, const float* x, BFloat16* y), (n, x, y))
 void widen(int64_t n, const Float16* x, float* y) {
   static const bool f16c = cpu_has_f16c();
   if (f16c) {
