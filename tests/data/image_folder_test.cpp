@@ -9,6 +9,8 @@
 
 #include "engine/data/image/image_decode.h"
 #include "engine/data/image/image_folder.h"
+#include "engine/data/image/transform_spec.h"
+#include "engine/data/loader.h"
 #include "engine/data/spec.h"
 #include "support/error_of.h"
 #include "support/test_support.h"
@@ -91,6 +93,45 @@ TEST(ImageFolder, TheThreadCountChangesNothing) {
     EXPECT_EQ(many.images, one.images) << workers;
     EXPECT_EQ(many.labels, one.labels) << workers;
   }
+}
+
+// A transform without random steps keeps its tensors while the whole set fits
+// kept_image_bytes (exactly fitting included); past that the same transform runs per batch
+// (the seeds' Resize((224, 224)) of 60,000 images would keep 36 GB), and the loader's batches
+// hold the same pixels either way.
+TEST(ImageFolder, AFixedTransformTooLargeToKeepIsMadePerBatchWithTheSamePixels) {
+  testing::TempDir dir;
+  const char* files[] = {"rgb.png", "grey.png", "rgb.jpg", "progressive.jpg", "palette.png", "rgba16.png", "cmyk.jpg"};
+  for (int k = 0; k < 2; ++k)
+    for (int i = 0; i < 7; ++i) put(dir.path(), "class" + std::to_string(k) + "/" + std::to_string(i) + ".png", files[(i + k) % 7]);
+  const TransformSpec resize = parse_transform_spec("--transform", "Resize((12, 16)),ToTensor()");
+  const int64_t set_bytes = 14 * 3 * 12 * 16 * int64_t(sizeof(float));
+  ImageFolderOptions fits, too_large;
+  fits.workers = too_large.workers = 2;
+  fits.kept_image_bytes = set_bytes;
+  too_large.kept_image_bytes = set_bytes - 1;
+  const Dataset kept = load_image_folder(dir.path(), fits, "kept", &resize);
+  const Dataset per_batch = load_image_folder(dir.path(), too_large, "per batch", &resize);
+  EXPECT_EQ(kept.source, nullptr);
+  EXPECT_EQ(int64_t(kept.images.size()) * int64_t(sizeof(float)), set_bytes);
+  ASSERT_NE(per_batch.source, nullptr);
+  EXPECT_TRUE(per_batch.images.empty());
+  EXPECT_EQ(per_batch.h, 12);
+  EXPECT_EQ(per_batch.w, 16);
+  LoaderOptions lo;
+  lo.batch_size = 5, lo.shuffle = false;
+  DataLoader a(kept, lo), b(per_batch, lo);
+  int batches = 0;
+  for (Batch x, y; a.next(x);) {
+    ASSERT_TRUE(b.next(y));
+    ASSERT_EQ(x.size, y.size);
+    EXPECT_EQ(std::vector<float>(x.images, x.images + x.size * x.sample_numel()),
+              std::vector<float>(y.images, y.images + y.size * y.sample_numel()))
+        << "batch " << batches;
+    EXPECT_EQ(std::vector<int64_t>(x.labels, x.labels + x.size), std::vector<int64_t>(y.labels, y.labels + y.size));
+    ++batches;
+  }
+  EXPECT_EQ(batches, 3);
 }
 
 TEST(ImageFolder, MissingEmptyAndClasslessFoldersAreErrorsNamingThePath) {

@@ -130,15 +130,16 @@ void for_each_index(size_t count, int workers, const std::function<void(size_t)>
     if (e) std::rethrow_exception(e);
 }
 
-// One file's outcome at load: its tensor (kept only for a transform without random steps),
-// or why it has none.
+// One file's outcome at load: its tensor (kept only for a transform without random steps,
+// within the budget), or why it has none.
 struct Decoded {
   std::vector<float> tensor;
   Extent extent;
   std::optional<std::string> bad;  // a BadImage's message
 };
 
-// A random transform's samples, decoded and transformed per batch.
+// Samples decoded and transformed per batch: a random transform's, or a fixed one's whose
+// tensors would not fit ImageFolderOptions::kept_image_bytes.
 class TransformedFiles : public SampleSource {
  public:
   TransformedFiles(std::vector<std::string> paths, const TransformSpec& transform, Extent extent, int workers)
@@ -171,12 +172,16 @@ Dataset load_image_folder(const std::string& dir, const ImageFolderOptions& opti
   DPCORE_CHECK(!steps.random() || fixed, steps.flag, " \"", steps.text,
                "\": its random steps give images of differing sizes; end the image steps with RandomResizedCrop, "
                "CenterCrop or Resize((h,w)), one size for every image of a batch");
+  // The tensors are kept when no draw changes them and they fit the budget; otherwise each
+  // batch makes its own (a fixed size is known before any file is decoded).
+  const bool per_batch =
+      steps.random() || (fixed && int64_t(listing.paths.size()) * 3 * fixed->h * fixed->w * int64_t(sizeof(float)) >
+                                      options.kept_image_bytes);
   std::vector<Decoded> decoded(listing.paths.size());
   for_each_index(listing.paths.size(), options.workers, [&](size_t i) {
     try {
       const RgbImage image = decode_image_file(listing.paths[i]);
-      // The pixels are kept when no draw changes them; a random transform makes them per batch.
-      if (!steps.random()) apply_transforms(steps, image, {}, decoded[i].tensor, decoded[i].extent);
+      if (!per_batch) apply_transforms(steps, image, {}, decoded[i].tensor, decoded[i].extent);
     } catch (const BadImage& e) {
       decoded[i].bad = e.what();
     }
@@ -201,7 +206,7 @@ Dataset load_image_folder(const std::string& dir, const ImageFolderOptions& opti
                " image files decoded (all skipped by --skip-bad-images)");
   d.n = int64_t(kept.size());
   for (size_t i : kept) d.labels.push_back(listing.labels[i]);
-  if (steps.random()) {
+  if (per_batch) {
     d.h = fixed->h;
     d.w = fixed->w;
     std::vector<std::string> paths;
