@@ -8,10 +8,13 @@
 //     within an error-analysis bound; the parameter names equal the twin's as sets;
 //   * bert-tiny, 20 AdamW steps with the linear warm-up schedule and gradient clipping,
 //     dropout off, from the same initial weights: every parameter within 1e-5 (float32) and
-//     1e-9 (float64) against torch.optim.AdamW and clip_grad_norm_. Each difference is measured
-//     on its module's scale (module_scaled_difference).
+//     1e-9 (float64) against torch.optim.AdamW and clip_grad_norm_;
+//   * all-MiniLM-L6-v2's pretrained weights (scripts/get_minilm.sh) on real text: logits and
+//     gradients in float32 within its error-analysis bound.
+// Each difference is measured on its module's scale (module_scaled_difference).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <map>
@@ -22,6 +25,8 @@
 #include <vector>
 
 #include "engine/adam.h"
+#include "engine/data/text/vocab.h"
+#include "engine/data/text/wordpiece.h"
 #include "engine/io/safetensors.h"
 #include "layers/transformer/bert.h"
 #include "layers/weights.h"
@@ -315,6 +320,80 @@ TEST(BertParity, BertTinyAfter20AdamWStepsMatchesTorch) {
   const testing::ScriptResult script = run_twin(cases, dir);
   ASSERT_EQ(script.status, 0) << script.output;
   for (Case& c : cases) check_adamw(c, c.dtype == DType::Float64 ? kAdamWFloat64Tolerance : kAdamWFloat32Tolerance);
+}
+
+// all-MiniLM-L6-v2 (issue 26, item 6), as scripts/get_minilm.sh writes it (scripts/test.sh
+// runs that first; it needs the package index): 6 layers, hidden 384 in 12 heads of 32,
+// intermediate 1536, BERT's uncased vocabulary of 30,522.
+const std::string kMiniLmDir = testing::source_dir() + "/data/minilm";
+
+BertConfig minilm_config() {
+  BertConfig c;
+  c.hidden_size = 384, c.num_hidden_layers = 6, c.num_attention_heads = 12, c.intermediate_size = 1536;
+  c.num_labels = 3;
+  c.hidden_dropout_prob = c.attention_probs_dropout_prob = 0;
+  return c;
+}
+
+// float32 over MiniLM's depth: a dot product of length K differs between the two sides by up
+// to about K u |a| |b| (u = 2^-24); its longest is K = 1536 (the intermediate size), 9.2e-5 of
+// the scale, and a gradient passes through about 75 products and layer norms (forward and
+// backward of six layers, the pooler and the head): 7e-3 of the tensor's scale, so 1e-2 (the
+// test prints its worst).
+constexpr double kMiniLmFloat32Tolerance = 1e-2;
+
+// The pretrained weights loaded by --init-from's rule into a BertForSequenceClassification
+// (its encoder and pooler from the file, a fresh classifier), on real English text tokenized
+// with the model's own vocabulary: the logits and every parameter's gradient against the twin
+// on the same weights. The twin is checked against transformers' BertModel by
+// scripts/check_bert_twin.py.
+TEST(BertParity, MiniLmOnRealTextMatchesTheTwin) {
+  if (!testing::python_has_torch())
+    GTEST_SKIP() << testing::kTorchPython << " cannot import torch (scripts/install-deps.sh installs python3-torch)";
+  const std::string weights = kMiniLmDir + "/minilm.safetensors";
+  if (!std::ifstream(weights).good())
+    GTEST_SKIP() << "no " << weights << ": scripts/get_minilm.sh writes it from the package index (scripts/test.sh "
+                 << "runs it first; it could not reach the index)";
+  const data::text::WordPieceTokenizer tokenizer(data::text::Vocab::read(kMiniLmDir + "/vocab.txt"));
+  const std::vector<std::string> texts = {
+      "Beam me up, Scotty: there is no intelligent life down here.",
+      "The best way to predict the future is to invent it.",
+      "A computer lets you make more mistakes faster than any invention in human history, with the possible "
+      "exceptions of handguns and tequila."};
+  std::vector<std::vector<int64_t>> encoded;
+  int64_t t = 0;
+  for (const std::string& text : texts) {
+    encoded.push_back(tokenizer.encode(text, 128, false));
+    t = std::max(t, int64_t(encoded.back().size()));
+  }
+  const int64_t n = int64_t(texts.size());
+  std::vector<int64_t> ids(size_t(n * t), 0);  // padded with [PAD], id 0
+  for (int64_t s = 0; s < n; ++s) std::copy(encoded[size_t(s)].begin(), encoded[size_t(s)].end(), ids.begin() + s * t);
+
+  Case c;
+  c.name = "minilm_f32", c.config = minilm_config(), c.dtype = DType::Float32;
+  c.x = Tensor::from_vector(ids, {n, t});
+  c.labels = labels_for(ids, n, t, c.config.num_labels, false);
+  c.model = build(c.config, false, Shape{t}, DType::Float32);
+  const WeightsReport report = load_weights_partially(*c.model, io::load_safetensors(weights), "minilm");
+  EXPECT_EQ(report.new_, (std::vector<std::string>{"classifier.weight", "classifier.bias"}));
+  EXPECT_EQ(report.loaded.size(), 103u);
+  EXPECT_TRUE(report.unused.empty());
+  TempDir dir;
+  // What the twin gets (our weights, saved) holds the file's tensors bit for bit.
+  save_weights(*c.model, dir.file("loaded.safetensors"));
+  const io::SafetensorsFile file = io::load_safetensors(weights), loaded = io::load_safetensors(dir.file("loaded.safetensors"));
+  for (const io::TensorRecord& t : file.tensors()) {
+    const io::TensorRecord* ours = loaded.find(t.name);
+    ASSERT_NE(ours, nullptr) << t.name;
+    EXPECT_EQ(ours->shape, t.shape) << t.name;
+    EXPECT_TRUE(ours->data == t.data) << t.name << " is not the file's";
+  }
+  std::vector<Case> cases;
+  cases.push_back(std::move(c));
+  const testing::ScriptResult script = run_twin(cases, dir);
+  ASSERT_EQ(script.status, 0) << script.output;
+  check_gradients(cases[0], kMiniLmFloat32Tolerance);
 }
 
 }  // namespace
