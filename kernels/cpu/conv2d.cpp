@@ -32,10 +32,10 @@ namespace {
 // im2col of images [n0, n0 + images) side by side in col (row stride images*PQ), plus
 // the row of ones under them when `ones_row`.
 template <class T>
-void im2col_images(const Conv2dShape& s, const T* x, int64_t n0, int64_t images, bool ones_row, T* col) {
+void im2col_with_ones(const Conv2dShape& s, const T* x, int64_t n0, int64_t images, bool ones_row, T* col) {
   const ConvDims d(s);
   const int64_t ld = images * d.pq;
-  for (int64_t i = 0; i < images; ++i) im2col(s, x + (n0 + i) * d.image_in, col + i * d.pq, ld);
+  im2col_images(s, x, n0, images, col);
   if (ones_row) std::fill(col + d.crs * ld, col + (d.crs + 1) * ld, T(1));
 }
 
@@ -63,7 +63,7 @@ void conv2d_forward_images(const Conv2dShape& s, const T* x, const T* w, const T
   for (int64_t n = 0; n < s.N; ++n) {
     T* col = thread_scratch<T>(depth * d.pq, 0);
     T* y_n = y + n * d.image_out;
-    im2col_images(s, x, n, 1, bias != nullptr, col);
+    im2col_with_ones(s, x, n, 1, bias != nullptr, col);
     gemm_parallel(false, false, s.K, d.pq, depth, T(1), w_mat, depth, col, d.pq, T(0), y_n, d.pq);
     if (relu) {
 #pragma omp simd
@@ -100,11 +100,6 @@ void conv2d_backward_data(const Conv2dShape& s, const T* dy, const T* w, T* dx) 
 
 namespace {
 
-// GEMMs with an inner dimension (summed over) of only P*Q output pixels run far below
-// peak on the deep, low-resolution layers, so the weight gradient is taken over several
-// images at once, their columns side by side: inner dimension images * P*Q >= this.
-constexpr int64_t kWeightGradDepth = 256;
-
 // grad[K, depth] = the gradient [dW | dbias] (depth = CRS + 1) or dW alone (depth = CRS)
 // of images [r.begin, r.end), summed over them in order, a group of images per GEMM.
 template <class T>
@@ -118,20 +113,13 @@ void weight_grad_of_images(const Conv2dShape& s, const T* x, const T* dy, Range 
     std::fill(grad, grad + s.K * depth, T(0));
     return;
   }
-  const int64_t group = std::clamp<int64_t>((kWeightGradDepth + d.pq - 1) / d.pq, 1, count);
+  const int64_t group = weight_grad_group(s, count);
   T* col = thread_scratch<T>(depth * group * d.pq, 0);
   T* dy_group = thread_scratch<T>(s.K * group * d.pq, 1);
   for (int64_t n0 = r.begin; n0 < r.end; n0 += group) {
     const int64_t images = std::min(group, r.end - n0), ld = images * d.pq;
-    im2col_images(s, x, n0, images, depth > d.crs, col);
-    // dy of the group as one [K, images*PQ] matrix; a single image already is one.
-    const T* dy_mat = dy + n0 * d.image_out;
-    if (images > 1) {
-      for (int64_t k = 0; k < s.K; ++k)
-        for (int64_t i = 0; i < images; ++i)
-          std::copy_n(dy + (n0 + i) * d.image_out + k * d.pq, d.pq, dy_group + k * ld + i * d.pq);
-      dy_mat = dy_group;
-    }
+    im2col_with_ones(s, x, n0, images, depth > d.crs, col);
+    const T* dy_mat = dy_matrix(s, dy, n0, images, dy_group);
     const T beta = n0 == r.begin ? T(0) : T(1);
     gemm(false, true, s.K, depth, ld, T(1), dy_mat, ld, col, ld, beta, grad, depth);
   }

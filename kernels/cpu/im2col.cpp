@@ -119,6 +119,21 @@ void im2col(const Conv2dShape& s, const T* x, T* col, int64_t ld) {
 }
 
 template <class T>
+void im2col_images(const Conv2dShape& s, const T* x, int64_t n0, int64_t images, T* col) {
+  const int64_t pq = s.P * s.Q, image = s.C * s.H * s.W;
+  for (int64_t i = 0; i < images; ++i) im2col(s, x + (n0 + i) * image, col + i * pq, images * pq);
+}
+
+template <class T>
+const T* dy_matrix(const Conv2dShape& s, const T* dy, int64_t n0, int64_t images, T* scratch) {
+  const int64_t pq = s.P * s.Q, image = s.K * pq, ld = images * pq;
+  if (images == 1) return dy + n0 * image;
+  for (int64_t k = 0; k < s.K; ++k)
+    for (int64_t i = 0; i < images; ++i) std::copy_n(dy + (n0 + i) * image + k * pq, pq, scratch + k * ld + i * pq);
+  return scratch;
+}
+
+template <class T>
 void col2im(const Conv2dShape& s, T* col, T* dx) {
   std::fill(dx, dx + s.C * s.H * s.W, T{});
   for (int64_t c = 0; c < s.C; ++c)
@@ -127,10 +142,15 @@ void col2im(const Conv2dShape& s, T* col, T* dx) {
         col2im_row(s, col + ((c * s.R + r) * s.S + k) * s.P * s.Q, r, k, dx + c * s.H * s.W);
 }
 
-template void im2col<float>(const Conv2dShape&, const float*, float*, int64_t);
-template void im2col<double>(const Conv2dShape&, const double*, double*, int64_t);
-template void im2col<BFloat16>(const Conv2dShape&, const BFloat16*, BFloat16*, int64_t);
-template void im2col<Float16>(const Conv2dShape&, const Float16*, Float16*, int64_t);
+#define DPCORE_INSTANTIATE(T)                                                                   \
+  template void im2col<T>(const Conv2dShape&, const T*, T*, int64_t);                           \
+  template void im2col_images<T>(const Conv2dShape&, const T*, int64_t, int64_t, T*);           \
+  template const T* dy_matrix<T>(const Conv2dShape&, const T*, int64_t, int64_t, T*);
+DPCORE_INSTANTIATE(float)
+DPCORE_INSTANTIATE(double)
+DPCORE_INSTANTIATE(BFloat16)
+DPCORE_INSTANTIATE(Float16)
+#undef DPCORE_INSTANTIATE
 template void col2im<float>(const Conv2dShape&, float*, float*);
 template void col2im<double>(const Conv2dShape&, double*, double*);
 

@@ -24,11 +24,21 @@ using dpcore::testing::slurp;
 
 const std::string kJob = job();
 
+// A run that must fail before training, with `expected` in what it prints.
+struct Refusal {
+  std::string args, expected;
+};
+void expect_refusals(const std::vector<Refusal>& cases) {
+  for (const Refusal& c : cases) {
+    SCOPED_TRACE(c.args);
+    CommandResult r = run(c.args + " --steps 2");
+    EXPECT_NE(r.status, 0);
+    EXPECT_NE(r.output.find(c.expected), std::string::npos) << r.output;
+  }
+}
+
 TEST(PrecisionFlag, RefusesWhatItCannotRunNamingTheFlags) {
-  struct Case {
-    std::string args, expected;
-  };
-  const std::vector<Case> cases = {
+  const std::vector<Refusal> cases = {
       {kJob + " --precision half", "--precision half: must be one of fp32, bf16, fp16"},
       {kJob + " --precision fp16 --replicas 2 --sync local:2",
        "--precision fp16 with --sync local:2: the loss scaler judges the one reduced gradient of a synchronous step"},
@@ -39,12 +49,7 @@ TEST(PrecisionFlag, RefusesWhatItCannotRunNamingTheFlags) {
       {kJob + " --precision bf16 --stages 0-1@cpu:0,2-4@cpu:0",
        "--precision bf16 with --stages 0-1@cpu:0,2-4@cpu:0: a pipeline's stages run their layers outside"},
   };
-  for (const Case& c : cases) {
-    SCOPED_TRACE(c.args);
-    CommandResult r = run(c.args + " --steps 2");
-    EXPECT_NE(r.status, 0);
-    EXPECT_NE(r.output.find(c.expected), std::string::npos) << r.output;
-  }
+  expect_refusals(cases);
 }
 
 // Under bf16 each replica's share of the batch gives 16-bit gradients (a 16-bit op's
@@ -183,10 +188,7 @@ TEST(GradDtype, Bf16AllreduceIsNamedDiffersFromFloat32AndIsRefusedWhereNothingIs
   ASSERT_EQ(mpi.status, 0) << mpi.output;
   EXPECT_EQ(slurp(dir.file("bf16.safetensors")), slurp(dir.file("mpi.safetensors")));
 #endif
-  struct Case {
-    std::string args, expected;
-  };
-  const std::vector<Case> cases = {
+  const std::vector<Refusal> cases = {
       {kJob + " --grad-dtype fp16", "--grad-dtype fp16: must be one of fp32, bf16"},
       {kJob + " --grad-dtype bf16", "--grad-dtype bf16 with one replica: there is no gradient allreduce to make smaller"},
       {kJob + " --grad-dtype bf16 --replicas 2 --sync local:2",
@@ -194,12 +196,7 @@ TEST(GradDtype, Bf16AllreduceIsNamedDiffersFromFloat32AndIsRefusedWhereNothingIs
       {kJob + " --grad-dtype bf16 --replicas 2 --pipeline 2",
        "--grad-dtype bf16 with --pipeline 2: only the data-parallel gradient allreduce"},
   };
-  for (const Case& c : cases) {
-    SCOPED_TRACE(c.args);
-    CommandResult r = run(c.args + " --steps 2");
-    EXPECT_NE(r.status, 0);
-    EXPECT_NE(r.output.find(c.expected), std::string::npos) << r.output;
-  }
+  expect_refusals(cases);
 }
 
 }  // namespace

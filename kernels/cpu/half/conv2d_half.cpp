@@ -51,13 +51,8 @@ void conv2d_backward_data_half(const Conv2dShape& s, const H* dy, const H* w, H*
   }
 }
 
-// The GEMMs of the weight gradient sum over P*Q output pixels, few on the deep layers, so
-// several images go into one GEMM, their columns side by side (kernels/cpu/conv2d.cpp's
-// kWeightGradDepth): inner dimension images * P*Q >= this.
-constexpr int64_t kWeightGradDepth = 256;
-
 // sum[K, CRS] = the float32 weight gradient of images [r.begin, r.end), a group of images
-// per GEMM, the groups added in order (zeros for an empty range).
+// per GEMM (weight_grad_group), the groups added in order (zeros for an empty range).
 template <class H>
 void weight_grad_of_images(const Conv2dShape& s, const H* x, const H* dy, Range r, float* sum) {
   const ConvDims d(s);
@@ -66,18 +61,14 @@ void weight_grad_of_images(const Conv2dShape& s, const H* x, const H* dy, Range 
     std::fill_n(sum, s.K * d.crs, 0.f);
     return;
   }
-  const int64_t group = std::clamp<int64_t>((kWeightGradDepth + d.pq - 1) / d.pq, 1, count);
+  const int64_t group = weight_grad_group(s, count);
   H* col = thread_scratch<H>(size_t(d.crs * group * d.pq), 1);
   H* dy_group = thread_scratch<H>(size_t(s.K * group * d.pq), 2);
   for (int64_t n0 = r.begin; n0 < r.end; n0 += group) {
     const int64_t images = std::min(group, r.end - n0), ld = images * d.pq;
-    // The group's columns and its dy as one [K, images*PQ] matrix (copies: exact).
-    for (int64_t i = 0; i < images; ++i) {
-      im2col(s, x + (n0 + i) * d.image_in, col + i * d.pq, ld);
-      for (int64_t k = 0; k < s.K; ++k)
-        std::copy_n(dy + (n0 + i) * d.image_out + k * d.pq, d.pq, dy_group + k * ld + i * d.pq);
-    }
-    gemm_half<H, float>(false, true, s.K, d.crs, ld, 1.f, dy_group, ld, 0, col, ld, 0, n0 == r.begin ? 0.f : 1.f, sum,
+    im2col_images(s, x, n0, images, col);  // copies of 16-bit values: exact
+    const H* dy_mat = dy_matrix(s, dy, n0, images, dy_group);
+    gemm_half<H, float>(false, true, s.K, d.crs, ld, 1.f, dy_mat, ld, 0, col, ld, 0, n0 == r.begin ? 0.f : 1.f, sum,
                         d.crs, 0, 1);
   }
 }

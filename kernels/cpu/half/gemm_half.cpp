@@ -61,12 +61,6 @@ void widen(int64_t n, const Float16* x, float* y) {
   }
 }
 
-template <class To>
-To narrow(float v) {
-  if constexpr (std::is_same_v<To, BFloat16>) return float_to_bfloat16(v);
-  else return float_to_float16(v);
-}
-
 // A stored rows x cols matrix with row length ld, widened into a compact float32 copy.
 template <class In>
 void widen_matrix(int64_t rows, int64_t cols, const In* x, int64_t ld, float* y) {
@@ -112,7 +106,7 @@ void gemm_one(HalfGemmPath path, bool trans_a, bool trans_b, int64_t M, int64_t 
   gemm_parallel(trans_a, trans_b, M, N, K, alpha, a, a_cols, b, b_cols, beta, c, c_ld);
   if constexpr (!float_out)
     for (int64_t r = 0; r < M; ++r)
-      for (int64_t j = 0; j < N; ++j) C[r * ldc + j] = narrow<Out>(c[r * N + j]);
+      for (int64_t j = 0; j < N; ++j) C[r * ldc + j] = from_float<Out>(c[r * N + j]);
 }
 
 }  // namespace
@@ -158,7 +152,7 @@ void cast(int64_t n, const From* x, To* y) {
     if constexpr (std::is_same_v<From, float> && std::is_same_v<To, BFloat16>) {
       narrow(end - begin, x + begin, y + begin);
     } else if constexpr (std::is_same_v<From, float>) {
-      for (int64_t i = begin; i < end; ++i) y[i] = narrow<To>(x[i]);
+      for (int64_t i = begin; i < end; ++i) y[i] = from_float<To>(x[i]);
     } else if constexpr (std::is_same_v<From, BFloat16>) {
       widen(end - begin, x + begin, y + begin);
     } else {
