@@ -152,6 +152,9 @@ class DeviceLanes {
       events.push_back(metadata("thread_name", pid, lane->second, {{"name", name}}));
       const int sort_index = kDeviceLanes + host.sort_index;
       events.push_back(metadata("thread_sort_index", pid, lane->second, {{"sort_index", sort_index}}));
+      // Not a trace-viewer field (viewers skip metadata they do not know): how far this
+      // lane's times can be off, for a reader comparing them with the host lanes'.
+      events.push_back(metadata("clock_uncertainty", pid, lane->second, {{"us", double(begin.uncertainty_ns) / 1000.0}}));
     }
     events.push_back(complete_event(e, begin.ns, std::max<int64_t>(end.ns - begin.ns, 0), pid, lane->second));
   }

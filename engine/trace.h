@@ -142,6 +142,9 @@ class DeviceTimer {
   struct Reached {
     std::string stream;  // the stream's lane name, "cuda:0 stream 14"
     int64_t ns = 0;      // when the device got there, on now_ns()'s clock
+    // How far `ns` can be off: the device clock is put on the host's through a reference
+    // known only this closely. Written into the trace with the stream's lane.
+    int64_t uncertainty_ns = 0;
   };
   // Where and when mark `id` was reached, waiting for the device to get there; false when
   // it cannot tell (a mark from before the last restart()).

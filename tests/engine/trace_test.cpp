@@ -244,6 +244,7 @@ class FakeDeviceTimer : public trace::DeviceTimer {
     if (id < first_valid_ || id >= int64_t(marks_.size())) return false;
     out.stream = marks_[size_t(id)];
     out.ns = (id + 1) * 1'000'000;
+    out.uncertainty_ns = 2'500;
     return true;
   }
   int restarts = 0;
@@ -296,6 +297,8 @@ TEST(Trace, DeviceMarksBecomeSpansOnALanePerStreamAndThread) {
   EXPECT_DOUBLE_EQ(device[1].begin, 4000.0);
   EXPECT_DOUBLE_EQ(device[1].end, 5000.0);
   EXPECT_EQ(t.sort_index.at(device[0].key()), trace::kDeviceLanes + trace::kReplicaLanes);
+  ASSERT_TRUE(t.clock_uncertainty_us.count(device[0].key())) << "the lane does not say how well its clock is known";
+  EXPECT_DOUBLE_EQ(t.clock_uncertainty_us.at(device[0].key()), 2.5);
   for (const auto& [lane, name] : t.lanes) {
     EXPECT_TRUE(name.find("loader)") == std::string::npos && name.find("gpu stream 8") == std::string::npos)
         << "unexpected device lane " << name;

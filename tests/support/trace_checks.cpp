@@ -51,6 +51,7 @@ TraceFile read_trace(const std::string& path) {
       if (e["name"] == "process_name") trace.processes[lane.first] = e["args"]["name"].get<std::string>();
       if (e["name"] == "thread_name") trace.lanes[lane] = e["args"]["name"].get<std::string>();
       if (e["name"] == "thread_sort_index") trace.sort_index[lane] = e["args"]["sort_index"].get<int>();
+      if (e["name"] == "clock_uncertainty") trace.clock_uncertainty_us[lane] = e["args"]["us"].get<double>();
       continue;
     }
     EXPECT_EQ(ph, "X") << e.dump();
@@ -103,10 +104,16 @@ std::vector<TraceSpan> spans_of(const TraceFile& trace, const std::string& lane,
 void expect_device_lane_mirrors(const TraceFile& trace, const std::string& host, const std::string& device_prefix,
                                 const std::string& prefix) {
   std::string device;
+  LaneKey device_key;
   for (const auto& [key, name] : trace.lanes) {
-    if (name.rfind(device_prefix, 0) == 0 && name.find("(" + host + ")") != std::string::npos) device = name;
+    if (name.rfind(device_prefix, 0) == 0 && name.find("(" + host + ")") != std::string::npos) device = name, device_key = key;
   }
   ASSERT_FALSE(device.empty()) << "no lane of '" << device_prefix << "' for " << host;
+  ASSERT_TRUE(trace.clock_uncertainty_us.count(device_key)) << device << " has no clock_uncertainty";
+  // Device times are float milliseconds after the reference: about a microsecond apart
+  // 10 s after it, longer than any test's window.
+  constexpr double kResolutionUs = 1.0;
+  const double slack = trace.clock_uncertainty_us.at(device_key) + kResolutionUs;
   const std::vector<TraceSpan> on_host = spans_in_file_order(trace, host, prefix),
                                on_device = spans_in_file_order(trace, device, prefix);
   ASSERT_FALSE(on_host.empty()) << host;
@@ -114,9 +121,10 @@ void expect_device_lane_mirrors(const TraceFile& trace, const std::string& host,
   for (size_t i = 0; i < on_host.size(); ++i) {
     EXPECT_EQ(on_device[i].name, on_host[i].name);
     EXPECT_EQ(on_device[i].args, on_host[i].args);
-    // The reference's uncertainty is microseconds; queued work cannot run before it is queued.
-    EXPECT_GE(on_device[i].begin, on_host[i].begin - 50.0)
-        << on_host[i].name << " ran on " << device << " before the host queued it";
+    // Queued work cannot run before it is queued; its time is known within `slack`.
+    EXPECT_GE(on_device[i].begin, on_host[i].begin - slack)
+        << on_host[i].name << " ran on " << device << " before the host queued it (clock known within " << slack
+        << " us)";
   }
 }
 

@@ -26,6 +26,7 @@ struct TraceFile {
   std::map<LaneKey, std::string> lanes;  // thread_name
   std::map<LaneKey, int> sort_index;     // thread_sort_index
   std::map<int, std::string> processes;  // pid -> process_name
+  std::map<LaneKey, double> clock_uncertainty_us;  // a device lane's clock_uncertainty
 };
 
 // Parses `path`, checking (with gtest failures naming the event) that it is a JSON object
@@ -44,7 +45,8 @@ std::vector<TraceSpan> spans_of(const TraceFile& trace, const std::string& lane,
 // Checks (with gtest failures) that the spans of lane `host` whose name starts with
 // `prefix` appear again on a device lane of that host lane whose name starts with
 // `device_prefix` ("cuda:0 stream "): one per host span, with its name and args, never
-// beginning before the host queued it. They are paired in the order they were recorded,
+// beginning before the host queued it (give or take the lane's clock_uncertainty and the
+// half microsecond resolution of device times). They are paired in the order they were recorded,
 // not by their times: a view (flatten) queues no kernel, so its device span has no length
 // and can carry the same begin as the next layer's (device times are float milliseconds
 // since a reference: a microsecond apart tens of seconds after it).
