@@ -59,8 +59,7 @@ void conv2d_forward_images(const Conv2dShape& s, const T* x, const T* w, const T
     }
   }
   const T* w_mat = bias ? w_and_bias.data() : w;
-#pragma omp parallel for num_threads(batch_threads(s)) schedule(static)
-  for (int64_t n = 0; n < s.N; ++n) {
+  parallel_for_each(s.N, batch_threads(s), [&](int64_t n) {
     T* col = thread_scratch<T>(depth * d.pq, 0);
     T* y_n = y + n * d.image_out;
     im2col_with_ones(s, x, n, 1, bias != nullptr, col);
@@ -69,7 +68,7 @@ void conv2d_forward_images(const Conv2dShape& s, const T* x, const T* w, const T
 #pragma omp simd
       for (int64_t i = 0; i < d.image_out; ++i) y_n[i] = relu_value(y_n[i]);
     }
-  }
+  });
 }
 
 }  // namespace
@@ -90,12 +89,11 @@ void conv2d_backward_data(const Conv2dShape& s, const T* dy, const T* w, T* dx) 
     if (direct_conv2d_backward_data_applies(s)) return direct_conv2d_backward_data(s, dy, w, dx);
   }
   const ConvDims d(s);
-#pragma omp parallel for num_threads(batch_threads(s)) schedule(static)
-  for (int64_t n = 0; n < s.N; ++n) {
+  parallel_for_each(s.N, batch_threads(s), [&](int64_t n) {
     T* col = thread_scratch<T>(d.crs * d.pq, 0);
     gemm_parallel(true, false, d.crs, d.pq, s.K, T(1), w, d.crs, dy + n * d.image_out, d.pq, T(0), col, d.pq);
     col2im(s, col, dx + n * d.image_in);
-  }
+  });
 }
 
 namespace {
@@ -139,9 +137,9 @@ void conv2d_backward_weight(const Conv2dShape& s, const T* x, const T* dy, T* dw
   const int64_t depth = d.crs + (dbias ? 1 : 0), size = s.K * depth;
   const int chunks = int(std::clamp<int64_t>(s.N, 1, kWeightGradChunks));  // an empty batch: one empty chunk, zeros
   T* partial = thread_scratch<T>(size_t(chunks * size), 2);  // partial + c * size: chunk c's sum
-#pragma omp parallel for num_threads(std::min(kernel_threads(), chunks)) schedule(dynamic, 1)
-  for (int c = 0; c < chunks; ++c)
-    weight_grad_of_images(s, x, dy, split_range(s.N, chunks, c), depth, partial + c * size);
+  parallel_for_each(chunks, kernel_threads(), [&](int64_t c) {
+    weight_grad_of_images(s, x, dy, split_range(s.N, chunks, int(c)), depth, partial + c * size);
+  });
 #pragma omp parallel for num_threads(kernel_threads()) schedule(static) if (s.K > 1)
   for (int64_t k = 0; k < s.K; ++k)
     for (int64_t j = 0; j < depth; ++j) {

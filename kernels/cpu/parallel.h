@@ -17,6 +17,26 @@ int kernel_threads();
 // so it runs on the calling thread (`if` clause of the OpenMP pragmas).
 constexpr int64_t kMinParallelElements = int64_t(1) << 15;
 
+// Runs body(i) for every i in [0, n): shared out over `threads` OpenMP threads, each
+// taking the next index when it finishes one, or in order on the calling thread when there
+// is one thread or one index. The loop to put around a body that calls kernels which
+// share out their own work (gemm_parallel, gemm_half, cast): with one thread it opens no
+// OpenMP region at all. A region of one thread (num_threads(1), or an `if` that is false)
+// still counts as a nesting level to libgomp, which then starts a fresh thread for every
+// parallel region opened inside it, while the pool's idle workers spin on the cores the
+// new thread needs: 82 us a call against 7 on this 2-core machine, and a bfloat16 linear
+// layer (one matrix, so a one-thread batch loop around its GEMM) 3.5x slower than float32.
+template <class Body>
+void parallel_for_each(int64_t n, int threads, const Body& body) {
+  if (threads < 2 || n < 2) {
+    for (int64_t i = 0; i < n; ++i) body(i);
+    return;
+  }
+  const int team = n < threads ? int(n) : threads;
+#pragma omp parallel for num_threads(team) schedule(dynamic, 1)
+  for (int64_t i = 0; i < n; ++i) body(i);
+}
+
 // The contiguous share [begin, end) of `n` items that worker `index` of `parts` gets.
 // Static and independent of timing, so every reduction built on it has a fixed order.
 struct Range {

@@ -21,8 +21,7 @@ namespace {
 template <class H>
 void conv2d_forward_half(const Conv2dShape& s, const H* x, const H* w, const H* bias, H* y) {
   const ConvDims d(s);
-#pragma omp parallel for num_threads(batch_threads(s)) schedule(static)
-  for (int64_t n = 0; n < s.N; ++n) {
+  parallel_for_each(s.N, batch_threads(s), [&](int64_t n) {
     H* col = thread_scratch<H>(size_t(d.crs * d.pq), 0);
     H* y_n = y + n * d.image_out;
     im2col(s, x + n * d.image_in, col, d.pq);
@@ -32,14 +31,13 @@ void conv2d_forward_half(const Conv2dShape& s, const H* x, const H* w, const H* 
       for (int64_t k = 0; k < s.K; ++k) std::fill_n(y_n + k * d.pq, d.pq, bias[k]);
     gemm_half<H, H>(false, false, s.K, d.pq, d.crs, 1.f, w, d.crs, 0, col, d.pq, 0, bias ? 1.f : 0.f, y_n, d.pq, 0,
                     1);
-  }
+  });
 }
 
 template <class H>
 void conv2d_backward_data_half(const Conv2dShape& s, const H* dy, const H* w, H* dx) {
   const ConvDims d(s);
-#pragma omp parallel for num_threads(batch_threads(s)) schedule(static)
-  for (int64_t n = 0; n < s.N; ++n) {
+  parallel_for_each(s.N, batch_threads(s), [&](int64_t n) {
     // The column gradient and its col2im in float32; only dx itself is rounded.
     float* col = thread_scratch<float>(size_t(d.crs * d.pq), 0);
     float* image = thread_scratch<float>(size_t(d.image_in), 1);
@@ -48,7 +46,7 @@ void conv2d_backward_data_half(const Conv2dShape& s, const H* dy, const H* w, H*
     col2im(s, col, image);
     H* dx_n = dx + n * d.image_in;
     for (int64_t i = 0; i < d.image_in; ++i) dx_n[i] = from_float<H>(image[i]);
-  }
+  });
 }
 
 // sum[K, CRS] = the float32 weight gradient of images [r.begin, r.end), a group of images
@@ -83,8 +81,9 @@ void conv2d_backward_weight_half(const Conv2dShape& s, const H* x, const H* dy, 
   const int64_t size = s.K * d.crs;
   const int chunks = int(std::clamp<int64_t>(s.N, 1, kWeightGradChunks));
   float* partial = thread_scratch<float>(size_t(chunks * size), 0);  // partial + c * size: chunk c's sum
-#pragma omp parallel for num_threads(std::min(kernel_threads(), chunks)) schedule(dynamic, 1)
-  for (int c = 0; c < chunks; ++c) weight_grad_of_images(s, x, dy, split_range(s.N, chunks, c), partial + c * size);
+  parallel_for_each(chunks, kernel_threads(), [&](int64_t c) {
+    weight_grad_of_images(s, x, dy, split_range(s.N, chunks, int(c)), partial + c * size);
+  });
 #pragma omp parallel for num_threads(kernel_threads()) schedule(static) if (s.K > 1)
   for (int64_t k = 0; k < s.K; ++k) {
     for (int64_t j = 0; j < d.crs; ++j) {

@@ -134,11 +134,10 @@ void gemm_half(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, floa
   const HalfGemmPath path = half_gemm_path();
   // A batch of several matrices is shared out by matrix (each on one thread, so the
   // product inside runs single-threaded); one matrix shares out its own blocks.
-  const int threads = omp_in_parallel() || batch == 1 ? 1 : int(std::min<int64_t>(kernel_threads(), batch));
-#pragma omp parallel for num_threads(threads) if (threads > 1) schedule(static)
-  for (int64_t i = 0; i < batch; ++i)
+  parallel_for_each(batch, omp_in_parallel() ? 1 : kernel_threads(), [&](int64_t i) {
     gemm_one(path, trans_a, trans_b, M, N, K, alpha, A + i * stride_a, lda, B + i * stride_b, ldb, beta,
              C + i * stride_c, ldc);
+  });
 }
 
 template <class From, class To>
