@@ -16,6 +16,7 @@
 
 #include "cli/classify_command.h"
 #include "cli/launch.h"
+#include "cli/tokenize_command.h"
 #include "cli/vocab_command.h"
 #include "comm/communicator.h"
 #include "engine/backend.h"
@@ -724,6 +725,15 @@ int main(int argc, char** argv) {
       ->required();
   vocab_cmd->add_option("--out", vocab.out, "the vocab.txt to write")->required();
 
+  dpcore::cli::TokenizeOptions tokenize;
+  CLI::App* tokenize_cmd = app.add_subcommand(
+      "tokenize", "write a text dataset's train and test splits as the token ids train feeds the model, to one "
+                  "safetensors file (for training elsewhere on the same input: docs/text.md)");
+  tokenize_cmd->add_option("--data", tokenize.data, "fortunes-lang, fortunes-topic, text:FILE.tsv or text:DIR")
+      ->capture_default_str();
+  add_text_flags(*tokenize_cmd, tokenize.text);
+  tokenize_cmd->add_option("--out", tokenize.out, "the .safetensors file to write")->required();
+
   dpcore::cli::ClassifyOptions classify;
   CLI::App* classify_cmd = app.add_subcommand(
       "classify", "the top classes of texts, with their probabilities, by weights train --save wrote on text data: "
@@ -746,6 +756,8 @@ int main(int argc, char** argv) {
       return dpcore::cli::launch(launch, argv[0], std::cerr);
     } else if (*vocab_cmd) {
       dpcore::cli::write_vocab(vocab, std::cout);
+    } else if (*tokenize_cmd) {
+      dpcore::cli::write_tokens(tokenize, std::cout);
     } else if (*classify_cmd) {
       if (classify.device == "auto") classify.device = dpcore::runtime::best_device().str();
       dpcore::cli::classify(classify, std::cin, std::cout);
