@@ -3,7 +3,9 @@
 
 The same run on both sides: the same initial weights (written by dpcore), the real
 Fashion-MNIST training images in file order as pixels / 255 (dpcore --no-shuffle
---no-normalize), SGD with momentum, one thread. dpcore prints every step's mean loss
+--no-normalize), or for bert-tiny fortunes-topic's texts in file order as the token ids
+`dpcore tokenize` writes (each batch padded to its longest text, dropout off on both sides,
+the twin of tests/layers/torch_bert.py on PyTorch's), SGD with momentum, one thread. dpcore prints every step's mean loss
 (--log-every 1); the PyTorch loop computes the same step as bench/torch_models.py's
 make_step: its forward and loss under torch.autocast("cpu", torch.bfloat16), the backward
 outside it. Each model
@@ -27,7 +29,7 @@ bfloat16 unit roundoff of the loss, 2^-8 |L|, for the plain CNNs (the ResNets' b
 norms and residual adds, 9 of them in resnet8, add one rounding each on PyTorch's side:
 within 9 x 2^-8 |L| there). The script prints the table and exits 1 where a bound fails.
 
-    /usr/bin/python3 bench/compare_autocast.py --dpcore build/bin/dpcore --models fashioncnn resnet8 --steps 50
+    /usr/bin/python3 bench/compare_autocast.py --dpcore build/bin/dpcore --models fashioncnn resnet8 bert-tiny --steps 50
 """
 import argparse
 import os
@@ -42,14 +44,29 @@ sys.path.insert(0, os.path.join(ROOT, "bench"))
 
 FASHION = "/usr/share/datasets/fashion-mnist"  # Debian's dataset-fashion-mnist (gzipped IDX)
 BATCH, LR, MOMENTUM = 64, 0.03, 0.9
-# Roundings PyTorch's autocast adds per model where dpcore stays in float32 (above).
-EXTRA_ROUNDINGS = {"fashioncnn": 1, "resnet8": 9}  # the models of Fashion-MNIST's 1 x 28 x 28 images
+# Roundings PyTorch's autocast adds per model where dpcore stays in float32 (above). The CNNs
+# take Fashion-MNIST's 1 x 28 x 28 images. bert-tiny (2 layers) takes fortunes-topic's
+# token ids: per layer PyTorch rounds the attention scores (its Q K^T is a bfloat16 matmul;
+# dpcore's attention op computes them in float32 from the rounded Q and K), the
+# probabilities (cast to bfloat16 for the matmul with V; dpcore keeps them float32) and
+# GELU's output (computed on the bfloat16 intermediate, where dpcore widens first), and the
+# pooler its tanh; the residual adds meet float32 tensors on both sides (PyTorch promotes).
+EXTRA_ROUNDINGS = {"fashioncnn": 1, "resnet8": 9, "bert-tiny": 2 * 3 + 1}
+# bert-tiny (layers/transformer/bert.cpp's preset) without dropout, so both sides compute the
+# same function: the twin's masks would not be dpcore's.
+BERT_TINY = "bert(layers=2,hidden=128,heads=2,intermediate=512,vocab=3000,labels=10,dropout=0)"
+TEXT = ["--data", "fortunes-topic", "--truncate", "--max-len", "64"]
 # The ResNets come with training defaults (cli --model): plain SGD here, as on PyTorch's side.
 PLAIN_SGD = ["--weight-decay", "0", "--nesterov=false", "--lr-schedule", "constant", "--warmup-steps", "0"]
 
 
+def data_and_model(model):
+    """dpcore's --data and --model flags for `model`."""
+    return TEXT + ["--model", BERT_TINY] if model == "bert-tiny" else ["--data", "fashion-mnist", "--model", model]
+
+
 def dpcore_losses(args, model, precision, init, out_dir):
-    cmd = [args.dpcore, "train", "--data", "fashion-mnist", "--model", model, "--device", "cpu", "--threads", "1",
+    cmd = [args.dpcore, "train"] + data_and_model(model) + ["--device", "cpu", "--threads", "1",
            "--progress", "0", "--no-shuffle", "--no-normalize", "--batch", str(BATCH), "--steps", str(args.steps),
            "--lr", str(LR), "--momentum", str(MOMENTUM), "--init", init, "--log-every", "1",
            "--precision", precision, "--save", os.path.join(out_dir, f"{model}-{precision}.safetensors")] + PLAIN_SGD
@@ -62,7 +79,60 @@ def dpcore_losses(args, model, precision, init, out_dir):
     return losses
 
 
-def torch_losses(args, model, precision, init):
+def bert_batches(args, out_dir):
+    """fortunes-topic's first args.steps batches in file order as dpcore --no-shuffle makes
+    them: `dpcore tokenize`'s ids, each batch padded to its longest text, the mask ids != [PAD]."""
+    import json
+
+    import torch
+    from make_fixtures import load_safetensors
+
+    path = os.path.join(out_dir, "topic.safetensors")
+    done = subprocess.run([args.dpcore, "tokenize"] + TEXT + ["--out", path], capture_output=True, text=True)
+    if done.returncode != 0:
+        sys.exit(f"dpcore tokenize failed:\n{done.stdout}{done.stderr}")
+    t = load_safetensors(path)
+    with open(path, "rb") as f:
+        meta = json.loads(f.read(int.from_bytes(f.read(8), "little")))["__metadata__"]
+    pad, ids, offsets, labels = int(meta["pad_id"]), t["train.ids"], t["train.offsets"].tolist(), t["train.labels"]
+    batches = []
+    for step in range(args.steps):
+        rows = range(step * BATCH, (step + 1) * BATCH)
+        x = torch.full((BATCH, max(offsets[r + 1] - offsets[r] for r in rows)), pad, dtype=torch.int64)
+        for i, r in enumerate(rows):
+            x[i, :offsets[r + 1] - offsets[r]] = ids[offsets[r]:offsets[r + 1]]
+        batches.append((x, (x != pad).to(torch.int64), labels[step * BATCH:(step + 1) * BATCH].to(torch.int64)))
+    return batches
+
+
+def torch_bert_losses(args, precision, init, out_dir):
+    import torch
+    from make_fixtures import load_safetensors
+    sys.path.insert(0, os.path.join(ROOT, "tests", "layers"))
+    import torch_bert
+
+    torch.set_num_threads(1)
+    config = torch_bert.Config(vocab_size=3000, num_labels=10, num_hidden_layers=2, hidden_size=128,
+                               num_attention_heads=2, intermediate_size=512, hidden_dropout_prob=0.0,
+                               attention_probs_dropout_prob=0.0)
+    net = torch_bert.BertForSequenceClassification(config)
+    net.load_state_dict(load_safetensors(init), strict=True)
+    net.train()
+    sgd = torch.optim.SGD(net.parameters(), lr=LR, momentum=MOMENTUM)
+    losses = []
+    for x, mask, y in bert_batches(args, out_dir):
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16"):
+            loss = torch.nn.functional.cross_entropy(net(input_ids=x, attention_mask=mask).float(), y)
+        losses.append(loss.item())
+        sgd.zero_grad(set_to_none=True)
+        loss.backward()
+        sgd.step()
+    return losses
+
+
+def torch_losses(args, model, precision, init, out_dir):
+    if model == "bert-tiny":
+        return torch_bert_losses(args, precision, init, out_dir)
     import gzip
 
     import numpy as np
@@ -100,13 +170,13 @@ def compare(args, model, out_dir):
     import torch
 
     init = os.path.join(out_dir, f"{model}-init.safetensors")
-    cmd = [args.dpcore, "train", "--data", "fashion-mnist", "--model", model, "--device", "cpu", "--threads", "1",
+    cmd = [args.dpcore, "train"] + data_and_model(model) + ["--device", "cpu", "--threads", "1",
            "--progress", "0", "--steps", "1", "--lr", "0", "--save", init] + PLAIN_SGD
     done = subprocess.run(cmd, capture_output=True, text=True)
     if done.returncode != 0:
         sys.exit(f"failed: {' '.join(cmd)}\n{done.stdout}{done.stderr}")
     runs = {(side, p): (dpcore_losses(args, model, p, init, out_dir) if side == "dpcore" else
-                        torch_losses(args, model, p, init))
+                        torch_losses(args, model, p, init, out_dir))
             for side in ("dpcore", "torch") for p in ("fp32", "bf16")}
     print(f"\n{model}: batch {BATCH}, SGD lr {LR} momentum {MOMENTUM}, {args.steps} steps, 1 thread, "
           f"PyTorch {torch.__version__}")
@@ -136,7 +206,7 @@ def compare(args, model, out_dir):
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--dpcore", default="build/bin/dpcore", help="the dpcore command")
-    p.add_argument("--models", nargs="+", default=["fashioncnn", "resnet8"], choices=sorted(EXTRA_ROUNDINGS))
+    p.add_argument("--models", nargs="+", default=["fashioncnn", "resnet8", "bert-tiny"], choices=sorted(EXTRA_ROUNDINGS))
     p.add_argument("--steps", type=int, default=50)
     args = p.parse_args()
     with tempfile.TemporaryDirectory() as out_dir:
