@@ -89,14 +89,14 @@ void register_attention(const AttentionCase& c) {
   add("attention_fwd/fused" + shape, [=](benchmark::State& state) {
     Buffer bq(s.q_size()), bk(s.kv_size()), bv(s.kv_size()), bo(s.q_size()), blse(s.rows());
     run_timed(state, forward,
-              [&] { hand::attention_forward(s, bq.f(), bk.f(), bv.f(), nullptr, bo.f(), blse.f(), nullptr); });
+              [&] { hand::attention_forward<float>(s, bq.f(), bk.f(), bv.f(), nullptr, bo.f(), blse.f(), nullptr); });
   });
   add("attention_bwd/fused" + shape, [=](benchmark::State& state) {
     Buffer bq(s.q_size()), bk(s.kv_size()), bv(s.kv_size()), bo(s.q_size()), blse(s.rows()), bdo(s.q_size()),
         row_dot(s.rows()), bdq(s.q_size()), bdk(s.kv_size()), bdv(s.kv_size());
-    hand::attention_forward(s, bq.f(), bk.f(), bv.f(), nullptr, bo.f(), blse.f(), nullptr);
+    hand::attention_forward<float>(s, bq.f(), bk.f(), bv.f(), nullptr, bo.f(), blse.f(), nullptr);
     run_timed(state, backward, [&] {
-      hand::attention_backward(s, bq.f(), bk.f(), bv.f(), nullptr, bo.f(), blse.f(), bdo.f(), row_dot.f(), bdq.f(),
+      hand::attention_backward<float>(s, bq.f(), bk.f(), bv.f(), nullptr, bo.f(), blse.f(), bdo.f(), row_dot.f(), bdq.f(),
                                bdk.f(), bdv.f(), nullptr);
     });
   });

@@ -73,6 +73,12 @@ H* half_ptr(const Tensor* t) {
 }
 
 float* f32(const Tensor& t) { return t.data<float>(); }
+// A 16-bit tensor's elements, or null for an undefined one (an absent mask); a defined one
+// of another dtype fails (Tensor::data's check names both dtypes).
+template <class H>
+const H* half_or_null(const Tensor& t) {
+  return t.defined() ? t.data<H>() : nullptr;
+}
 float* f32(const Tensor* t) { return t && t->defined() ? t->data<float>() : nullptr; }
 
 // A batch upload from pinned memory goes on the compute stream, NOT on a side copy stream:
@@ -482,15 +488,30 @@ class CudaBackend : public Backend {
   // ---- scaled_dot_product_attention ----
   void attention_forward(const kernels::AttentionShape& s, const Tensor& query, const Tensor& key, const Tensor& value,
                          const Tensor& key_mask, Tensor& o, Tensor& lse) override {
+    if (on_half(query, [&](auto h, cudaStream_t stream) {
+          using H = decltype(h);
+          check_same_half("scaled_dot_product_attention", query, {&key, &value, &o});
+          k::attention_forward<H>(s, query.data<H>(), key.data<H>(), value.data<H>(), half_or_null<H>(key_mask),
+                                  o.data<H>(), f32(lse), stream);
+        }))
+      return;
     cudaStream_t stream = begin_op("scaled_dot_product_attention", {&query, &key, &value, &key_mask, &o, &lse});
     k::attention_forward(s, f32(query), f32(key), f32(value), f32(&key_mask), f32(o), f32(lse), stream);
   }
   void attention_backward(const kernels::AttentionShape& s, const Tensor& query, const Tensor& key, const Tensor& value,
                           const Tensor& key_mask, const Tensor& o, const Tensor& lse, const Tensor& dout, Tensor& dq,
                           Tensor& dk, Tensor& dv) override {
+    Tensor row_dot = Tensor::empty({s.rows()}, DType::Float32, query.device());  // D = rowsum(dout * o), O(T)
+    if (on_half(query, [&](auto h, cudaStream_t stream) {
+          using H = decltype(h);
+          check_same_half("scaled_dot_product_attention backward", query, {&key, &value, &o, &dout, &dq, &dk, &dv});
+          k::attention_backward<H>(s, query.data<H>(), key.data<H>(), value.data<H>(), half_or_null<H>(key_mask),
+                                   o.data<H>(), f32(lse), dout.data<H>(), f32(row_dot), dq.data<H>(), dk.data<H>(),
+                                   dv.data<H>(), stream);
+        }))
+      return;
     cudaStream_t stream =
         begin_op("scaled_dot_product_attention backward", {&query, &key, &value, &key_mask, &o, &lse, &dout, &dq, &dk, &dv});
-    Tensor row_dot = Tensor::empty({s.rows()}, DType::Float32, query.device());  // D = rowsum(dout * o), O(T)
     k::attention_backward(s, f32(query), f32(key), f32(value), f32(&key_mask), f32(o), f32(lse), f32(dout), f32(row_dot),
                           f32(dq), f32(dk), f32(dv), stream);
   }

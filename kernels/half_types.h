@@ -92,11 +92,15 @@ DPCORE_HALF_FN Float16 float_to_float16(float f) {
 }
 
 // The two types behind one name, for code written once for both (H = BFloat16 or Float16):
-// to_float widens exactly, from_float<H> rounds to nearest even as above.
+// to_float widens exactly, from_float<H> rounds to nearest even as above. float itself
+// passes through both unchanged, for code written once for float32 and 16 bits.
+DPCORE_HALF_FN float to_float(float f) { return f; }
 DPCORE_HALF_FN float to_float(BFloat16 h) { return bfloat16_to_float(h); }
 DPCORE_HALF_FN float to_float(Float16 h) { return float16_to_float(h); }
 template <class H>
 DPCORE_HALF_FN H from_float(float f);
+template <>
+DPCORE_HALF_FN float from_float<float>(float f) { return f; }
 template <>
 DPCORE_HALF_FN BFloat16 from_float<BFloat16>(float f) { return float_to_bfloat16(f); }
 template <>

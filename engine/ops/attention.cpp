@@ -28,9 +28,9 @@ struct AttentionBackward : Node {
 // key-padding mask [B, Tk] fit together.
 AttentionShape attention_shape(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_mask,
                                const AttentionOptions& opt) {
-  check_float_tensor(kOp, "query", q, 4);
-  check_float_tensor(kOp, "key", k, 4);
-  check_float_tensor(kOp, "value", v, 4);
+  check_float_or_half_tensor(kOp, "query", q, 4);
+  check_float_or_half_tensor(kOp, "key", k, 4);
+  check_float_or_half_tensor(kOp, "value", v, 4);
   check_same_device_dtype(kOp, q, k);
   check_same_device_dtype(kOp, q, v);
   DPCORE_CHECK(k.shape() == v.shape(), kOp, ": key ", shape_str(k.shape()), " and value ", shape_str(v.shape()),
@@ -58,14 +58,15 @@ AttentionShape attention_shape(const Tensor& q, const Tensor& k, const Tensor& v
 
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_padding_mask,
                                     const AttentionOptions& opt) {
-  if (auto low = autocast_dtype_for({q, k, v})) {  // no 16-bit kernel yet: the float32 one on 16-bit values
+  if (auto low = autocast_dtype_for({q, k, v})) {
     AutocastScope off(DType::Float32);
-    return rounded(scaled_dot_product_attention(rounded(q, *low), rounded(k, *low), rounded(v, *low), key_padding_mask, opt),
-                   *low);
+    return widened(scaled_dot_product_attention(lowered(q, *low), lowered(k, *low), lowered(v, *low),
+                                                lowered(key_padding_mask, *low), opt));
   }
   const AttentionShape s = attention_shape(q, k, v, key_padding_mask, opt);
   Tensor o = empty_like(q);
-  Tensor lse = Tensor::empty({s.B, s.H, s.Tq}, q.dtype(), q.device());
+  // One log-sum-exp per query row, float32 for 16-bit operands (a statistic, as autocast keeps them).
+  Tensor lse = Tensor::empty({s.B, s.H, s.Tq}, is_half_precision(q.dtype()) ? DType::Float32 : q.dtype(), q.device());
   backend(q).attention_forward(s, q, k, v, key_padding_mask, o, lse);
   auto node = std::make_shared<AttentionBackward>();
   node->shape = s;

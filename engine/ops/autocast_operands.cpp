@@ -19,8 +19,6 @@ std::optional<DType> autocast_dtype_for(std::initializer_list<Tensor> operands) 
 
 Tensor lowered(const Tensor& t, DType dtype) { return t.defined() ? to(t, dtype) : t; }
 
-Tensor rounded(const Tensor& t, DType dtype) { return t.defined() ? to(to(t, dtype), DType::Float32) : t; }
-
 Tensor widened(const Tensor& y) { return to(y, DType::Float32); }
 
 }  // namespace dpcore::ops

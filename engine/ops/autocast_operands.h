@@ -26,11 +26,6 @@ namespace dpcore::ops {
 std::optional<DType> autocast_dtype_for(std::initializer_list<Tensor> operands);
 // to(t, dtype), an undefined tensor (no bias) left undefined.
 Tensor lowered(const Tensor& t, DType dtype);
-// For an op without a 16-bit kernel yet (attention): its operand as such a kernel
-// would read it, rounded to `dtype` and widened back exactly to float32. A float32 kernel
-// on such operands computes what a 16-bit kernel accumulating in float32 computes (the
-// products of 16-bit numbers are exact in float32), up to the order of the sums.
-Tensor rounded(const Tensor& t, DType dtype);
 // The op's 16-bit result widened (exactly) to float32 for the ops after it.
 Tensor widened(const Tensor& y);
 

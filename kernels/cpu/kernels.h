@@ -183,6 +183,17 @@ void attention_forward(const AttentionShape& s, const T* q, const T* k, const T*
 template <class T>
 void attention_backward(const AttentionShape& s, const T* q, const T* k, const T* v, const T* key_mask, const T* o,
                         const T* lse, const T* dout, double* row_dot, T* dq, T* dk, T* dv);
+// The same on 16-bit tensors (H = BFloat16 or Float16, autocast's attention), lse float32:
+// the operands widened to float32 (exact), the float32 kernels above, each output rounded
+// once to H (kernels/cpu/half/attention_half.cpp). The products of widened 16-bit values
+// are exact in float32, so this is 16-bit inputs with float32 arithmetic, as the CUDA
+// kernels compute it; the float32 copies live for the call only.
+template <class H>
+void attention_forward_half(const AttentionShape& s, const H* q, const H* k, const H* v, const H* key_mask, H* o,
+                            float* lse);
+template <class H>
+void attention_backward_half(const AttentionShape& s, const H* q, const H* k, const H* v, const H* key_mask,
+                             const H* o, const float* lse, const H* dout, double* row_dot, H* dq, H* dk, H* dv);
 // ---- batched_matmul: c[i] = op(a[i]) * op(b[i]) over s.batch matrix pairs (kernels/shapes.h),
 // each output cut into fixed blocks of rows, one BLAS call per block, the blocks shared out
 // over the threads. The cut depends on the shape only, so the result does not depend on

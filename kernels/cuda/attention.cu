@@ -12,7 +12,12 @@
 //             thread in a fixed order: deterministic, no atomics.
 // The head dimension is a compile-time bound (kAttentionMaxHeadDim, BERT's 64) so that a
 // row lives in registers and a tile in a fixed shared array.
+// One template over the element type T (float, BFloat16, Float16): 16-bit operands are
+// widened as they are read (exact) and everything after is float32, as in the float32
+// kernels; each 16-bit output element is rounded once, at its store. lse and D stay float32.
 #include <cmath>
+
+#include "kernels/half_types.h"
 
 #include "kernels/cuda_runtime/check.h"
 #include "kernels/cuda/kernels.h"
@@ -28,16 +33,18 @@ constexpr int kKeyTile = 32;    // keys staged in shared memory per step
 constexpr int kKeysPerBlock = 64;   // keys per block in the dK/dV kernel (a thread each)
 constexpr int kQueriesStaged = 32;  // queries staged in shared memory per step there
 
+template <class T>
 struct Args {
   int B, H, Tq, Tk, d;
   float scale;
   bool causal;
-  const float* key_mask;  // [B, Tk], nonzero = attend; null: no padding
+  const T* key_mask;  // [B, Tk], nonzero = attend; null: no padding
 };
 
 // Whether query i of batch b sees key j (both in range).
-__device__ __forceinline__ bool sees(const Args& a, int b, int i, int j) {
-  return (!a.causal || j <= i) && (!a.key_mask || a.key_mask[b * a.Tk + j] != 0.f);
+template <class T>
+__device__ __forceinline__ bool sees(const Args<T>& a, int b, int i, int j) {
+  return (!a.causal || j <= i) && (!a.key_mask || to_float(a.key_mask[b * a.Tk + j]) != 0.f);
 }
 
 __device__ __forceinline__ float dot(const float* x, const float* y, int d) {
@@ -46,35 +53,36 @@ __device__ __forceinline__ float dot(const float* x, const float* y, int d) {
   return acc;
 }
 
-// rows [first, first + count) of a [rows, d] matrix into tile[count][kMaxD]; rows past
-// `rows` become zeros (never read as keys: the callers skip them).
-__device__ __forceinline__ void stage_rows(float (*tile)[kMaxD], const float* src, int first, int count, int rows,
-                                           int d) {
+// rows [first, first + count) of a [rows, d] matrix into tile[count][kMaxD], widened to
+// float32; rows past `rows` become zeros (never read as keys: the callers skip them).
+template <class T>
+__device__ __forceinline__ void stage_rows(float (*tile)[kMaxD], const T* src, int first, int count, int rows, int d) {
   for (int e = threadIdx.x; e < count * d; e += blockDim.x) {
     const int r = e / d, c = e % d;
-    tile[r][c] = first + r < rows ? src[int64_t(first + r) * d + c] : 0.f;
+    tile[r][c] = first + r < rows ? to_float(src[int64_t(first + r) * d + c]) : 0.f;
   }
 }
 
 // Under a causal mask, the queries [i0, i0 + kQueryTile) see no key past their last one. The
 // bound is the block's, not the thread's, so that every thread meets the same barriers.
-__device__ __forceinline__ int block_key_end(const Args& a, int i0) {
+template <class T>
+__device__ __forceinline__ int block_key_end(const Args<T>& a, int i0) {
   return a.causal ? min(a.Tk, i0 + kQueryTile) : a.Tk;
 }
 
-__global__ void attention_forward_kernel(Args a, const float* q, const float* k, const float* v, float* o,
-                                         float* lse) {
+template <class T>
+__global__ void attention_forward_kernel(Args<T> a, const T* q, const T* k, const T* v, T* o, float* lse) {
   __shared__ float k_tile[kKeyTile][kMaxD];
   __shared__ float v_tile[kKeyTile][kMaxD];
   const int bh = blockIdx.y, b = bh / a.H, d = a.d;
   const int i0 = blockIdx.x * kQueryTile, i = i0 + threadIdx.x;
   const bool active = i < a.Tq;
-  const float* kb = k + int64_t(bh) * a.Tk * d;
-  const float* vb = v + int64_t(bh) * a.Tk * d;
+  const T* kb = k + int64_t(bh) * a.Tk * d;
+  const T* vb = v + int64_t(bh) * a.Tk * d;
   const int64_t row = int64_t(bh) * a.Tq + i;
 
   float qi[kMaxD], acc[kMaxD];
-  for (int c = 0; c < d; ++c) qi[c] = active ? q[row * d + c] : 0.f, acc[c] = 0.f;
+  for (int c = 0; c < d; ++c) qi[c] = active ? to_float(q[row * d + c]) : 0.f, acc[c] = 0.f;
   float m = -INFINITY, l = 0.f;
   const int key_end = block_key_end(a, i0);
   for (int j0 = 0; j0 < key_end; j0 += kKeyTile) {
@@ -106,21 +114,26 @@ __global__ void attention_forward_kernel(Args a, const float* q, const float* k,
   }
   if (!active) return;
   const float inv_l = l > 0.f ? 1.f / l : 0.f;  // a row that sees no key: o = 0, lse = -inf
-  for (int c = 0; c < d; ++c) o[row * d + c] = acc[c] * inv_l;
+  for (int c = 0; c < d; ++c) o[row * d + c] = from_float<T>(acc[c] * inv_l);
   lse[row] = l > 0.f ? m + logf(l) : -INFINITY;
 }
 
-// D[row] = sum_c dO[row, c] * O[row, c], a thread per row.
-__global__ void attention_row_dot_kernel(int64_t rows, int d, const float* dout, const float* o, float* row_dot) {
+// D[row] = sum_c dO[row, c] * O[row, c], a thread per row (of the stored, rounded O).
+template <class T>
+__global__ void attention_row_dot_kernel(int64_t rows, int d, const T* dout, const T* o, float* row_dot) {
   const int64_t stride = int64_t(gridDim.x) * blockDim.x;
-  for (int64_t row = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; row < rows; row += stride)
-    row_dot[row] = dot(dout + row * d, o + row * d, d);
+  for (int64_t row = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; row < rows; row += stride) {
+    float acc = 0.f;
+    for (int c = 0; c < d; ++c) acc += to_float(dout[row * d + c]) * to_float(o[row * d + c]);
+    row_dot[row] = acc;
+  }
 }
 
 // dQ_i = scale * sum_j P_ij (dP_ij - D_i) K_j with dP_ij = dO_i . V_j: the forward's grid,
 // the same key tiles, P recomputed from the saved lse.
-__global__ void attention_backward_dq_kernel(Args a, const float* q, const float* k, const float* v,
-                                             const float* lse, const float* row_dot, const float* dout, float* dq) {
+template <class T>
+__global__ void attention_backward_dq_kernel(Args<T> a, const T* q, const T* k, const T* v, const float* lse,
+                                             const float* row_dot, const T* dout, T* dq) {
   __shared__ float k_tile[kKeyTile][kMaxD];
   __shared__ float v_tile[kKeyTile][kMaxD];
   const int bh = blockIdx.y, b = bh / a.H, d = a.d;
@@ -130,8 +143,8 @@ __global__ void attention_backward_dq_kernel(Args a, const float* q, const float
 
   float qi[kMaxD], doi[kMaxD], acc[kMaxD];
   for (int c = 0; c < d; ++c) {
-    qi[c] = active ? q[row * d + c] : 0.f;
-    doi[c] = active ? dout[row * d + c] : 0.f;
+    qi[c] = active ? to_float(q[row * d + c]) : 0.f;
+    doi[c] = active ? to_float(dout[row * d + c]) : 0.f;
     acc[c] = 0.f;
   }
   const float lse_i = active ? lse[row] : 0.f, d_i = active ? row_dot[row] : 0.f;
@@ -150,15 +163,15 @@ __global__ void attention_backward_dq_kernel(Args a, const float* q, const float
     __syncthreads();
   }
   if (!active) return;
-  for (int c = 0; c < d; ++c) dq[row * d + c] = acc[c] * a.scale;
+  for (int c = 0; c < d; ++c) dq[row * d + c] = from_float<T>(acc[c] * a.scale);
 }
 
 // dK_j = scale * sum_i dS_ij Q_i and dV_j = sum_i P_ij dO_i: a block per (batch*head, tile
 // of kKeysPerBlock keys), a thread per key; the queries, their dO, lse and D staged in
 // shared memory kQueriesStaged at a time.
-__global__ void attention_backward_dkdv_kernel(Args a, const float* q, const float* k, const float* v,
-                                               const float* lse, const float* row_dot, const float* dout, float* dk,
-                                               float* dv) {
+template <class T>
+__global__ void attention_backward_dkdv_kernel(Args<T> a, const T* q, const T* k, const T* v, const float* lse,
+                                               const float* row_dot, const T* dout, T* dk, T* dv) {
   __shared__ float q_tile[kQueriesStaged][kMaxD];
   __shared__ float do_tile[kQueriesStaged][kMaxD];
   __shared__ float lse_tile[kQueriesStaged], d_tile[kQueriesStaged];
@@ -169,8 +182,8 @@ __global__ void attention_backward_dkdv_kernel(Args a, const float* q, const flo
 
   float kj[kMaxD], vj[kMaxD], acc_k[kMaxD], acc_v[kMaxD];
   for (int c = 0; c < d; ++c) {
-    kj[c] = active ? k[key_row * d + c] : 0.f;
-    vj[c] = active ? v[key_row * d + c] : 0.f;
+    kj[c] = active ? to_float(k[key_row * d + c]) : 0.f;
+    vj[c] = active ? to_float(v[key_row * d + c]) : 0.f;
     acc_k[c] = acc_v[c] = 0.f;
   }
   // Under a causal mask no query before j0 sees this block's keys (block-wide, for the barriers).
@@ -197,50 +210,62 @@ __global__ void attention_backward_dkdv_kernel(Args a, const float* q, const flo
   }
   if (!active) return;
   for (int c = 0; c < d; ++c) {
-    dk[key_row * d + c] = acc_k[c] * a.scale;
-    dv[key_row * d + c] = acc_v[c];
+    dk[key_row * d + c] = from_float<T>(acc_k[c] * a.scale);
+    dv[key_row * d + c] = from_float<T>(acc_v[c]);
   }
 }
 
 // The kernels index rows and elements with int where the sizes allow it, and put batch*head
 // on the grid's y dimension (at most 65535).
-Args checked_args(const AttentionShape& s, const float* key_mask) {
+template <class T>
+Args<T> checked_args(const AttentionShape& s, const T* key_mask) {
   const char* op = "scaled_dot_product_attention";
   DPCORE_CHECK(s.d >= 1 && s.d <= kMaxD, op, ": head dimension d = ", s.d,
                " is above the CUDA kernel's limit of ", kMaxD, " (kAttentionMaxHeadDim)");
   DPCORE_CHECK(s.B * s.H <= 65535, op, ": B * H = ", s.B * s.H, " is above the CUDA kernel's limit of 65535");
   check_int32(op, "query elements", s.q_size());
   check_int32(op, "key elements", s.kv_size());
-  return Args{int(s.B), int(s.H), int(s.Tq), int(s.Tk), int(s.d), float(s.scale), s.causal, key_mask};
+  return Args<T>{int(s.B), int(s.H), int(s.Tq), int(s.Tk), int(s.d), float(s.scale), s.causal, key_mask};
 }
 
 unsigned tiles(int64_t n, int tile) { return unsigned((n + tile - 1) / tile); }
 
 }  // namespace
 
-void attention_forward(const AttentionShape& s, const float* q, const float* k, const float* v, const float* key_mask,
-                       float* o, float* lse, cudaStream_t stream) {
-  const Args a = checked_args(s, key_mask);
+template <class T>
+void attention_forward(const AttentionShape& s, const T* q, const T* k, const T* v, const T* key_mask, T* o, float* lse,
+                       cudaStream_t stream) {
+  const Args<T> a = checked_args(s, key_mask);
   if (s.rows() == 0) return;
-  launch("attention_forward_kernel", attention_forward_kernel, dim3(tiles(s.Tq, kQueryTile), unsigned(s.B * s.H)),
+  launch("attention_forward_kernel", attention_forward_kernel<T>, dim3(tiles(s.Tq, kQueryTile), unsigned(s.B * s.H)),
          dim3(kQueryTile), stream, a, q, k, v, o, lse);
 }
 
-void attention_backward(const AttentionShape& s, const float* q, const float* k, const float* v,
-                        const float* key_mask, const float* o, const float* lse, const float* dout, float* row_dot,
-                        float* dq, float* dk, float* dv, cudaStream_t stream) {
-  const Args a = checked_args(s, key_mask);
+template <class T>
+void attention_backward(const AttentionShape& s, const T* q, const T* k, const T* v, const T* key_mask, const T* o,
+                        const float* lse, const T* dout, float* row_dot, T* dq, T* dk, T* dv, cudaStream_t stream) {
+  const Args<T> a = checked_args(s, key_mask);
   if (s.rows() > 0) {
-    launch("attention_row_dot_kernel", attention_row_dot_kernel, blocks_for(s.rows(), kElementwiseThreads),
+    launch("attention_row_dot_kernel", attention_row_dot_kernel<T>, blocks_for(s.rows(), kElementwiseThreads),
            kElementwiseThreads, stream, s.rows(), a.d, dout, o, row_dot);
-    launch("attention_backward_dq_kernel", attention_backward_dq_kernel,
+    launch("attention_backward_dq_kernel", attention_backward_dq_kernel<T>,
            dim3(tiles(s.Tq, kQueryTile), unsigned(s.B * s.H)), dim3(kQueryTile), stream, a, q, k, v, lse, row_dot,
            dout, dq);
   }
   if (s.kv_size() > 0)
-    launch("attention_backward_dkdv_kernel", attention_backward_dkdv_kernel,
+    launch("attention_backward_dkdv_kernel", attention_backward_dkdv_kernel<T>,
            dim3(tiles(s.Tk, kKeysPerBlock), unsigned(s.B * s.H)), dim3(kKeysPerBlock), stream, a, q, k, v, lse,
            row_dot, dout, dk, dv);
 }
+
+#define DPCORE_ATTENTION(T)                                                                                     \
+  template void attention_forward<T>(const AttentionShape&, const T*, const T*, const T*, const T*, T*, float*, \
+                                     cudaStream_t);                                                             \
+  template void attention_backward<T>(const AttentionShape&, const T*, const T*, const T*, const T*, const T*,  \
+                                      const float*, const T*, float*, T*, T*, T*, cudaStream_t);
+DPCORE_ATTENTION(float)
+DPCORE_ATTENTION(BFloat16)
+DPCORE_ATTENTION(Float16)
+#undef DPCORE_ATTENTION
 
 }  // namespace dpcore::kernels::cuda

@@ -177,13 +177,16 @@ void dropout(const DropoutConfig& cfg, int64_t samples, int64_t sample_size, con
 // forward writes o and one log-sum-exp per query row; the backward recomputes the
 // probabilities tile by tile (dq over query tiles, dk and dv over key tiles: no atomics).
 // row_dot: scratch of s.rows() floats (D = rowsum(dout * o)). key_mask [B, Tk] may be null.
+// T is float, BFloat16 or Float16 (autocast's 16-bit attention): 16-bit operands are
+// widened as read, the arithmetic is float32, each output rounded once; lse stays float32.
 // The head dimension is bounded at compile time: d > kAttentionMaxHeadDim fails, naming it. ----
 constexpr int kAttentionMaxHeadDim = 64;
-void attention_forward(const AttentionShape& s, const float* q, const float* k, const float* v, const float* key_mask,
-                       float* o, float* lse, cudaStream_t stream);
-void attention_backward(const AttentionShape& s, const float* q, const float* k, const float* v,
-                        const float* key_mask, const float* o, const float* lse, const float* dout, float* row_dot,
-                        float* dq, float* dk, float* dv, cudaStream_t stream);
+template <class T>
+void attention_forward(const AttentionShape& s, const T* q, const T* k, const T* v, const T* key_mask, T* o, float* lse,
+                       cudaStream_t stream);
+template <class T>
+void attention_backward(const AttentionShape& s, const T* q, const T* k, const T* v, const T* key_mask, const T* o,
+                        const float* lse, const T* dout, float* row_dot, T* dq, T* dk, T* dv, cudaStream_t stream);
 // ---- batched_matmul: c[i] = op(a[i]) * op(b[i]) (kernels/shapes.h), on any
 // BatchedSgemmFn: the hand sgemm_strided_batched or cuBLAS's ----
 using BatchedSgemmFn = void (*)(bool, bool, int64_t, int64_t, int64_t, float, const float*, int64_t, int64_t,

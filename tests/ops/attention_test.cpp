@@ -194,7 +194,7 @@ TEST(AttentionCudaLimits, HeadDimensionAboveTheKernelLimitFailsNamingIt) {
   AttentionShape s;
   s.B = 1, s.H = 1, s.Tq = 2, s.Tk = 2, s.d = kernels::cuda::kAttentionMaxHeadDim + 1;
   try {
-    kernels::cuda::attention_forward(s, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr);
+    kernels::cuda::attention_forward<float>(s, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr);
     FAIL() << "d = " << s.d << " was accepted";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("head dimension d = 65 is above the CUDA kernel's limit of 64"),

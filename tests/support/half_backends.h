@@ -1,4 +1,5 @@
-// The backends the 16-bit kernel tests (tests/ops/half_gemm_test.cpp, half_conv2d_test.cpp) run each body
+// The backends the 16-bit kernel tests (tests/ops/half_gemm_test.cpp, half_conv2d_test.cpp,
+// half_attention_test.cpp) run each body
 // against, as op_backends.h does for float32 and float64: one struct per implementation,
 // the same static functions in each.
 //
@@ -101,6 +102,19 @@ struct CpuHalf {
                                      bool accumulate) {
     on_path([&] { kernels::cpu::conv2d_backward_weight<H>(s, x, dy, dw, dbias, accumulate); });
   }
+  // scaled_dot_product_attention (kernels/cpu/half/attention_half.cpp: widened to float32
+  // whatever the GEMM path).
+  template <class H>
+  static void attention_forward(const kernels::AttentionShape& s, const H* q, const H* k, const H* v, const H* mask,
+                                H* o, float* lse) {
+    kernels::cpu::attention_forward_half<H>(s, q, k, v, mask, o, lse);
+  }
+  template <class H>
+  static void attention_backward(const kernels::AttentionShape& s, const H* q, const H* k, const H* v, const H* mask,
+                                 const H* o, const float* lse, const H* dout, H* dq, H* dk, H* dv) {
+    std::vector<double> row_dot(size_t(s.rows()));
+    kernels::cpu::attention_backward_half<H>(s, q, k, v, mask, o, lse, dout, row_dot.data(), dq, dk, dv);
+  }
 
  private:
   template <class F>
@@ -146,6 +160,17 @@ struct CudaHalf {
   static void conv2d_backward_weight(const kernels::Conv2dShape& s, const H* x, const H* dy, H* dw, H* dbias,
                                      bool accumulate) {
     kernels::cuda::conv2d_backward_weight_half<H>(s, x, dy, dw, dbias, accumulate, nullptr);
+  }
+  template <class H>
+  static void attention_forward(const kernels::AttentionShape& s, const H* q, const H* k, const H* v, const H* mask,
+                                H* o, float* lse) {
+    kernels::cuda::attention_forward<H>(s, q, k, v, mask, o, lse, nullptr);
+  }
+  template <class H>
+  static void attention_backward(const kernels::AttentionShape& s, const H* q, const H* k, const H* v, const H* mask,
+                                 const H* o, const float* lse, const H* dout, H* dq, H* dk, H* dv) {
+    DeviceArray<float> row_dot(size_t(s.rows()));
+    kernels::cuda::attention_backward<H>(s, q, k, v, mask, o, lse, dout, row_dot.get(), dq, dk, dv, nullptr);
   }
 };
 #endif
