@@ -3,45 +3,11 @@
 #include <algorithm>
 #include <vector>
 
+#include "kernels/cpu/column_sums.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/kernels.h"
-#include "kernels/cpu/parallel.h"
 
 namespace dpcore::kernels::cpu {
-
-namespace {
-
-// Columns of dy a thread sums at once: their double accumulators (4 KB) stay in L1.
-constexpr int64_t kBiasColumns = 512;
-
-// dbias[j] (+)= the sum of column j of dy[N, out], over the rows in order, in double. Each
-// thread owns a contiguous range of columns and walks dy row by row across a block of them,
-// adding each row to the block's accumulators: every column still has the one sequential
-// sum (the bits do not depend on the thread count), but the reads are contiguous and the
-// additions of neighbouring columns independent, so they vectorise. A walk down each
-// column in turn strode out elements per addition: at bert-tiny's 4096 x 512 that missed
-// the caches on every row and took 5x the GEMM of the weight gradient.
-template <class T>
-void bias_gradient(const LinearShape& s, const T* dy, T* dbias, bool accumulate) {
-  const int parts = int(std::min<int64_t>(kernel_threads(), s.out));
-#pragma omp parallel for num_threads(parts) if (s.N * s.out >= kMinParallelElements) schedule(static)
-  for (int part = 0; part < parts; ++part) {
-    const Range columns = split_range(s.out, parts, part);
-    std::vector<double> total(size_t(std::min(kBiasColumns, columns.end - columns.begin)));
-    for (int64_t begin = columns.begin; begin < columns.end; begin += kBiasColumns) {
-      const int64_t width = std::min(kBiasColumns, columns.end - begin);
-      std::fill_n(total.data(), width, 0.0);
-      for (int64_t n = 0; n < s.N; ++n) {
-        const T* row = dy + n * s.out + begin;
-        for (int64_t j = 0; j < width; ++j) total[j] += double(row[j]);
-      }
-      for (int64_t j = 0; j < width; ++j)
-        dbias[begin + j] = accumulate ? dbias[begin + j] + T(total[j]) : T(total[j]);
-    }
-  }
-}
-
-}  // namespace
 
 template <class T>
 void linear_forward(const LinearShape& s, const T* x, const T* w, const T* bias, T* y) {
@@ -62,7 +28,9 @@ template <class T>
 void linear_backward_weight(const LinearShape& s, const T* x, const T* dy, T* dw, T* dbias, bool accumulate) {
   // dW[out,in] (+)= dy^T[out,N] * x[N,in]
   gemm_parallel(true, false, s.out, s.in, s.N, T(1), dy, s.out, x, s.in, T(accumulate ? 1 : 0), dw, s.in);
-  if (dbias) bias_gradient(s, dy, dbias, accumulate);
+  if (!dbias) return;
+  const std::vector<double> total = column_sums(s.N, s.out, dy, [](T v) { return double(v); });
+  for (int64_t j = 0; j < s.out; ++j) dbias[j] = accumulate ? dbias[j] + T(total[j]) : T(total[j]);
 }
 
 #define DPCORE_INSTANTIATE(T)                                                                      \

@@ -5,7 +5,9 @@
 // its weight gradient all have the input's dtype; the master weights' float32 gradient is
 // the widened weight gradient (engine/low_precision_parameters.h).
 #include <algorithm>
+#include <vector>
 
+#include "kernels/cpu/column_sums.h"
 #include "kernels/cpu/half/gemm_half.h"
 #include "kernels/cpu/kernels.h"
 
@@ -32,13 +34,11 @@ void linear_backward_weight_half(const LinearShape& s, const H* x, const H* dy, 
   gemm_half<H, H>(true, false, s.out, s.in, s.N, 1.f, dy, s.out, 0, x, s.in, 0, accumulate ? 1.f : 0.f, dw, s.in, 0,
                   1);
   if (!dbias) return;
-  // Column sums of dy in double, in row order (the bits do not depend on the thread count),
-  // rounded once; the old value is added before the rounding when accumulating.
-  for (int64_t j = 0; j < s.out; ++j) {
-    double total = accumulate ? double(to_float(dbias[j])) : 0.0;
-    for (int64_t n = 0; n < s.N; ++n) total += double(to_float(dy[n * s.out + j]));
-    dbias[j] = from_float<H>(float(total));
-  }
+  // Column sums of dy in double, in row order (the bits do not depend on the thread count);
+  // the old value is added to the sum before the rounding when accumulating.
+  const std::vector<double> total = column_sums(s.N, s.out, dy, [](H v) { return double(to_float(v)); });
+  for (int64_t j = 0; j < s.out; ++j)
+    dbias[j] = from_float<H>(float((accumulate ? double(to_float(dbias[j])) : 0.0) + total[j]));
 }
 
 template <class H>
