@@ -49,8 +49,10 @@ DPCORE_VECTOR_LOOP void adam_run(int64_t begin, int64_t end, const AdamUpdate<T>
     T p = param[i], g = grad[i];
     if constexpr (kL2) g = g + wd * p;
     if constexpr (kDecoupled) p = p * keep;
-    T m = rest1 * g, v = (rest2 * g) * g;
-    if constexpr (!kFirst) m = beta1 * exp_avg[i] + m, v = beta2 * exp_avg_sq[i] + v;
+    // The first step adds the moments' zero state, +0 (which turns a -0 term into +0, as
+    // PyTorch's zeros do), without reading the buffers.
+    const T m = (kFirst ? T(0) : beta1 * exp_avg[i]) + rest1 * g;
+    const T v = (kFirst ? T(0) : beta2 * exp_avg_sq[i]) + (rest2 * g) * g;
     exp_avg[i] = m;
     exp_avg_sq[i] = v;
     const T denom = std::sqrt(v) / bias_correction2_sqrt + eps;

@@ -199,6 +199,26 @@ TEST(AdamHandWorkedTest, BiasCorrectedStepsAndWeightDecay) {
   }
 }
 
+// PyTorch's moments start as zeros and the first step adds to them: a gradient of -0 gives
+// moments of +0 (+0 + -0 is +0), not the -0 of (1 - beta) * g alone. Over 100 elements (the
+// vector loops and their tails), float32 and float64, Adam without weight decay and AdamW
+// (both hand the moments the bare gradient).
+TEST(AdamHandWorkedTest, FirstStepOfNegativeZeroGradientsGivesPositiveZeroMoments) {
+  auto check = [](auto zero, const AdamConfig& cfg) {
+    using T = decltype(zero);
+    std::vector<T> p(100, T(1)), g(100, -T(0)), m(100, T(7)), v(100, T(7));
+    cpu::adam_step(100, cfg, 1, p.data(), g.data(), m.data(), v.data(), nullptr);
+    for (size_t i = 0; i < p.size(); ++i) {
+      EXPECT_TRUE(m[i] == T(0) && !std::signbit(m[i])) << "exp_avg[" << i << "] = " << m[i];
+      EXPECT_TRUE(v[i] == T(0) && !std::signbit(v[i])) << "exp_avg_sq[" << i << "] = " << v[i];
+    }
+  };
+  for (const AdamConfig& cfg : {config(0.1, 0.9, 0.999, 1e-8, 0.0, false), config(0.1, 0.9, 0.999, 1e-8, 0.01, true)}) {
+    check(float(0), cfg);
+    check(double(0), cfg);
+  }
+}
+
 TEST(AdamHandWorkedTest, RejectsInvalidCalls) {
   const AdamConfig cfg = config(0.1, 0.9, 0.999, 1e-8, 0.0, false);
   double p = 1, g = 1, m = 0, v = 0;
