@@ -270,7 +270,9 @@ def main():
                "--out", tokens]
         if args.model == "minilm":
             cmd += ["--vocab", os.path.join(MINILM_DIR, "vocab.txt")]
-        subprocess.run(cmd, check=True, capture_output=True, text=True)
+        done = subprocess.run(cmd, capture_output=True, text=True)
+        if done.returncode != 0:
+            sys.exit(f"compare_text: {' '.join(cmd)} failed:\n{done.stdout}{done.stderr}")
         header = read_header(tokens)
         meta = header["__metadata__"]
         if args.warmup_steps is None:
