@@ -81,27 +81,21 @@ def dpcore_losses(args, model, precision, init, out_dir):
 
 def bert_batches(args, out_dir):
     """fortunes-topic's first args.steps batches in file order as dpcore --no-shuffle makes
-    them: `dpcore tokenize`'s ids, each batch padded to its longest text, the mask ids != [PAD]."""
-    import json
-
-    import torch
-    from make_fixtures import load_safetensors
+    them: `dpcore tokenize`'s ids, each batch padded to its longest text, the mask ids != [PAD]
+    (compare_text.py's reading and padding)."""
+    from compare_text import padded, read_tokens
 
     path = os.path.join(out_dir, "topic.safetensors")
     done = subprocess.run([args.dpcore, "tokenize"] + TEXT + ["--out", path], capture_output=True, text=True)
     if done.returncode != 0:
         sys.exit(f"dpcore tokenize failed:\n{done.stdout}{done.stderr}")
-    t = load_safetensors(path)
-    with open(path, "rb") as f:
-        meta = json.loads(f.read(int.from_bytes(f.read(8), "little")))["__metadata__"]
-    pad, ids, offsets, labels = int(meta["pad_id"]), t["train.ids"], t["train.offsets"].tolist(), t["train.labels"]
+    splits, meta = read_tokens(path)
+    texts, labels = splits["train"]
     batches = []
     for step in range(args.steps):
-        rows = range(step * BATCH, (step + 1) * BATCH)
-        x = torch.full((BATCH, max(offsets[r + 1] - offsets[r] for r in rows)), pad, dtype=torch.int64)
-        for i, r in enumerate(rows):
-            x[i, :offsets[r + 1] - offsets[r]] = ids[offsets[r]:offsets[r + 1]]
-        batches.append((x, (x != pad).to(torch.int64), labels[step * BATCH:(step + 1) * BATCH].to(torch.int64)))
+        rows = list(range(step * BATCH, (step + 1) * BATCH))
+        x, mask = padded(texts, rows, int(meta["pad_id"]))
+        batches.append((x, mask, labels[rows]))
     return batches
 
 

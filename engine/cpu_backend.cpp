@@ -98,7 +98,8 @@ void dispatch_float(const char* op, const Tensor& t, F&& f) {
   }
 }
 
-// dispatch_float and the 16-bit types: the matrix products (linear, batched_matmul, conv2d).
+// dispatch_float and the 16-bit types: the matrix products (linear, batched_matmul, conv2d)
+// and attention.
 template <class F>
 void dispatch_float_or_half(const char* op, const Tensor& t, F&& f) {
   switch (t.dtype()) {
@@ -106,14 +107,6 @@ void dispatch_float_or_half(const char* op, const Tensor& t, F&& f) {
     case DType::Float16: f(kernels::Float16{}); return;
     default: dispatch_float(op, t, f);
   }
-}
-
-// Runs f(H{}) for a 16-bit tensor and says whether it did.
-template <class F>
-bool on_half(const Tensor& t, F&& f) {
-  if (t.dtype() == DType::BFloat16) return f(kernels::BFloat16{}), true;
-  if (t.dtype() == DType::Float16) return f(kernels::Float16{}), true;
-  return false;
 }
 
 template <class T>
@@ -426,32 +419,21 @@ class CpuBackend : public Backend {
   // ---- scaled_dot_product_attention ----
   void attention_forward(const kernels::AttentionShape& s, const Tensor& query, const Tensor& key, const Tensor& value,
                          const Tensor& key_mask, Tensor& o, Tensor& lse) override {
-    if (on_half(query, [&](auto h) {
-          using H = decltype(h);
-          k::attention_forward_half<H>(s, ptr<H>(query), ptr<H>(key), ptr<H>(value), ptr<H>(key_mask), ptr<H>(o),
-                                       ptr<float>(lse));
-        }))
-      return;
-    dispatch_float("scaled_dot_product_attention", query, [&](auto t) {
+    dispatch_float_or_half("scaled_dot_product_attention", query, [&](auto t) {
       using T = decltype(t);
-      k::attention_forward<T>(s, ptr<T>(query), ptr<T>(key), ptr<T>(value), ptr<T>(key_mask), ptr<T>(o), ptr<T>(lse));
+      k::attention_forward<T>(s, ptr<T>(query), ptr<T>(key), ptr<T>(value), ptr<T>(key_mask), ptr<T>(o),
+                              ptr<kernels::statistic_t<T>>(lse));
     });
   }
   void attention_backward(const kernels::AttentionShape& s, const Tensor& query, const Tensor& key, const Tensor& value,
                           const Tensor& key_mask, const Tensor& o, const Tensor& lse, const Tensor& dout, Tensor& dq,
                           Tensor& dk, Tensor& dv) override {
     Tensor row_dot = Tensor::empty({s.rows()}, DType::Float64, query.device());  // D = rowsum(dout * o), O(T)
-    if (on_half(query, [&](auto h) {
-          using H = decltype(h);
-          k::attention_backward_half<H>(s, ptr<H>(query), ptr<H>(key), ptr<H>(value), ptr<H>(key_mask), ptr<H>(o),
-                                        ptr<float>(lse), ptr<H>(dout), ptr<double>(row_dot), ptr<H>(dq), ptr<H>(dk),
-                                        ptr<H>(dv));
-        }))
-      return;
-    dispatch_float("scaled_dot_product_attention backward", query, [&](auto t) {
+    dispatch_float_or_half("scaled_dot_product_attention backward", query, [&](auto t) {
       using T = decltype(t);
-      k::attention_backward<T>(s, ptr<T>(query), ptr<T>(key), ptr<T>(value), ptr<T>(key_mask), ptr<T>(o), ptr<T>(lse),
-                               ptr<T>(dout), ptr<double>(row_dot), ptr<T>(dq), ptr<T>(dk), ptr<T>(dv));
+      k::attention_backward<T>(s, ptr<T>(query), ptr<T>(key), ptr<T>(value), ptr<T>(key_mask), ptr<T>(o),
+                               ptr<kernels::statistic_t<T>>(lse), ptr<T>(dout), ptr<double>(row_dot), ptr<T>(dq),
+                               ptr<T>(dk), ptr<T>(dv));
     });
   }
 

@@ -73,12 +73,6 @@ H* half_ptr(const Tensor* t) {
 }
 
 float* f32(const Tensor& t) { return t.data<float>(); }
-// A 16-bit tensor's elements, or null for an undefined one (an absent mask); a defined one
-// of another dtype fails (Tensor::data's check names both dtypes).
-template <class H>
-const H* half_or_null(const Tensor& t) {
-  return t.defined() ? t.data<H>() : nullptr;
-}
 float* f32(const Tensor* t) { return t && t->defined() ? t->data<float>() : nullptr; }
 
 // A batch upload from pinned memory goes on the compute stream, NOT on a side copy stream:
@@ -491,7 +485,7 @@ class CudaBackend : public Backend {
     if (on_half(query, [&](auto h, cudaStream_t stream) {
           using H = decltype(h);
           check_same_half("scaled_dot_product_attention", query, {&key, &value, &o});
-          k::attention_forward<H>(s, query.data<H>(), key.data<H>(), value.data<H>(), half_or_null<H>(key_mask),
+          k::attention_forward<H>(s, query.data<H>(), key.data<H>(), value.data<H>(), half_ptr<H>(&key_mask),
                                   o.data<H>(), f32(lse), stream);
         }))
       return;
@@ -505,7 +499,7 @@ class CudaBackend : public Backend {
     if (on_half(query, [&](auto h, cudaStream_t stream) {
           using H = decltype(h);
           check_same_half("scaled_dot_product_attention backward", query, {&key, &value, &o, &dout, &dq, &dk, &dv});
-          k::attention_backward<H>(s, query.data<H>(), key.data<H>(), value.data<H>(), half_or_null<H>(key_mask),
+          k::attention_backward<H>(s, query.data<H>(), key.data<H>(), value.data<H>(), half_ptr<H>(&key_mask),
                                    o.data<H>(), f32(lse), dout.data<H>(), f32(row_dot), dq.data<H>(), dk.data<H>(),
                                    dv.data<H>(), stream);
         }))

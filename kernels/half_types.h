@@ -101,6 +101,23 @@ template <class H>
 DPCORE_HALF_FN H from_float(float f);
 template <>
 DPCORE_HALF_FN float from_float<float>(float f) { return f; }
+
+// The type a kernel keeps per-row statistics in (attention's log-sum-exp) for elements of
+// type T: float32 for the 16-bit types, as autocast keeps statistics, T itself otherwise.
+template <class T>
+struct statistic_of {
+  using type = T;
+};
+template <>
+struct statistic_of<BFloat16> {
+  using type = float;
+};
+template <>
+struct statistic_of<Float16> {
+  using type = float;
+};
+template <class T>
+using statistic_t = typename statistic_of<T>::type;
 template <>
 DPCORE_HALF_FN BFloat16 from_float<BFloat16>(float f) { return float_to_bfloat16(f); }
 template <>

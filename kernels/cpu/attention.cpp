@@ -67,7 +67,8 @@ void transpose_tile(const From* from, int64_t cols, int64_t d, To* to) {
 }  // namespace
 
 template <class T>
-void attention_forward(const AttentionShape& s, const T* q, const T* k, const T* v, const T* key_mask, T* o, T* lse) {
+void attention_forward(const AttentionShape& s, const T* q, const T* k, const T* v, const T* key_mask, T* o,
+                       statistic_t<T>* lse) {
   const int64_t query_tiles = tiles(s.Tq, kQueryTile), work = s.B * s.H * query_tiles, d = s.d;
 #pragma omp parallel for num_threads(kernel_threads()) if (work > 1) schedule(static)
   for (int64_t w = 0; w < work; ++w) {
@@ -126,7 +127,7 @@ void attention_forward(const AttentionShape& s, const T* q, const T* k, const T*
 
 template <class T>
 void attention_backward(const AttentionShape& s, const T* q, const T* k, const T* v, const T* key_mask, const T* o,
-                        const T* lse, const T* dout, double* row_dot, T* dq, T* dk, T* dv) {
+                        const statistic_t<T>* lse, const T* dout, double* row_dot, T* dq, T* dk, T* dv) {
   const int64_t d = s.d, heads = s.B * s.H, tile = kQueryTile * kKeyTile;
   const T scale = T(s.scale);
   // D_i = rowsum(dO * O) = rowsum(P * dP): the softmax backward's per-row term, once per row.

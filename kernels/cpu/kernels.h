@@ -17,6 +17,7 @@
 #include "kernels/adam_config.h"
 #include "kernels/dropout_config.h"
 #include "kernels/gelu_approximate.h"
+#include "kernels/half_types.h"
 #include "kernels/attention_shape.h"
 #include "kernels/sgd_config.h"
 #include "kernels/shapes.h"
@@ -178,22 +179,17 @@ template <class T> void dropout(const DropoutConfig& cfg, int64_t samples, int64
 // s.rows() doubles (D, in double like the dP it is subtracted from: with a float D the exact
 // cancellation of dP - D, a single key say, would leave float noise in dq and dk), the
 // caller's so that the op's allocations are all it takes. ----
+// T is float, double, or (autocast's attention) BFloat16 or Float16 with a float32 lse
+// (statistic_t): kernels/cpu/half/attention_half.cpp widens the 16-bit operands to float32
+// (exact), runs the float32 kernels and rounds each output once to T. The products of
+// widened 16-bit values are exact in float32, so this is 16-bit inputs with float32
+// arithmetic, as the CUDA kernels compute it.
 template <class T>
-void attention_forward(const AttentionShape& s, const T* q, const T* k, const T* v, const T* key_mask, T* o, T* lse);
+void attention_forward(const AttentionShape& s, const T* q, const T* k, const T* v, const T* key_mask, T* o,
+                       statistic_t<T>* lse);
 template <class T>
 void attention_backward(const AttentionShape& s, const T* q, const T* k, const T* v, const T* key_mask, const T* o,
-                        const T* lse, const T* dout, double* row_dot, T* dq, T* dk, T* dv);
-// The same on 16-bit tensors (H = BFloat16 or Float16, autocast's attention), lse float32:
-// the operands widened to float32 (exact), the float32 kernels above, each output rounded
-// once to H (kernels/cpu/half/attention_half.cpp). The products of widened 16-bit values
-// are exact in float32, so this is 16-bit inputs with float32 arithmetic, as the CUDA
-// kernels compute it; the float32 copies live for the call only.
-template <class H>
-void attention_forward_half(const AttentionShape& s, const H* q, const H* k, const H* v, const H* key_mask, H* o,
-                            float* lse);
-template <class H>
-void attention_backward_half(const AttentionShape& s, const H* q, const H* k, const H* v, const H* key_mask,
-                             const H* o, const float* lse, const H* dout, double* row_dot, H* dq, H* dk, H* dv);
+                        const statistic_t<T>* lse, const T* dout, double* row_dot, T* dq, T* dk, T* dv);
 // ---- batched_matmul: c[i] = op(a[i]) * op(b[i]) over s.batch matrix pairs (kernels/shapes.h),
 // each output cut into fixed blocks of rows, one BLAS call per block, the blocks shared out
 // over the threads. The cut depends on the shape only, so the result does not depend on

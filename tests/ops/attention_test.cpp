@@ -10,17 +10,13 @@
 #include <string>
 #include <vector>
 
+#include "support/attention_cases.h"
 #include "support/op_backends.h"
 
 namespace dpcore::testing {
 namespace {
 
 using kernels::AttentionShape;
-
-struct AttentionCase {
-  int64_t B, H, Tq, Tk, d;
-  bool causal, padded;
-};
 
 // The CPU tiles 64 queries x 64 keys, the CUDA kernels 64 queries x 32 keys (64 keys x 32
 // queries for dk, dv): each tile count is met one short, exactly and one over somewhere.
@@ -30,29 +26,7 @@ const AttentionCase kCases[] = {
     {1, 1, 1, 1, 1, false, false},   {1, 2, 130, 65, 7, true, true},
 };
 
-std::string describe(const AttentionCase& c, int threads) {
-  return "B " + std::to_string(c.B) + " H " + std::to_string(c.H) + " Tq " + std::to_string(c.Tq) + " Tk " +
-         std::to_string(c.Tk) + " d " + std::to_string(c.d) + (c.causal ? ", causal" : "") +
-         (c.padded ? ", padded" : "") + threads_label(threads);
-}
-
-AttentionShape shape_of(const AttentionCase& c) {
-  AttentionShape s;
-  s.B = c.B, s.H = c.H, s.Tq = c.Tq, s.Tk = c.Tk, s.d = c.d;
-  s.scale = 1.0 / std::sqrt(double(c.d));
-  s.causal = c.causal;
-  return s;
-}
-
-// About one key in four padded, key 0 always kept (so that every row sees a key unless a
-// test pads it on purpose).
-template <class T>
-std::vector<T> padding_mask(int64_t B, int64_t Tk) {
-  std::vector<T> mask(B * Tk);
-  const auto draws = random_vector<double>(mask.size(), 11, 0.0, 1.0);
-  for (size_t e = 0; e < mask.size(); ++e) mask[e] = T(e % Tk == 0 || draws[e] > 0.25 ? 1 : 0);
-  return mask;
-}
+std::string describe(const AttentionCase& c, int threads) { return describe(c) + threads_label(threads); }
 
 template <class T>
 std::vector<double> widened(const std::vector<T>& v) {
@@ -113,7 +87,8 @@ TYPED_TEST(AttentionTest, ForwardAndBackwardMatchTheExplicitFormula) {
     if (!B::runs_multiply_adds(s.rows() * s.Tk * s.d)) continue;
     const auto q = random_vector<T>(s.q_size(), 1), k = random_vector<T>(s.kv_size(), 2),
                v = random_vector<T>(s.kv_size(), 3), dout = random_vector<T>(s.q_size(), 4);
-    const std::vector<T> mask = c.padded ? padding_mask<T>(c.B, c.Tk) : std::vector<T>();
+    const std::vector<T> mask =
+        c.padded ? padding_mask<T>(c.B, c.Tk, [](bool attend) { return T(attend ? 1 : 0); }) : std::vector<T>();
     const AttentionWant want = naive_attention(s, q, k, v, mask, dout);
     typename B::template Array<T> dev_q(q), dev_k(k), dev_v(v), dev_dout(dout), dev_mask(mask);
     const T* mask_ptr = c.padded ? dev_mask.get() : nullptr;

@@ -20,10 +20,10 @@
 
 #include <cmath>
 #include <cstring>
-#include <sstream>
 #include <string>
 #include <vector>
 
+#include "support/attention_cases.h"
 #include "support/half_backends.h"
 
 namespace dpcore::testing {
@@ -31,32 +31,13 @@ namespace {
 
 using kernels::AttentionShape;
 
-struct Case {
-  int64_t B, H, Tq, Tk, d;
-  bool causal, padded;
-};
 // The CPU tiles 64 queries x 64 keys, the CUDA kernels 64 x 32 (64 keys x 32 queries for
 // dk, dv): tile counts met one short, exactly and one over; d odd, small and at CUDA's 64.
-const Case kCases[] = {
+const AttentionCase kCases[] = {
     {2, 2, 33, 70, 16, false, true}, {1, 2, 70, 70, 13, true, false}, {2, 1, 65, 31, 64, true, true},
     {1, 1, 20, 129, 32, true, false}, {1, 1, 1, 1, 1, false, false},
 };
 constexpr double kFloat32Tolerance = 1e-5;  // of each output's rms: attention_test.cpp
-
-std::string describe(const Case& c, const char* type, int threads) {
-  std::ostringstream os;
-  os << "B " << c.B << " H " << c.H << " Tq " << c.Tq << " Tk " << c.Tk << " d " << c.d << (c.causal ? ", causal" : "")
-     << (c.padded ? ", padded" : "") << ", " << type << threads_label(threads);
-  return os.str();
-}
-
-AttentionShape shape_of(const Case& c) {
-  AttentionShape s;
-  s.B = c.B, s.H = c.H, s.Tq = c.Tq, s.Tk = c.Tk, s.d = c.d;
-  s.scale = 1.0 / std::sqrt(double(c.d));
-  s.causal = c.causal;
-  return s;
-}
 
 double rms(const std::vector<double>& v) {
   double sum = 0;
@@ -93,15 +74,13 @@ class HalfAttentionTest : public HalfTest<B> {};
 TYPED_TEST_SUITE(HalfAttentionTest, HalfBackends, BackendName);
 
 template <class B, class H>
-void check_case(const Case& c) {
+void check_case(const AttentionCase& c) {
   const AttentionShape s = shape_of(c);
   const auto q = random_half<H>(size_t(s.q_size()), 1), k = random_half<H>(size_t(s.kv_size()), 2),
              v = random_half<H>(size_t(s.kv_size()), 3), dout = random_half<H>(size_t(s.q_size()), 4);
-  std::vector<H> mask;
-  if (c.padded) {  // about one key in four padded, key 0 always kept
-    const auto draws = random_vector<double>(size_t(s.B * s.Tk), 11, 0.0, 1.0);
-    for (size_t e = 0; e < draws.size(); ++e) mask.push_back(to_half<H>(e % s.Tk == 0 || draws[e] > 0.25 ? 1.f : 0.f));
-  }
+  const std::vector<H> mask =
+      c.padded ? padding_mask<H>(s.B, s.Tk, [](bool attend) { return to_half<H>(attend ? 1.f : 0.f); })
+               : std::vector<H>();
   // The reference, in float64 from the 16-bit values.
   const std::vector<double> qd = widened(q), kd = widened(k), vd = widened(v), doutd = widened(dout),
                             maskd = widened(mask);
@@ -129,7 +108,7 @@ void check_case(const Case& c) {
   typename B::template Array<H> dev_q(q), dev_k(k), dev_v(v), dev_dout(dout), dev_mask(mask);
   std::vector<std::vector<H>> first;
   for (int threads : B::thread_counts()) {
-    SCOPED_TRACE(describe(c, type_name<H>(), threads));
+    SCOPED_TRACE(describe(c) + ", " + type_name<H>() + threads_label(threads));
     ScopedKernelThreads scoped(threads == 0 ? 1 : threads);
     typename B::template Array<H> got_o(size_t(s.q_size())), got_dq(size_t(s.q_size())), got_dk(size_t(s.kv_size())),
         got_dv(size_t(s.kv_size()));
@@ -157,7 +136,7 @@ void check_case(const Case& c) {
 TYPED_TEST(HalfAttentionTest, ForwardAndBackwardWithinTheBoundOfTheFloat64Formula) {
   using B = TypeParam;
   if (B::kBfloat16Only) GTEST_SKIP() << "attention widens to float32 whatever the GEMM path: tested as CpuConvert";
-  for (const Case& c : kCases) {
+  for (const AttentionCase& c : kCases) {
     check_case<B, kernels::BFloat16>(c);
     check_case<B, kernels::Float16>(c);
   }

@@ -107,13 +107,13 @@ struct CpuHalf {
   template <class H>
   static void attention_forward(const kernels::AttentionShape& s, const H* q, const H* k, const H* v, const H* mask,
                                 H* o, float* lse) {
-    kernels::cpu::attention_forward_half<H>(s, q, k, v, mask, o, lse);
+    kernels::cpu::attention_forward<H>(s, q, k, v, mask, o, lse);
   }
   template <class H>
   static void attention_backward(const kernels::AttentionShape& s, const H* q, const H* k, const H* v, const H* mask,
                                  const H* o, const float* lse, const H* dout, H* dq, H* dk, H* dv) {
     std::vector<double> row_dot(size_t(s.rows()));
-    kernels::cpu::attention_backward_half<H>(s, q, k, v, mask, o, lse, dout, row_dot.data(), dq, dk, dv);
+    kernels::cpu::attention_backward<H>(s, q, k, v, mask, o, lse, dout, row_dot.data(), dq, dk, dv);
   }
 
  private:
