@@ -23,7 +23,9 @@
 // over the blocks on a GPU), samples/s at the median, and the device allocator's peak bytes
 // from the end of the warm-up (before the capture) to the end, with what lives on counted
 // (parameters, gradients, momentum, the batch and cuBLAS's workspaces), as
-// torch.cuda.max_memory_allocated after torch.cuda.reset_peak_memory_stats() at that point.
+// torch.cuda.max_memory_allocated after torch.cuda.reset_peak_memory_stats() at that point;
+// and resident_bytes, what lived at that point, so peak_bytes - resident_bytes is what a step
+// adds: its activations, gradients on their way and the kernels' temporaries.
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -303,6 +305,7 @@ nlohmann::json run(const BenchOptions& o, const CudaFlags& cuda) {
   // workspaces) stays counted.
   runtime::synchronize(device);
   runtime::reset_peak_bytes(device);
+  const size_t resident_bytes = runtime::bytes_in_use(device);
 
   // A capture that fails leaves the graph unusable: the timed steps then run eagerly, and
   // the JSON line says "cuda_graph": false.
@@ -359,6 +362,7 @@ nlohmann::json run(const BenchOptions& o, const CudaFlags& cuda) {
                       {"p90_us", percentile(us, 90)},
                       {"samples_per_s", double(o.batch) / (med * 1e-6)},
                       {"peak_bytes", runtime::peak_bytes(device)},
+                      {"resident_bytes", resident_bytes},
                       {"first_loss", first_loss},
                       {"last_loss", last_loss},
                       {"cuda_graph", graph != nullptr},

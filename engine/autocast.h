@@ -1,11 +1,12 @@
 // Autocast (torch.autocast): while an AutocastScope is open on a thread, the ops that
 // profit from 16-bit operands (linear, batched_matmul, conv2d and its fused forms,
 // scaled_dot_product_attention) cast their float32 operands to bfloat16 or float16, compute
-// with float32 accumulation and hand the next op a float32 tensor holding the 16-bit
-// result; every other op (norms, softmax, losses, reductions, elementwise) runs in float32
-// as before (docs/mixed-precision.md; where this differs from PyTorch, which keeps the
-// outputs 16-bit, docs/differences.md). The scope is per thread, as PyTorch's: each replica
-// thread opens its own (layers::Model::set_precision does it around every forward).
+// with float32 accumulation and hand on a 16-bit result, as PyTorch's do. The ops after
+// them take it as it is: elementwise ops, pooling and the norms compute in float32 and hand
+// on the input's dtype, softmax, log-softmax and the losses widen it and hand on float32
+// (engine/ops/float32_compute.h, docs/mixed-precision.md). The scope is per thread, as
+// PyTorch's: each replica thread opens its own (layers::Model::set_precision does it around
+// every forward).
 #pragma once
 
 #include "engine/dtype.h"

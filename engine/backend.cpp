@@ -77,6 +77,8 @@ void synchronize(Device device) { backend_for(device).synchronize(device.index);
 
 void synchronize_stream(Device device) { backend_for(device).synchronize_stream(device.index); }
 
+size_t bytes_in_use(Device device) { return allocator_for(device).bytes_in_use(); }
+
 size_t peak_bytes(Device device) { return allocator_for(device).peak_bytes(); }
 
 void reset_peak_bytes(Device device) { allocator_for(device).reset_peak(); }

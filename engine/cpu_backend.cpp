@@ -542,7 +542,7 @@ class CpuBackend : public Backend {
     else fail("cast: ", dtype_name(from), " to ", dtype_name(to), " is not a conversion the kernels have");
   }
   void transpose(const kernels::TransposeShape& s, const Tensor& x, Tensor& y) override {
-    dispatch_float("transpose", x, [&](auto t) {
+    dispatch_float_or_half("transpose", x, [&](auto t) {
       using T = decltype(t);
       k::transpose<T>(s, ptr<T>(x), ptr<T>(y));
     });

@@ -49,9 +49,10 @@ cudaStream_t begin_op(const char* op, std::initializer_list<const Tensor*> float
   return cuda_runtime::current_stream(first->device().index);
 }
 
-// The matrix products with 16-bit tensors (the op has checked that all share the dtype):
-// runs f(H{}, stream) on the tensor-core kernels and returns true when t is bfloat16 or
-// float16; false for float32 and float64, which take the op's float32 path.
+// The kernels with 16-bit tensors (the op has checked that all share the dtype): runs
+// f(H{}, stream) on the 16-bit kernels (the tensor-core products, attention, add,
+// transpose) and returns true when t is bfloat16 or float16; false for float32 and
+// float64, which take the op's float32 path.
 template <class F>
 bool on_half(const Tensor& t, F&& f) {
   if (!is_half_precision(t.dtype())) return false;
@@ -605,6 +606,12 @@ class CudaBackend : public Backend {
   }
   // ---- transpose ----
   void transpose(const kernels::TransposeShape& s, const Tensor& x, Tensor& y) override {
+    if (on_half(x, [&](auto h, cudaStream_t stream) {
+          using H = decltype(h);
+          check_same_half("transpose", x, {&y});
+          k::transpose(s, x.data<H>(), y.data<H>(), stream);
+        }))
+      return;
     cudaStream_t stream = begin_op("transpose", {&x, &y});
     k::transpose(s, f32(x), f32(y), stream);
   }

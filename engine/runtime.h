@@ -26,6 +26,7 @@ Allocator& allocator_for(Device device);
 // every tensor allocated through it. Not for use while other threads allocate.
 void set_allocator(Device device, Allocator* allocator);
 // Allocator statistics for a device.
+size_t bytes_in_use(Device device);
 size_t peak_bytes(Device device);
 void reset_peak_bytes(Device device);
 

@@ -114,10 +114,19 @@ class CopyBinding {
 
 Tensor Model::under_precision(const std::function<Tensor()>& f) {
   if (precision_ == DType::Float32) return f();
-  AutocastScope autocast(precision_);
-  if (!autograd::grad_mode_enabled()) return f();
-  CopyBinding binding(slots_, *low_);
-  return f();
+  Tensor out;
+  {
+    AutocastScope autocast(precision_);
+    if (!autograd::grad_mode_enabled()) {
+      out = f();
+    } else {
+      CopyBinding binding(slots_, *low_);
+      out = f();
+    }
+  }
+  // The output leaves the model in float32 (exactly), so the losses, metrics and whatever
+  // reads it see the dtype of the model; the activations inside stay 16-bit.
+  return ops::to(out, DType::Float32);
 }
 
 void Model::set_batch_norm_group(ops::BatchNormGroup* group) { set_batch_norm_group(group, 0, net_->size()); }

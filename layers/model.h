@@ -51,7 +51,9 @@ class Model {
   // autocast (engine/autocast.h) and, when they record a graph, take the parameters of the
   // autocast ops (ParamSlot::autocast_operand) from one 16-bit copy of the flat parameters
   // (engine/low_precision_parameters.h), refreshed by zero_grad(). The parameters, their
-  // gradients and the optimizer state stay float32. A forward that records nothing
+  // gradients and the optimizer state stay float32; the activations between the ops are
+  // 16-bit, as under torch.autocast, and the output is widened to float32 as it leaves the
+  // model (PyTorch hands on the 16-bit output). A forward that records nothing
   // (evaluation) casts the float32 parameters in each op instead, so it never reads a copy
   // older than the parameters. Fails unless the model is float32 (float64 has no autocast).
   void set_precision(DType precision);

@@ -60,8 +60,8 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
                                     const AttentionOptions& opt) {
   if (auto low = autocast_dtype_for({q, k, v})) {
     AutocastScope off(DType::Float32);
-    return widened(scaled_dot_product_attention(lowered(q, *low), lowered(k, *low), lowered(v, *low),
-                                                lowered(key_padding_mask, *low), opt));
+    return scaled_dot_product_attention(lowered(q, *low), lowered(k, *low), lowered(v, *low),
+                                        lowered(key_padding_mask, *low), opt);
   }
   const AttentionShape s = attention_shape(q, k, v, key_padding_mask, opt);
   Tensor o = empty_like(q);

@@ -19,6 +19,4 @@ std::optional<DType> autocast_dtype_for(std::initializer_list<Tensor> operands) 
 
 Tensor lowered(const Tensor& t, DType dtype) { return t.defined() ? to(t, dtype) : t; }
 
-Tensor widened(const Tensor& y) { return to(y, DType::Float32); }
-
 }  // namespace dpcore::ops

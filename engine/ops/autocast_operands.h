@@ -1,15 +1,15 @@
-// How an op that autocast runs in 16 bits (engine/autocast.h) takes its operands and hands
-// on its result. Internal to engine/ops/. The op starts with
+// How an op that autocast runs in 16 bits (engine/autocast.h) takes its operands. Internal
+// to engine/ops/. The op starts with
 //
 //   if (auto low = autocast_dtype_for({x, w, bias})) {
 //     AutocastScope off(DType::Float32);  // the op itself, once, on 16-bit operands
-//     return widened(linear(lowered(x, *low), lowered(w, *low), lowered(bias, *low)));
+//     return linear(lowered(x, *low), lowered(w, *low), lowered(bias, *low));
 //   }
 //
-// Every cast is an ops::to, so the backward runs the same casts the other way: the float32
-// gradient of the result is rounded to 16 bits for the op's 16-bit backward, and the 16-bit
-// gradients of float32 operands are widened into their float32 gradients (a parameter's
-// reaches the float32 master gradient buffer).
+// and hands on its 16-bit result, as PyTorch's autocast does. Every cast is an ops::to, so
+// the backward runs the same casts the other way: the 16-bit gradients of float32 operands
+// are widened into their float32 gradients (a parameter's reaches the float32 master
+// gradient buffer).
 #pragma once
 
 #include <initializer_list>
@@ -26,7 +26,5 @@ namespace dpcore::ops {
 std::optional<DType> autocast_dtype_for(std::initializer_list<Tensor> operands);
 // to(t, dtype), an undefined tensor (no bias) left undefined.
 Tensor lowered(const Tensor& t, DType dtype);
-// The op's 16-bit result widened (exactly) to float32 for the ops after it.
-Tensor widened(const Tensor& y);
 
 }  // namespace dpcore::ops

@@ -2,12 +2,28 @@
 // running ones (eval), and its backward. The forward runs in three backend steps
 // (statistics, finalize, apply), the backward in two (per-channel sums, dx): a synchronised
 // batch norm combines the replicas' statistics after the first forward step and their sums
-// after the first backward step.
+// after the first backward step. A 16-bit input (what a 16-bit convolution hands on under
+// autocast) is normalised in float32, its statistics, weight, bias and running statistics
+// float32, and the output rounded once to the input's dtype (engine/ops/float32_compute.h),
+// as PyTorch's batch norm takes a bfloat16 input beside float32 parameters; the backward
+// keeps the 16-bit input. The statistics and the backward's sums read the whole widened
+// input; the passes that apply them run in blocks of images, their outputs rounded block by
+// block.
+#include "engine/ops/float32_compute.h"
 #include "engine/ops/op_support.h"
 
 namespace dpcore::ops {
 
 using kernels::BatchNorm2dShape;
+
+namespace {
+// A block's images (engine/ops/float32_compute.h), normalised with the statistics of all.
+BatchNorm2dShape images(BatchNorm2dShape s, const Block& b) {
+  s.group_count = s.stats_count();
+  s.N = b.end - b.begin;
+  return s;
+}
+}  // namespace
 
 struct BatchNorm2dBackward : Node {
   BatchNorm2dShape s;   // s.group_count: values per channel over the group (synchronised)
@@ -26,14 +42,15 @@ struct BatchNorm2dBackward : Node {
     // also the gradients of bias and weight.
     // Synchronised, dx needs the group's sums: both in one buffer, summed in one collective.
     // (Every replica joins it, whatever gradients it wants, or the others would wait.)
+    const Tensor dyc = in_compute_dtype(dy), xc = in_compute_dtype(x);
     Tensor sums, sum_dy, sum_dy_xhat;
     if ((want_dx || group) && training) {
-      sums = Tensor::empty({2 * s.C}, dy.dtype(), dy.device());
+      sums = empty_computed({2 * s.C}, dy);
       sum_dy = sums.narrow0(0, s.C), sum_dy_xhat = sums.narrow0(s.C, 2 * s.C);
     }
     if (want_params || sum_dy.defined()) {
       WeightGrads g = want_params ? weight_grads(*this, weight, s.C) : WeightGrads{};
-      b.batch_norm2d_backward_reduce(s, dy, x, mean, invstd, optional(sum_dy), optional(sum_dy_xhat), optional(g.dw),
+      b.batch_norm2d_backward_reduce(s, dyc, xc, mean, invstd, optional(sum_dy), optional(sum_dy_xhat), optional(g.dw),
                                      optional(g.db), g.accumulate);
       if (want_params) return_weight_grads(*this, g, grads);
     }
@@ -41,8 +58,10 @@ struct BatchNorm2dBackward : Node {
     if (group && sums.defined()) group->all_sum(sums);
     if (want_dx) {
       grads[0] = empty_like(x);
-      b.batch_norm2d_backward_apply(s, dy, x, mean, invstd, optional(weight), optional(sum_dy), optional(sum_dy_xhat),
-                                    grads[0]);
+      in_float32_blocks(x, {dyc, xc}, {grads[0]}, [&](Block& block) {
+        b.batch_norm2d_backward_apply(images(s, block), block.in[0], block.in[1], mean, invstd, optional(weight),
+                                      optional(sum_dy), optional(sum_dy_xhat), block.out[0]);
+      });
     }
     return grads;
   }
@@ -55,12 +74,12 @@ namespace {
 BatchNorm2dShape batch_norm2d_shape(const Tensor& x, const Tensor& weight, const Tensor& bias,
                                     const Tensor& running_mean, const Tensor& running_var, bool training, double eps,
                                     const BatchNormGroup* group) {
-  check_float_tensor("batch_norm2d", "input", x, 4);
+  check_float_or_half_tensor("batch_norm2d", "input", x, 4);
   BatchNorm2dShape s;
   s.N = x.size(0), s.C = x.size(1), s.H = x.size(2), s.W = x.size(3);
   auto check_per_channel = [&](const char* what, const Tensor& t) {
     if (!t.defined()) return;
-    check_same_device_dtype("batch_norm2d", x, t);
+    check_statistics_tensor("batch_norm2d", what, x, t);
     DPCORE_CHECK(t.dim() == 1 && t.size(0) == s.C, "batch_norm2d: ", what, " ", shape_str(t.shape()),
                  " does not match the ", s.C, " channels of input ", shape_str(x.shape()));
   };
@@ -110,11 +129,12 @@ Tensor batch_norm2d(const Tensor& x, const Tensor& weight, const Tensor& bias, T
                     Tensor& running_var, bool training, double momentum, double eps, BatchNormGroup* group) {
   BatchNorm2dShape s = batch_norm2d_shape(x, weight, bias, running_mean, running_var, training, eps, group);
   Backend& b = backend(x);
-  Tensor mean = Tensor::empty({s.C}, x.dtype(), x.device()), invstd = Tensor::empty({s.C}, x.dtype(), x.device());
+  const Tensor xc = in_compute_dtype(x);
+  Tensor mean = empty_computed({s.C}, x), invstd = empty_computed({s.C}, x);
   if (training) {
-    Tensor var = Tensor::empty({s.C}, x.dtype(), x.device());
-    if (group) group_statistics(s, x, *group, mean, var);
-    else b.batch_norm2d_stats(s, x, mean, var);
+    Tensor var = empty_computed({s.C}, x);
+    if (group) group_statistics(s, xc, *group, mean, var);
+    else b.batch_norm2d_stats(s, xc, mean, var);
     b.batch_norm2d_finalize(s, mean, var, eps, momentum, invstd, running_mean.defined() ? &running_mean : nullptr,
                             running_var.defined() ? &running_var : nullptr);
   } else {
@@ -123,7 +143,10 @@ Tensor batch_norm2d(const Tensor& x, const Tensor& weight, const Tensor& bias, T
     b.batch_norm2d_finalize(s, mean, running_var, eps, 0.0, invstd, nullptr, nullptr);
   }
   Tensor y = empty_like(x);
-  b.batch_norm2d_apply(s, x, mean, invstd, weight.defined() ? &weight : nullptr, bias.defined() ? &bias : nullptr, y);
+  in_float32_blocks(x, {xc}, {y}, [&](Block& block) {
+    b.batch_norm2d_apply(images(s, block), block.in[0], mean, invstd, weight.defined() ? &weight : nullptr,
+                         bias.defined() ? &bias : nullptr, block.out[0]);
+  });
   auto node = std::make_shared<BatchNorm2dBackward>();
   node->s = s, node->x = x.detach(), node->mean = mean, node->invstd = invstd, node->training = training;
   node->group = training ? group : nullptr;

@@ -53,7 +53,7 @@ struct BatchedMatmulBackward : Node {
 Tensor batched_matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
   if (auto low = autocast_dtype_for({a, b})) {  // the 16-bit kernels, float32 accumulation
     AutocastScope off(DType::Float32);
-    return widened(batched_matmul(lowered(a, *low), lowered(b, *low), trans_a, trans_b));
+    return batched_matmul(lowered(a, *low), lowered(b, *low), trans_a, trans_b);
   }
   check_float_or_half_tensor("batched_matmul", "a", a);
   check_float_or_half_tensor("batched_matmul", "b", b);

@@ -48,7 +48,7 @@ Conv2dShape conv2d_shape(const Tensor& x, const Tensor& w, const Tensor& bias, c
 Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dOptions& opt) {
   if (auto low = autocast_dtype_for({x, w, bias})) {  // the 16-bit kernels, float32 accumulation
     AutocastScope off(DType::Float32);
-    return widened(conv2d(lowered(x, *low), lowered(w, *low), lowered(bias, *low), opt));
+    return conv2d(lowered(x, *low), lowered(w, *low), lowered(bias, *low), opt);
   }
   Conv2dShape s = conv2d_shape(x, w, bias, opt);
   Tensor y = Tensor::empty({s.N, s.K, s.P, s.Q}, x.dtype(), x.device());

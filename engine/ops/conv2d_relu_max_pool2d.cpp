@@ -30,12 +30,17 @@ struct Conv2dReluPoolBackward : Conv2dBackward {
   }
 };
 
-// Under autocast the block comes apart: the 16-bit convolution (conv2d.cpp), its output
-// widened, then relu (and the pooling) in float32, as torch.autocast runs them (relu and
-// max commute with the rounding, so these are the values of the 16-bit results). The fused
-// kernels themselves take float32 and float64.
+namespace {
+// Under autocast, or on 16-bit operands, the block comes apart: the 16-bit convolution
+// (conv2d.cpp), then relu (and the pooling) on its 16-bit output, as torch.autocast runs
+// them. The fused kernels themselves take float32 and float64.
+bool comes_apart(const Tensor& x, const Tensor& w, const Tensor& bias) {
+  return autocast_dtype_for({x, w, bias}) || is_half_precision(x.dtype()) || is_half_precision(w.dtype());
+}
+}  // namespace
+
 Tensor conv2d_relu(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dOptions& opt) {
-  if (autocast_dtype_for({x, w, bias})) return relu(conv2d(x, w, bias, opt));
+  if (comes_apart(x, w, bias)) return relu(conv2d(x, w, bias, opt));
   check_float_tensor("conv2d_relu", "input", x, 4);
   Conv2dShape s = conv2d_shape(x, w, bias, opt);
   Tensor y = Tensor::empty({s.N, s.K, s.P, s.Q}, x.dtype(), x.device());
@@ -47,7 +52,7 @@ Tensor conv2d_relu(const Tensor& x, const Tensor& w, const Tensor& bias, const C
 
 Tensor conv2d_relu_max_pool2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dOptions& conv,
                               const Pool2dOptions& pool) {
-  if (autocast_dtype_for({x, w, bias})) return max_pool2d(relu(conv2d(x, w, bias, conv)), pool);
+  if (comes_apart(x, w, bias)) return max_pool2d(relu(conv2d(x, w, bias, conv)), pool);
   check_float_tensor("conv2d_relu_max_pool2d", "input", x, 4);
   Conv2dShape s = conv2d_shape(x, w, bias, conv);
   Tensor y = Tensor::empty({s.N, s.K, s.P, s.Q}, x.dtype(), x.device());

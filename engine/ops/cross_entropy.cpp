@@ -42,6 +42,9 @@ Tensor cross_entropy_count(const Tensor& target, int64_t ignore_index) {
 }
 
 Tensor cross_entropy(const Tensor& logits, const Tensor& target, Reduction reduction, int64_t ignore_index) {
+  // 16-bit logits are widened first: the loss is float32, as autocast's float32 list has it.
+  if (logits.defined() && is_half_precision(logits.dtype()))
+    return cross_entropy(to(logits, DType::Float32), target, reduction, ignore_index);
   check_cross_entropy_inputs(logits, target, ignore_index);
   // The mean divides by the count of targets that are not ignored, which stays on the
   // device (no sync; a captured graph reads each batch's): 0 of them give PyTorch's NaN.

@@ -1,4 +1,6 @@
-// add, scale, sum and mean over whole tensors.
+// add, scale, sum and mean over whole tensors. add and scale take 16-bit tensors too
+// (engine/ops/float32_compute.h): each result computed in float32 and rounded once.
+#include "engine/ops/float32_compute.h"
 #include "engine/ops/op_support.h"
 
 namespace dpcore::ops {
@@ -13,7 +15,8 @@ struct ScaleBackward : Node {
   const char* name() const override { return "ScaleBackward"; }
   std::vector<Tensor> apply(const Tensor& dy) override {
     Tensor dx = empty_like(dy);
-    backend(dy).scale(factor, dy, dx);
+    in_float32_blocks(flat(dy), {flat(dy)}, {flat(dx)},
+                      [&](Block& b) { backend(dy).scale(factor, b.in[0], b.out[0]); });
     return {dx};
   }
 };
@@ -34,8 +37,14 @@ struct SumBackward : Node {
 
 
 Tensor add(const Tensor& a, const Tensor& b) {
-  check_float_tensor("add", "a", a);
-  check_float_tensor("add", "b", b);
+  check_float_or_half_tensor("add", "a", a);
+  check_float_or_half_tensor("add", "b", b);
+  // PyTorch's type promotion: a 16-bit tensor meets a float32 one (or the other 16-bit
+  // type) in float32, as a transformer's residual adds do under autocast. (float64 with a
+  // 16-bit type is refused below, as a mixed dtype.)
+  const bool mixed_with_half = a.dtype() != b.dtype() && (is_half_precision(a.dtype()) || is_half_precision(b.dtype()));
+  if (mixed_with_half && a.dtype() != DType::Float64 && b.dtype() != DType::Float64)
+    return add(to(a, DType::Float32), to(b, DType::Float32));
   check_same_device_dtype("add", a, b);
   DPCORE_CHECK(a.shape() == b.shape(), "add: shapes ", shape_str(a.shape()), " and ", shape_str(b.shape()),
                " differ (add does not broadcast)");
@@ -45,9 +54,9 @@ Tensor add(const Tensor& a, const Tensor& b) {
 }
 
 Tensor scale(const Tensor& x, double factor) {
-  check_float_tensor("scale", "input", x);
+  check_float_or_half_tensor("scale", "input", x);
   Tensor y = empty_like(x);
-  backend(x).scale(factor, x, y);
+  in_float32_blocks(flat(x), {flat(x)}, {flat(y)}, [&](Block& b) { backend(x).scale(factor, b.in[0], b.out[0]); });
   auto node = std::make_shared<ScaleBackward>();
   node->factor = factor;
   return record(node, y, {x});

@@ -1,4 +1,6 @@
-// gelu in either of PyTorch's forms; backward from the saved input x.
+// gelu in either of PyTorch's forms; backward from the saved input x. A 16-bit input gives
+// a 16-bit output, computed in float32 (engine/ops/float32_compute.h), and is kept 16-bit.
+#include "engine/ops/float32_compute.h"
 #include "engine/ops/op_support.h"
 
 namespace dpcore::ops {
@@ -17,7 +19,8 @@ struct GeluBackward : Node {
   const char* name() const override { return "GeluBackward"; }
   std::vector<Tensor> apply(const Tensor& dy) override {
     Tensor dx = empty_like(dy);
-    backend(dy).gelu_backward(form, dy, x, dx);
+    in_float32_blocks(flat(dy), {flat(dy), flat(x)}, {flat(dx)},
+                      [&](Block& b) { backend(dy).gelu_backward(form, b.in[0], b.in[1], b.out[0]); });
     return {dx};
   }
 };
@@ -26,9 +29,9 @@ struct GeluBackward : Node {
 
 Tensor gelu(const Tensor& x, const std::string& approximate) {
   const kernels::GeluApproximate form = gelu_form(approximate);
-  check_float_tensor("gelu", "input", x);
+  check_float_or_half_tensor("gelu", "input", x);
   Tensor y = empty_like(x);
-  backend(x).gelu_forward(form, x, y);
+  in_float32_blocks(flat(x), {flat(x)}, {flat(y)}, [&](Block& b) { backend(x).gelu_forward(form, b.in[0], b.out[0]); });
   auto node = std::make_shared<GeluBackward>();
   node->x = x.detach();
   node->form = form;

@@ -1,6 +1,10 @@
 // layer_norm over the last dimension: the forward saves each row's mean and rstd, the
 // backward reads them (nothing is recomputed) and writes dx and the parameter gradients in
-// one backend call.
+// one backend call. A 16-bit input is normalised in float32 beside float32 weight and bias,
+// its mean and rstd float32, the output rounded once to the input's dtype
+// (engine/ops/float32_compute.h), as PyTorch's layer norm on a bfloat16 input; the
+// backward keeps the 16-bit input.
+#include "engine/ops/float32_compute.h"
 #include "engine/ops/op_support.h"
 
 namespace dpcore::ops {
@@ -13,22 +17,23 @@ struct LayerNormBackward : Node {
     std::vector<Tensor> grads(3);
     const bool want_params = weight.defined() && (needs_grad(*this, 1) || needs_grad(*this, 2));
     WeightGrads g = want_params ? weight_grads(*this, weight, weight.size(0)) : WeightGrads{};
-    Tensor dx = needs_grad(*this, 0) ? empty_like(x) : Tensor();
-    backend(dy).layer_norm_backward(dy, x, weight, mean, rstd, dx, g.dw, g.db, g.accumulate);
-    grads[0] = dx;
+    Tensor dx = needs_grad(*this, 0) ? empty_computed(x.shape(), x) : Tensor();
+    backend(dy).layer_norm_backward(in_compute_dtype(dy), in_compute_dtype(x), weight, mean, rstd, dx, g.dw, g.db,
+                                    g.accumulate);
+    grads[0] = dx.defined() ? stored_as(dx, x.dtype()) : dx;
     if (want_params) return_weight_grads(*this, g, grads);
     return grads;
   }
 };
 
 Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
-  check_float_tensor("layer_norm", "input", x);
+  check_float_or_half_tensor("layer_norm", "input", x);
   DPCORE_CHECK(x.dim() >= 1 && x.size(x.dim() - 1) > 0, "layer_norm: input ", shape_str(x.shape()),
                " has no last dimension to normalise over");
   const int64_t cols = x.size(x.dim() - 1);
   for (const auto& [what, t] : {std::pair<const char*, const Tensor&>{"weight", weight}, {"bias", bias}}) {
     if (!t.defined()) continue;
-    check_same_device_dtype("layer_norm", x, t);
+    check_statistics_tensor("layer_norm", what, x, t);
     DPCORE_CHECK(t.dim() == 1 && t.size(0) == cols, "layer_norm: ", what, " ", shape_str(t.shape()),
                  " does not match the last dimension ", cols, " of input ", shape_str(x.shape()));
   }
@@ -36,9 +41,10 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, dou
                "layer_norm: weight and bias must both be defined (affine) or both undefined");
   DPCORE_CHECK(eps >= 0.0, "layer_norm: eps ", eps, " must be non-negative");
   const int64_t rows = x.numel() / cols;
-  Tensor y = empty_like(x);
-  Tensor mean = Tensor::empty({rows}, x.dtype(), x.device()), rstd = Tensor::empty({rows}, x.dtype(), x.device());
-  if (rows > 0) backend(x).layer_norm_forward(x, weight, bias, eps, y, mean, rstd);
+  Tensor y = empty_computed(x.shape(), x);
+  Tensor mean = empty_computed({rows}, x), rstd = empty_computed({rows}, x);
+  if (rows > 0) backend(x).layer_norm_forward(in_compute_dtype(x), weight, bias, eps, y, mean, rstd);
+  y = stored_as(y, x.dtype());
   auto node = std::make_shared<LayerNormBackward>();
   node->x = x.detach();
   node->weight = weight.defined() ? weight.detach() : Tensor();

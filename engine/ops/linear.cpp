@@ -30,7 +30,7 @@ struct LinearBackward : Node {
 Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias) {
   if (auto low = autocast_dtype_for({x, w, bias})) {  // the 16-bit kernels, float32 accumulation
     AutocastScope off(DType::Float32);
-    return widened(linear(lowered(x, *low), lowered(w, *low), lowered(bias, *low)));
+    return linear(lowered(x, *low), lowered(w, *low), lowered(bias, *low));
   }
   check_float_or_half_tensor("linear", "input", x);
   check_float_or_half_tensor("linear", "weight", w, 2);

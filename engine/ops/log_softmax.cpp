@@ -15,6 +15,9 @@ struct LogSoftmaxBackward : Node {
 
 
 Tensor log_softmax(const Tensor& x) {
+  // 16-bit logits are widened first: log_softmax computes and hands on float32, as
+  // autocast's float32 list has it (docs/mixed-precision.md).
+  if (x.defined() && is_half_precision(x.dtype())) return log_softmax(to(x, DType::Float32));
   check_float_tensor("log_softmax", "input", x, 2);
   DPCORE_CHECK(x.size(1) > 0, "log_softmax: input ", shape_str(x.shape()), " has no classes");
   Tensor y = empty_like(x);

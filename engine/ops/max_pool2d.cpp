@@ -1,5 +1,9 @@
-// max_pool2d, keeping each window's argmax so that backward is a deterministic gather.
+// max_pool2d, keeping each window's argmax so that backward is a deterministic gather. A
+// 16-bit input gives a 16-bit output through the float32 kernels
+// (engine/ops/float32_compute.h); max and the gather are exact in any dtype.
 #include "engine/ops/max_pool2d.h"
+
+#include "engine/ops/float32_compute.h"
 
 namespace dpcore::ops {
 
@@ -10,7 +14,11 @@ struct MaxPool2dBackward : Node {
   const char* name() const override { return "MaxPool2dBackward"; }
   std::vector<Tensor> apply(const Tensor& dy) override {
     Tensor dx = Tensor::empty(x_shape, dy.dtype(), dy.device());
-    backend(dy).max_pool2d_backward(s, dy, argmax, dx);
+    in_float32_blocks(dy, {dy}, {dx}, [&](Block& b) {  // blocks of images
+      Pool2dShape images = s;
+      images.N = b.end - b.begin;
+      backend(dy).max_pool2d_backward(images, b.in[0], argmax.narrow0(b.begin, b.end), b.out[0]);
+    });
     return {dx};
   }
 };
@@ -30,7 +38,7 @@ static void check_pool2d_options(const char* op, const Pool2dOptions& opt) {
 void check_max_pool2d_options(const Pool2dOptions& opt) { check_pool2d_options("max_pool2d", opt); }
 
 Pool2dShape pool2d_shape(const char* op, const Tensor& x, const Pool2dOptions& opt) {
-  check_float_tensor(op, "input", x, 4);
+  check_float_or_half_tensor(op, "input", x, 4);
   check_pool2d_options(op, opt);
   Pool2dShape s;
   s.N = x.size(0), s.C = x.size(1), s.H = x.size(2), s.W = x.size(3);
@@ -47,7 +55,12 @@ Tensor max_pool2d(const Tensor& x, const Pool2dOptions& opt) {
   Pool2dShape s = pool2d_shape("max_pool2d", x, opt);
   Tensor y = Tensor::empty({s.N, s.C, s.P, s.Q}, x.dtype(), x.device());
   Tensor argmax = Tensor::empty({s.N, s.C, s.P, s.Q}, DType::Int32, x.device());
-  backend(x).max_pool2d_forward(s, x, y, argmax);
+  in_float32_blocks(x, {x}, {y}, [&](Block& b) {  // blocks of images
+    Pool2dShape images = s;
+    images.N = b.end - b.begin;
+    Tensor chosen = argmax.narrow0(b.begin, b.end);
+    backend(x).max_pool2d_forward(images, b.in[0], b.out[0], chosen);
+  });
   auto node = std::make_shared<MaxPool2dBackward>();
   node->s = s, node->argmax = argmax, node->x_shape = x.shape();
   return record(node, y, {x});

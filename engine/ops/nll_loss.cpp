@@ -21,6 +21,9 @@ struct NllLossBackward : Node {
 
 
 Tensor nll_loss(const Tensor& logp, const Tensor& target, Reduction reduction) {
+  // 16-bit log-probabilities are widened first: the loss is float32, as autocast's float32
+  // list has it.
+  if (logp.defined() && is_half_precision(logp.dtype())) return nll_loss(to(logp, DType::Float32), target, reduction);
   check_loss_inputs("nll_loss", logp, target);
   Tensor loss = Tensor::empty({}, logp.dtype(), logp.device());
   backend(logp).nll_loss_forward(logp, target, loss);

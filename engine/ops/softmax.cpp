@@ -15,6 +15,9 @@ struct SoftmaxBackward : Node {
 };
 
 Tensor softmax(const Tensor& x, const Tensor& mask, bool causal) {
+  // 16-bit scores are widened first: softmax computes and hands on float32, as autocast's
+  // float32 list has it (docs/mixed-precision.md).
+  if (x.defined() && is_half_precision(x.dtype())) return softmax(to(x, DType::Float32), mask, causal);
   check_float_tensor("softmax", "input", x);
   if (mask.defined()) check_same_device_dtype("softmax", x, mask);
   const Shape mask_shape = mask.defined() ? mask.shape() : Shape();

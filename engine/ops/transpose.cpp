@@ -34,7 +34,7 @@ struct TransposeBackward : Node {
 }  // namespace
 
 Tensor transpose(const Tensor& x, int64_t dim0, int64_t dim1) {
-  check_float_tensor("transpose", "input", x);
+  check_float_or_half_tensor("transpose", "input", x);
   const int64_t rank = x.dim();
   for (int64_t d : {dim0, dim1}) {
     DPCORE_CHECK(d >= -rank && d < rank, "transpose: dim ", d, " is outside [", -rank, ", ", rank, ") for input ",

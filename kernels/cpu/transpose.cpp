@@ -1,5 +1,6 @@
 // transpose: one contiguous run of `inner` elements per (o, j, m, i), copied whole. Pure
-// data movement, so every thread count gives the same bits.
+// data movement, so every thread count gives the same bits, and one template serves every
+// floating type (autocast's attention heads are split and merged in bfloat16 or float16).
 #include <algorithm>
 
 #include "kernels/cpu/kernels.h"
@@ -19,5 +20,7 @@ void transpose(const TransposeShape& s, const T* x, T* y) {
 
 template void transpose<float>(const TransposeShape&, const float*, float*);
 template void transpose<double>(const TransposeShape&, const double*, double*);
+template void transpose<BFloat16>(const TransposeShape&, const BFloat16*, BFloat16*);
+template void transpose<Float16>(const TransposeShape&, const Float16*, Float16*);
 
 }  // namespace dpcore::kernels::cpu

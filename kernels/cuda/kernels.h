@@ -217,8 +217,9 @@ void layer_norm_backward(int64_t rows, int64_t cols, const float* dy, const floa
 void softmax_forward(const SoftmaxShape& s, const float* x, const float* mask, float* y, cudaStream_t stream);
 void softmax_backward(int64_t rows, int64_t cols, const float* dy, const float* y, float* dx, cudaStream_t stream);
 
-// ---- transpose, as on the CPU ----
-void transpose(const TransposeShape& s, const float* x, float* y, cudaStream_t stream);
+// ---- transpose, as on the CPU: T is float, BFloat16 or Float16 ----
+template <class T>
+void transpose(const TransposeShape& s, const T* x, T* y, cudaStream_t stream);
 
 // ---- mixed precision (issue 27): 16-bit storage (kernels/half_types.h) ----
 // C = alpha * op(A) op(B) + beta * C over `batch` matrix triples (sgemm_strided_batched's

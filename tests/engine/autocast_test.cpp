@@ -1,14 +1,15 @@
 // Autocast (engine/autocast.h): inside an AutocastScope the ops autocast runs in 16 bits
 // (linear, batched_matmul, conv2d and its fused forms, scaled_dot_product_attention) take
-// float32 operands, compute on their 16-bit values with float32 accumulation and return
-// float32 holding a 16-bit result; their backward gives the float32 leaves float32
-// gradients holding 16-bit values. On the CPU and on the first CUDA device where there is
+// float32 operands, compute on their 16-bit values with float32 accumulation and return a
+// 16-bit result (as torch.autocast); their backward, from a 16-bit gradient, gives the
+// float32 leaves float32 gradients holding 16-bit values. On the CPU and on the first CUDA device where there is
 // one (the host build's emulated devices in CI), in bfloat16 and float16.
 //
 // Each op is checked for the properties that define it, not against a copy of its code:
 //   * it uses only the 16-bit values of its operands: raw float32 operands give the same
 //     bits as the same operands rounded to 16 bits first;
-//   * its result and its leaves' gradients are float32, each value exact in the 16-bit type;
+//   * its result is 16-bit and its leaves' gradients are float32, each value exact in the
+//     16-bit type;
 //   * both are within an error bound of the float64 op on the rounded operands (the
 //     gradient seed rounded as well): (terms + 2) 2^-24 sum |products| for the float32
 //     accumulation (sum |products| is the float64 op on |operands|; attention, not
@@ -146,10 +147,10 @@ AutocastRun autocast_run(const OpCase& c, const std::vector<std::vector<float>>&
     AutocastScope autocast(half);
     y = c.op(leaves);
   }
-  EXPECT_EQ(y.dtype(), DType::Float32) << c.name;
-  y.backward(Tensor::from_vector(seed, y.shape()).to(device));
+  EXPECT_EQ(y.dtype(), half) << c.name;
+  y.backward(ops::to(Tensor::from_vector(seed, y.shape()), half).to(device));  // seed: 16-bit values
   AutocastRun r;
-  r.y = y.to(Device::cpu()).to_vector<float>();
+  r.y = ops::to(y.detach(), DType::Float32).to(Device::cpu()).to_vector<float>();
   for (const Tensor& l : leaves) {
     EXPECT_EQ(l.grad().dtype(), DType::Float32) << c.name;
     r.grads.push_back(l.grad().to(Device::cpu()).to_vector<float>());

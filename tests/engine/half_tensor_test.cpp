@@ -35,10 +35,10 @@ TEST(HalfTensor, StorageNamesAndFill) {
 
 TEST(HalfTensor, OpsWithoutAHalfPathRefuseNamingOpAndDtype) {
   Tensor x = Tensor::zeros({4, 3}, DType::BFloat16);
-  std::string msg = testing::error_of([&] { ops::relu(x); });
-  EXPECT_TRUE(contains(msg, "relu") && contains(msg, "bfloat16[4, 3]")) << msg;
-  msg = testing::error_of([&] { ops::log_softmax(Tensor::zeros({4, 3}, DType::Float16)); });
-  EXPECT_TRUE(contains(msg, "log_softmax") && contains(msg, "float16[4, 3]")) << msg;
+  std::string msg = testing::error_of([&] { ops::sum(x); });
+  EXPECT_TRUE(contains(msg, "sum") && contains(msg, "bfloat16[4, 3]")) << msg;
+  msg = testing::error_of([&] { ops::mean(Tensor::zeros({4, 3}, DType::Float16)); });
+  EXPECT_TRUE(contains(msg, "mean") && contains(msg, "float16[4, 3]")) << msg;
   msg = testing::error_of([&] { x.set_requires_grad(true); });
   EXPECT_TRUE(contains(msg, "requires_grad on a bfloat16 tensor")) << msg;
 }

@@ -145,7 +145,11 @@ TEST(LayerNorm, ErrorsNameTheOpAndShapes) {
             "layer_norm: input [2, 0] has no last dimension to normalise over");
   const Tensor w4_f64 = Tensor::zeros({4}, DType::Float64, Device::cpu());
   EXPECT_EQ(testing::error_of([&] { ops::layer_norm(x, w4, w4_f64); }),
-            "layer_norm: mixed dtypes: " + x.str() + " and " + w4_f64.str());
+            "layer_norm: bias " + w4_f64.str() + " must be float32 for input " + x.str());
+  // A 16-bit input takes float32 weight and bias (its compute dtype), as PyTorch's does.
+  const Tensor x16 = Tensor::zeros({2, 4}, DType::BFloat16, Device::cpu());
+  EXPECT_EQ(testing::error_of([&] { ops::layer_norm(x16, x16.view({8}).narrow0(0, 4), w4); }),
+            "layer_norm: weight bfloat16[4] on cpu must be float32 for input " + x16.str());
 }
 
 TEST(Softmax, ErrorsNameTheOpAndShapes) {

@@ -20,6 +20,7 @@
 
 #include "engine/autocast.h"
 #include "engine/autograd.h"
+#include "engine/memory_account.h"
 #include "engine/ops.h"
 #include "layers/zoo.h"
 #include "tests/support/test_devices.h"
@@ -128,6 +129,33 @@ TEST(ModelPrecision, ATrainingForwardReadsTheCopyAndEqualsCastingInEachOp) {
         EXPECT_EQ(a2.grads, b2.grads);
       }
     }
+  }
+}
+
+// The activations a training forward keeps for its backward are 16-bit under a 16-bit
+// precision, as under torch.autocast: the bytes the graph holds after the forward (the
+// tensors allocated during it and still alive; the parameters and their 16-bit copy come
+// before) are about half float32's. Not exactly half: the batch norms' statistics stay
+// float32, and the first convolution keeps a 16-bit copy of the float32 input, which a
+// float32 forward keeps as the caller's tensor itself.
+TEST(ModelPrecision, ATrainingForwardKeepsItsActivationsInSixteenBits) {
+  auto held_after_forward = [](DType precision) {
+    const Shape input_shape{3, 16, 16};
+    Model m(parse_layer_spec("conv(16,3,p1,nobias) bn relu res(16) res(32,s2) gap flatten linear(10)", input_shape),
+            input_shape, Device::cpu(), DType::Float32, 5);
+    m.set_precision(precision);
+    m.zero_grad();
+    const Tensor x = Tensor::from_vector(testing::random_vector<float>(8 * 3 * 16 * 16, 3), {8, 3, 16, 16});
+    auto account = std::make_shared<MemoryAccount>();
+    MemoryAccount::Scope scope(account);
+    const Tensor y = m.forward(x);
+    return account->bytes_in_use();
+  };
+  const size_t float32_bytes = held_after_forward(DType::Float32);
+  for (DType half : {DType::BFloat16, DType::Float16}) {
+    const size_t half_bytes = held_after_forward(half);
+    EXPECT_LE(double(half_bytes), 0.55 * double(float32_bytes))
+        << dtype_name(half) << ": " << half_bytes << " bytes against float32's " << float32_bytes;
   }
 }
 
