@@ -58,7 +58,9 @@ AttentionShape attention_shape(const Tensor& q, const Tensor& k, const Tensor& v
 
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_padding_mask,
                                     const AttentionOptions& opt) {
-  if (auto low = autocast_dtype_for({q, k, v})) {
+  // The mask counts: 16-bit q, k and v (a 16-bit projection's heads) with a float32 mask
+  // still lower the mask.
+  if (auto low = autocast_dtype_for({q, k, v, key_padding_mask})) {
     AutocastScope off(DType::Float32);
     return scaled_dot_product_attention(lowered(q, *low), lowered(k, *low), lowered(v, *low),
                                         lowered(key_padding_mask, *low), opt);

@@ -249,5 +249,24 @@ TEST(Autocast, LeavesFloat64AndSixteenBitOperandsAsTheyAre) {
   EXPECT_EQ(ops::linear(xh, xh, Tensor()).dtype(), DType::BFloat16);
 }
 
+// Under autocast the ops after a 16-bit op get 16-bit operands; a float32 operand beside
+// them (attention's key-padding mask, built from the token ids) is lowered to match, as
+// torch.autocast casts every floating operand of an op on its list.
+TEST(Autocast, AttentionOnSixteenBitHeadsLowersAFloat32Mask) {
+  const Shape heads{2, 1, 3, 4};
+  auto values = [&](uint64_t seed) {
+    return Tensor::from_vector(testing::random_vector<float>(size_t(shape_numel(heads)), seed), heads);
+  };
+  const Tensor q = values(1), k = values(2), v = values(3);
+  const Tensor mask = Tensor::from_vector(std::vector<float>{1, 1, 0, 1, 1, 1}, {2, 3});
+  AutocastScope autocast(DType::BFloat16);
+  const Tensor from_float32 = ops::scaled_dot_product_attention(q, k, v, mask);
+  const Tensor from_half = ops::scaled_dot_product_attention(ops::to(q, DType::BFloat16), ops::to(k, DType::BFloat16),
+                                                             ops::to(v, DType::BFloat16), mask);
+  ASSERT_EQ(from_half.dtype(), DType::BFloat16);
+  EXPECT_EQ(ops::to(from_half, DType::Float32).to_vector<float>(),
+            ops::to(from_float32, DType::Float32).to_vector<float>());
+}
+
 }  // namespace
 }  // namespace dpcore

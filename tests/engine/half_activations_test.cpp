@@ -76,23 +76,32 @@ std::vector<HalfOpCase> cases() {
        [](const auto& t) { return ops::layer_norm(t[0], t[1], t[2]); }},
       {"softmax", {{3, 2, 9}}, one, [](const auto& t) { return ops::softmax(t[0]); }, true},
       {"log_softmax", {{6, 9}}, one, [](const auto& t) { return ops::log_softmax(t[0]); }, true},
-      // More elements than one block of the conversion path (2^18): the blocks' seams.
-      {"relu in blocks", {{3, 90001}}, one, [](const auto& t) { return ops::relu(t[0]); }},
-      {"dropout in blocks", {{70, 4001}}, one,
-       [](const auto& t) { return ops::dropout(t[0], {0.3, true, 5, 2, 8}); }},
-      {"max_pool2d in blocks", {{37, 2, 64, 60}}, one, [pool](const auto& t) { return ops::max_pool2d(t[0], pool); }},
-      {"batch_norm2d in blocks", {{40, 4, 40, 41}, {4}, {4}}, {true, false, false},
-       [](const auto& t) {
-         Tensor mean = Tensor::zeros({4}, DType::Float32, t[0].device()),
-                var = Tensor::full({4}, 1.0, DType::Float32, t[0].device());
-         return ops::batch_norm2d(t[0], t[1], t[2], mean, var, true, 0.1, 1e-5);
-       }},
       {"cross_entropy", {{6, 9}}, one,
        [](const auto& t) {
          return ops::cross_entropy(t[0], Tensor::from_vector(std::vector<int64_t>{0, 8, 3, 3, 5, 1}, {6})
                                              .to(t[0].device()));
        },
        true},
+  };
+}
+
+// More elements than one block of the conversion path (2^18): the blocks' seams. On the CPU
+// only: the blocks are cut by engine code the backends share (narrow0 and the casts), and
+// the CUDA kernels they call are the small cases'; on the host build's emulated device
+// these are thousands of emulated blocks, which a ThreadSanitizer process does not survive
+// (its runtime crashes switching fibers after some thousands of them).
+std::vector<HalfOpCase> cases_in_blocks() {
+  const std::vector<bool> one = {true};
+  return {
+      {"relu in blocks", {{3, 90001}}, one, [](const auto& t) { return ops::relu(t[0]); }},
+      {"dropout in blocks", {{70, 4001}}, one, [](const auto& t) { return ops::dropout(t[0], {0.3, true, 5, 2, 8}); }},
+      {"max_pool2d in blocks", {{37, 2, 64, 60}}, one, [](const auto& t) { return ops::max_pool2d(t[0], {}); }},
+      {"batch_norm2d in blocks", {{40, 4, 40, 41}, {4}, {4}}, {true, false, false},
+       [](const auto& t) {
+         Tensor mean = Tensor::zeros({4}, DType::Float32, t[0].device()),
+                var = Tensor::full({4}, 1.0, DType::Float32, t[0].device());
+         return ops::batch_norm2d(t[0], t[1], t[2], mean, var, true, 0.1, 1e-5);
+       }},
   };
 }
 
@@ -119,10 +128,10 @@ OpRun run(const HalfOpCase& c, const std::vector<std::vector<float>>& values, co
   return r;
 }
 
-TEST(HalfActivations, EachOpIsTheFloat32OpRoundedOnce) {
-  for (Device device : testing::cpu_and_first_cuda_device()) {
+void expect_the_float32_op_rounded_once(const std::vector<HalfOpCase>& ops_cases, const std::vector<Device>& devices) {
+  for (Device device : devices) {
     for (DType half : {DType::BFloat16, DType::Float16}) {
-      for (const HalfOpCase& c : cases()) {
+      for (const HalfOpCase& c : ops_cases) {
         SCOPED_TRACE(c.name + " on " + device.str() + " in " + dtype_name(half));
         // Operands with 16-bit values (parameters too, harmlessly), and a seed with 16-bit
         // values, so that both runs start from the same numbers.
@@ -158,6 +167,14 @@ TEST(HalfActivations, EachOpIsTheFloat32OpRoundedOnce) {
       }
     }
   }
+}
+
+TEST(HalfActivations, EachOpIsTheFloat32OpRoundedOnce) {
+  expect_the_float32_op_rounded_once(cases(), testing::cpu_and_first_cuda_device());
+}
+
+TEST(HalfActivations, TheConversionPathsBlocksMeetAtTheirSeams) {
+  expect_the_float32_op_rounded_once(cases_in_blocks(), {Device::cpu()});
 }
 
 TEST(HalfActivations, MixedDtypesAreRefusedOrPromotedAsInPyTorch) {
