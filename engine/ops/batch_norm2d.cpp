@@ -58,7 +58,7 @@ struct BatchNorm2dBackward : Node {
     if (group && sums.defined()) group->all_sum(sums);
     if (want_dx) {
       grads[0] = empty_like(x);
-      in_float32_blocks(x, {dyc, xc}, {grads[0]}, [&](Block& block) {
+      in_float32_blocks({dyc, xc}, {grads[0]}, [&](Block& block) {
         b.batch_norm2d_backward_apply(images(s, block), block.in[0], block.in[1], mean, invstd, optional(weight),
                                       optional(sum_dy), optional(sum_dy_xhat), block.out[0]);
       });
@@ -143,7 +143,7 @@ Tensor batch_norm2d(const Tensor& x, const Tensor& weight, const Tensor& bias, T
     b.batch_norm2d_finalize(s, mean, running_var, eps, 0.0, invstd, nullptr, nullptr);
   }
   Tensor y = empty_like(x);
-  in_float32_blocks(x, {xc}, {y}, [&](Block& block) {
+  in_float32_blocks({xc}, {y}, [&](Block& block) {
     b.batch_norm2d_apply(images(s, block), block.in[0], mean, invstd, weight.defined() ? &weight : nullptr,
                          bias.defined() ? &bias : nullptr, block.out[0]);
   });

@@ -17,7 +17,7 @@ namespace {
 // y = dropout(x): rows are samples, so a block of them takes the mask of its own first
 // sample's global index.
 void apply_dropout(const kernels::DropoutConfig& cfg, const Tensor& x, Tensor& y) {
-  in_float32_blocks(x, {x}, {y}, [&](Block& b) {
+  in_float32_blocks({x}, {y}, [&](Block& b) {
     kernels::DropoutConfig rows = cfg;
     rows.first_sample += b.begin;
     backend(x).dropout(rows, b.in[0], b.out[0]);

@@ -15,7 +15,7 @@ struct ScaleBackward : Node {
   const char* name() const override { return "ScaleBackward"; }
   std::vector<Tensor> apply(const Tensor& dy) override {
     Tensor dx = empty_like(dy);
-    in_float32_blocks(flat(dy), {flat(dy)}, {flat(dx)},
+    in_float32_blocks({flat(dy)}, {flat(dx)},
                       [&](Block& b) { backend(dy).scale(factor, b.in[0], b.out[0]); });
     return {dx};
   }
@@ -56,7 +56,7 @@ Tensor add(const Tensor& a, const Tensor& b) {
 Tensor scale(const Tensor& x, double factor) {
   check_float_or_half_tensor("scale", "input", x);
   Tensor y = empty_like(x);
-  in_float32_blocks(flat(x), {flat(x)}, {flat(y)}, [&](Block& b) { backend(x).scale(factor, b.in[0], b.out[0]); });
+  in_float32_blocks({flat(x)}, {flat(y)}, [&](Block& b) { backend(x).scale(factor, b.in[0], b.out[0]); });
   auto node = std::make_shared<ScaleBackward>();
   node->factor = factor;
   return record(node, y, {x});

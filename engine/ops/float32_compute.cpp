@@ -32,9 +32,10 @@ Tensor stored_as(const Tensor& computed, DType dtype) {
   return stored;
 }
 
-void in_float32_blocks(const Tensor& rows, const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs,
+void in_float32_blocks(const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs,
                        const std::function<void(Block&)>& kernel) {
-  DPCORE_CHECK(rows.dim() >= 1, "in_float32_blocks: ", rows.str(), " has no rows");
+  DPCORE_CHECK(!inputs.empty() && inputs.front().dim() >= 1, "in_float32_blocks: no input with rows");
+  const Tensor& rows = inputs.front();
   const int64_t n = rows.size(0);
   bool any_half = false;
   for (const auto* list : {&inputs, &outputs})

@@ -10,9 +10,7 @@
 // (dim 0) are independent (elementwise ops, pooling, dropout) run it block by block,
 //
 //   Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
-//   in_float32_blocks(flat(x), {flat(x)}, {flat(y)}, [&](const Block& b) {
-//     backend(x).relu_forward(b.in[0], b.out[0]);
-//   });
+//   in_float32_blocks({flat(x)}, {flat(y)}, [&](Block& b) { backend(x).relu_forward(b.in[0], b.out[0]); });
 //
 // so that the float32 temporaries stay a few hundred kilobytes whatever the activation's
 // size (widening a whole activation would hold three float32 copies of it at once, more
@@ -46,10 +44,11 @@ struct Block {
   int64_t begin = 0, end = 0;
   std::vector<Tensor> in, out;
 };
-// Runs `kernel` on blocks of `rows`' rows (its dim 0; every input and output has as many
-// rows) of about 2^18 elements each when any tensor is 16-bit; on one block of all rows,
-// the tensors themselves, otherwise. A kernel must treat rows independently.
-void in_float32_blocks(const Tensor& rows, const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs,
+// Runs `kernel` on blocks of the rows (dim 0) of the first input, which every input and
+// output has as many of, about 2^18 elements a block, when any tensor is 16-bit; on one
+// block of all rows, the tensors themselves, otherwise. A kernel must treat rows
+// independently.
+void in_float32_blocks(const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs,
                        const std::function<void(Block&)>& kernel);
 // t viewed as one row per element, [numel]: the rows of an elementwise op.
 Tensor flat(const Tensor& t);

@@ -19,7 +19,7 @@ struct GeluBackward : Node {
   const char* name() const override { return "GeluBackward"; }
   std::vector<Tensor> apply(const Tensor& dy) override {
     Tensor dx = empty_like(dy);
-    in_float32_blocks(flat(dy), {flat(dy), flat(x)}, {flat(dx)},
+    in_float32_blocks({flat(dy), flat(x)}, {flat(dx)},
                       [&](Block& b) { backend(dy).gelu_backward(form, b.in[0], b.in[1], b.out[0]); });
     return {dx};
   }
@@ -31,7 +31,7 @@ Tensor gelu(const Tensor& x, const std::string& approximate) {
   const kernels::GeluApproximate form = gelu_form(approximate);
   check_float_or_half_tensor("gelu", "input", x);
   Tensor y = empty_like(x);
-  in_float32_blocks(flat(x), {flat(x)}, {flat(y)}, [&](Block& b) { backend(x).gelu_forward(form, b.in[0], b.out[0]); });
+  in_float32_blocks({flat(x)}, {flat(y)}, [&](Block& b) { backend(x).gelu_forward(form, b.in[0], b.out[0]); });
   auto node = std::make_shared<GeluBackward>();
   node->x = x.detach();
   node->form = form;

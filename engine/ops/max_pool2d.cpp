@@ -3,8 +3,6 @@
 // (engine/ops/float32_compute.h); max and the gather are exact in any dtype.
 #include "engine/ops/max_pool2d.h"
 
-#include "engine/ops/float32_compute.h"
-
 namespace dpcore::ops {
 
 struct MaxPool2dBackward : Node {
@@ -14,10 +12,8 @@ struct MaxPool2dBackward : Node {
   const char* name() const override { return "MaxPool2dBackward"; }
   std::vector<Tensor> apply(const Tensor& dy) override {
     Tensor dx = Tensor::empty(x_shape, dy.dtype(), dy.device());
-    in_float32_blocks(dy, {dy}, {dx}, [&](Block& b) {  // blocks of images
-      Pool2dShape images = s;
-      images.N = b.end - b.begin;
-      backend(dy).max_pool2d_backward(images, b.in[0], argmax.narrow0(b.begin, b.end), b.out[0]);
+    in_float32_blocks({dy}, {dx}, [&](Block& b) {  // blocks of images
+      backend(dy).max_pool2d_backward(images(s, b), b.in[0], argmax.narrow0(b.begin, b.end), b.out[0]);
     });
     return {dx};
   }
@@ -55,11 +51,9 @@ Tensor max_pool2d(const Tensor& x, const Pool2dOptions& opt) {
   Pool2dShape s = pool2d_shape("max_pool2d", x, opt);
   Tensor y = Tensor::empty({s.N, s.C, s.P, s.Q}, x.dtype(), x.device());
   Tensor argmax = Tensor::empty({s.N, s.C, s.P, s.Q}, DType::Int32, x.device());
-  in_float32_blocks(x, {x}, {y}, [&](Block& b) {  // blocks of images
-    Pool2dShape images = s;
-    images.N = b.end - b.begin;
+  in_float32_blocks({x}, {y}, [&](Block& b) {  // blocks of images
     Tensor chosen = argmax.narrow0(b.begin, b.end);
-    backend(x).max_pool2d_forward(images, b.in[0], b.out[0], chosen);
+    backend(x).max_pool2d_forward(images(s, b), b.in[0], b.out[0], chosen);
   });
   auto node = std::make_shared<MaxPool2dBackward>();
   node->s = s, node->argmax = argmax, node->x_shape = x.shape();

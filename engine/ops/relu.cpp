@@ -11,7 +11,7 @@ struct ReluBackward : Node {
   const char* name() const override { return "ReluBackward"; }
   std::vector<Tensor> apply(const Tensor& dy) override {
     Tensor dx = empty_like(dy);
-    in_float32_blocks(flat(dy), {flat(dy), flat(y)}, {flat(dx)},
+    in_float32_blocks({flat(dy), flat(y)}, {flat(dx)},
                       [&](Block& b) { backend(dy).relu_backward(b.in[0], b.in[1], b.out[0]); });
     return {dx};
   }
@@ -21,7 +21,7 @@ struct ReluBackward : Node {
 Tensor relu(const Tensor& x) {
   check_float_or_half_tensor("relu", "input", x);
   Tensor y = empty_like(x);
-  in_float32_blocks(flat(x), {flat(x)}, {flat(y)}, [&](Block& b) { backend(x).relu_forward(b.in[0], b.out[0]); });
+  in_float32_blocks({flat(x)}, {flat(y)}, [&](Block& b) { backend(x).relu_forward(b.in[0], b.out[0]); });
   auto node = std::make_shared<ReluBackward>();
   node->y = y.detach();
   return record(node, y, {x});

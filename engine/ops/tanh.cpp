@@ -13,7 +13,7 @@ struct TanhBackward : Node {
   const char* name() const override { return "TanhBackward"; }
   std::vector<Tensor> apply(const Tensor& dy) override {
     Tensor dx = empty_like(dy);
-    in_float32_blocks(flat(dy), {flat(dy), flat(y)}, {flat(dx)},
+    in_float32_blocks({flat(dy), flat(y)}, {flat(dx)},
                       [&](Block& b) { backend(dy).tanh_backward(b.in[0], b.in[1], b.out[0]); });
     return {dx};
   }
@@ -24,7 +24,7 @@ struct TanhBackward : Node {
 Tensor tanh(const Tensor& x) {
   check_float_or_half_tensor("tanh", "input", x);
   Tensor y = empty_like(x);
-  in_float32_blocks(flat(x), {flat(x)}, {flat(y)}, [&](Block& b) { backend(x).tanh_forward(b.in[0], b.out[0]); });
+  in_float32_blocks({flat(x)}, {flat(y)}, [&](Block& b) { backend(x).tanh_forward(b.in[0], b.out[0]); });
   auto node = std::make_shared<TanhBackward>();
   node->y = y.detach();
   return record(node, y, {x});

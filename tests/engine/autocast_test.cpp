@@ -28,6 +28,7 @@
 
 #include "engine/autocast.h"
 #include "engine/ops.h"
+#include "tests/support/half_values.h"
 #include "tests/support/test_devices.h"
 #include "tests/support/test_support.h"
 
@@ -55,11 +56,8 @@ TEST(AutocastScope, NestsAndRestoresAndRefusesOtherTypes) {
   EXPECT_EQ(autocast_dtype(), DType::Float32);
 }
 
-double unit_of(DType t) { return t == DType::BFloat16 ? 1.0 / 256 : 1.0 / 2048; }
-
-std::vector<float> rounded_to(const std::vector<float>& v, DType half) {
-  return ops::to(ops::to(Tensor::from_vector(v, {int64_t(v.size())}), half), DType::Float32).to_vector<float>();
-}
+using testing::rounded_to;
+using testing::unit_roundoff;
 
 // Per operand, per element: what an op's gradients may be off by beyond the bound at the
 // top, given the 16-bit operands, the float64 output and the gradient seed (empty: nothing).
@@ -194,7 +192,7 @@ void expect_within_bound(const std::string& what, const std::vector<float>& got,
   const std::vector<float> exact = rounded_to(got, half);
   double scale = 0;
   for (double r : ref) scale = std::max(scale, std::fabs(r));
-  const double u32 = std::ldexp(1.0, -24), u16 = unit_of(half);
+  const double u32 = std::ldexp(1.0, -24), u16 = unit_roundoff(half);
   for (size_t i = 0; i < got.size(); ++i) {
     ASSERT_EQ(got[i], exact[i]) << what << " element " << i << " is not a 16-bit value";
     const double accumulation = c.bilinear ? (c.terms + 2) * u32 * abs_ref[i] : 64 * u32 * scale;
@@ -228,7 +226,7 @@ TEST(Autocast, EachOpComputesOnTheSixteenBitValuesWithinTheFloat32AccumulationBo
         const Reference ref = float64_run(c, rounded, dy, false), abs_ref = float64_run(c, rounded, dy, true);
         expect_within_bound("output", from_raw.y, ref.y, abs_ref.y, c, half, 1);
         const std::vector<std::vector<double>> slack =
-            c.gradient_slack ? c.gradient_slack(rounded, ref.y, dy, unit_of(half)) : std::vector<std::vector<double>>();
+            c.gradient_slack ? c.gradient_slack(rounded, ref.y, dy, unit_roundoff(half)) : std::vector<std::vector<double>>();
         for (size_t i = 0; i < raw.size(); ++i)
           expect_within_bound("gradient of operand " + std::to_string(i), from_raw.grads[i], ref.grads[i],
                               abs_ref.grads[i], c, half, 2, slack.empty() ? std::vector<double>() : slack[i]);

@@ -26,6 +26,7 @@
 
 #include "engine/ops.h"
 #include "tests/support/error_of.h"
+#include "tests/support/half_values.h"
 #include "tests/support/test_devices.h"
 #include "tests/support/test_support.h"
 
@@ -36,9 +37,7 @@ std::vector<float> host_values(const Tensor& t) {
   return ops::to(t.detach(), DType::Float32).to(Device::cpu()).to_vector<float>();
 }
 
-std::vector<float> rounded_to(const std::vector<float>& v, DType half) {
-  return host_values(ops::to(Tensor::from_vector(v, {int64_t(v.size())}), half));
-}
+using testing::rounded_to;
 
 struct HalfOpCase {
   std::string name;
@@ -154,7 +153,7 @@ void expect_the_float32_op_rounded_once(const std::vector<HalfOpCase>& ops_cases
             EXPECT_EQ(low.grads[i], expected);
             continue;
           }
-          const double u16 = half == DType::BFloat16 ? 1.0 / 256 : 1.0 / 2048;
+          const double u16 = testing::unit_roundoff(half);
           EXPECT_EQ(low.grads[i], rounded_to(low.grads[i], half)) << "not 16-bit values";
           size_t outside = 0;
           for (size_t e = 0; e < expected.size(); ++e) {

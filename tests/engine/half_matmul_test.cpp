@@ -15,13 +15,12 @@
 #include "engine/ops.h"
 #include "kernels/cpu/half/gemm_half.h"
 #include "tests/support/error_of.h"
+#include "tests/support/half_values.h"
 #include "tests/support/test_devices.h"
 #include "tests/support/test_support.h"
 
 namespace dpcore {
 namespace {
-
-double half_unit(DType t) { return t == DType::BFloat16 ? 1.0 / 256 : 1.0 / 2048; }
 
 // A float32 leaf holding values exactly representable in `half`, and its 16-bit use.
 struct Input {
@@ -30,10 +29,10 @@ struct Input {
 };
 Input make_input(const Shape& shape, uint64_t seed, DType half, Device device) {
   const auto raw = testing::random_vector<float>(size_t(shape_numel(shape)), seed);
-  Tensor rounded = ops::to(ops::to(Tensor::from_vector(raw, shape), half), DType::Float32);
+  const std::vector<float> rounded = testing::rounded_to(raw, half);
   Input in;
-  for (float v : rounded.to_vector<float>()) in.values.push_back(v);
-  in.leaf = rounded.to(device);
+  in.values.assign(rounded.begin(), rounded.end());
+  in.leaf = Tensor::from_vector(rounded, shape).to(device);
   in.leaf.set_requires_grad(true);
   in.half = ops::to(in.leaf, half);
   return in;
@@ -46,7 +45,7 @@ void expect_within(const Tensor& got_tensor, const std::vector<double>& want, co
   ASSERT_EQ(got.size(), want.size()) << what;
   int bad = 0;
   for (size_t i = 0; i < want.size(); ++i) {
-    const double bound = double(terms + 2) * std::ldexp(1.0, -24) * magnitude[i] + half_unit(half) * std::fabs(want[i]);
+    const double bound = double(terms + 2) * std::ldexp(1.0, -24) * magnitude[i] + testing::unit_roundoff(half) * std::fabs(want[i]);
     if (!(std::fabs(got[i] - want[i]) <= bound) && ++bad <= 3)
       ADD_FAILURE() << what << "[" << i << "] = " << got[i] << ", want " << want[i] << " (bound " << bound << ")";
   }
