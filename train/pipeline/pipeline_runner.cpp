@@ -54,6 +54,7 @@ PipelinePlan plan_pipeline(Model& model, int64_t accum, const ParallelOptions& o
   for (const Stage& s : out)
     DPCORE_CHECK(s.device.device.is_cpu(), "--stages ", o.pipeline.stages, ": the stage of layers ", s.first_layer, "-",
                  s.last_layer, " on ", s.device.str(), ": this runner's stages are CPU thread teams (cpu:N)");
+  stage_parameter_ranges(model, out);  // refuses a weight tied across stages, naming it
   PipelinePlan plan{std::move(out), parse_schedule(o.pipeline.schedule), int(pipeline_micro_batches(o.pipeline)),
                     o.pipeline.recompute};
   stage_order(plan.schedule, 0, int(plan.stages.size()), plan.micro_batches);  // refuses naive with M > 1

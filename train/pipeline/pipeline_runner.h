@@ -44,7 +44,8 @@ struct PipelinePlan {
 
 // The plan of --stages (or of --pipeline, filled in by the trainer) for `model`, checked
 // once for every runner: after check_pipeline_flags, refuses, naming the flags, stages that
-// do not fit the model or `cpu_teams` (parse_stages), a stage that is not on the CPU,
+// do not fit the model or `cpu_teams` (parse_stages), a stage that is not on the CPU, a
+// weight tied across stages (stage_parameter_ranges),
 // --pipeline without the stages it was balanced into, a schedule that is not
 // naive/gpipe/1f1b, and naive with more than one micro-batch.
 PipelinePlan plan_pipeline(Model& model, int64_t accum, const ParallelOptions& options, int cpu_teams);

@@ -75,7 +75,8 @@ std::vector<FlatRange> stage_parameter_ranges(Model& model, const std::vector<St
         DPCORE_CHECK(stage_of[e] < 0 || stage_of[e] == int(s), "pipeline: the parameter ", name,
                      " is used by the stages of layers ", stages[size_t(std::max(stage_of[e], 0))].first_layer, "-",
                      stages[size_t(std::max(stage_of[e], 0))].last_layer, " and ", stages[s].first_layer, "-",
-                     stages[s].last_layer, " (a tied weight): its gradient would be two stages' to reduce");
+                     stages[s].last_layer, " (a tied weight): two stages would accumulate its gradient at once, each on its own thread, device "
+                     "or process; put the layers that use it on one stage");
         stage_of[e] = int(s);
       }
     }
