@@ -1,6 +1,7 @@
 // `dpcore train --device cuda` as a user runs it, against the same run on the CPU: one
 // device (CUDA graphs on, the default), four replicas over the local ring and over NCCL,
-// batch norm synchronised over NCCL, a run that shrinks past a failed replica; a trace's
+// batch norm synchronised over NCCL, a run that shrinks past a failed replica, a pipeline
+// on two GPUs against one with --accum; a trace's
 // stream lanes; a hang on the NCCL path. Runs on a GPU and, in the host build
 // (DPCORE_CUDA=HOST), on the 4 emulated devices of the host CUDA runtime; skips elsewhere.
 // The engines are the command's defaults, which must exist in every build (the host build
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "cli/cli_run.h"
+#include "engine/runtime.h"
 #include "cli/same_maths.h"
 #include "support/trace_checks.h"
 #include "support/test_support.h"
@@ -118,6 +120,23 @@ TEST(CudaTrain, FourReplicasOverTheLocalRingMatchTheCpu) {
 TEST(CudaTrain, FourReplicasOverNcclMatchTheCpu) {
   if (!cuda_available()) GTEST_SKIP() << kNoCudaDevice;
   expect_cuda_weights_match_cpu("--replicas 4 --backend nccl", "--replicas 4 --backend local");
+}
+
+// --stages on two GPUs as a user runs it: the epoch line (the loss added up on the model's
+// GPU, where it failed when it came back from the last stage's) and the saved weights,
+// those of one GPU with --accum 2 byte for byte (docs/pipelines.md, "Stages on GPUs").
+TEST(CudaTrain, APipelineOnTwoGpusSavesOneGpusWeightsWithAccum) {
+  if (runtime::cuda_device_count() < 2) GTEST_SKIP() << "needs 2 CUDA devices (GPUs, or the host build's emulated ones)";
+  TempDir dir;
+  const std::string steps = " --steps 6 --save ";
+  const std::string stages = " --stages 0-2@cuda:0,3-5@cuda:1 --schedule 1f1b --micro-batches 2";
+  const CommandResult piped = run(job(kSpec, kData, "cuda") + stages + steps + dir.file("piped.st"));
+  const CommandResult one = run(job(kSpec, kData, "cuda") + " --accum 2" + steps + dir.file("one.st"));
+  ASSERT_EQ(piped.status, 0) << piped.output;
+  ASSERT_EQ(one.status, 0) << one.output;
+  EXPECT_NE(piped.output.find("pipeline (1f1b) of 2 stages [0-2@cuda:0,3-5@cuda:1]"), std::string::npos) << piped.output;
+  EXPECT_NE(piped.output.find("epoch 1: train loss"), std::string::npos) << piped.output;
+  EXPECT_EQ(slurp(dir.file("piped.st")), slurp(dir.file("one.st")));
 }
 
 // Batch norm over the whole batch of four replicas: the statistics are allreduced over NCCL

@@ -168,6 +168,10 @@ Explanation explain_step(StepRunner& runner, const data::Batch& batch, const Ste
     const int micro_batches = int(std::min<int64_t>(pipe->micro_batches(), batch.size));
     e.micro = pipeline::micro_batch_sizes(batch.size, micro_batches);
     pipelined(e, runner.model(), pipe->stages(), pipe->schedule(), micro_batches, pipe->last_step(), batch);
+    e.stage_gpus = runner.model().device().is_cuda();
+    if (e.stage_gpus) e.stage_cores.clear();  // (the threads only queue the GPUs' work)
+    for (const pipeline::StageModels::CopyTraffic& t : pipe->stage_models().traffic())
+      e.stage_copies.push_back({t.device.str(), t.parameter_elements * e.dtype_bytes, t.buffer_elements * e.dtype_bytes});
     return e;
   }
   if (const auto* hybrid = dynamic_cast<const pipeline::HybridRunner*>(&runner)) {

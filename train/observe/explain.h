@@ -99,6 +99,16 @@ struct Explanation {
   // pipeline x data parallel (replicas > 1; the stages above are replica 0's): each stage's
   // part of the flat gradient buffer, allreduced among the stage's replicas.
   std::vector<std::pair<int64_t, int64_t>> stage_ranges;  // [begin, end) elements per stage
+  // The stages are threads driving GPUs (each on a stream of its own), and those on other
+  // GPUs than the model's run on copies of it: each copy's device and the bytes of its
+  // stages' parameters (pulled before the micro-batches; their gradients, pushed after, are
+  // as many) and buffers (both ways).
+  bool stage_gpus = false;
+  struct StageCopy {
+    std::string device;
+    int64_t parameter_bytes = 0, buffer_bytes = 0;
+  };
+  std::vector<StageCopy> stage_copies;
   // The stages are processes of an mpirun job (rank r: stage r mod P of replica r / P, so
   // P x replicas processes), not threads of this one.
   bool stage_processes = false;

@@ -178,6 +178,12 @@ void explain_single(std::ostream& os, const Explanation& e) {
   std::vector<std::string> micro;
   for (int64_t m : e.micro) micro.push_back(std::to_string(m));
   os << "2. zero the gradient buffer (" << bytes(e.grad_bytes) << ", one fill)\n";
+  for (const Explanation::StageCopy& c : e.stage_copies) {
+    os << "   and the copy on " << c.device << ": its gradients zeroed, its stages' parameters (" << bytes(c.parameter_bytes)
+       << ")";
+    if (c.buffer_bytes > 0) os << " and running statistics (" << bytes(c.buffer_bytes) << ")";
+    os << " copied from " << e.devices.front() << "\n";
+  }
   os << "3. " << plural(int64_t(e.micro.size()), "micro-batch", "micro-batches") << " of " << joined(micro)
      << " samples, each: forward, cross-entropy summed over its samples, backward seeded with " << seed_text(e)
      << "; the gradients add up in the flat buffer to the mean over all " << (per_token(e) ? "M" : "N") << "\n";
@@ -194,6 +200,10 @@ void explain_pipeline(std::ostream& os, const Explanation& e) {
        << " processes: rank r is stage r mod " << stages << " of replica r / " << stages
        << "), each holding the whole model and computing its stage's layers";
     if (replicated) os << ", x " << e.replicas << " replicas";
+  } else if (e.stage_gpus) {
+    os << " stages, each a thread of this process queueing its GPU's work on a stream of its own, the model whole on "
+       << e.devices.front();
+    if (!e.stage_copies.empty()) os << ", the stages on other GPUs running on a copy of it there";
   } else {
     os << " stages, each a thread of this process on cores of its CPU team, the model whole on " << e.devices.front();
     if (replicated)
@@ -214,6 +224,12 @@ void explain_pipeline(std::ostream& os, const Explanation& e) {
   os << "1. copy the batch to " << e.devices.front() << ": " << e.batch << " x (" << bytes(e.image_bytes) << " + "
      << bytes(e.label_bytes) << ") = " << bytes(e.batch * (e.image_bytes + e.label_bytes)) << "\n";
   os << "2. zero the gradient buffer (" << bytes(e.grad_bytes) << ", one fill)\n";
+  for (const Explanation::StageCopy& c : e.stage_copies) {
+    os << "   and the copy on " << c.device << ": its gradients zeroed, its stages' parameters (" << bytes(c.parameter_bytes)
+       << ")";
+    if (c.buffer_bytes > 0) os << " and running statistics (" << bytes(c.buffer_bytes) << ")";
+    os << " copied from " << e.devices.front() << "\n";
+  }
   // The micro-batches this pipeline ran: with replicas, replica 0's non-empty pieces.
   std::vector<int64_t> rows = e.micro;
   if (replicated) {
@@ -249,6 +265,11 @@ void explain_pipeline(std::ostream& os, const Explanation& e) {
      << (per_token(e) ? "M" : "N");
   if (!replicated) {
     os << ", as one device's --accum " << e.micro.size() << " adds them\n";
+    for (const Explanation::StageCopy& c : e.stage_copies) {
+      os << "   then the copy on " << c.device << " hands back its stages' gradients (" << bytes(c.parameter_bytes) << ")";
+      if (c.buffer_bytes > 0) os << " and running statistics (" << bytes(c.buffer_bytes) << ")";
+      os << " to " << e.devices.front() << ", into the flat buffers the optimizer steps\n";
+    }
   } else {
     os << " once summed over the replicas:\n";
     for (int s = 0; s < stages; ++s) {

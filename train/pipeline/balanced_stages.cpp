@@ -2,6 +2,7 @@
 
 #include <cstdio>
 
+#include "engine/runtime.h"
 #include "kernels/error.h"
 #include "train/pipeline/pipeline_schedule.h"
 #include "train/pipeline/pipeline_step.h"
@@ -52,7 +53,9 @@ BalancedStages balance_pipeline(Model& model, const Tensor& x, const Tensor& y, 
     out.layer_seconds.push_back(cost.total());
   memory.ops = measure_layer_memory(model, x, y);
   std::vector<StageDevice> devices;
-  for (int i = 0; i < stages; ++i) devices.push_back({Device::cpu(), i % cpu_teams});
+  const int gpus = runtime::cuda_device_count();
+  for (int i = 0; i < stages; ++i)
+    devices.push_back(model.device().is_cuda() ? StageDevice{Device::cuda(i % gpus)} : StageDevice{Device::cpu(), i % cpu_teams});
   out.stages = balance_stages(out.layer_seconds, stages, devices, &memory);
   out.memory = std::move(memory);
   return out;

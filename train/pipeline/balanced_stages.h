@@ -19,7 +19,7 @@ namespace dpcore::train::pipeline {
 struct BalancedStages {
   std::vector<double> layer_seconds;  // per layer: forward + backward on the micro-batch (the medians' sum)
   int64_t samples = 0;                // the micro-batch's samples
-  std::vector<Stage> stages;          // stage i on cpu:(i mod the CPU teams)
+  std::vector<Stage> stages;          // stage i on cpu:(i mod the CPU teams), or cuda:(i mod the GPUs)
   StageMemory memory;                 // the layers' bytes and the schedule's live micro-batches, its limit
   std::string schedule;               // what the memory is for: the schedule and its micro-batches
   int micro_batches = 1;
@@ -35,13 +35,15 @@ inline constexpr int kBalanceRepeats = 3;
 
 // Times `model`'s layers on the micro-batch (x, y) and splits them into `stages` stages,
 // stage i on CPU team i mod `cpu_teams` (a machine of fewer cores than stages shares them),
+// or for a model on a GPU on cuda:(i mod the GPUs) (one GPU: every stage on it, each on a
+// stream of its own),
 // the slowest stage as fast as any split allows, among the splits whose every stage holds
 // at most `pipeline`'s --stage-memory-mb under its schedule, --micro-batches and
 // --recompute (StageMemory, train/pipeline/stage_plan.h; no limit: any split). Measuring
 // trains nothing but moves batch norm's running statistics, so give it a model made for
 // the purpose, not the one that trains. Refuses, naming --pipeline and the value: fewer than
 // 1 stage, more stages than layers (check_stage_count), a limit no split keeps
-// (balance_stages); measure_layer_costs refuses a model on a GPU.
+// (balance_stages).
 BalancedStages balance_pipeline(Model& model, const Tensor& x, const Tensor& y, int stages, int cpu_teams,
                                 const PipelineOptions& pipeline = {});
 

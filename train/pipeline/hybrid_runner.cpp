@@ -122,7 +122,7 @@ StepStats HybridRunner::step(const data::Batch& batch) {
       broadcast_buffers(rep);
       rep.model->zero_grad();
       losses[size_t(d)] = pipelines_[size_t(d)]->accumulate_gradients(
-          *rep.model, plan_.stages, plan_.schedule, rows[size_t(d)], x, y, scale, start, d == 0 ? &last_step_ : nullptr,
+          std::vector<Model*>(plan_.stages.size(), rep.model.get()), plan_.stages, plan_.schedule, rows[size_t(d)], x, y, scale, start, d == 0 ? &last_step_ : nullptr,
           [this, d](int s) { reduce_stage(d, s); });
       rep.optimizer->step();
     });

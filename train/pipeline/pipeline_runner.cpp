@@ -21,8 +21,11 @@ void check_pipeline_flags(const Model& model, int64_t accum, const ParallelOptio
                "(--backend mpi)");
   DPCORE_CHECK(o.faults.empty() && !o.guards.skip_nonfinite, flag,
                " with --inject or --skip-nonfinite: they act on replicas, and a pipeline has stages");
-  DPCORE_CHECK(model.device().is_cpu(), flag, " with the model on ", model.device().str(),
-               ": this runner's stages are CPU thread teams (cpu:N); give --device cpu");
+  DPCORE_CHECK(model.device().is_cpu() || (o.backend == "local" && o.replicas == 1), flag, " with the model on ",
+               model.device().str(), " and ",
+               o.backend == "mpi" ? std::string("--backend mpi") : "--replicas " + std::to_string(o.replicas),
+               ": stages on GPUs are threads of one process with one replica; pipeline x data parallel and the "
+               "stage processes of an mpirun job run on the CPU (--device cpu)");
   if (o.backend == "local" && o.replicas > 1) check_pipeline_replica_flags(o, o.replicas);
 }
 
@@ -52,8 +55,10 @@ PipelinePlan plan_pipeline(Model& model, int64_t accum, const ParallelOptions& o
                "train/pipeline/balanced_stages.h): give the runner the stages it chose");
   std::vector<Stage> out = parse_stages(o.pipeline.stages, int(model.net().size()), {cpu_teams, runtime::cuda_device_count()});
   for (const Stage& s : out)
-    DPCORE_CHECK(s.device.device.is_cpu(), "--stages ", o.pipeline.stages, ": the stage of layers ", s.first_layer, "-",
-                 s.last_layer, " on ", s.device.str(), ": this runner's stages are CPU thread teams (cpu:N)");
+    DPCORE_CHECK(s.device.device.is_cuda() == model.device().is_cuda(), "--stages ", o.pipeline.stages,
+                 ": the stage of layers ", s.first_layer, "-", s.last_layer, " on ", s.device.str(), " with the model on ",
+                 model.device().str(), ": a pipeline's stages are all CPU thread teams (cpu:N, with --device cpu) or "
+                 "all GPUs (cuda:N, with --device cuda)");
   stage_parameter_ranges(model, out);  // refuses a weight tied across stages, naming it
   PipelinePlan plan{std::move(out), parse_schedule(o.pipeline.schedule), int(pipeline_micro_batches(o.pipeline)),
                     o.pipeline.recompute};
@@ -66,8 +71,11 @@ PipelineRunner::PipelineRunner(std::unique_ptr<Model> model, const OptimizerConf
     : model_(std::move(model)),
       optimizer_(make_optimizer(model_->parameters(), optimizer)),
       plan_(plan_pipeline(*model_, accum, options, int(runtime::allowed_cpus().size()))),
+      stage_models_(*model_, plan_.stages),
       threads_(int(plan_.stages.size()), std::chrono::milliseconds(int64_t(options.timeout_s * 1000)),
-               stage_cpu_teams(plan_.stages, runtime::allowed_cpus(), runtime::cpu_threads())) {
+               model_->device().is_cpu()
+                   ? stage_cpu_teams(plan_.stages, runtime::allowed_cpus(), runtime::cpu_threads())
+                   : std::vector<runtime::CpuTeam>{}) {
   DPCORE_CHECK(options.replicas == 1, pipeline_flag(options.pipeline), " with --replicas ", options.replicas,
                ": a pipeline of several replicas is HybridRunner's (train/pipeline/hybrid_runner.h)");
   threads_.set_recompute(plan_.recompute);
@@ -79,10 +87,13 @@ StepStats PipelineRunner::step(const data::Batch& batch) {
   // A short last batch may hold fewer samples than M, as with --accum.
   const int micro_batches = int(std::min<int64_t>(plan_.micro_batches, batch.size));
   model_->zero_grad();
-  Tensor loss = threads_.accumulate_gradients(*model_, plan_.stages, plan_.schedule, micro_batches, x, y,
-                                              gradient_scale(counted), {uint64_t(step_number()), 0}, &last_step_);
+  stage_models_.pull();
+  Tensor loss = threads_.accumulate_gradients(stage_models_.models(), plan_.stages, plan_.schedule,
+                                              micro_batch_rows(batch.size, micro_batches), x, y,
+                                              gradient_scale(counted), {uint64_t(step_number()), 0}, &last_step_, {});
+  stage_models_.push();
   optimizer_->step();
-  return {loss, batch.size, counted};
+  return {loss.to(model_->device()), batch.size, counted};  // (from the last stage's device)
 }
 
 void PipelineRunner::set_rates(double lr, double momentum) {

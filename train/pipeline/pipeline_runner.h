@@ -1,9 +1,11 @@
 // The runner of `dpcore train --stages ...` (or --pipeline P): one model cut into pipeline
-// stages, each on a thread of its own on its CPU team's cores (train/pipeline/pipeline_threads.h), the batch into --micro-batches,
+// stages, each on a thread of its own (train/pipeline/pipeline_threads.h), on its CPU
+// team's cores or driving its GPU on a stream of its own, the batch into --micro-batches,
 // run in --schedule's order, then one optimizer step over the whole flat parameter buffer.
 // The step is one device's step with --accum M (the same bits: docs/pipelines.md), so
 // checkpoints, --resume, evaluation and saved weights are one device's too: the model is
-// one Model, whole, whatever the placement.
+// one Model, whole, whatever the placement; stages on other GPUs than the model's run on
+// copies of it that hold their stages' part up to date (train/pipeline/stage_models.h).
 #pragma once
 
 #include <memory>
@@ -11,6 +13,7 @@
 #include <vector>
 
 #include "train/pipeline/pipeline_threads.h"
+#include "train/pipeline/stage_models.h"
 #include "train/pipeline/stage_plan.h"
 #include "train/runners/runner.h"
 
@@ -20,8 +23,8 @@ namespace dpcore::train::pipeline {
 std::string pipeline_flag(const PipelineOptions& pipeline);
 
 // Refuses, naming the flags, what a pipeline does not combine with: --accum, --sync,
-// --backend other than local and mpi, --inject, --skip-nonfinite, a model on a GPU; and
-// with --replicas D > 1 what check_pipeline_replica_flags refuses. (The runners check them;
+// --backend other than local and mpi, --inject, --skip-nonfinite, a model on a GPU with
+// --backend mpi or --replicas; and with --replicas D > 1 what check_pipeline_replica_flags refuses. (The runners check them;
 // the trainer too, before it measures the layers for --pipeline.)
 void check_pipeline_flags(const Model& model, int64_t accum, const ParallelOptions& options);
 // What pipeline x data parallel over `replicas` replicas (train/pipeline/hybrid_runner.h,
@@ -44,8 +47,8 @@ struct PipelinePlan {
 
 // The plan of --stages (or of --pipeline, filled in by the trainer) for `model`, checked
 // once for every runner: after check_pipeline_flags, refuses, naming the flags, stages that
-// do not fit the model or `cpu_teams` (parse_stages), a stage that is not on the CPU, a
-// weight tied across stages (stage_parameter_ranges),
+// do not fit the model, `cpu_teams` or the GPUs (parse_stages), a stage on a GPU with the
+// model on the CPU or the other way round, a weight tied across stages (stage_parameter_ranges),
 // --pipeline without the stages it was balanced into, a schedule that is not
 // naive/gpipe/1f1b, and naive with more than one micro-batch.
 PipelinePlan plan_pipeline(Model& model, int64_t accum, const ParallelOptions& options, int cpu_teams);
@@ -70,11 +73,14 @@ class PipelineRunner : public StepRunner {
   int micro_batches() const { return plan_.micro_batches; }
   // The latest step's measured live activations per stage.
   const PipelineStepStats& last_step() const { return last_step_; }
+  // The copies of the model on the stages' other GPUs, for --explain.
+  const StageModels& stage_models() const { return stage_models_; }
 
  private:
   std::unique_ptr<Model> model_;
   std::unique_ptr<Optimizer> optimizer_;
   PipelinePlan plan_;
+  StageModels stage_models_;
   PipelineThreads threads_;
   PipelineStepStats last_step_;
 };

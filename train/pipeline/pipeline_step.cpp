@@ -8,6 +8,7 @@
 #include "engine/backend.h"
 #include "engine/median.h"
 #include "engine/memory_account.h"
+#include "engine/runtime.h"
 #include "kernels/error.h"
 
 namespace dpcore::train::pipeline {
@@ -106,12 +107,25 @@ StageWork::StageWork(Model& model, const std::vector<Stage>& stages, int micro_b
 
 StageWork::StageWork(Model& model, const std::vector<Stage>& stages, std::vector<MicroBatchRows> rows, const Tensor& x,
                      const Tensor& y, double grad_scale, BatchStart start)
-    : model_(model), stages_(stages), x_(x), y_(y), grad_scale_(grad_scale), start_(start),
-      logits_(model.ends_in_log_softmax()), rows_(std::move(rows)) {
+    : StageWork(std::vector<Model*>(stages.size(), &model), stages, std::move(rows), x, y, grad_scale, start) {}
+
+StageWork::StageWork(const std::vector<Model*>& models, const std::vector<Stage>& stages,
+                     std::vector<MicroBatchRows> rows, const Tensor& x, const Tensor& y, double grad_scale,
+                     BatchStart start)
+    : models_(models), stages_(stages), grad_scale_(grad_scale), start_(start), rows_(std::move(rows)) {
+  const int P = int(stages.size());
+  DPCORE_CHECK(P >= 1 && int(models_.size()) == P, "pipeline: ", models_.size(), " stage models for ", P, " stages");
+  Model& model = *models_.front();
+  for (Model* other : models_)
+    DPCORE_CHECK(other->parameters().total() == model.parameters().total() &&
+                     other->net().size() == model.net().size() && other->dtype() == model.dtype(),
+                 "pipeline: the stages' models differ in layout (", other->net().size(), " layers, ",
+                 other->parameters().total(), " parameters on ", other->device().str(), " against ", model.net().size(),
+                 ", ", model.parameters().total(), " on ", model.device().str(), ")");
+  logits_ = models_.back()->ends_in_log_softmax();
   layers::Sequential& net = model.net();
   const int layers = int(net.size());
-  const int P = int(stages.size());
-  DPCORE_CHECK(P >= 1 && stages.front().first_layer == 0 && stages.back().last_layer == layers - 1,
+  DPCORE_CHECK(stages.front().first_layer == 0 && stages.back().last_layer == layers - 1,
                "pipeline: stages ", stages_text(stages), " do not cover the model's ", layers, " layers");
   for (int s = 1; s < P; ++s)
     DPCORE_CHECK(stages[s].first_layer == stages[s - 1].last_layer + 1, "pipeline: stages ", stages_text(stages),
@@ -128,11 +142,13 @@ StageWork::StageWork(Model& model, const std::vector<Stage>& stages, std::vector
   output_.assign(P, std::vector<Tensor>(micro_batches));
   live_.assign(P, 0);
   peak_.assign(P, 0);
-  loss_sum_ = Tensor::zeros({}, model.dtype(), model.device());
+  x_ = x.to(device(0));
+  y_ = y.to(device(P - 1));
+  loss_sum_ = Tensor::zeros({}, model.dtype(), device(P - 1));
 }
 
 size_t StageWork::layer_end(int s) const {
-  return s + 1 == stages() && logits_ ? model_.net().size() - 1 : size_t(stages_[s].last_layer + 1);
+  return s + 1 == stages() && logits_ ? model(s).net().size() - 1 : size_t(stages_[s].last_layer + 1);
 }
 
 Shape StageWork::input_shape(int s, int m) const {
@@ -143,7 +159,7 @@ Shape StageWork::input_shape(int s, int m) const {
 
 void StageWork::set_recompute(bool on) {
   recompute_ = on;
-  if (on && buffer_ranges_.empty()) buffer_ranges_ = stage_buffer_ranges(model_, stages_);
+  if (on && buffer_ranges_.empty()) buffer_ranges_ = stage_buffer_ranges(model(0), stages_);
 }
 
 void StageWork::set_batch_norm_groups(std::vector<ReplicaBatchNormGroup*> groups) {
@@ -156,20 +172,22 @@ Tensor StageWork::run_layers(int s, int m, const Tensor& in) {
   const int64_t begin = rows_[m].first, end = rows_[m].first + rows_[m].size;
   if (!batch_norm_groups_.empty() && batch_norm_groups_[size_t(s)])
     batch_norm_groups_[size_t(s)]->set_rows(rows_[m].group_rows);
-  model_.set_batch_position(start_.step, start_.first_sample + begin, size_t(stages_[s].first_layer), layer_end(s));
-  Tensor out = model_.net().forward_range(in, size_t(stages_[s].first_layer), layer_end(s));
+  Model& m_s = model(s);
+  m_s.set_batch_position(start_.step, start_.first_sample + begin, size_t(stages_[s].first_layer), layer_end(s));
+  Tensor out = m_s.net().forward_range(in, size_t(stages_[s].first_layer), layer_end(s));
   if (s + 1 == stages()) out = loss_of(out, y_.narrow0(begin, end), logits_);
   return out;
 }
 
 Tensor StageWork::forward(int s, int m, const Tensor& received) {
-  Tensor in = s == 0 ? x_.narrow0(rows_[m].first, rows_[m].first + rows_[m].size) : received;
+  // (From another device: a copy, a leaf of this stage's graph like anything received.)
+  Tensor in = s == 0 ? x_.narrow0(rows_[m].first, rows_[m].first + rows_[m].size) : received.to(device(s));
   if (s > 0) in.set_requires_grad(true);
   Tensor out;
   if (recompute_) {
     // No graph; batch norm's running statistics put back, for the backward's forward to move.
     const FlatRange& r = buffer_ranges_[size_t(s)];
-    Tensor buffers = r.size > 0 ? model_.buffers().values().narrow0(r.first, r.first + r.size) : Tensor();
+    Tensor buffers = r.size > 0 ? model(s).buffers().values().narrow0(r.first, r.first + r.size) : Tensor();
     const Tensor before = buffers.defined() ? buffers.clone() : Tensor();
     {
       autograd::NoGradGuard no_graph;
@@ -195,7 +213,8 @@ Tensor StageWork::backward(int s, int m, const Tensor& grad) {
   // (A first stage whose layers have no parameters, a lone flatten, recorded no graph: its
   // backward has nothing to do.)
   if (output_[s][m].requires_grad())
-    output_[s][m].backward(last ? Tensor::full({}, grad_scale_, loss_sum_.dtype(), loss_sum_.device()) : grad);
+    output_[s][m].backward(last ? Tensor::full({}, grad_scale_, loss_sum_.dtype(), loss_sum_.device())
+                                : grad.to(device(s)));
   Tensor to_send = s > 0 ? input_[s][m].grad() : Tensor();
   input_[s][m] = Tensor(), output_[s][m] = Tensor();
   --live_[s];
@@ -246,8 +265,6 @@ Tensor pipeline_accumulate_gradients(Model& model, const std::vector<Stage>& sta
 }
 
 std::vector<LayerCost> measure_layer_costs(Model& model, const Tensor& x, const Tensor& y, int warmup, int repeats) {
-  DPCORE_CHECK(model.device().is_cpu(), "pipeline layer profile: the model is on ", model.device().str(),
-               "; the profile is measured on the CPU only (a GPU's calls return before the work is done)");
   DPCORE_CHECK(warmup >= 0 && repeats >= 1, "pipeline layer profile: warmup ", warmup, " and repeats ", repeats,
                " (need warmup >= 0, repeats >= 1)");
   const int layers = int(model.net().size());
@@ -255,6 +272,12 @@ std::vector<LayerCost> measure_layer_costs(Model& model, const Tensor& x, const 
   for (int i = 0; i < layers; ++i) one_per_layer.push_back({i, i, StageDevice{Device::cpu()}});
   using Clock = std::chrono::steady_clock;
   const auto seconds = [](Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); };
+  // A GPU's calls return once the work is queued: each clock read waits for it first.
+  const Device device = model.device();
+  const auto now = [device] {
+    runtime::synchronize_stream(device);
+    return Clock::now();
+  };
   std::vector<std::vector<double>> forward(layers), backward(layers);  // [layer][repeat]
   for (int r = 0; r < warmup + repeats; ++r) {
     StageWork work(model, one_per_layer, 1, x, y, 1.0, {uint64_t(r), 0});
@@ -262,9 +285,9 @@ std::vector<LayerCost> measure_layer_costs(Model& model, const Tensor& x, const 
     for (int pass = 0; pass < 2; ++pass) {
       for (int i = 0; i < layers; ++i) {
         const int s = pass == 0 ? i : layers - 1 - i;  // forwards up, backwards down
-        const auto t0 = Clock::now();
+        const auto t0 = now();
         passed = pass == 0 ? work.forward(s, 0, passed) : work.backward(s, 0, passed);
-        if (r >= warmup) (pass == 0 ? forward : backward)[size_t(s)].push_back(seconds(t0, Clock::now()));
+        if (r >= warmup) (pass == 0 ? forward : backward)[size_t(s)].push_back(seconds(t0, now()));
       }
     }
   }
@@ -275,8 +298,6 @@ std::vector<LayerCost> measure_layer_costs(Model& model, const Tensor& x, const 
 }
 
 std::vector<std::vector<OpBytes>> measure_layer_memory(Model& model, const Tensor& x, const Tensor& y) {
-  DPCORE_CHECK(model.device().is_cpu(), "pipeline memory profile: the model is on ", model.device().str(),
-               "; the profile is measured on the CPU only");
   layers::Sequential& net = model.net();
   const int layers = int(net.size());
   std::vector<std::vector<OpBytes>> out(static_cast<size_t>(layers));

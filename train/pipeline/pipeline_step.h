@@ -74,7 +74,7 @@ std::vector<Shape> stage_input_shapes(Model& model, const std::vector<Stage>& st
 // One batch (x, y) cut into `micro_batches` for `stages` (which must cover the model's
 // layers in order: parse_stages' rule; refused otherwise, as are more micro-batches than
 // samples). Stage s's calls touch only stage s's state, so each stage may run on a thread
-// of its own; every stage runs on the model's device.
+// of its own; a stage runs on its model's device.
 class StageWork {
  public:
   StageWork(Model& model, const std::vector<Stage>& stages, int micro_batches, const Tensor& x, const Tensor& y,
@@ -84,6 +84,13 @@ class StageWork {
   // batch position is start.first_sample + rows[m].first.
   StageWork(Model& model, const std::vector<Stage>& stages, std::vector<MicroBatchRows> rows, const Tensor& x,
             const Tensor& y, double grad_scale, BatchStart start);
+  // Stage s on models[s] (one model, or copies of it on the stages' devices: StageModels,
+  // train/pipeline/stage_models.h), which must all have one layout; stage s's gradients go
+  // to models[s]'s flat buffer. x is read on stage 0's device and y on the last stage's
+  // (copied there when they are elsewhere); what a stage receives from another device is
+  // copied to its own.
+  StageWork(const std::vector<Model*>& models, const std::vector<Stage>& stages, std::vector<MicroBatchRows> rows,
+            const Tensor& x, const Tensor& y, double grad_scale, BatchStart start);
 
   int stages() const { return int(stages_.size()); }
   int micro_batches() const { return int(rows_.size()); }
@@ -115,9 +122,11 @@ class StageWork {
   // micro-batch's group_rows. Empty (the default): nothing to tell.
   void set_batch_norm_groups(std::vector<ReplicaBatchNormGroup*> groups);
 
+  // The batch's summed loss so far, on the last stage's device.
   Tensor loss_sum() const { return loss_sum_; }
-  DType dtype() const { return model_.dtype(); }
-  Device device() const { return model_.device(); }
+  DType dtype() const { return models_.front()->dtype(); }
+  // Where stage s runs: its model's device.
+  Device device(int s) const { return models_[size_t(s)]->device(); }
   const std::vector<int>& peak_live_activations() const { return peak_; }
 
  private:
@@ -125,7 +134,9 @@ class StageWork {
   // Stage s's layers on micro-batch m from `in` (on the last stage, through the loss).
   Tensor run_layers(int s, int m, const Tensor& in);
 
-  Model& model_;
+  Model& model(int s) const { return *models_[size_t(s)]; }
+
+  std::vector<Model*> models_;                   // per stage
   std::vector<Stage> stages_;
   Tensor x_, y_;
   double grad_scale_;
@@ -159,9 +170,9 @@ struct LayerCost {
 // backward time on the batch (x, y), measured as a pipeline runs it: every layer a stage
 // of its own through StageWork, the batch one micro-batch, so a layer's time includes the
 // loss on the last one and excludes nothing a stage would do. The medians over `repeats`
-// batches after `warmup` untimed ones (a layer's first batch pays for its buffers). CPU
-// models only: on a GPU the calls return once the work is queued. The gradient buffer is
-// zeroed at the end; batch norm's running statistics move, as in a training step.
+// batches after `warmup` untimed ones (a layer's first batch pays for its buffers). On a
+// GPU each clock read waits for the work queued before it. The gradient buffer is zeroed
+// at the end; batch norm's running statistics move, as in a training step.
 std::vector<LayerCost> measure_layer_costs(Model& model, const Tensor& x, const Tensor& y, int warmup, int repeats);
 
 // The bytes each op a stage can run holds on the micro-batch (x, y) (OpBytes, stage_plan.h),
@@ -169,7 +180,7 @@ std::vector<LayerCost> measure_layer_costs(Model& model, const Tensor& x, const 
 // for layers i..i+n-1 run as one op, n from 1 (the layer alone) to the span of the fused
 // op the model's forward starts at layer i (Sequential::fused_span: a conv, relu and
 // max-pool are one op, a conv and relu too when a stage ends after the relu). Tensor sizes,
-// not times: the same every run. CPU models only; the gradient buffer is zeroed at the end,
+// not times: the same every run, on any device. The gradient buffer is zeroed at the end,
 // batch norm's running statistics move.
 std::vector<std::vector<OpBytes>> measure_layer_memory(Model& model, const Tensor& x, const Tensor& y);
 

@@ -2,6 +2,8 @@
 
 #include <optional>
 
+#include "engine/backend.h"
+#include "engine/runtime.h"
 #include "engine/trace.h"
 #include "kernels/cpu/kernels.h"
 #include "kernels/error.h"
@@ -78,7 +80,6 @@ void PipelineThreads::reset_peaks() {
 void run_stage_ops(StageWork& work, Schedule schedule, int s, comm::Communicator& comm) {
   const int P = work.stages();
   const DType dtype = work.dtype();
-  const Device device = work.device();
   // In a trace, on the stage's lane: each forward and backward a "step" span of its own,
   // apart from the "wait" spans of its recv and send, so that the lane's idle time (the
   // bubble) is the time outside the step spans.
@@ -88,7 +89,7 @@ void run_stage_ops(StageWork& work, Schedule schedule, int s, comm::Communicator
     const int from = forward ? s - 1 : s + 1, to = forward ? s + 1 : s - 1;
     Tensor in;
     if (from >= 0 && from < P) {
-      in = Tensor::empty(work.input_shape(forward ? s : s + 1, m), dtype, device);  // recv writes all of it
+      in = Tensor::empty(work.input_shape(forward ? s : s + 1, m), dtype, work.device(s));  // recv writes all of it
       trace::Span span("wait", [&] { return transfer("recv", op.kind, m, from, in); });
       comm.recv(in, from, tag(op.kind, m)).wait();
     }
@@ -107,36 +108,44 @@ void run_stage_ops(StageWork& work, Schedule schedule, int s, comm::Communicator
 Tensor PipelineThreads::accumulate_gradients(Model& model, const std::vector<Stage>& stages, Schedule schedule,
                                              int micro_batches, const Tensor& x, const Tensor& y, double grad_scale,
                                              BatchStart start, PipelineStepStats* stats) {
-  return accumulate_gradients(model, stages, schedule, micro_batch_rows(x.dim() >= 1 ? x.size(0) : 0, micro_batches),
-                              x, y, grad_scale, start, stats, {});
+  return accumulate_gradients(std::vector<Model*>(stages.size(), &model), stages, schedule,
+                              micro_batch_rows(x.dim() >= 1 ? x.size(0) : 0, micro_batches), x, y, grad_scale, start,
+                              stats, {});
 }
 
-Tensor PipelineThreads::accumulate_gradients(Model& model, const std::vector<Stage>& stages, Schedule schedule,
-                                             const std::vector<MicroBatchRows>& rows, const Tensor& x, const Tensor& y,
-                                             double grad_scale, BatchStart start, PipelineStepStats* stats,
-                                             const std::function<void(int)>& after_stage) {
-  DPCORE_CHECK(int(stages.size()) == this->stages(), "pipeline: ", stages.size(), " stages (", stages_text(stages),
-               ") for a pipeline of ", this->stages(), " threads");
+Tensor PipelineThreads::accumulate_gradients(const std::vector<Model*>& models, const std::vector<Stage>& stages,
+                                             Schedule schedule, const std::vector<MicroBatchRows>& rows,
+                                             const Tensor& x, const Tensor& y, double grad_scale, BatchStart start,
+                                             PipelineStepStats* stats, const std::function<void(int)>& after_stage) {
+  DPCORE_CHECK(int(stages.size()) == this->stages() && models.size() == stages.size(), "pipeline: ", stages.size(),
+               " stages (", stages_text(stages), ") and ", models.size(), " stage models for a pipeline of ",
+               this->stages(), " threads");
   // No rows (a data-parallel replica whose share of a short batch is empty): the stages
   // have no work, but still reduce with their groups.
   std::optional<StageWork> work;
   if (!rows.empty()) {
-    work.emplace(model, stages, rows, x, y, grad_scale, start);
+    work.emplace(models, stages, rows, x, y, grad_scale, start);
     work->set_recompute(recompute_);
     work->set_batch_norm_groups(batch_norm_groups_);
   }
+  // The caller's queued work (the batch's upload, the copies StageWork made of it, the
+  // loss's zero fill) done before the stages' streams read it.
+  for (const Model* m : models) runtime::synchronize_stream(m->device());
   std::vector<runtime::CpuTeam> cores(stages.size());  // cores[s]: written by stage s's thread only
   for (const auto& account : accounts_) account->begin_window();
   try {
     threads_.run([&](int s) {
       const MemoryAccount::Scope charged(accounts_[size_t(s)]);
+      const Device device = models[size_t(s)]->device();
       if (!started_[size_t(s)]) {
         if (!teams_.empty()) runtime::join_cpu_team(teams_[size_t(s)]);
+        backend_for(device).use_thread_stream(device.index, s);  // nothing to do on the CPU
         trace::set_lane(stage_lane(replica_, s), trace::kStageLanes + std::max(replica_, 0) * this->stages() + s);
         started_[size_t(s)] = 1;
       }
       if (work) run_stage_ops(*work, schedule, s, *comms_[size_t(s)]);
       if (after_stage) after_stage(s);
+      runtime::synchronize_stream(device);
       cores[size_t(s)] = {runtime::allowed_cpus(), kernels::cpu::num_threads()};
     });
   } catch (const ReplicasFailed& e) {
@@ -150,7 +159,7 @@ Tensor PipelineThreads::accumulate_gradients(Model& model, const std::vector<Sta
     stats->peak_bytes.clear();
     for (const auto& account : accounts_) stats->peak_bytes.push_back(account->window_peak_bytes());
   }
-  return work ? work->loss_sum() : Tensor::zeros({}, model.dtype(), model.device());
+  return work ? work->loss_sum() : Tensor::zeros({}, models.back()->dtype(), models.back()->device());
 }
 
 }  // namespace dpcore::train::pipeline

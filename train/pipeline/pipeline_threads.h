@@ -57,10 +57,17 @@ class PipelineThreads {
                               const Tensor& x, const Tensor& y, double grad_scale, BatchStart start,
                               PipelineStepStats* stats = nullptr);
   // The same over the micro-batches `rows` of (x, y) (StageWork's second constructor; none:
-  // the stages only run `after_stage`). after_stage(s), if given, runs on stage s's thread
-  // once its last backward is done, while the other stages may still be draining (the
-  // hybrid runner reduces the stage's gradients there).
-  Tensor accumulate_gradients(Model& model, const std::vector<Stage>& stages, Schedule schedule,
+  // the stages only run `after_stage`), stage s on models[s] (one model for every stage, or
+  // StageModels' copies on the stages' GPUs). after_stage(s), if given, runs on stage s's
+  // thread once its last backward is done, while the other stages may still be draining
+  // (the hybrid runner reduces the stage's gradients there).
+  //
+  // A stage on a GPU queues its work on a stream of its own (its thread's stream number s
+  // of its device), so stages sharing one GPU overlap as stages on several do; each stage
+  // waits for its stream before its thread finishes, so the caller reads finished
+  // gradients. What the caller queued before the call (the batch's upload) is waited for
+  // first, since the stages' streams are not ordered after the caller's.
+  Tensor accumulate_gradients(const std::vector<Model*>& models, const std::vector<Stage>& stages, Schedule schedule,
                               const std::vector<MicroBatchRows>& rows, const Tensor& x, const Tensor& y,
                               double grad_scale, BatchStart start, PipelineStepStats* stats,
                               const std::function<void(int)>& after_stage);
