@@ -100,6 +100,12 @@ void dispatch_float(const char* op, const Tensor& t, F&& f) {
 
 // dispatch_float and the 16-bit types: the matrix products (linear, batched_matmul, conv2d)
 // and attention.
+// An elementwise op on 16-bit tensors: every operand of the first one's dtype.
+void check_same_dtype(const char* op, const Tensor& first, std::initializer_list<const Tensor*> others) {
+  for (const Tensor* t : others)
+    DPCORE_CHECK(t->dtype() == first.dtype(), op, ": ", t->str(), " is not of ", first.str(), "'s dtype");
+}
+
 template <class F>
 void dispatch_float_or_half(const char* op, const Tensor& t, F&& f) {
   switch (t.dtype()) {
@@ -255,16 +261,25 @@ class CpuBackend : public Backend {
     });
   }
 
+  // 16-bit natively (relu commutes with rounding: kernels/cpu/half/relu_half.cpp).
   void relu_forward(const Tensor& x, Tensor& y) override {
-    dispatch_float("relu", x, [&](auto t) {
+    dispatch_float_or_half("relu", x, [&](auto t) {
       using T = decltype(t);
-      k::relu_forward<T>(x.numel(), ptr<T>(x), ptr<T>(y));
+      if constexpr (std::is_same_v<T, kernels::BFloat16> || std::is_same_v<T, kernels::Float16>) {
+        check_same_dtype("relu", x, {&y});
+        k::relu_forward_half<T>(x.numel(), ptr<T>(x), ptr<T>(y));
+      } else
+        k::relu_forward<T>(x.numel(), ptr<T>(x), ptr<T>(y));
     });
   }
   void relu_backward(const Tensor& dy, const Tensor& y, Tensor& dx) override {
-    dispatch_float("relu backward", dy, [&](auto t) {
+    dispatch_float_or_half("relu backward", dy, [&](auto t) {
       using T = decltype(t);
-      k::relu_backward<T>(dy.numel(), ptr<T>(dy), ptr<T>(y), ptr<T>(dx));
+      if constexpr (std::is_same_v<T, kernels::BFloat16> || std::is_same_v<T, kernels::Float16>) {
+        check_same_dtype("relu backward", dy, {&y, &dx});
+        k::relu_backward_half<T>(dy.numel(), ptr<T>(dy), ptr<T>(y), ptr<T>(dx));
+      } else
+        k::relu_backward<T>(dy.numel(), ptr<T>(dy), ptr<T>(y), ptr<T>(dx));
     });
   }
 
@@ -356,8 +371,7 @@ class CpuBackend : public Backend {
     dispatch_float_or_half("add", a, [&](auto t) {
       using T = decltype(t);
       if constexpr (std::is_same_v<T, kernels::BFloat16> || std::is_same_v<T, kernels::Float16>) {
-        for (const Tensor* other : std::initializer_list<const Tensor*>{&b, &y})
-          DPCORE_CHECK(other->dtype() == a.dtype(), "add: ", other->str(), " is not of ", a.str(), "'s dtype");
+        check_same_dtype("add", a, {&b, &y});
         k::add_half<T>(a.numel(), ptr<T>(a), ptr<T>(b), ptr<T>(y));
       } else
         k::add<T>(a.numel(), ptr<T>(a), ptr<T>(b), ptr<T>(y));

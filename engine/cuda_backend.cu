@@ -364,10 +364,22 @@ class CudaBackend : public Backend {
   }
 
   void relu_forward(const Tensor& x, Tensor& y) override {
+    if (on_half(x, [&](auto h, cudaStream_t stream) {
+          using H = decltype(h);
+          check_same_half("relu", x, {&y});
+          k::relu_forward_half(x.numel(), x.data<H>(), y.data<H>(), stream);
+        }))
+      return;
     cudaStream_t stream = begin_op("relu", {&x, &y});
     k::relu_forward(x.numel(), f32(x), f32(y), stream);
   }
   void relu_backward(const Tensor& dy, const Tensor& y, Tensor& dx) override {
+    if (on_half(dy, [&](auto h, cudaStream_t stream) {
+          using H = decltype(h);
+          check_same_half("relu backward", dy, {&y, &dx});
+          k::relu_backward_half(dy.numel(), dy.data<H>(), y.data<H>(), dx.data<H>(), stream);
+        }))
+      return;
     cudaStream_t stream = begin_op("relu backward", {&dy, &y, &dx});
     k::relu_backward(dy.numel(), f32(dy), f32(y), f32(dx), stream);
   }

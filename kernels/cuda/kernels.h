@@ -101,6 +101,12 @@ void batch_norm2d_backward_apply(const BatchNorm2dShape& s, const float* dy, con
 // ---- relu (backward masks with the forward output, as on the CPU) ----
 void relu_forward(int64_t n, const float* x, float* y, cudaStream_t stream);
 void relu_backward(int64_t n, const float* dy, const float* y, float* dx, cudaStream_t stream);
+// The same on 16-bit arrays (H = BFloat16 or Float16): the float32 rules on the widened
+// values, rounded back (exactly), the CPU's bits.
+template <class H>
+void relu_forward_half(int64_t n, const H* x, H* y, cudaStream_t stream);
+template <class H>
+void relu_backward_half(int64_t n, const H* dy, const H* y, H* dx, cudaStream_t stream);
 
 // ---- avg_pool2d as on the CPU: count_include_pad divides every window by kernel_h *
 // kernel_w (padding counts as zeros), otherwise by its real elements. Backward is a gather:

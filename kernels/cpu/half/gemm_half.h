@@ -62,4 +62,13 @@ void cast(int64_t n, const From* x, To* y);
 template <class H>
 void add_half(int64_t n, const H* a, const H* b, H* y);
 
+// relu on 16-bit arrays (H = BFloat16 or Float16), natively: relu commutes with rounding,
+// so each output is the float32 relu of the widened value, rounded (exactly) back: the
+// conversion path's bits in one pass, without float32 temporaries. Backward masks dy with
+// the forward's output y, as relu_backward does (relu.h's rules).
+template <class H>
+void relu_forward_half(int64_t n, const H* x, H* y);
+template <class H>
+void relu_backward_half(int64_t n, const H* dy, const H* y, H* dx);
+
 }  // namespace dpcore::kernels::cpu
