@@ -98,14 +98,14 @@ void dispatch_float(const char* op, const Tensor& t, F&& f) {
   }
 }
 
-// dispatch_float and the 16-bit types: the matrix products (linear, batched_matmul, conv2d)
-// and attention.
 // An elementwise op on 16-bit tensors: every operand of the first one's dtype.
 void check_same_dtype(const char* op, const Tensor& first, std::initializer_list<const Tensor*> others) {
   for (const Tensor* t : others)
     DPCORE_CHECK(t->dtype() == first.dtype(), op, ": ", t->str(), " is not of ", first.str(), "'s dtype");
 }
 
+// dispatch_float and the 16-bit types: the matrix products (linear, batched_matmul, conv2d),
+// attention and the ops with native 16-bit kernels (add, relu).
 template <class F>
 void dispatch_float_or_half(const char* op, const Tensor& t, F&& f) {
   switch (t.dtype()) {

@@ -2,6 +2,8 @@
 // Internal to kernels/cpu: not part of the public kernel API.
 #pragma once
 
+#include <omp.h>
+
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -35,6 +37,24 @@ void parallel_for_each(int64_t n, int threads, const Body& body) {
   const int team = n < threads ? int(n) : threads;
 #pragma omp parallel for num_threads(team) schedule(dynamic, 1)
   for (int64_t i = 0; i < n; ++i) body(i);
+}
+
+// Runs range(begin, end) over [0, n) in chunks of 2^14 elements shared out statically over
+// the kernel threads: the loop around an elementwise range function built per vector width
+// (the 16-bit casts, sums and relu of kernels/cpu/half/). One thread below
+// kMinParallelElements, and inside a parallel region (a cast inside gemm_half's loop over
+// matrices), where a nested region would start fresh threads (parallel_for_each above).
+template <class Range>
+void for_element_chunks(int64_t n, const Range& range) {
+  constexpr int64_t kChunk = int64_t(1) << 14;
+  const int64_t chunks = (n + kChunk - 1) / kChunk;
+  const int64_t most = chunks < kernel_threads() ? chunks : kernel_threads();
+  const int threads = omp_in_parallel() ? 1 : int(most < 1 ? 1 : most);
+#pragma omp parallel for num_threads(threads) if (threads > 1 && n >= kMinParallelElements) schedule(static)
+  for (int64_t chunk = 0; chunk < chunks; ++chunk) {
+    const int64_t begin = chunk * kChunk, end = begin + kChunk < n ? begin + kChunk : n;
+    range(begin, end);
+  }
 }
 
 // The contiguous share [begin, end) of `n` items that worker `index` of `parts` gets.

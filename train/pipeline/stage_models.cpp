@@ -1,5 +1,7 @@
 #include "train/pipeline/stage_models.h"
 
+#include <algorithm>
+
 #include "engine/runtime.h"
 #include "kernels/error.h"
 
@@ -21,20 +23,14 @@ StageModels::StageModels(layers::Model& master, const std::vector<Stage>& stages
                  stage.last_layer, " is on ", stage.device.str(), " and the model on ", home.str(),
                  ": a pipeline's stages are all on the CPU (cpu:N, with --device cpu) or all on GPUs (cuda:N, "
                  "with --device cuda)");
-    if (d.is_cpu() || d == home) {  // a CPU team, or the master's own GPU
-      copy_of_.push_back(-1);
-      per_stage_.push_back(&master_);
-      continue;
+    // A CPU team, or the master's own GPU, runs on the master; another GPU on its copy.
+    layers::Model* runs_on = &master_;
+    if (d.is_cuda() && d != home) {
+      auto copy = std::find_if(copies_.begin(), copies_.end(), [&](const auto& c) { return c->device() == d; });
+      if (copy == copies_.end()) copy = copies_.insert(copies_.end(), master.replicate(d));
+      runs_on = copy->get();
     }
-    int found = -1;
-    for (size_t c = 0; c < copies_.size(); ++c)
-      if (copies_[c]->device() == d) found = int(c);
-    if (found < 0) {
-      copies_.push_back(master.replicate(d));
-      found = int(copies_.size()) - 1;
-    }
-    copy_of_.push_back(found);
-    per_stage_.push_back(copies_[size_t(found)].get());
+    per_stage_.push_back(runs_on);
   }
   if (copies_.empty()) return;
   // (Refuses a weight two stages use: its gradient would be in two models.)
@@ -45,32 +41,35 @@ StageModels::StageModels(layers::Model& master, const std::vector<Stage>& stages
 
 void StageModels::pull() {
   for (const auto& copy : copies_) copy->zero_grad();
-  for (size_t s = 0; s < copy_of_.size(); ++s) {
-    if (copy_of_[s] < 0) continue;
-    layers::Model& copy = *copies_[size_t(copy_of_[s])];
-    copy_range(copy.parameters().values(), master_.parameters().values(), parameters_[s]);
-    copy_range(copy.buffers().values(), master_.buffers().values(), buffers_[s]);
-  }
-  wait_for_copies();
+  for_copied_stages([&](layers::Model& copy, const FlatRange& params, const FlatRange& buffers) {
+    copy_range(copy.parameters().values(), master_.parameters().values(), params);
+    copy_range(copy.buffers().values(), master_.buffers().values(), buffers);
+  });
 }
 
 void StageModels::push() {
-  for (size_t s = 0; s < copy_of_.size(); ++s) {
-    if (copy_of_[s] < 0) continue;
-    layers::Model& copy = *copies_[size_t(copy_of_[s])];
-    copy_range(master_.parameters().grads(), copy.parameters().grads(), parameters_[s]);
-    copy_range(master_.buffers().values(), copy.buffers().values(), buffers_[s]);
-  }
+  for_copied_stages([&](layers::Model& copy, const FlatRange& params, const FlatRange& buffers) {
+    copy_range(master_.parameters().grads(), copy.parameters().grads(), params);
+    copy_range(master_.buffers().values(), copy.buffers().values(), buffers);
+  });
+}
+
+void StageModels::for_copied_stages(
+    const std::function<void(layers::Model&, const FlatRange&, const FlatRange&)>& move) const {
+  for (size_t s = 0; s < per_stage_.size(); ++s)
+    if (per_stage_[s] != &master_) move(*per_stage_[s], parameters_[s], buffers_[s]);
   wait_for_copies();
 }
 
 std::vector<StageModels::CopyTraffic> StageModels::traffic() const {
   std::vector<CopyTraffic> out;
   for (const auto& copy : copies_) out.push_back({copy->device()});
-  for (size_t s = 0; s < copy_of_.size(); ++s) {
-    if (copy_of_[s] < 0) continue;
-    out[size_t(copy_of_[s])].parameter_elements += parameters_[s].size;
-    out[size_t(copy_of_[s])].buffer_elements += buffers_[s].size;
+  for (size_t s = 0; s < per_stage_.size(); ++s) {
+    if (per_stage_[s] == &master_) continue;
+    const Device d = per_stage_[s]->device();
+    CopyTraffic& t = *std::find_if(out.begin(), out.end(), [&](const CopyTraffic& c) { return c.device == d; });
+    t.parameter_elements += parameters_[s].size;
+    t.buffer_elements += buffers_[s].size;
   }
   return out;
 }

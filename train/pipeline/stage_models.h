@@ -16,6 +16,7 @@
 // does not order after the caller's.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -50,14 +51,16 @@ class StageModels {
   void push();
 
  private:
+  // move(copy, parameters, buffers) for each stage that runs on a copy, with its ranges of
+  // the flat buffers; then waits for the copies it queued.
+  void for_copied_stages(const std::function<void(layers::Model&, const FlatRange&, const FlatRange&)>& move) const;
   // Waits for the calling thread's copies on every device of the pipeline.
   void wait_for_copies() const;
 
   layers::Model& master_;
   std::vector<std::unique_ptr<layers::Model>> copies_;  // one per device other than the master's
-  std::vector<layers::Model*> per_stage_;
-  std::vector<int> copy_of_;  // per stage: index into copies_, -1 for the master
-  std::vector<FlatRange> parameters_, buffers_;  // per stage
+  std::vector<layers::Model*> per_stage_;               // the master or a copy
+  std::vector<FlatRange> parameters_, buffers_;         // per stage, when there are copies
 };
 
 }  // namespace dpcore::train::pipeline

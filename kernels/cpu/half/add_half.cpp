@@ -1,8 +1,6 @@
 // The 16-bit sum (gemm_half.h): the reduction step of a 16-bit allreduce. Each element is
 // widened to float32 (exact), added there (exact too unless the two exponents are far
 // apart) and rounded once to nearest even: what NCCL's kernels and the CUDA kernel do.
-#include <algorithm>
-
 #include "kernels/cpu/half/gemm_half.h"
 #include "kernels/cpu/parallel.h"
 #include "kernels/cpu/vector_variants.h"
@@ -27,13 +25,7 @@ void add_range(int64_t n, const Float16* a, const Float16* b, Float16* y) {
 
 template <class H>
 void add_half(int64_t n, const H* a, const H* b, H* y) {
-  constexpr int64_t kChunk = 1 << 14;
-  const int64_t chunks = (n + kChunk - 1) / kChunk;
-#pragma omp parallel for num_threads(kernel_threads()) if (n >= kMinParallelElements) schedule(static)
-  for (int64_t chunk = 0; chunk < chunks; ++chunk) {
-    const int64_t begin = chunk * kChunk, end = std::min(n, begin + kChunk);
-    add_range(end - begin, a + begin, b + begin, y + begin);
-  }
+  for_element_chunks(n, [&](int64_t begin, int64_t end) { add_range(end - begin, a + begin, b + begin, y + begin); });
 }
 
 template void add_half<BFloat16>(int64_t, const BFloat16*, const BFloat16*, BFloat16*);

@@ -142,12 +142,7 @@ void gemm_half(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, floa
 
 template <class From, class To>
 void cast(int64_t n, const From* x, To* y) {
-  constexpr int64_t kChunk = 1 << 14;
-  const int64_t chunks = (n + kChunk - 1) / kChunk;
-  const int threads = omp_in_parallel() ? 1 : int(std::min<int64_t>(kernel_threads(), std::max<int64_t>(chunks, 1)));
-#pragma omp parallel for num_threads(threads) if (threads > 1 && n >= kMinParallelElements) schedule(static)
-  for (int64_t chunk = 0; chunk < chunks; ++chunk) {
-    const int64_t begin = chunk * kChunk, end = std::min(n, begin + kChunk);
+  for_element_chunks(n, [&](int64_t begin, int64_t end) {
     if constexpr (std::is_same_v<From, float> && std::is_same_v<To, BFloat16>) {
       narrow(end - begin, x + begin, y + begin);
     } else if constexpr (std::is_same_v<From, float>) {
@@ -160,7 +155,7 @@ void cast(int64_t n, const From* x, To* y) {
       // a NaN operand gives NaN results either way.
       for (int64_t i = begin; i < end; ++i) y[i] = float16_to_float(x[i]);
     }
-  }
+  });
 }
 
 #define DPCORE_GEMM_HALF(In, Out)                                                                                 \

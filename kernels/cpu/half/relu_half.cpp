@@ -4,8 +4,6 @@
 // what the conversion path gave (tests/engine/half_activations_test.cpp holds both to it);
 // only the passes over memory go: one read and one write per element instead of a widening
 // copy, the float32 kernel and a rounding copy.
-#include <algorithm>
-
 #include "kernels/cpu/half/gemm_half.h"
 #include "kernels/cpu/parallel.h"
 #include "kernels/cpu/relu.h"
@@ -44,25 +42,18 @@ void forward_range(int64_t n, const Float16* x, Float16* y) { forward_fp16(n, x,
 void backward_range(int64_t n, const BFloat16* dy, const BFloat16* y, BFloat16* dx) { backward_bf16(n, dy, y, dx); }
 void backward_range(int64_t n, const Float16* dy, const Float16* y, Float16* dx) { backward_fp16(n, dy, y, dx); }
 
-// f(begin, end) over [0, n) in chunks shared out over the kernel threads.
-template <class F>
-void in_chunks(int64_t n, F&& f) {
-  constexpr int64_t kChunk = 1 << 14;
-  const int64_t chunks = (n + kChunk - 1) / kChunk;
-#pragma omp parallel for num_threads(kernel_threads()) if (n >= kMinParallelElements) schedule(static)
-  for (int64_t chunk = 0; chunk < chunks; ++chunk) f(chunk * kChunk, std::min(n, (chunk + 1) * kChunk));
-}
-
 }  // namespace
 
 template <class H>
 void relu_forward_half(int64_t n, const H* x, H* y) {
-  in_chunks(n, [&](int64_t begin, int64_t end) { forward_range(end - begin, x + begin, y + begin); });
+  for_element_chunks(n, [&](int64_t begin, int64_t end) { forward_range(end - begin, x + begin, y + begin); });
 }
 
 template <class H>
 void relu_backward_half(int64_t n, const H* dy, const H* y, H* dx) {
-  in_chunks(n, [&](int64_t begin, int64_t end) { backward_range(end - begin, dy + begin, y + begin, dx + begin); });
+  for_element_chunks(n, [&](int64_t begin, int64_t end) {
+    backward_range(end - begin, dy + begin, y + begin, dx + begin);
+  });
 }
 
 template void relu_forward_half<BFloat16>(int64_t, const BFloat16*, BFloat16*);
