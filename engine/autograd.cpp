@@ -33,7 +33,7 @@ std::vector<Tensor> AccumulateGrad::apply(const Tensor& grad) {
   if (grad.defined()) {
     if (leaf->grad) {
       Tensor g(leaf->grad);
-      backend_for(g.device()).axpy(1.0, grad, g);
+      backend_for(g.device()).add(g, grad, g);  // (16-bit leaves too: a pipeline stage's input)
     } else {
       leaf->grad = grad.clone().impl_ptr();  // own the buffer: grad may alias other tensors
     }

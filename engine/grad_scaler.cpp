@@ -34,6 +34,12 @@ bool GradScaler::unscale(const Tensor& grads) {
   return found_inf_;
 }
 
+void GradScaler::set_found_inf_anywhere(bool any) {
+  DPCORE_CHECK(stage_ == Stage::Unscaled, "GradScaler: set_found_inf_anywhere() before unscale()");
+  DPCORE_CHECK(any || !found_inf_, "GradScaler: this process found an Inf or NaN, but the processes together did not");
+  found_inf_ = any;
+}
+
 bool GradScaler::step(Optimizer& optimizer, const Tensor& grads) {
   if (stage_ == Stage::Ready) unscale(grads);
   if (found_inf_) return false;

@@ -44,6 +44,11 @@ class GradScaler {
   // an Inf or NaN (Backend::unscale_and_check_finite); returns whether it found one. Once
   // per step: a second call before update() fails (as PyTorch's unscale_ does).
   bool unscale(const Tensor& grads);
+  // After unscale(), where each process holds a part of the gradients (pipeline stages in
+  // processes of their own): whether any process found an Inf or NaN in its part, which
+  // then counts as this step's finding on every one of them (PyTorch's ShardedGradScaler
+  // all-reduces found_inf so). An `any` that misses this process's own finding fails.
+  void set_found_inf_anywhere(bool any);
   // The optimizer step on its gradient buffer, unscaled first unless unscale() already
   // was; skipped when the gradient held an Inf or NaN. Returns whether it stepped.
   bool step(Optimizer& optimizer, const Tensor& grads);

@@ -148,7 +148,8 @@ double Tensor::item() const {
 }
 
 Tensor& Tensor::set_requires_grad(bool on) {
-  DPCORE_CHECK(!on || is_floating(dtype()), "requires_grad on a ", dtype_name(dtype()), " tensor");
+  DPCORE_CHECK(!on || is_floating(dtype()) || is_half_precision(dtype()), "requires_grad on a ", dtype_name(dtype()),
+               " tensor");
   DPCORE_CHECK(is_leaf(), "requires_grad can only be set on leaf tensors, not on the output of ",
                "an op (", str(), ")");
   impl().requires_grad = on;

@@ -6,7 +6,9 @@
 
 #include "engine/autocast.h"
 #include "engine/autograd.h"
+#include "engine/memory_account.h"
 #include "engine/random.h"
+#include "engine/runtime.h"
 
 namespace dpcore::layers {
 
@@ -31,9 +33,15 @@ Model::Model(std::unique_ptr<Sequential> net, Shape input_shape, Device device, 
   logits_end_ = net_->size();
   if (logits_end_ > 0 && dynamic_cast<LogSoftmax*>(&net_->child(logits_end_ - 1))) --logits_end_;
 
-  std::vector<ParamSlot> all_slots, tied_slots;
-  net_->collect_parameters("", all_slots);
-  for (ParamSlot& s : all_slots) (s.tied_to.empty() ? slots_ : tied_slots).push_back(std::move(s));
+  // (Sequential::collect_parameters(""), layer by layer, to know where each layer's begin.)
+  std::vector<ParamSlot> tied_slots;
+  for (size_t i = 0; i < net_->size(); ++i) {
+    layer_slots_.push_back(slots_.size());
+    std::vector<ParamSlot> layer;
+    net_->child(i).collect_parameters(qualified_name("", net_->child_name(i)), layer);
+    for (ParamSlot& s : layer) (s.tied_to.empty() ? slots_ : tied_slots).push_back(std::move(s));
+  }
+  layer_slots_.push_back(slots_.size());
   std::vector<ParamSpec> specs;
   for (const ParamSlot& s : slots_) specs.push_back({s.name, s.shape, s.weight_decay});
   params_ = std::make_unique<FlatParameters>(specs, dtype, device);
@@ -64,11 +72,18 @@ void Model::bind_tied_slots(const std::vector<ParamSlot>& tied_slots) {
 }
 
 Tensor Model::forward(const Tensor& x) {
-  return under_precision([&] { return net_->forward(x); });
+  return leaving_model(under_precision([&] { return net_->forward(x); }, 0, net_->size()));
 }
 
 Tensor Model::forward_logits(const Tensor& x) {
-  return under_precision([&] { return net_->forward_prefix(x, logits_end_); });
+  return leaving_model(under_precision([&] { return net_->forward_prefix(x, logits_end_); }, 0, logits_end_));
+}
+
+Tensor Model::forward_layers(const Tensor& x, size_t first_layer, size_t end_layer) {
+  DPCORE_CHECK(first_layer <= end_layer && end_layer <= net_->size(), "model: layers ", first_layer, " to ",
+               end_layer, " (end excluded) are not a range of its ", net_->size(), " layers");
+  Tensor out = under_precision([&] { return net_->forward_range(x, first_layer, end_layer); }, first_layer, end_layer);
+  return end_layer == net_->size() || end_layer == logits_end_ ? leaving_model(out) : out;
 }
 
 void Model::zero_grad() {
@@ -83,6 +98,7 @@ void Model::set_precision(DType precision) {
                " needs float32 parameters (the master weights), not ", dtype_name(dtype()));
   precision_ = precision;
   low_.reset();
+  layer_output_dtypes_input_.reset();
   if (precision == DType::Float32) return;
   low_ = std::make_unique<LowPrecisionParameters>(*params_, precision);
   low_->refresh();
@@ -93,8 +109,10 @@ namespace {
 // float32 parameters afterwards (also when the forward throws).
 class CopyBinding {
  public:
-  CopyBinding(const std::vector<ParamSlot>& slots, const LowPrecisionParameters& low) : slots_(slots) {
-    for (size_t i = 0; i < slots_.size(); ++i) {
+  // Binds slots [first, end).
+  CopyBinding(const std::vector<ParamSlot>& slots, size_t first, size_t end, const LowPrecisionParameters& low)
+      : slots_(slots) {
+    for (size_t i = first; i < end; ++i) {
       if (!slots_[i].autocast_operand) continue;
       saved_.emplace_back(i, *slots_[i].tensor);
       *slots_[i].tensor = low.param(i);
@@ -112,21 +130,42 @@ class CopyBinding {
 };
 }  // namespace
 
-Tensor Model::under_precision(const std::function<Tensor()>& f) {
+Tensor Model::under_precision(const std::function<Tensor()>& f, size_t first_layer, size_t end_layer) {
   if (precision_ == DType::Float32) return f();
-  Tensor out;
-  {
-    AutocastScope autocast(precision_);
-    if (!autograd::grad_mode_enabled()) {
-      out = f();
-    } else {
-      CopyBinding binding(slots_, *low_);
-      out = f();
-    }
+  AutocastScope autocast(precision_);
+  if (!autograd::grad_mode_enabled()) return f();
+  CopyBinding binding(slots_, layer_slots_[first_layer], layer_slots_[end_layer], *low_);
+  return f();
+}
+
+const std::vector<DType>& Model::layer_output_dtypes(DType input) {
+  if (layer_output_dtypes_input_ == input) return layer_output_dtypes_;
+  // (A probe, not the caller's work: charged to no memory account, so a pipeline stage's
+  // measured peak is its micro-batches'.)
+  const MemoryAccount::Scope uncharged(nullptr);
+  Shape one{1};
+  one.insert(one.end(), input_shape_.begin(), input_shape_.end());
+  Tensor t = Tensor::zeros(one, input, device());
+  const bool training = is_training();
+  eval();
+  std::vector<DType> out;
+  try {
+    autograd::NoGradGuard no_graph;
+    for (size_t i = 0; i < net_->size(); ++i) out.push_back((t = forward_layers(t, i, i + 1)).dtype());
+  } catch (...) {
+    train(training);
+    throw;
   }
-  // The output leaves the model in float32 (exactly), so the losses, metrics and whatever
-  // reads it see the dtype of the model; the activations inside stay 16-bit.
-  return ops::to(out, DType::Float32);
+  train(training);
+  // (Its kernels read the parameters on this thread's stream: done before other streams run.)
+  runtime::synchronize_stream(device());
+  layer_output_dtypes_ = std::move(out);
+  layer_output_dtypes_input_ = input;
+  return layer_output_dtypes_;
+}
+
+Tensor Model::leaving_model(const Tensor& out) const {
+  return precision_ == DType::Float32 ? out : ops::to(out, DType::Float32);
 }
 
 void Model::set_batch_norm_group(ops::BatchNormGroup* group) { set_batch_norm_group(group, 0, net_->size()); }

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "engine/flat_buffers.h"
@@ -35,6 +36,21 @@ class Model {
   // Equals forward() when the network does not end in LogSoftmax.
   Tensor forward_logits(const Tensor& x);
   bool ends_in_log_softmax() const { return logits_end_ < net_->size(); }
+  // The top-level layers [first_layer, end_layer) as forward() runs them: a pipeline stage's
+  // part of it (train/pipeline). Under a 16-bit precision it opens the same autocast and
+  // binds only these layers' autocast operands to the 16-bit copy, so stages running their
+  // ranges on threads of their own each touch parameters of their own. A range that ends
+  // where forward() or forward_logits() ends hands on float32, as they do; any other hands
+  // on the activations as forward() has them there (16-bit after an autocast op), for the
+  // next stage to take as they are.
+  Tensor forward_layers(const Tensor& x, size_t first_layer, size_t end_layer);
+  // The dtype each top-level layer hands on, as forward_layers() runs it, for an input of
+  // dtype `input` (the model's, or int64 token ids): what a pipeline stage receives from the
+  // one below (16-bit after an autocast op, float32 after a norm of a float32 input, ...).
+  // Found by running one sample of zeros through the layers one by one, in eval mode and
+  // without a graph (so nothing the model keeps moves), charged to no memory account, and
+  // kept until the precision changes.
+  const std::vector<DType>& layer_output_dtypes(DType input);
 
   FlatParameters& parameters() { return *params_; }
   const FlatParameters& parameters() const { return *params_; }
@@ -124,13 +140,22 @@ class Model {
   void bind_tied_slots(const std::vector<ParamSlot>& tied_slots);
 
   std::vector<ParamSlot> slots_;  // one per parameter of the flat layout (tied slots are not)
+  // Layer i's parameters are slots_[layer_slots_[i], layer_slots_[i + 1]).
+  std::vector<size_t> layer_slots_;
   std::vector<std::pair<std::string, std::string>> tied_names_;
   std::unique_ptr<FlatParameters> params_;
   std::unique_ptr<FlatBuffers> buffers_;
   DType precision_ = DType::Float32;
   std::unique_ptr<LowPrecisionParameters> low_;  // set_precision's 16-bit copy
-  // f() under the precision: autocast, and the autocast operands bound to the copy.
-  Tensor under_precision(const std::function<Tensor()>& f);
+  // layer_output_dtypes' answer, for the input dtype it was found for (none yet: nullopt).
+  std::vector<DType> layer_output_dtypes_;
+  std::optional<DType> layer_output_dtypes_input_;
+  // f() (a forward of the layers [first_layer, end_layer)) under the precision: autocast,
+  // and those layers' autocast operands bound to the copy. Its output as f() gives it.
+  Tensor under_precision(const std::function<Tensor()>& f, size_t first_layer, size_t end_layer);
+  // A forward's output as it leaves the model: widened to float32 (exactly) under a 16-bit
+  // precision, so the losses, metrics and whatever reads it see the dtype of the model.
+  Tensor leaving_model(const Tensor& out) const;
 };
 
 }  // namespace dpcore::layers

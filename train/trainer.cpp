@@ -195,15 +195,10 @@ DType precision_dtype(const std::string& precision) {
   return DType::BFloat16;
 }
 
-// --precision bf16 and fp16 run the model's forward under autocast (layers::Model::forward);
-// a pipeline's stage threads run their layers one by one, outside it. fp16's loss scaler
-// judges the one reduced gradient of a synchronous step (train/step/loss_scaling.h), and
-// itself skips the steps whose gradients hold an Inf or NaN.
+// fp16's loss scaler judges the one reduced gradient of a synchronous step
+// (train/step/loss_scaling.h), and itself skips the steps whose gradients hold an Inf or NaN.
 void check_precision(const TrainOptions& o) {
   precision_dtype(o.precision);
-  DPCORE_CHECK(o.precision == "fp32" || !is_pipeline(o.parallel.pipeline), "--precision ", o.precision, " with ",
-               pipeline::pipeline_flag(o.parallel.pipeline),
-               ": a pipeline's stages run their layers outside the model's autocast forward; use --precision fp32");
   if (o.precision != "fp16") return;
   DPCORE_CHECK(o.parallel.sync == "full", "--precision fp16 with --sync ", o.parallel.sync,
                ": the loss scaler judges the one reduced gradient of a synchronous step (--sync full)");

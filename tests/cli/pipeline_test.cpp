@@ -123,12 +123,19 @@ TEST(CliPipeline, ExplainTellsTheStagesTicksAndWhatCrossesEachBoundary) {
            // 1f1b on 2 stages: stage 1 runs micro-batch 0's backward before stage 0's forward of 2.
            std::string("   2     .        B0"),
            // conv(4) of an 8x8 image: 4 x 8 x 8 float32 values a sample, 6 samples in the first.
-           std::string("stage 0 -> 1: each micro-batch's activations, 256 values a sample (1,024 B; 6,144 B for the "
+           std::string("stage 0 -> 1: each micro-batch's activations, 256 float32 values a sample (1,024 B; 6,144 B for the "
                        "first micro-batch)"),
            std::string("measured in this step, micro-batches of activations held at once: stage 0 2, stage 1 1"),
            std::string("as one device's --accum 3 adds them"),
        })
     EXPECT_NE(r.output.find(line), std::string::npos) << line << "\n" << r.output;
+  // Under bf16 the relu's 16-bit output crosses: half the bytes.
+  CommandResult bf16 = run(kJob + " --steps 1 --stages 0-2@cpu:0,3-6@cpu:1 --micro-batches 3 --precision bf16 --explain");
+  ASSERT_EQ(bf16.status, 0) << bf16.output;
+  EXPECT_NE(bf16.output.find("stage 0 -> 1: each micro-batch's activations, 256 bfloat16 values a sample (512 B; "
+                             "3,072 B for the first micro-batch)"),
+            std::string::npos)
+      << bf16.output;
 }
 
 // With --replicas 2: the batch's cut among the replicas, replica 0's pipeline on its pieces,
@@ -142,7 +149,7 @@ TEST(CliPipeline, ExplainTellsTheHybridsSharesAndEachStagesReduction) {
            std::string("     micro-batch 1 (8): replica 0 rows [0, 4), replica 1 rows [4, 8)\n"),
            std::string("what follows is replica 0's pipeline"),
            std::string("3. 2 micro-batches of 4, 4 samples"),
-           std::string("stage 0 -> 1: each micro-batch's activations, 256 values a sample (1,024 B; 4,096 B for the "
+           std::string("stage 0 -> 1: each micro-batch's activations, 256 float32 values a sample (1,024 B; 4,096 B for the "
                        "first micro-batch)"),
            std::string("   stage 0, after its last backward: allreduce (sum) of its gradients, elements 0-"),
            std::string("among the 2 replicas' stage 1 (a group of their own)"),

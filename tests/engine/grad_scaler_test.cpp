@@ -122,6 +122,41 @@ TEST(GradScaler, SkipsTheStepWithAnInfAndBacksOff) {
   EXPECT_EQ(scaler.state().growth_tracker, 1);
 }
 
+// Pipeline stages in processes of their own each unscale their part of the gradients:
+// an Inf or NaN another process found (set_found_inf_anywhere(true)) skips this process's
+// step too and backs off its scale, though its own part was finite; an `any` that misses
+// this process's own finding is refused.
+TEST(GradScaler, AnInfFoundInAnotherProcesssPartSkipsTheStepHereToo) {
+  FlatParameters params({{"w", {2}}}, DType::Float32, Device::cpu());
+  params.values().zero_();
+  params.grads().zero_();
+  const Tensor w = params.values().narrow0(0, 2), grad_of_w = params.grads().narrow0(0, 2);
+  w.copy_(Tensor::from_vector(std::vector<float>{1, 2}, {2}));
+  grad_of_w.copy_(Tensor::from_vector(std::vector<float>{65536, 0}, {2}));
+  Sgd sgd(params, SgdConfig{0.5, 0.0, 0.0, 0.0, false});
+  GradScaler scaler;
+  EXPECT_FALSE(scaler.unscale(params.grads()));
+  scaler.set_found_inf_anywhere(true);
+  EXPECT_FALSE(scaler.step(sgd, params.grads()));
+  EXPECT_EQ(w.to_vector<float>(), (std::vector<float>{1, 2}));
+  scaler.update();
+  EXPECT_EQ(scaler.get_scale(), 32768.0f);
+  // Nobody found one: the step is taken.
+  grad_of_w.copy_(Tensor::from_vector(std::vector<float>{32768, 0}, {2}));
+  EXPECT_FALSE(scaler.unscale(params.grads()));
+  scaler.set_found_inf_anywhere(false);
+  EXPECT_TRUE(scaler.step(sgd, params.grads()));
+  EXPECT_EQ(w.to_vector<float>(), (std::vector<float>{0.5f, 2}));
+  scaler.update();
+  // This process found one, and the processes together did not: refused.
+  grad_of_w.copy_(Tensor::from_vector(std::vector<float>{std::numeric_limits<float>::quiet_NaN(), 0}, {2}));
+  EXPECT_TRUE(scaler.unscale(params.grads()));
+  EXPECT_NE(error_of([&] { scaler.set_found_inf_anywhere(false); }).find("this process found an Inf or NaN"),
+            std::string::npos);
+  scaler.update();
+  EXPECT_NE(error_of([&] { scaler.set_found_inf_anywhere(true); }).find("before unscale()"), std::string::npos);
+}
+
 TEST(GradScaler, ScaledLossCarriesTheScaleIntoBackward) {
   GradScaler scaler({1024.0, 2.0, 0.5, 10});
   Tensor w = Tensor::from_vector(std::vector<float>{0.5f}, {1});

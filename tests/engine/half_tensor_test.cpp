@@ -39,8 +39,31 @@ TEST(HalfTensor, OpsWithoutAHalfPathRefuseNamingOpAndDtype) {
   EXPECT_TRUE(contains(msg, "sum") && contains(msg, "bfloat16[4, 3]")) << msg;
   msg = testing::error_of([&] { ops::mean(Tensor::zeros({4, 3}, DType::Float16)); });
   EXPECT_TRUE(contains(msg, "mean") && contains(msg, "float16[4, 3]")) << msg;
-  msg = testing::error_of([&] { x.set_requires_grad(true); });
-  EXPECT_TRUE(contains(msg, "requires_grad on a bfloat16 tensor")) << msg;
+  msg = testing::error_of([&] { Tensor::zeros({2}, DType::Int64).set_requires_grad(true); });
+  EXPECT_TRUE(contains(msg, "requires_grad on a int64 tensor")) << msg;
+}
+
+// A 16-bit leaf takes a gradient (what a pipeline stage receives under autocast is one:
+// train/pipeline): its own dtype, and a second backward adds to it rounded once, as
+// PyTorch accumulates a bfloat16 leaf's .grad.
+TEST(HalfTensor, ASixteenBitLeafTakesItsGradientAndAddsTheNextRoundedOnce) {
+  for (DType half : {DType::BFloat16, DType::Float16}) {
+    SCOPED_TRACE(dtype_name(half));
+    Tensor leaf = ops::to(Tensor::from_vector(std::vector<float>{1.f, -2.f, 3.f}, {3}), half);
+    leaf.set_requires_grad(true);
+    const Tensor first = ops::to(Tensor::from_vector(std::vector<float>{1.f / 3, 256.f, -0.75f}, {3}), half);
+    const Tensor second = ops::to(Tensor::from_vector(std::vector<float>{1.f / 3, 1.25f, 0.25f}, {3}), half);
+    ops::to(leaf, DType::Float32).backward(ops::to(first, DType::Float32));
+    ASSERT_EQ(leaf.grad().dtype(), half);
+    EXPECT_EQ(ops::to(leaf.grad(), DType::Float32).to_vector<float>(), ops::to(first, DType::Float32).to_vector<float>());
+    ops::to(leaf, DType::Float32).backward(ops::to(second, DType::Float32));
+    const std::vector<float> a = ops::to(first, DType::Float32).to_vector<float>();
+    const std::vector<float> b = ops::to(second, DType::Float32).to_vector<float>();
+    std::vector<float> want;
+    for (size_t i = 0; i < a.size(); ++i) want.push_back(a[i] + b[i]);  // exact in float32, then rounded
+    EXPECT_EQ(ops::to(leaf.grad(), DType::Float32).to_vector<float>(),
+              ops::to(ops::to(Tensor::from_vector(want, {3}), half), DType::Float32).to_vector<float>());
+  }
 }
 
 // ops::to, Tensor.to(dtype): the bits of kernels/half_types.h's rounding each way, the

@@ -13,6 +13,7 @@
 // BERT with attention, layer norm and a decoder tied to the word embedding.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <functional>
 #include <optional>
 #include <string>
@@ -128,6 +129,61 @@ TEST(ModelPrecision, ATrainingForwardReadsTheCopyAndEqualsCastingInEachOp) {
         EXPECT_EQ(a2.output, b2.output);
         EXPECT_EQ(a2.grads, b2.grads);
       }
+    }
+  }
+}
+
+// A pipeline runs the model as layer ranges, one after another, each stage taking what
+// the one below handed on (train/pipeline): forward_layers over consecutive ranges, the
+// next taking the previous one's output as a leaf of its own graph whose gradient goes
+// back, gives forward()'s output and float32 gradients bit for bit in every precision, the
+// ranges' outputs have the dtypes layer_output_dtypes says (16-bit after an autocast op,
+// float32 after a transformer layer's residual sum and where forward() and
+// forward_logits() end), and finding those dtypes moves
+// nothing: the mode, the parameters and batch norm's running statistics are as they were.
+TEST(ModelPrecision, LayerRangesOneAfterAnotherAreForwardBitForBit) {
+  for (const NetCase& c : nets()) {
+    for (DType precision : {DType::Float32, DType::BFloat16, DType::Float16}) {
+      SCOPED_TRACE(c.name + " in " + dtype_name(precision));
+      Model whole = build(c, Device::cpu()), ranges = build(c, Device::cpu());
+      whole.set_precision(precision);
+      ranges.set_precision(precision);
+      const Tensor x = input_for(whole, Device::cpu());
+      const std::vector<float> buffers_before = ranges.buffers().values().to_vector<float>();
+      const std::vector<DType>& dtypes = ranges.layer_output_dtypes(x.dtype());
+      ASSERT_EQ(dtypes.size(), ranges.net().size());
+      EXPECT_TRUE(ranges.is_training());
+      EXPECT_EQ(ranges.buffers().values().to_vector<float>(), buffers_before);
+      EXPECT_EQ(dtypes.back(), DType::Float32);  // the output leaves in float32
+      // The convolutional nets hand on 16 bits between layers; a transformer layer's
+      // residual sum (float32 input + 16-bit projection) is float32, as under torch.autocast.
+      const bool convolutional = c.name == "fashioncnn" || c.name == "conv bn res";
+      if (precision != DType::Float32 && convolutional)
+        EXPECT_NE(std::count(dtypes.begin(), dtypes.end(), precision), 0) << "no layer handed on 16 bits";
+
+      const Pass want = train_pass(whole, x, std::nullopt);
+      // Ranges of one and two layers in turn; each range's input a leaf of its own.
+      ranges.zero_grad();
+      const size_t layers = ranges.net().size();
+      std::vector<Tensor> inputs, outputs;
+      Tensor t = x;
+      for (size_t first = 0, width = 1; first < layers; first += width, width = 3 - width) {
+        const size_t end = std::min(layers, first + width);
+        Tensor in = t.detach();
+        if (first > 0) in.set_requires_grad(true);
+        Tensor out = ranges.forward_layers(in, first, end);
+        EXPECT_EQ(out.dtype(), dtypes[end - 1]) << "layers " << first << " to " << end;
+        inputs.push_back(in), outputs.push_back(out);
+        t = out;
+      }
+      const Tensor y = outputs.back();
+      EXPECT_EQ(y.to_vector<float>(), want.output);
+      Tensor grad = Tensor::from_vector(testing::random_vector<float>(size_t(y.numel()), 3), y.shape());
+      for (size_t i = outputs.size(); i-- > 0;) {
+        if (outputs[i].requires_grad()) outputs[i].backward(grad);
+        grad = inputs[i].grad();
+      }
+      EXPECT_EQ(ranges.parameters().grads().to_vector<float>(), want.grads);
     }
   }
 }

@@ -29,8 +29,10 @@ const Shape kSample{3, 8, 8};
 constexpr int64_t kBatch = 10;  // 4+3+3 in 3 micro-batches: uneven
 constexpr int kSteps = 2;
 
-std::unique_ptr<Model> cnn(Device device) {
-  return std::make_unique<Model>(layers::parse_layer_spec(kCnn, kSample), kSample, device, DType::Float32, 5);
+std::unique_ptr<Model> cnn(Device device, DType precision = DType::Float32) {
+  auto model = std::make_unique<Model>(layers::parse_layer_spec(kCnn, kSample), kSample, device, DType::Float32, 5);
+  model->set_precision(precision);
+  return model;
 }
 
 ParallelOptions pipeline_options(const std::string& stages, const std::string& schedule, int micro_batches,
@@ -95,6 +97,28 @@ TEST(CudaPipeline, StagesOnGpusTrainOneDevicesParametersBitForBit) {
     ++ran;
   }
   std::cout << ran << " of " << std::size(kCases) << " cases on " << gpus << " CUDA devices\n";
+}
+
+// --precision bf16 and fp16 (each copy's 16-bit parameters cast after its stages' new
+// parameters arrive, the 16-bit activations crossing between GPUs): one GPU's parameters,
+// bit for bit, over 2 steps (the second reads what the first step's update pulled), with the
+// first stage on a copy, and fp16's loss scaler in the step.
+TEST(CudaPipeline, StagesOnGpusUnderBf16AndFp16TrainOneGpusParametersBitForBit) {
+  if (runtime::cuda_device_count() < 2) GTEST_SKIP() << "needs 2 CUDA devices (GPUs, or the host build's emulated ones)";
+  struct HalfCase {
+    const char* stages;
+    const char* schedule;
+    int micro_batches;
+    DType precision;
+  };
+  for (const HalfCase& c : {HalfCase{"0@cuda:1,1-10@cuda:0", "1f1b", 2, DType::BFloat16},
+                            HalfCase{"0-2@cuda:0,3-10@cuda:1", "gpipe", 3, DType::Float16}}) {
+    SCOPED_TRACE(std::string(c.stages) + " " + dtype_name(c.precision));
+    auto one = make_runner(cnn(Device::cuda(0), c.precision), testing::kSgd, c.micro_batches, ParallelOptions{});
+    auto piped = make_runner(cnn(Device::cuda(0), c.precision), testing::kSgd, 1,
+                             pipeline_options(c.stages, c.schedule, c.micro_batches));
+    EXPECT_EQ(trained(*piped), trained(*one));
+  }
 }
 
 TEST(CudaPipeline, ExplainSaysWhatEachStepMovesToAndFromEachCopy) {

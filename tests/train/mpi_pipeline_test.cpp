@@ -88,6 +88,49 @@ TEST(MpiPipeline, StageProcessesTrainTheInProcessPipelinesParameters) {
   }
 }
 
+// --precision bf16 and fp16 (16-bit activations and gradients between the processes): the
+// in-process pipeline's parameters, bit for bit. Under fp16, started at a loss scale of 2^20
+// so that the first steps overflow float16, each process unscales its own stage's part and
+// an Inf or NaN any of them found skips the step on all: the same skipped steps and scale
+// as in one process.
+TEST(MpiPipeline, StageProcessesUnderBf16AndFp16TrainTheInProcessPipelinesParameters) {
+  const int world = world_size();
+  if (world % 2 != 0) GTEST_SKIP() << "needs an even number of processes (2 stages); this run has " << world;
+  // Stage 1 of the first split gets 16-bit activations. The second's stage 1 (the loss
+  // alone) has no parameters: it finds no Inf of its own when the float32 gradient it sends
+  // back overflows as stage 0 rounds it to float16, and skips because stage 0 found one.
+  for (const char* split : {"0-2@cpu:$,3-7@cpu:$", "0-6@cpu:$,7@cpu:$"}) {
+    for (DType half : {DType::BFloat16, DType::Float16}) {
+      SCOPED_TRACE(std::string(split) + " " + dtype_name(half));
+      auto run = [&](const std::string& backend, int second_team, int replicas) {
+        std::string stages = split;
+        stages[stages.find('$')] = '0';
+        stages[stages.find('$')] = char('0' + second_team);
+        auto model = plain_net();
+        model->set_precision(half);
+        auto runner = make_runner(std::move(model), testing::kSgd, 1, stage_options(backend, stages, "1f1b", 3, replicas));
+        std::vector<float> out;
+        if (runner->loss_scale()) runner->set_loss_scale({1048576.0f, 0});
+        for (int s = 0; s < 4; ++s) {
+          testing::HostBatch b = testing::make_batch(14, uint64_t(100 + s));
+          runner->set_step_number(s + 1);
+          const StepStats stats = runner->step(b.batch);
+          out.push_back(float(stats.loss_sum.item()));
+          out.push_back(stats.overflow);
+          out.push_back(runner->loss_scale() ? runner->loss_scale()->scale : 0.0f);
+        }
+        runner->settle();
+        const std::vector<float> params = runner->model().parameters().values().to_vector<float>();
+        out.insert(out.end(), params.begin(), params.end());
+        return out;
+      };
+      const std::vector<float> processes = run("mpi", 1, 1);
+      EXPECT_EQ(processes, run("local", 0, world / 2));
+      if (half == DType::Float16) EXPECT_EQ(processes[1], 1.0f) << "the first step did not overflow";
+    }
+  }
+}
+
 // Uneven shares over the stages' replicas (--split weights:3,1 with 2 replicas of 2 stages
 // in 4 processes): the in-process hybrid's bits.
 TEST(MpiPipeline, WeightedSharesOverTheReplicasTrainTheInProcessHybridsParameters) {

@@ -16,7 +16,10 @@
 #include "layers/zoo.h"
 #include "support/error_of.h"
 #include "support/test_support.h"
+#include "train/bert_batches.h"
+#include "train/equivalence.h"
 #include "train/pipeline/balanced_stages.h"
+#include "train/pipeline/hybrid_runner.h"
 #include "train/pipeline/pipeline_step.h"
 #include "train/pipeline/pipeline_threads.h"
 
@@ -466,6 +469,123 @@ TEST(PipelineThreads, DropoutDrawsWhatItDrawsOnOneDevice) {
   };
   const auto one = run(false);
   EXPECT_LE(relative_difference(run(true), one), 1e-12);
+  }
+}
+
+// --precision bf16 and fp16 under a pipeline (the model's autocast in each stage: a stage
+// runs its layers with Model::forward_layers, and the 16-bit activations cross the
+// boundaries where forward() has them): the stages on threads train the parameters,
+// running statistics and losses of one device accumulating the same micro-batches under
+// the same precision, bit for bit, over naive, gpipe and 1f1b, boundaries after a
+// convolution, a batch norm, a flatten and before the loss alone, and --recompute. Under
+// fp16 the loss scaler sees the same gradients: started at 2^20 (so that the first steps'
+// gradients overflow float16) the pipeline skips the same steps and ends at the same scale.
+struct PrecisionCase {
+  const char* stages;
+  Schedule schedule;
+  int micro_batches;
+  bool recompute = false;
+};
+
+const PrecisionCase kPrecisionCases[] = {
+    {"0@cpu:0,1-10@cpu:1", Schedule::GPipe, 3},                         // after a convolution
+    {"0-3@cpu:0,4-6@cpu:1,7-10@cpu:0", Schedule::OneFOneB, 3},           // after pooling, after a flatten
+    {"0-9@cpu:0,10@cpu:1", Schedule::Naive, 1},                          // before the loss alone: float32
+    {"0-1@cpu:0,2-8@cpu:1,9-10@cpu:1", Schedule::OneFOneB, 2, true},     // after a batch norm; recompute
+};
+
+std::unique_ptr<Model> precision_cnn(DType precision) {
+  auto model = std::make_unique<Model>(layers::parse_layer_spec(kCnn, {1, 8, 8}), Shape{1, 8, 8}, Device::cpu(),
+                                       DType::Float32, 5);
+  model->set_precision(precision);
+  return model;
+}
+
+// Per step: the loss, whether the step overflowed and the scale after it (fp16); then the
+// parameters and buffers.
+std::vector<double> precision_run(StepRunner& runner, int steps) {
+  std::vector<double> out;
+  if (runner.loss_scale()) runner.set_loss_scale({1048576.0f, 0});  // 2^20
+  for (int s = 0; s < steps; ++s) {
+    dpcore::testing::HostBatch b = dpcore::testing::make_batch(10, uint64_t(200 + s), {1, 8, 8});
+    runner.set_step_number(s + 1);
+    const StepStats stats = runner.step(b.batch);
+    out.push_back(stats.loss_sum.item());
+    out.push_back(stats.overflow);
+    out.push_back(runner.loss_scale() ? double(runner.loss_scale()->scale) : 0.0);
+  }
+  const std::vector<double> state = state_of(runner.model());
+  out.insert(out.end(), state.begin(), state.end());
+  return out;
+}
+
+TEST(PipelinePrecision, StagesUnderBf16AndFp16TrainOneDevicesParametersBitForBit) {
+  constexpr int kSteps = 3;
+  int overflowed = 0, clean = 0;
+  for (DType half : {DType::BFloat16, DType::Float16}) {
+    for (const PrecisionCase& c : kPrecisionCases) {
+      SCOPED_TRACE(std::string(dtype_name(half)) + " " + c.stages + " M " + std::to_string(c.micro_batches) +
+                   (c.recompute ? " recompute" : ""));
+      SingleDeviceRunner one(precision_cnn(half), dpcore::testing::kSgd, c.micro_batches);
+      const std::vector<double> want = precision_run(one, kSteps);
+      ParallelOptions o;
+      o.pipeline.stages = c.stages, o.pipeline.micro_batches = c.micro_batches, o.pipeline.recompute = c.recompute;
+      o.pipeline.schedule = schedule_name(c.schedule);
+      auto piped = make_runner(precision_cnn(half), dpcore::testing::kSgd, 1, o);
+      ASSERT_NE(dynamic_cast<PipelineRunner*>(piped.get()), nullptr) << piped->describe();
+      EXPECT_EQ(precision_run(*piped, kSteps), want);
+      for (int s = 0; s < kSteps; ++s) (want[size_t(3 * s + 1)] != 0 ? overflowed : clean)++;
+    }
+  }
+  EXPECT_GT(overflowed, 0) << "no fp16 step overflowed: the skipped step went untested";
+  EXPECT_GT(clean, 0);
+  // What crosses: 16 bits after the convolution, float32 into a stage of the loss alone.
+  for (DType half : {DType::BFloat16, DType::Float16}) {
+    Job j = make_job(kCnn, DType::Float32, 6);
+    j.model->set_precision(half);
+    EXPECT_EQ(StageWork(*j.model, parse_stages("0@cpu:0,1-10@cpu:1", 11, {2, 0}), 2, j.x, j.y, 1.0, {}).input_dtype(1),
+              half);
+    EXPECT_EQ(StageWork(*j.model, parse_stages("0-9@cpu:0,10@cpu:1", 11, {2, 0}), 2, j.x, j.y, 1.0, {}).input_dtype(1),
+              DType::Float32);
+  }
+  // The forward really ran in 16 bits: float32's parameters differ.
+  SingleDeviceRunner fp32(precision_cnn(DType::Float32), dpcore::testing::kSgd, 3);
+  SingleDeviceRunner bf16(precision_cnn(DType::BFloat16), dpcore::testing::kSgd, 3);
+  EXPECT_NE(precision_run(fp32, 1), precision_run(bf16, 1));
+}
+
+// A BERT classifier's stages under bf16: the embeddings' float32 output and the encoder's
+// cross the boundaries as forward() has them, dropout draws what it draws on one device,
+// and AdamW steps the same gradients: one device's parameters, bit for bit.
+TEST(PipelinePrecision, ABertClassifiersStagesUnderBf16TrainOneDevicesParameters) {
+  auto bert = [] {
+    auto model = dpcore::testing::bert_net(false, DType::Float32);
+    model->set_precision(DType::BFloat16);
+    return model;
+  };
+  const int layers = int(bert()->net().size());
+  ParallelOptions o;
+  o.pipeline.stages = "0@cpu:0,1-" + std::to_string(layers - 1) + "@cpu:1";
+  o.pipeline.micro_batches = 2, o.pipeline.schedule = "1f1b";
+  auto piped = make_runner(bert(), dpcore::testing::kBertAdamW, 1, o);
+  SingleDeviceRunner one(bert(), dpcore::testing::kBertAdamW, 2);
+  EXPECT_EQ(dpcore::testing::train_bert_with(*piped, false, 8, 3), dpcore::testing::train_bert_with(one, false, 8, 3));
+}
+
+// Pipeline x data parallel in one process under bf16 and fp16 (HybridRunner): ddp's bits
+// with --accum M, the loss scaler's decisions on every replica included.
+TEST(PipelinePrecision, AReplicatedPipelineUnderBf16AndFp16TrainsDdpsParameters) {
+  for (DType half : {DType::BFloat16, DType::Float16}) {
+    SCOPED_TRACE(dtype_name(half));
+    ParallelOptions hybrid;
+    hybrid.replicas = 2, hybrid.timeout_s = 60;
+    hybrid.pipeline.stages = "0-3@cpu:0,4-10@cpu:1", hybrid.pipeline.micro_batches = 2, hybrid.pipeline.schedule = "gpipe";
+    ParallelOptions ddp;
+    ddp.replicas = 2, ddp.timeout_s = 60;
+    auto piped = make_runner(precision_cnn(half), dpcore::testing::kSgd, 1, hybrid);
+    ASSERT_NE(dynamic_cast<HybridRunner*>(piped.get()), nullptr) << piped->describe();
+    auto replicas = make_runner(precision_cnn(half), dpcore::testing::kSgd, 2, ddp);
+    EXPECT_EQ(precision_run(*piped, 3), precision_run(*replicas, 3));
   }
 }
 

@@ -92,7 +92,12 @@ void pipelined(Explanation& e, Model& model, const std::vector<pipeline::Stage>&
                        ") on " + s.device.str());
   }
   const auto shapes = pipeline::stage_input_shapes(model, stages, Shape(batch.sample.begin(), batch.sample.end()));
-  for (size_t s = 1; s < shapes.size(); ++s) e.boundary_elements.push_back(shape_numel(shapes[s]));
+  // (What crosses has the dtype forward() has there: 16-bit activations under autocast.)
+  const std::vector<DType>& dtypes = model.layer_output_dtypes(batch.token_ids() ? DType::Int64 : model.dtype());
+  for (size_t s = 1; s < shapes.size(); ++s) {
+    e.boundary_elements.push_back(shape_numel(shapes[s]));
+    e.boundary_dtypes.push_back(dtypes[size_t(stages[s].first_layer - 1)]);
+  }
   e.dtype_bytes = int64_t(dtype_size(model.dtype()));
   e.ticks = pipeline::tick_table(schedule, int(stages.size()), micro_batches);
   e.peak_live = last.peak_live_activations;

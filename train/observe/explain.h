@@ -91,6 +91,7 @@ struct Explanation {
   std::string schedule;
   std::vector<std::string> stages;
   std::vector<int64_t> boundary_elements;
+  std::vector<DType> boundary_dtypes;  // per boundary: what crosses it (Model::layer_output_dtypes)
   int64_t dtype_bytes = 4;
   std::string ticks;
   std::vector<int> peak_live;

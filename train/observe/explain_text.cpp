@@ -245,9 +245,10 @@ void explain_pipeline(std::ostream& os, const Explanation& e) {
   std::istringstream ticks(e.ticks);
   for (std::string line; std::getline(ticks, line);) os << "   " << line << "\n";
   for (int s = 0; s + 1 < stages; ++s) {
-    const int64_t per_sample = e.boundary_elements[s] * e.dtype_bytes;
+    const DType dtype = e.boundary_dtypes[size_t(s)];
+    const int64_t per_sample = e.boundary_elements[s] * int64_t(dtype_size(dtype));
     os << "   stage " << s << " -> " << s + 1 << ": each micro-batch's activations, " << count(e.boundary_elements[s])
-       << " values a sample (" << bytes(per_sample) << "; " << bytes(per_sample * rows.front())
+       << " " << dtype_name(dtype) << " values a sample (" << bytes(per_sample) << "; " << bytes(per_sample * rows.front())
        << " for the first micro-batch) by send/recv; their gradient comes back by the same size\n";
   }
   os << "   measured in this step, micro-batches of activations held at once:";

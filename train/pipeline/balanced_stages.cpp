@@ -46,9 +46,11 @@ BalancedStages balance_pipeline(Model& model, const Tensor& x, const Tensor& y, 
   // Each layer's input, as the stage that begins with it receives it.
   std::vector<Stage> one_per_layer;
   for (int i = 0; i < layers; ++i) one_per_layer.push_back({i, i, StageDevice{Device::cpu()}});
-  const int64_t element_bytes = int64_t(dtype_size(model.dtype()));
-  for (const Shape& sample : stage_input_shapes(model, one_per_layer, Shape(x.shape().begin() + 1, x.shape().end())))
-    memory.input_bytes.push_back(out.samples * shape_numel(sample) * element_bytes);
+  // (In the dtype that reaches the layer: 16-bit activations under autocast.)
+  const std::vector<DType>& dtypes = model.layer_output_dtypes(x.dtype());
+  const auto inputs = stage_input_shapes(model, one_per_layer, Shape(x.shape().begin() + 1, x.shape().end()));
+  for (size_t i = 0; i < inputs.size(); ++i)
+    memory.input_bytes.push_back(out.samples * shape_numel(inputs[i]) * int64_t(dtype_size(i == 0 ? x.dtype() : dtypes[i - 1])));
   for (const LayerCost& cost : measure_layer_costs(model, x, y, 1, kBalanceRepeats))
     out.layer_seconds.push_back(cost.total());
   memory.ops = measure_layer_memory(model, x, y);

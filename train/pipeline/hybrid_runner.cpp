@@ -6,6 +6,7 @@
 #include "engine/runtime.h"
 #include "engine/trace.h"
 #include "kernels/error.h"
+#include "train/step/loss_scaling.h"
 
 namespace dpcore::train::pipeline {
 
@@ -112,9 +113,10 @@ StepStats HybridRunner::step(const data::Batch& batch) {
   if (sync_batch_norm_) check_batch_norm_shares(last_shares_);
   // Every replica reads its rows of the one host batch: the replicas are all on the CPU.
   auto [x, y] = batch_tensors(batch, Device::cpu());
-  const double scale = gradient_scale(counted);
+  const double seed = backward_seed(counted, replicas_[0].scaler.get());  // alike on every replica
   const BatchStart start{uint64_t(step_number()), 0};
   std::vector<Tensor> losses(static_cast<size_t>(D));
+  std::vector<char> overflowed(size_t(D), 0);
   failure_.clear();
   try {
     threads_->run([&](int d) {
@@ -122,18 +124,28 @@ StepStats HybridRunner::step(const data::Batch& batch) {
       broadcast_buffers(rep);
       rep.model->zero_grad();
       losses[size_t(d)] = pipelines_[size_t(d)]->accumulate_gradients(
-          std::vector<Model*>(plan_.stages.size(), rep.model.get()), plan_.stages, plan_.schedule, rows[size_t(d)], x, y, scale, start, d == 0 ? &last_step_ : nullptr,
+          std::vector<Model*>(plan_.stages.size(), rep.model.get()), plan_.stages, plan_.schedule, rows[size_t(d)], x, y, seed, start, d == 0 ? &last_step_ : nullptr,
           [this, d](int s) { reduce_stage(d, s); });
-      rep.optimizer->step();
+      // (Every replica now holds the same reduced gradients: the same decision on each.)
+      if (rep.scaler)
+        overflowed[size_t(d)] = scaled_step(*rep.scaler, *rep.optimizer, rep.model->parameters().grads());
+      else
+        rep.optimizer->step();
     });
   } catch (const ReplicasFailed&) {
     // Replicas fail in any order once the groups are aborted; a stage's failure came first.
     if (!failure_.empty()) fail(failure_);
     throw;
   }
+  for (int d = 1; d < D; ++d)
+    DPCORE_CHECK(overflowed[size_t(d)] == overflowed[0], "--precision fp16: at step ", start.step, " replica ", d,
+                 overflowed[size_t(d)] ? " found" : " did not find",
+                 " an Inf or NaN in its gradients and replica 0 did not: their reduced gradients differ");
   Tensor loss = Tensor::zeros({}, replicas_[0].model->dtype(), Device::cpu());
   for (const Tensor& l : losses) backend_for(loss.device()).add(loss, l, loss);
-  return {loss, n, counted};
+  StepStats stats{loss, n, counted};
+  stats.overflow = overflowed[0] != 0;
+  return stats;
 }
 
 std::vector<size_t> HybridRunner::stage_peak_bytes() const {

@@ -4,6 +4,7 @@
 
 #include "engine/runtime.h"
 #include "kernels/error.h"
+#include "train/step/loss_scaling.h"
 
 namespace dpcore::train::pipeline {
 
@@ -75,7 +76,8 @@ PipelineRunner::PipelineRunner(std::unique_ptr<Model> model, const OptimizerConf
       threads_(int(plan_.stages.size()), std::chrono::milliseconds(int64_t(options.timeout_s * 1000)),
                model_->device().is_cpu()
                    ? stage_cpu_teams(plan_.stages, runtime::allowed_cpus(), runtime::cpu_threads())
-                   : std::vector<runtime::CpuTeam>{}) {
+                   : std::vector<runtime::CpuTeam>{}),
+      scaler_(make_loss_scaler(*model_)) {
   DPCORE_CHECK(options.replicas == 1, pipeline_flag(options.pipeline), " with --replicas ", options.replicas,
                ": a pipeline of several replicas is HybridRunner's (train/pipeline/hybrid_runner.h)");
   threads_.set_recompute(plan_.recompute);
@@ -90,10 +92,25 @@ StepStats PipelineRunner::step(const data::Batch& batch) {
   stage_models_.pull();
   Tensor loss = threads_.accumulate_gradients(stage_models_.models(), plan_.stages, plan_.schedule,
                                               micro_batch_rows(batch.size, micro_batches), x, y,
-                                              gradient_scale(counted), {uint64_t(step_number()), 0}, &last_step_, {});
+                                              backward_seed(counted, scaler_.get()), {uint64_t(step_number()), 0},
+                                              &last_step_, {});
   stage_models_.push();
-  optimizer_->step();
-  return {loss.to(model_->device()), batch.size, counted};  // (from the last stage's device)
+  StepStats stats{loss.to(model_->device()), batch.size, counted};  // (from the last stage's device)
+  if (scaler_)
+    stats.overflow = scaled_step(*scaler_, *optimizer_, model_->parameters().grads());
+  else
+    optimizer_->step();
+  return stats;
+}
+
+std::optional<GradScalerState> PipelineRunner::loss_scale() const {
+  if (!scaler_) return std::nullopt;
+  return scaler_->state();
+}
+
+void PipelineRunner::set_loss_scale(const GradScalerState& state) {
+  if (!scaler_) StepRunner::set_loss_scale(state);
+  scaler_->load_state(state);
 }
 
 void PipelineRunner::set_rates(double lr, double momentum) {

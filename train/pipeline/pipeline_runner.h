@@ -67,6 +67,8 @@ class PipelineRunner : public StepRunner {
   std::string describe() const override;
   std::vector<size_t> stage_peak_bytes() const override { return threads_.peak_bytes(); }
   void reset_stage_peak_bytes() override { threads_.reset_peaks(); }
+  std::optional<GradScalerState> loss_scale() const override;
+  void set_loss_scale(const GradScalerState& state) override;
 
   const std::vector<Stage>& stages() const { return plan_.stages; }
   Schedule schedule() const { return plan_.schedule; }
@@ -83,6 +85,7 @@ class PipelineRunner : public StepRunner {
   StageModels stage_models_;
   PipelineThreads threads_;
   PipelineStepStats last_step_;
+  std::unique_ptr<GradScaler> scaler_;  // --precision fp16's loss scaler (train/step/loss_scaling.h); null otherwise
 };
 
 }  // namespace dpcore::train::pipeline

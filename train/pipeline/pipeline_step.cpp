@@ -138,6 +138,9 @@ StageWork::StageWork(const std::vector<Model*>& models, const std::vector<Stage>
                  r.first, "-", r.first + r.size - 1, " of a batch of ", x.size(0));
   const int micro_batches = int(rows_.size());
   boundary_ = stage_input_shapes(model, stages, Shape(x.shape().begin() + 1, x.shape().end()));
+  const std::vector<DType>& layer_dtypes = model.layer_output_dtypes(x.dtype());
+  for (const Stage& stage : stages)
+    boundary_dtypes_.push_back(stage.first_layer == 0 ? x.dtype() : layer_dtypes[size_t(stage.first_layer - 1)]);
   input_.assign(P, std::vector<Tensor>(micro_batches));
   output_.assign(P, std::vector<Tensor>(micro_batches));
   live_.assign(P, 0);
@@ -174,7 +177,9 @@ Tensor StageWork::run_layers(int s, int m, const Tensor& in) {
     batch_norm_groups_[size_t(s)]->set_rows(rows_[m].group_rows);
   Model& m_s = model(s);
   m_s.set_batch_position(start_.step, start_.first_sample + begin, size_t(stages_[s].first_layer), layer_end(s));
-  Tensor out = m_s.net().forward_range(in, size_t(stages_[s].first_layer), layer_end(s));
+  // (Under --precision bf16/fp16: the model's autocast, 16-bit activations sent on, the
+  // last stage's output widened to float32 before the loss, as in Model::forward.)
+  Tensor out = m_s.forward_layers(in, size_t(stages_[s].first_layer), layer_end(s));
   if (s + 1 == stages()) out = loss_of(out, y_.narrow0(begin, end), logits_);
   return out;
 }
@@ -322,7 +327,7 @@ std::vector<std::vector<OpBytes>> measure_layer_memory(Model& model, const Tenso
       Tensor t = x;  // a view of the batch: not in the account
       int64_t before = 0;
       for (const Stage& op : ops) {
-        Tensor next = net.forward_range(t, size_t(op.first_layer), size_t(op.last_layer) + 1);
+        Tensor next = model.forward_layers(t, size_t(op.first_layer), size_t(op.last_layer) + 1);
         const int64_t holding_both = int64_t(account->bytes_in_use());
         t = next, next = Tensor();
         const int64_t after = int64_t(account->bytes_in_use());

@@ -97,6 +97,10 @@ class StageWork {
   // The shape of what stage s receives for micro-batch m (and, s > 0, of the gradient it
   // sends back): the batch's rows on stage 0.
   Shape input_shape(int s, int m) const;
+  // The dtype of what stage s receives (and, s > 0, of the gradient it sends back): the
+  // batch's on stage 0, else what the layer below hands on (Model::layer_output_dtypes:
+  // 16-bit activations cross under --precision bf16 and fp16 where forward() has them).
+  DType input_dtype(int s) const { return boundary_dtypes_[size_t(s)]; }
 
   // Forward of micro-batch m on stage s from `in` (stage 0 ignores it and takes the batch's
   // rows). Returns what goes to stage s+1, or on the last stage the micro-batch's summed
@@ -124,7 +128,6 @@ class StageWork {
 
   // The batch's summed loss so far, on the last stage's device.
   Tensor loss_sum() const { return loss_sum_; }
-  DType dtype() const { return models_.front()->dtype(); }
   // Where stage s runs: its model's device.
   Device device(int s) const { return models_[size_t(s)]->device(); }
   const std::vector<int>& peak_live_activations() const { return peak_; }
@@ -144,6 +147,7 @@ class StageWork {
   bool logits_;
   std::vector<MicroBatchRows> rows_;             // per micro-batch
   std::vector<Shape> boundary_;                  // per stage: one sample's input shape
+  std::vector<DType> boundary_dtypes_;           // per stage: its dtype
   std::vector<std::vector<Tensor>> input_, output_;  // [stage][micro-batch]
   std::vector<int> live_, peak_;                 // per stage
   Tensor loss_sum_;

@@ -79,7 +79,6 @@ void PipelineThreads::reset_peaks() {
 
 void run_stage_ops(StageWork& work, Schedule schedule, int s, comm::Communicator& comm) {
   const int P = work.stages();
-  const DType dtype = work.dtype();
   // In a trace, on the stage's lane: each forward and backward a "step" span of its own,
   // apart from the "wait" spans of its recv and send, so that the lane's idle time (the
   // bubble) is the time outside the step spans.
@@ -89,7 +88,8 @@ void run_stage_ops(StageWork& work, Schedule schedule, int s, comm::Communicator
     const int from = forward ? s - 1 : s + 1, to = forward ? s + 1 : s - 1;
     Tensor in;
     if (from >= 0 && from < P) {
-      in = Tensor::empty(work.input_shape(forward ? s : s + 1, m), dtype, work.device(s));  // recv writes all of it
+      const int boundary = forward ? s : s + 1;  // activations up, or their gradients back
+      in = Tensor::empty(work.input_shape(boundary, m), work.input_dtype(boundary), work.device(s));  // recv writes all
       trace::Span span("wait", [&] { return transfer("recv", op.kind, m, from, in); });
       comm.recv(in, from, tag(op.kind, m)).wait();
     }

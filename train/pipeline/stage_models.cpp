@@ -40,11 +40,14 @@ StageModels::StageModels(layers::Model& master, const std::vector<Stage>& stages
 }
 
 void StageModels::pull() {
-  for (const auto& copy : copies_) copy->zero_grad();
   for_copied_stages([&](layers::Model& copy, const FlatRange& params, const FlatRange& buffers) {
     copy_range(copy.parameters().values(), master_.parameters().values(), params);
     copy_range(copy.buffers().values(), master_.buffers().values(), buffers);
   });
+  // After the parameters: under --precision bf16/fp16 zero_grad also casts the copy's 16-bit
+  // parameters from them.
+  for (const auto& copy : copies_) copy->zero_grad();
+  wait_for_copies();
 }
 
 void StageModels::push() {
@@ -52,13 +55,13 @@ void StageModels::push() {
     copy_range(master_.parameters().grads(), copy.parameters().grads(), params);
     copy_range(master_.buffers().values(), copy.buffers().values(), buffers);
   });
+  wait_for_copies();
 }
 
 void StageModels::for_copied_stages(
     const std::function<void(layers::Model&, const FlatRange&, const FlatRange&)>& move) const {
   for (size_t s = 0; s < per_stage_.size(); ++s)
     if (per_stage_[s] != &master_) move(*per_stage_[s], parameters_[s], buffers_[s]);
-  wait_for_copies();
 }
 
 std::vector<StageModels::CopyTraffic> StageModels::traffic() const {

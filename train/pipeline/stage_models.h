@@ -52,7 +52,7 @@ class StageModels {
 
  private:
   // move(copy, parameters, buffers) for each stage that runs on a copy, with its ranges of
-  // the flat buffers; then waits for the copies it queued.
+  // the flat buffers (the caller waits for what it queued).
   void for_copied_stages(const std::function<void(layers::Model&, const FlatRange&, const FlatRange&)>& move) const;
   // Waits for the calling thread's copies on every device of the pipeline.
   void wait_for_copies() const;

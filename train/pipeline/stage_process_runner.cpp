@@ -7,6 +7,7 @@
 #include "train/pipeline/hybrid_runner.h"
 #include "train/pipeline/pipeline_runner.h"
 #include "train/pipeline/pipeline_threads.h"
+#include "train/step/loss_scaling.h"
 
 namespace dpcore::train::pipeline {
 
@@ -50,7 +51,8 @@ StageProcessRunner::StageProcessRunner(std::unique_ptr<Model> model, const Optim
       splitter_(options.split, replicas_),
       parameter_ranges_(stage_parameter_ranges(*model_, plan_.stages)),
       buffer_ranges_(stage_buffer_ranges(*model_, plan_.stages)),
-      account_(std::make_shared<MemoryAccount>()) {
+      account_(std::make_shared<MemoryAccount>()),
+      scaler_(make_loss_scaler(*model_)) {
   pipeline_ = world_->split(replica_, stage_);       // rank s: this replica's stage s
   data_parallel_ = world_->split(stage_, replica_);  // rank d: this stage's replica d
   if (options.batchnorm == "sync" && replicas_ > 1) {
@@ -81,7 +83,8 @@ StepStats StageProcessRunner::step(const data::Batch& batch) {
   account_->begin_window();
   if (!rows.empty()) {
     const MemoryAccount::Scope charged(account_);
-    StageWork work(*model_, plan_.stages, rows, x, y, gradient_scale(counted), {uint64_t(step_number()), 0});
+    StageWork work(*model_, plan_.stages, rows, x, y, backward_seed(counted, scaler_.get()),
+                   {uint64_t(step_number()), 0});
     work.set_recompute(plan_.recompute);
     if (batch_norm_group_) {
       std::vector<ReplicaBatchNormGroup*> groups(plan_.stages.size(), nullptr);
@@ -99,8 +102,30 @@ StepStats StageProcessRunner::step(const data::Batch& batch) {
     data_parallel_->allreduce(grads, comm::ReduceOp::Sum).wait();
   }
   world_->allreduce(loss, comm::ReduceOp::Sum).wait();
-  optimizer_->step();
-  return {loss, batch.size, counted};
+  StepStats stats{loss, batch.size, counted};
+  if (!scaler_) {
+    optimizer_->step();
+    return stats;
+  }
+  // This process unscales its stage's gradients (the rest of its buffer is zero); an Inf or
+  // NaN that any process found skips the step on every one (ShardedGradScaler's way), so
+  // all keep one scale.
+  Tensor found = Tensor::full({1}, scaler_->unscale(model_->parameters().grads()) ? 1.0 : 0.0, DType::Float32,
+                              Device::cpu());
+  world_->allreduce(found, comm::ReduceOp::Sum).wait();
+  scaler_->set_found_inf_anywhere(found.item() != 0.0);
+  stats.overflow = scaled_step(*scaler_, *optimizer_, model_->parameters().grads());
+  return stats;
+}
+
+std::optional<GradScalerState> StageProcessRunner::loss_scale() const {
+  if (!scaler_) return std::nullopt;
+  return scaler_->state();
+}
+
+void StageProcessRunner::set_loss_scale(const GradScalerState& state) {
+  if (!scaler_) StepRunner::set_loss_scale(state);
+  scaler_->load_state(state);
 }
 
 void StageProcessRunner::gather_measurements(int64_t live) {
