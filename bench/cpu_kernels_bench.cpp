@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "bench/cpu_bench_support.h"
+#include "kernels/cpu/half/gemm_half.h"
 #include "kernels/cpu/kernels.h"
 
 namespace {
@@ -70,11 +71,11 @@ void prepare(benchmark::State& state, const char* name) { dpcore::bench::prepare
 
 enum class ConvPass { Forward, BackwardData, BackwardWeight };
 
-void run_conv(benchmark::State& state, ConvPass pass) {
+void run_conv(benchmark::State& state, ConvPass pass, bool direct) {
   const ConvLayer& layer = kConvLayers[state.range(0)];
   prepare(state, layer.name);
   const Conv2dShape s = conv_shape(layer);
-  cpu::set_direct_conv2d(state.range(2) != 0);
+  cpu::set_direct_conv2d(direct);
   auto x = random_floats(s.x_size()), w = random_floats(s.w_size()), b = random_floats(s.K),
        y = random_floats(s.y_size()), dw = random_floats(s.w_size());
   for (auto _ : state) {
@@ -112,9 +113,43 @@ void run_linear(benchmark::State& state, LinearPass pass) {
   report_flops(state, s.flops());
 }
 
-void BM_Conv2dForward(benchmark::State& state) { run_conv(state, ConvPass::Forward); }
-void BM_Conv2dBackwardData(benchmark::State& state) { run_conv(state, ConvPass::BackwardData); }
-void BM_Conv2dBackwardWeight(benchmark::State& state) { run_conv(state, ConvPass::BackwardWeight); }
+// The same convolution in bfloat16 (kernels/cpu/half/conv2d_half.cpp, im2col + the
+// AVX512-BF16 GEMM where the CPU has it) right after float32's default path:
+//   cpu_kernels_bench --benchmark_filter='Conv2dBf16'
+// {layer, threads, bf16}: bf16 0 is float32, 1 bfloat16.
+void run_conv_bf16(benchmark::State& state, ConvPass pass) {
+  if (state.range(2) == 0) return run_conv(state, pass, true);  // float32's default path
+  const ConvLayer& layer = kConvLayers[state.range(0)];
+  prepare(state, layer.name);
+  const Conv2dShape s = conv_shape(layer);
+  auto half = [](std::vector<float> f) {
+    std::vector<dpcore::kernels::BFloat16> h(f.size());
+    cpu::cast(int64_t(f.size()), f.data(), h.data());
+    return h;
+  };
+  auto x = half(random_floats(s.x_size())), w = half(random_floats(s.w_size())), b = half(random_floats(s.K)),
+       y = half(random_floats(s.y_size())), dw = half(random_floats(s.w_size()));
+  for (auto _ : state) {
+    switch (pass) {
+      case ConvPass::Forward: cpu::conv2d_forward(s, x.data(), w.data(), b.data(), y.data()); break;
+      case ConvPass::BackwardData: cpu::conv2d_backward_data(s, y.data(), w.data(), x.data()); break;
+      case ConvPass::BackwardWeight:
+        cpu::conv2d_backward_weight(s, x.data(), y.data(), dw.data(), b.data(), false);
+        break;
+    }
+    benchmark::ClobberMemory();
+  }
+  report_flops(state, s.flops());
+}
+
+void BM_Conv2dForward(benchmark::State& state) { run_conv(state, ConvPass::Forward, state.range(2) != 0); }
+void BM_Conv2dBf16Forward(benchmark::State& state) { run_conv_bf16(state, ConvPass::Forward); }
+void BM_Conv2dBf16BackwardData(benchmark::State& state) { run_conv_bf16(state, ConvPass::BackwardData); }
+void BM_Conv2dBf16BackwardWeight(benchmark::State& state) { run_conv_bf16(state, ConvPass::BackwardWeight); }
+void BM_Conv2dBackwardData(benchmark::State& state) { run_conv(state, ConvPass::BackwardData, state.range(2) != 0); }
+void BM_Conv2dBackwardWeight(benchmark::State& state) {
+  run_conv(state, ConvPass::BackwardWeight, state.range(2) != 0);
+}
 void BM_LinearForward(benchmark::State& state) { run_linear(state, LinearPass::Forward); }
 void BM_LinearBackwardData(benchmark::State& state) { run_linear(state, LinearPass::BackwardData); }
 void BM_LinearBackwardWeight(benchmark::State& state) { run_linear(state, LinearPass::BackwardWeight); }
@@ -142,6 +177,16 @@ constexpr size_t kLinearCount = std::size(kLinearLayers);
 BENCHMARK(BM_Conv2dForward)->Apply(conv_args);
 BENCHMARK(BM_Conv2dBackwardData)->Apply(conv_args);
 BENCHMARK(BM_Conv2dBackwardWeight)->Apply(conv_args);
+void conv_bf16_args(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"layer", "threads", "bf16"});
+  for (int64_t layer = 0; layer < int64_t(std::size(kConvLayers)); ++layer)
+    for (int64_t threads : {1, 2})
+      for (int64_t bf16 : {0, 1}) b->Args({layer, threads, bf16});
+  b->UseRealTime()->Unit(benchmark::kMillisecond);
+}
+BENCHMARK(BM_Conv2dBf16Forward)->Apply(conv_bf16_args);
+BENCHMARK(BM_Conv2dBf16BackwardData)->Apply(conv_bf16_args);
+BENCHMARK(BM_Conv2dBf16BackwardWeight)->Apply(conv_bf16_args);
 BENCHMARK(BM_LinearForward)->Apply(layer_and_thread_args<kLinearCount>);
 BENCHMARK(BM_LinearBackwardData)->Apply(layer_and_thread_args<kLinearCount>);
 BENCHMARK(BM_LinearBackwardWeight)->Apply(layer_and_thread_args<kLinearCount>);
