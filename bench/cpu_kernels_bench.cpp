@@ -8,6 +8,7 @@
 #include <benchmark/benchmark.h>
 
 #include <iterator>
+#include <type_traits>
 #include <vector>
 
 #include "bench/cpu_bench_support.h"
@@ -71,13 +72,24 @@ void prepare(benchmark::State& state, const char* name) { dpcore::bench::prepare
 
 enum class ConvPass { Forward, BackwardData, BackwardWeight };
 
-void run_conv(benchmark::State& state, ConvPass pass, bool direct) {
-  const ConvLayer& layer = kConvLayers[state.range(0)];
-  prepare(state, layer.name);
-  const Conv2dShape s = conv_shape(layer);
-  cpu::set_direct_conv2d(direct);
-  auto x = random_floats(s.x_size()), w = random_floats(s.w_size()), b = random_floats(s.K),
-       y = random_floats(s.y_size()), dw = random_floats(s.w_size());
+// random_floats(n) as T: float32 as drawn, bfloat16 rounded from them.
+template <class T>
+std::vector<T> conv_inputs(int64_t n) {
+  std::vector<float> f = random_floats(n);
+  if constexpr (std::is_same_v<T, float>) {
+    return f;
+  } else {
+    std::vector<T> h(f.size());
+    cpu::cast(n, f.data(), h.data());
+    return h;
+  }
+}
+
+// One pass of convolution `s` on T tensors, timed.
+template <class T>
+void time_conv(benchmark::State& state, const Conv2dShape& s, ConvPass pass) {
+  auto x = conv_inputs<T>(s.x_size()), w = conv_inputs<T>(s.w_size()), b = conv_inputs<T>(s.K),
+       y = conv_inputs<T>(s.y_size()), dw = conv_inputs<T>(s.w_size());
   for (auto _ : state) {
     switch (pass) {
       case ConvPass::Forward: cpu::conv2d_forward(s, x.data(), w.data(), b.data(), y.data()); break;
@@ -88,8 +100,27 @@ void run_conv(benchmark::State& state, ConvPass pass, bool direct) {
     }
     benchmark::ClobberMemory();
   }
-  cpu::set_direct_conv2d(true);
   report_flops(state, s.flops());
+}
+
+// Layer state.range(0) in float32, on the direct path or the im2col one.
+void run_conv(benchmark::State& state, ConvPass pass, bool direct) {
+  const ConvLayer& layer = kConvLayers[state.range(0)];
+  prepare(state, layer.name);
+  cpu::set_direct_conv2d(direct);
+  time_conv<float>(state, conv_shape(layer), pass);
+  cpu::set_direct_conv2d(true);
+}
+
+// The same convolution in bfloat16 (kernels/cpu/half/conv2d_half.cpp, im2col + the
+// AVX512-BF16 GEMM where the CPU has it) right after float32's default path:
+//   cpu_kernels_bench --benchmark_filter='Conv2dBf16'
+// {layer, threads, bf16}: bf16 0 is float32, 1 bfloat16.
+void run_conv_bf16(benchmark::State& state, ConvPass pass) {
+  if (state.range(2) == 0) return run_conv(state, pass, true);  // float32's default path
+  const ConvLayer& layer = kConvLayers[state.range(0)];
+  prepare(state, layer.name);
+  time_conv<dpcore::kernels::BFloat16>(state, conv_shape(layer), pass);
 }
 
 enum class LinearPass { Forward, BackwardData, BackwardWeight };
@@ -106,35 +137,6 @@ void run_linear(benchmark::State& state, LinearPass pass) {
       case LinearPass::BackwardData: cpu::linear_backward_data(s, y.data(), w.data(), x.data()); break;
       case LinearPass::BackwardWeight:
         cpu::linear_backward_weight(s, x.data(), y.data(), dw.data(), b.data(), false);
-        break;
-    }
-    benchmark::ClobberMemory();
-  }
-  report_flops(state, s.flops());
-}
-
-// The same convolution in bfloat16 (kernels/cpu/half/conv2d_half.cpp, im2col + the
-// AVX512-BF16 GEMM where the CPU has it) right after float32's default path:
-//   cpu_kernels_bench --benchmark_filter='Conv2dBf16'
-// {layer, threads, bf16}: bf16 0 is float32, 1 bfloat16.
-void run_conv_bf16(benchmark::State& state, ConvPass pass) {
-  if (state.range(2) == 0) return run_conv(state, pass, true);  // float32's default path
-  const ConvLayer& layer = kConvLayers[state.range(0)];
-  prepare(state, layer.name);
-  const Conv2dShape s = conv_shape(layer);
-  auto half = [](std::vector<float> f) {
-    std::vector<dpcore::kernels::BFloat16> h(f.size());
-    cpu::cast(int64_t(f.size()), f.data(), h.data());
-    return h;
-  };
-  auto x = half(random_floats(s.x_size())), w = half(random_floats(s.w_size())), b = half(random_floats(s.K)),
-       y = half(random_floats(s.y_size())), dw = half(random_floats(s.w_size()));
-  for (auto _ : state) {
-    switch (pass) {
-      case ConvPass::Forward: cpu::conv2d_forward(s, x.data(), w.data(), b.data(), y.data()); break;
-      case ConvPass::BackwardData: cpu::conv2d_backward_data(s, y.data(), w.data(), x.data()); break;
-      case ConvPass::BackwardWeight:
-        cpu::conv2d_backward_weight(s, x.data(), y.data(), dw.data(), b.data(), false);
         break;
     }
     benchmark::ClobberMemory();

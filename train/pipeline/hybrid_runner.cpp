@@ -137,10 +137,7 @@ StepStats HybridRunner::step(const data::Batch& batch) {
     if (!failure_.empty()) fail(failure_);
     throw;
   }
-  for (int d = 1; d < D; ++d)
-    DPCORE_CHECK(overflowed[size_t(d)] == overflowed[0], "--precision fp16: at step ", start.step, " replica ", d,
-                 overflowed[size_t(d)] ? " found" : " did not find",
-                 " an Inf or NaN in its gradients and replica 0 did not: their reduced gradients differ");
+  check_replicas_agree_on_overflow(overflowed, int64_t(start.step));
   Tensor loss = Tensor::zeros({}, replicas_[0].model->dtype(), Device::cpu());
   for (const Tensor& l : losses) backend_for(loss.device()).add(loss, l, loss);
   StepStats stats{loss, n, counted};

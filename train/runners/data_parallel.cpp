@@ -393,13 +393,10 @@ StepStats DataParallelRunner::attempt_step(const data::Batch& batch) {
     faults_.after_step(rep.id, step);
     if (guards_.check_due(step)) diverged[size_t(r)] = check_replicas(*rep.comm, *rep.model, *rep.optimizer, step);
   });
-  for (size_t r = 1; r < R; ++r) {
+  for (size_t r = 1; r < R; ++r)
     DPCORE_CHECK(skipped[r] == skipped[0], "--skip-nonfinite: at step ", step, " replica ", r,
                  skipped[r] ? " skipped" : " took", " the step and replica 0 did not: their reduced gradients differ");
-    DPCORE_CHECK(overflowed[r] == overflowed[0], "--precision fp16: at step ", step, " replica ", r,
-                 overflowed[r] ? " found" : " did not find",
-                 " an Inf or NaN in its gradients and replica 0 did not: their reduced gradients differ");
-  }
+  check_replicas_agree_on_overflow(overflowed, step);
   DPCORE_CHECK(diverged[0].empty(), diverged[0]);
   for (size_t r = 0; r < R; ++r) {
     lanes[r].compute = seconds[r];

@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "engine/grad_scaler.h"
 #include "layers/model.h"
@@ -30,5 +31,10 @@ double backward_seed(int64_t counted, const GradScaler* scaler);
 // it found an Inf or NaN (the step was skipped: parameters and optimizer state unchanged,
 // the step count too).
 bool scaled_step(GradScaler& scaler, Optimizer& optimizer, const Tensor& grads);
+
+// After every replica's scaled_step at `step`: overflowed[r] is replica r's finding. They
+// stepped on the same reduced gradients, so they agree; one that does not stops the run,
+// naming it (its reduced gradients differ from replica 0's).
+void check_replicas_agree_on_overflow(const std::vector<char>& overflowed, int64_t step);
 
 }  // namespace dpcore::train
