@@ -7,6 +7,7 @@
 //   cpu_kernels_bench --benchmark_filter=Conv2dForward
 #include <benchmark/benchmark.h>
 
+#include <initializer_list>
 #include <iterator>
 #include <type_traits>
 #include <vector>
@@ -165,27 +166,25 @@ void layer_and_thread_args(benchmark::internal::Benchmark* b) {
   b->UseRealTime()->Unit(benchmark::kMillisecond);
 }
 
-// Arguments {layer index, threads, direct}: each convolution on both paths, the im2col one
-// right after the default one, so that the two see about the same machine.
-void conv_args(benchmark::internal::Benchmark* b) {
-  b->ArgNames({"layer", "threads", "direct"});
+// Arguments {layer index, threads, `variant`} with the variant's two values in `order`:
+// each convolution both ways one right after the other, so that they see about the same
+// machine.
+void conv_variant_args(benchmark::internal::Benchmark* b, const char* variant, std::initializer_list<int64_t> order) {
+  b->ArgNames({"layer", "threads", variant});
   for (int64_t layer = 0; layer < int64_t(std::size(kConvLayers)); ++layer)
     for (int64_t threads : {1, 2})
-      for (int64_t direct : {1, 0}) b->Args({layer, threads, direct});
+      for (int64_t value : order) b->Args({layer, threads, value});
   b->UseRealTime()->Unit(benchmark::kMillisecond);
 }
+// direct 1 (the default path), then 0 (im2col).
+void conv_args(benchmark::internal::Benchmark* b) { conv_variant_args(b, "direct", {1, 0}); }
+// bf16 0 (float32's default path), then 1 (bfloat16).
+void conv_bf16_args(benchmark::internal::Benchmark* b) { conv_variant_args(b, "bf16", {0, 1}); }
 
 constexpr size_t kLinearCount = std::size(kLinearLayers);
 BENCHMARK(BM_Conv2dForward)->Apply(conv_args);
 BENCHMARK(BM_Conv2dBackwardData)->Apply(conv_args);
 BENCHMARK(BM_Conv2dBackwardWeight)->Apply(conv_args);
-void conv_bf16_args(benchmark::internal::Benchmark* b) {
-  b->ArgNames({"layer", "threads", "bf16"});
-  for (int64_t layer = 0; layer < int64_t(std::size(kConvLayers)); ++layer)
-    for (int64_t threads : {1, 2})
-      for (int64_t bf16 : {0, 1}) b->Args({layer, threads, bf16});
-  b->UseRealTime()->Unit(benchmark::kMillisecond);
-}
 BENCHMARK(BM_Conv2dBf16Forward)->Apply(conv_bf16_args);
 BENCHMARK(BM_Conv2dBf16BackwardData)->Apply(conv_bf16_args);
 BENCHMARK(BM_Conv2dBf16BackwardWeight)->Apply(conv_bf16_args);

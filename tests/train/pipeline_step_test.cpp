@@ -589,6 +589,28 @@ TEST(PipelinePrecision, AReplicatedPipelineUnderBf16AndFp16TrainsDdpsParameters)
   }
 }
 
+// Each runner reports and sets its loss scale under fp16 (GradScaler's 65536 to start; a
+// checkpoint's state taken by every replica) and has none under bf16, refusing one by name.
+TEST(PipelinePrecision, OnlyFp16RunnersHaveALossScaleToReportAndSet) {
+  ParallelOptions piped;
+  piped.pipeline.stages = "0-3@cpu:0,4-10@cpu:1", piped.pipeline.micro_batches = 2;
+  ParallelOptions hybrid = piped;
+  hybrid.replicas = 2, hybrid.timeout_s = 60;
+  for (const ParallelOptions& o : {ParallelOptions{}, piped, hybrid}) {
+    auto fp16 = make_runner(precision_cnn(DType::Float16), dpcore::testing::kSgd, 1, o);
+    SCOPED_TRACE(fp16->describe());
+    ASSERT_TRUE(fp16->loss_scale().has_value());
+    EXPECT_EQ(fp16->loss_scale()->scale, 65536.0f);
+    fp16->set_loss_scale({1024.0f, 7});
+    EXPECT_EQ(fp16->loss_scale()->scale, 1024.0f);
+    EXPECT_EQ(fp16->loss_scale()->growth_tracker, 7);
+    auto bf16 = make_runner(precision_cnn(DType::BFloat16), dpcore::testing::kSgd, 1, o);
+    EXPECT_FALSE(bf16->loss_scale().has_value());
+    EXPECT_NE(error_of([&] { bf16->set_loss_scale({1024.0f, 0}); }).find("this run has no loss scaler"),
+              std::string::npos);
+  }
+}
+
 TEST(PipelineThreads, AFailingStageEndsTheBatchAtOnceNamingItself) {
   Job j = make_job(kCnn, DType::Float32, 6);
   j.y = Tensor::from_vector(std::vector<int64_t>{1, 2, 3, 4, 5, 42}, {6});  // class 42 of 10: the loss refuses it

@@ -103,16 +103,6 @@ StepStats PipelineRunner::step(const data::Batch& batch) {
   return stats;
 }
 
-std::optional<GradScalerState> PipelineRunner::loss_scale() const {
-  if (!scaler_) return std::nullopt;
-  return scaler_->state();
-}
-
-void PipelineRunner::set_loss_scale(const GradScalerState& state) {
-  if (!scaler_) StepRunner::set_loss_scale(state);
-  scaler_->load_state(state);
-}
-
 void PipelineRunner::set_rates(double lr, double momentum) {
   optimizer_->set_lr(lr);
   optimizer_->set_momentum(momentum);

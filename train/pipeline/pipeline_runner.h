@@ -67,8 +67,6 @@ class PipelineRunner : public StepRunner {
   std::string describe() const override;
   std::vector<size_t> stage_peak_bytes() const override { return threads_.peak_bytes(); }
   void reset_stage_peak_bytes() override { threads_.reset_peaks(); }
-  std::optional<GradScalerState> loss_scale() const override;
-  void set_loss_scale(const GradScalerState& state) override;
 
   const std::vector<Stage>& stages() const { return plan_.stages; }
   Schedule schedule() const { return plan_.schedule; }
@@ -86,6 +84,7 @@ class PipelineRunner : public StepRunner {
   PipelineThreads threads_;
   PipelineStepStats last_step_;
   std::unique_ptr<GradScaler> scaler_;  // --precision fp16's loss scaler (train/step/loss_scaling.h); null otherwise
+  GradScaler* loss_scaler() const override { return scaler_.get(); }
 };
 
 }  // namespace dpcore::train::pipeline

@@ -118,16 +118,6 @@ StepStats StageProcessRunner::step(const data::Batch& batch) {
   return stats;
 }
 
-std::optional<GradScalerState> StageProcessRunner::loss_scale() const {
-  if (!scaler_) return std::nullopt;
-  return scaler_->state();
-}
-
-void StageProcessRunner::set_loss_scale(const GradScalerState& state) {
-  if (!scaler_) StepRunner::set_loss_scale(state);
-  scaler_->load_state(state);
-}
-
 void StageProcessRunner::gather_measurements(int64_t live) {
   const int P = int(plan_.stages.size());
   Tensor mine = Tensor::from_vector(std::vector<int64_t>{live, int64_t(account_->window_peak_bytes()),

@@ -66,8 +66,6 @@ class StageProcessRunner : public StepRunner {
   // reset_stage_peak_bytes, as every process learnt it at the end of the latest step.
   std::vector<size_t> stage_peak_bytes() const override;
   void reset_stage_peak_bytes() override { account_->reset_peak(); }
-  std::optional<GradScalerState> loss_scale() const override;
-  void set_loss_scale(const GradScalerState& state) override;
 
   int stage() const { return stage_; }
   int replica() const { return replica_; }
@@ -99,6 +97,7 @@ class StageProcessRunner : public StepRunner {
   std::vector<FlatRange> parameter_ranges_, buffer_ranges_;  // per stage
   std::shared_ptr<MemoryAccount> account_;  // what this process's stage work allocates
   std::unique_ptr<GradScaler> scaler_;      // --precision fp16's loss scaler; null otherwise
+  GradScaler* loss_scaler() const override { return scaler_.get(); }
   std::vector<std::vector<int64_t>> last_shares_;
   // Every process's (peak live micro-batches, the step's peak bytes, the peak since the
   // reset), by world rank, gathered at the end of each step.

@@ -262,15 +262,12 @@ void ReplicatedRunner::sync_replicas() {
   threads_->run([this, steps](int r) { broadcast_state(replicas_[size_t(r)], steps); });
 }
 
-std::optional<GradScalerState> ReplicatedRunner::loss_scale() const {
-  if (!replicas_[0].scaler) return std::nullopt;
-  return replicas_[0].scaler->state();
+void ReplicatedRunner::set_loss_scale(const GradScalerState& state) {
+  StepRunner::set_loss_scale(state);  // replica 0's (or the refusal, without a scaler)
+  for (size_t r = 1; r < replicas_.size(); ++r) replicas_[r].scaler->load_state(state);
 }
 
-void ReplicatedRunner::set_loss_scale(const GradScalerState& state) {
-  if (!replicas_[0].scaler) StepRunner::set_loss_scale(state);
-  for (Replica& r : replicas_) r.scaler->load_state(state);
-}
+GradScaler* ReplicatedRunner::loss_scaler() const { return replicas_[0].scaler.get(); }
 
 // ----------------------------------------------------------------------------- --mode dp
 

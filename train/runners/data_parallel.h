@@ -101,9 +101,8 @@ class ReplicatedRunner : public StepRunner {
   void set_rates(double lr, double momentum) override;
   // Rank 0's parameters and optimizer state to every replica.
   void sync_replicas() override;
-  // The replicas' loss scaler (--precision fp16): each unscales the same reduced gradient,
-  // so all hold the same state; rank 0's is reported and every one is set.
-  std::optional<GradScalerState> loss_scale() const override;
+  // The replicas' loss scalers (--precision fp16): each unscales the same reduced gradient,
+  // so all hold the same state; replica 0's is reported (loss_scaler()) and every one is set.
   void set_loss_scale(const GradScalerState& state) override;
   // With mpi (or nccl under mpirun): this process's one replica's communicator, on its thread.
   bool across_processes(const std::function<void(Communicator&, Device)>& fn) override;
@@ -122,6 +121,7 @@ class ReplicatedRunner : public StepRunner {
 
  protected:
   ReplicatedRunner(const ParallelOptions& options, int64_t accum);
+  GradScaler* loss_scaler() const override;  // replica 0's
   // Also makes each replica's batch norm group under --batchnorm sync.
   // Replicates `model` over `devices` with `comms`, starts one thread per replica, each on
   // its own stream, and broadcasts rank 0's state.

@@ -140,18 +140,16 @@ bool SingleDeviceRunner::rates_changed() {
   return changed;
 }
 
-std::optional<GradScalerState> SingleDeviceRunner::loss_scale() const {
-  if (!scaler_) return std::nullopt;
-  return scaler_->state();
+std::optional<GradScalerState> StepRunner::loss_scale() const {
+  const GradScaler* scaler = loss_scaler();
+  if (!scaler) return std::nullopt;
+  return scaler->state();
 }
 
-void SingleDeviceRunner::set_loss_scale(const GradScalerState& state) {
-  if (!scaler_) StepRunner::set_loss_scale(state);
-  scaler_->load_state(state);
-}
-
-void StepRunner::set_loss_scale(const GradScalerState& /*state*/) {
-  fail("this run has no loss scaler (only --precision fp16 has one): ", describe());
+void StepRunner::set_loss_scale(const GradScalerState& state) {
+  GradScaler* scaler = loss_scaler();
+  DPCORE_CHECK(scaler, "this run has no loss scaler (only --precision fp16 has one): ", describe());
+  scaler->load_state(state);
 }
 
 void SingleDeviceRunner::set_rates(double lr, double momentum) {

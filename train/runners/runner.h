@@ -139,11 +139,16 @@ class StepRunner {
   virtual std::vector<size_t> stage_peak_bytes() const { return {}; }
   virtual void reset_stage_peak_bytes() {}
   // --precision fp16: the loss scaler's state (the same on every replica), for the log,
-  // the metrics and checkpoints; nullopt for a runner without one.
-  virtual std::optional<GradScalerState> loss_scale() const { return std::nullopt; }
-  // Sets every replica's scaler to `state` (a resumed checkpoint's). Fails on a runner
-  // without one.
+  // the metrics and checkpoints; nullopt for a runner without one. loss_scaler()'s.
+  std::optional<GradScalerState> loss_scale() const;
+  // Sets every replica's scaler to `state` (a resumed checkpoint's): loss_scaler()'s, by
+  // default. Fails on a runner without one.
   virtual void set_loss_scale(const GradScalerState& state);
+
+ protected:
+  // The runner's loss scaler (--precision fp16's, train/step/loss_scaling.h; its replica
+  // 0's where each replica has one), null without one.
+  virtual GradScaler* loss_scaler() const { return nullptr; }
 
  private:
   int64_t step_number_ = 0;  // 0: not set
@@ -203,8 +208,6 @@ class SingleDeviceRunner : public StepRunner {
   void set_rates(double lr, double momentum) override;
   void sync_replicas() override {}
   std::string describe() const override;
-  std::optional<GradScalerState> loss_scale() const override;
-  void set_loss_scale(const GradScalerState& state) override;
   // True while steps of the recorded size replay a graph.
   bool replaying() const { return graph_ != nullptr; }
   Device device() const { return model_->device(); }
@@ -242,6 +245,7 @@ class SingleDeviceRunner : public StepRunner {
   FaultInjector faults_;
   GuardOptions guards_;
   std::unique_ptr<GradScaler> scaler_;  // --precision fp16's loss scaler; null otherwise
+  GradScaler* loss_scaler() const override { return scaler_.get(); }
   bool guarded_ = false;      // faults, --skip-nonfinite or the scaler: guarded_step, never a graph
   std::unique_ptr<Backend::Captured> graph_;  // declared first: destroyed after its buffers
   Tensor static_x_, static_y_, static_loss_;  // the graph's fixed input and output buffers
