@@ -107,6 +107,14 @@ void run_backward(const Tensor& root, const Tensor& seed_in) {
     seed = Tensor::full(root.shape(), 1.0, root.dtype(), root.device());
   }
   DPCORE_CHECK(seed.shape() == root.shape(), "backward: seed ", seed.str(), " does not match ", root.str());
+  if (seed.dtype() != root.dtype() && (is_half_precision(seed.dtype()) || is_half_precision(root.dtype()))) {
+    // As PyTorch's engine does with every gradient: converted to the dtype of the tensor it
+    // is the gradient of, so a node's backward sees its output's dtype (a float32 seed of a
+    // bfloat16 output is rounded to bfloat16 first; Backend::cast says which pairs convert).
+    Tensor converted = Tensor::empty(root.shape(), root.dtype(), root.device());
+    backend_for(root.device()).cast(seed, converted);
+    seed = converted;
+  }
   std::shared_ptr<Node> start = edge_to(root).node;
   trace::Span pass("backward", [&] { return trace::Label{"backward", {{"from", shape_str(root.shape())}}}; });
 

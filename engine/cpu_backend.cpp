@@ -105,7 +105,8 @@ void check_same_dtype(const char* op, const Tensor& first, std::initializer_list
 }
 
 // dispatch_float and the 16-bit types: the matrix products (linear, batched_matmul, conv2d),
-// attention and the ops with native 16-bit kernels (add, relu).
+// attention and the ops with native 16-bit kernels (add, relu, max pooling, batch norm's
+// passes).
 template <class F>
 void dispatch_float_or_half(const char* op, const Tensor& t, F&& f) {
   switch (t.dtype()) {
@@ -114,6 +115,12 @@ void dispatch_float_or_half(const char* op, const Tensor& t, F&& f) {
     default: dispatch_float(op, t, f);
   }
 }
+
+// The type a norm's statistics and parameters have beside activations of type X: float32
+// beside 16-bit ones (PyTorch's mixed-type norms), X itself otherwise.
+template <class X>
+using statistics_t = std::conditional_t<std::is_same_v<X, kernels::BFloat16> || std::is_same_v<X, kernels::Float16>,
+                                        float, X>;
 
 template <class T>
 T* ptr(const Tensor& t) {
@@ -192,14 +199,17 @@ class CpuBackend : public Backend {
     });
   }
 
+  // 16-bit natively: the maximum is exact, the backward's sums float32 (kernels/cpu/max_pool2d.cpp).
   void max_pool2d_forward(const kernels::Pool2dShape& s, const Tensor& x, Tensor& y, Tensor& argmax) override {
-    dispatch_float("max_pool2d", x, [&](auto t) {
+    check_same_dtype("max_pool2d", x, {&y});
+    dispatch_float_or_half("max_pool2d", x, [&](auto t) {
       using T = decltype(t);
       k::max_pool2d_forward<T>(s, ptr<T>(x), ptr<T>(y), argmax.data<int32_t>());
     });
   }
   void max_pool2d_backward(const kernels::Pool2dShape& s, const Tensor& dy, const Tensor& argmax, Tensor& dx) override {
-    dispatch_float("max_pool2d backward", dy, [&](auto t) {
+    check_same_dtype("max_pool2d backward", dy, {&dx});
+    dispatch_float_or_half("max_pool2d backward", dy, [&](auto t) {
       using T = decltype(t);
       k::max_pool2d_backward<T>(s, ptr<T>(dy), argmax.data<int32_t>(), ptr<T>(dx));
     });
@@ -214,10 +224,13 @@ class CpuBackend : public Backend {
     });
   }
 
+  // The steps over activations take 16-bit x, y, dy, dx beside float32 statistics (the op
+  // checks those), widened in registers (kernels/cpu/batch_norm2d.cpp).
   void batch_norm2d_stats(const kernels::BatchNorm2dShape& s, const Tensor& x, Tensor& mean, Tensor& var) override {
-    dispatch_float("batch_norm2d", x, [&](auto t) {
-      using T = decltype(t);
-      k::batch_norm2d_stats<T>(s, ptr<T>(x), ptr<T>(mean), ptr<T>(var));
+    dispatch_float_or_half("batch_norm2d", x, [&](auto t) {
+      using X = decltype(t);
+      using S = statistics_t<X>;
+      k::batch_norm2d_stats<X, S>(s, ptr<X>(x), ptr<S>(mean), ptr<S>(var));
     });
   }
   void batch_norm2d_combine_stats(const kernels::BatchNorm2dShape& s, int64_t replicas, const Tensor& gathered,
@@ -237,27 +250,34 @@ class CpuBackend : public Backend {
   }
   void batch_norm2d_apply(const kernels::BatchNorm2dShape& s, const Tensor& x, const Tensor& mean, const Tensor& invstd,
                           const Tensor* weight, const Tensor* bias, Tensor& y) override {
-    dispatch_float("batch_norm2d", x, [&](auto t) {
-      using T = decltype(t);
-      k::batch_norm2d_apply<T>(s, ptr<T>(x), ptr<T>(mean), ptr<T>(invstd), ptr<T>(weight), ptr<T>(bias), ptr<T>(y));
+    check_same_dtype("batch_norm2d", x, {&y});
+    dispatch_float_or_half("batch_norm2d", x, [&](auto t) {
+      using X = decltype(t);
+      using S = statistics_t<X>;
+      k::batch_norm2d_apply<X, S>(s, ptr<X>(x), ptr<S>(mean), ptr<S>(invstd), ptr<S>(weight), ptr<S>(bias),
+                                  ptr<X>(y));
     });
   }
   void batch_norm2d_backward_reduce(const kernels::BatchNorm2dShape& s, const Tensor& dy, const Tensor& x,
                                     const Tensor& mean, const Tensor& invstd, Tensor* sum_dy, Tensor* sum_dy_xhat,
                                     Tensor* dweight, Tensor* dbias, bool accumulate) override {
-    dispatch_float("batch_norm2d backward", dy, [&](auto t) {
-      using T = decltype(t);
-      k::batch_norm2d_backward_reduce<T>(s, ptr<T>(dy), ptr<T>(x), ptr<T>(mean), ptr<T>(invstd), ptr<T>(sum_dy),
-                                         ptr<T>(sum_dy_xhat), ptr<T>(dweight), ptr<T>(dbias), accumulate);
+    check_same_dtype("batch_norm2d backward", dy, {&x});
+    dispatch_float_or_half("batch_norm2d backward", dy, [&](auto t) {
+      using X = decltype(t);
+      using S = statistics_t<X>;
+      k::batch_norm2d_backward_reduce<X, S>(s, ptr<X>(dy), ptr<X>(x), ptr<S>(mean), ptr<S>(invstd), ptr<S>(sum_dy),
+                                            ptr<S>(sum_dy_xhat), ptr<S>(dweight), ptr<S>(dbias), accumulate);
     });
   }
   void batch_norm2d_backward_apply(const kernels::BatchNorm2dShape& s, const Tensor& dy, const Tensor& x,
                                    const Tensor& mean, const Tensor& invstd, const Tensor* weight, const Tensor* sum_dy,
                                    const Tensor* sum_dy_xhat, Tensor& dx) override {
-    dispatch_float("batch_norm2d backward", dy, [&](auto t) {
-      using T = decltype(t);
-      k::batch_norm2d_backward_apply<T>(s, ptr<T>(dy), ptr<T>(x), ptr<T>(mean), ptr<T>(invstd), ptr<T>(weight),
-                                        ptr<T>(sum_dy), ptr<T>(sum_dy_xhat), ptr<T>(dx));
+    check_same_dtype("batch_norm2d backward", dy, {&x, &dx});
+    dispatch_float_or_half("batch_norm2d backward", dy, [&](auto t) {
+      using X = decltype(t);
+      using S = statistics_t<X>;
+      k::batch_norm2d_backward_apply<X, S>(s, ptr<X>(dy), ptr<X>(x), ptr<S>(mean), ptr<S>(invstd), ptr<S>(weight),
+                                           ptr<S>(sum_dy), ptr<S>(sum_dy_xhat), ptr<X>(dx));
     });
   }
 

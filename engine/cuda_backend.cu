@@ -68,6 +68,22 @@ void check_same_half(const char* op, const Tensor& first, std::initializer_list<
     DPCORE_CHECK(t->dtype() == first.dtype(), op, ": ", t->str(), " is not of ", first.str(), "'s dtype");
 }
 
+// The kernels written once over their activations' type (batch norm's steps, max pooling):
+// `first` and `others` all float32 (checked as begin_op checks, float64 refused by name)
+// or all of one 16-bit dtype; runs f(X{}, stream), X the element type (float,
+// kernels::BFloat16 or kernels::Float16), on first's device's current stream.
+template <class F>
+void on_activations(const char* op, const Tensor& first, std::initializer_list<const Tensor*> others, F&& f) {
+  if (on_half(first, [&](auto h, cudaStream_t stream) {
+        check_same_half(op, first, others);
+        f(h, stream);
+      }))
+    return;
+  cudaStream_t stream = begin_op(op, {&first});
+  if (others.size() > 0) begin_op(op, others);
+  f(float{}, stream);
+}
+
 template <class H>
 H* half_ptr(const Tensor* t) {
   return t && t->defined() ? t->data<H>() : nullptr;
@@ -314,8 +330,10 @@ class CudaBackend : public Backend {
 
   // ---- the rest: hand kernels ----
   void max_pool2d_forward(const kernels::Pool2dShape& s, const Tensor& x, Tensor& y, Tensor& argmax) override {
-    cudaStream_t stream = begin_op("max_pool2d", {&x, &y});
-    k::max_pool2d_forward(s, f32(x), f32(y), argmax.data<int32_t>(), stream);
+    on_activations("max_pool2d", x, {&y}, [&](auto t, cudaStream_t stream) {
+      using X = decltype(t);
+      k::max_pool2d_forward(s, x.data<X>(), y.data<X>(), argmax.data<int32_t>(), stream);
+    });
   }
   void max_pool2d_relu_backward(const kernels::Pool2dShape& s, const Tensor& dy, const Tensor& argmax,
                                 const Tensor& relu_y, Tensor& dx) override {
@@ -324,13 +342,20 @@ class CudaBackend : public Backend {
   }
   void max_pool2d_backward(const kernels::Pool2dShape& s, const Tensor& dy, const Tensor& argmax,
                            Tensor& dx) override {
-    cudaStream_t stream = begin_op("max_pool2d backward", {&dy, &dx});
-    k::max_pool2d_backward(s, f32(dy), argmax.data<int32_t>(), f32(dx), stream);
+    on_activations("max_pool2d backward", dy, {&dx}, [&](auto t, cudaStream_t stream) {
+      using X = decltype(t);
+      k::max_pool2d_backward(s, dy.data<X>(), argmax.data<int32_t>(), dx.data<X>(), stream);
+    });
   }
 
+  // The steps over activations take them float32 or 16-bit (on_activations), beside float32
+  // statistics and parameters (begin_op checks those).
   void batch_norm2d_stats(const kernels::BatchNorm2dShape& s, const Tensor& x, Tensor& mean, Tensor& var) override {
-    cudaStream_t stream = begin_op("batch_norm2d", {&x, &mean, &var});
-    k::batch_norm2d_stats(s, f32(x), f32(mean), f32(var), stream);
+    begin_op("batch_norm2d", {&mean, &var});
+    on_activations("batch_norm2d", x, {}, [&](auto t, cudaStream_t stream) {
+      using X = decltype(t);
+      k::batch_norm2d_stats(s, x.data<X>(), f32(mean), f32(var), stream);
+    });
   }
   void batch_norm2d_combine_stats(const kernels::BatchNorm2dShape& s, int64_t replicas, const Tensor& gathered,
                                   Tensor& mean, Tensor& var) override {
@@ -345,22 +370,31 @@ class CudaBackend : public Backend {
   }
   void batch_norm2d_apply(const kernels::BatchNorm2dShape& s, const Tensor& x, const Tensor& mean, const Tensor& invstd,
                           const Tensor* weight, const Tensor* bias, Tensor& y) override {
-    cudaStream_t stream = begin_op("batch_norm2d", {&x, &mean, &invstd, weight, bias, &y});
-    k::batch_norm2d_apply(s, f32(x), f32(mean), f32(invstd), f32(weight), f32(bias), f32(y), stream);
+    begin_op("batch_norm2d", {&mean, &invstd, weight, bias});
+    on_activations("batch_norm2d", x, {&y}, [&](auto t, cudaStream_t stream) {
+      using X = decltype(t);
+      k::batch_norm2d_apply(s, x.data<X>(), f32(mean), f32(invstd), f32(weight), f32(bias), y.data<X>(), stream);
+    });
   }
   void batch_norm2d_backward_reduce(const kernels::BatchNorm2dShape& s, const Tensor& dy, const Tensor& x,
                                     const Tensor& mean, const Tensor& invstd, Tensor* sum_dy, Tensor* sum_dy_xhat,
                                     Tensor* dweight, Tensor* dbias, bool accumulate) override {
-    cudaStream_t stream = begin_op("batch_norm2d backward", {&dy, &x, &mean, &invstd, sum_dy, sum_dy_xhat, dweight, dbias});
-    k::batch_norm2d_backward_reduce(s, f32(dy), f32(x), f32(mean), f32(invstd), f32(sum_dy), f32(sum_dy_xhat),
-                                    f32(dweight), f32(dbias), accumulate, stream);
+    begin_op("batch_norm2d backward", {&mean, &invstd, sum_dy, sum_dy_xhat, dweight, dbias});
+    on_activations("batch_norm2d backward", dy, {&x}, [&](auto t, cudaStream_t stream) {
+      using X = decltype(t);
+      k::batch_norm2d_backward_reduce(s, dy.data<X>(), x.data<X>(), f32(mean), f32(invstd), f32(sum_dy),
+                                      f32(sum_dy_xhat), f32(dweight), f32(dbias), accumulate, stream);
+    });
   }
   void batch_norm2d_backward_apply(const kernels::BatchNorm2dShape& s, const Tensor& dy, const Tensor& x,
                                    const Tensor& mean, const Tensor& invstd, const Tensor* weight, const Tensor* sum_dy,
                                    const Tensor* sum_dy_xhat, Tensor& dx) override {
-    cudaStream_t stream = begin_op("batch_norm2d backward", {&dy, &x, &mean, &invstd, weight, sum_dy, sum_dy_xhat, &dx});
-    k::batch_norm2d_backward_apply(s, f32(dy), f32(x), f32(mean), f32(invstd), f32(weight), f32(sum_dy),
-                                   f32(sum_dy_xhat), f32(dx), stream);
+    begin_op("batch_norm2d backward", {&mean, &invstd, weight, sum_dy, sum_dy_xhat});
+    on_activations("batch_norm2d backward", dy, {&x, &dx}, [&](auto t, cudaStream_t stream) {
+      using X = decltype(t);
+      k::batch_norm2d_backward_apply(s, dy.data<X>(), x.data<X>(), f32(mean), f32(invstd), f32(weight), f32(sum_dy),
+                                     f32(sum_dy_xhat), dx.data<X>(), stream);
+    });
   }
 
   void relu_forward(const Tensor& x, Tensor& y) override {

@@ -4,26 +4,16 @@
 // batch norm combines the replicas' statistics after the first forward step and their sums
 // after the first backward step. A 16-bit input (what a 16-bit convolution hands on under
 // autocast) is normalised in float32, its statistics, weight, bias and running statistics
-// float32, and the output rounded once to the input's dtype (engine/ops/float32_compute.h),
-// as PyTorch's batch norm takes a bfloat16 input beside float32 parameters; the backward
-// keeps the 16-bit input. The statistics and the backward's sums read the whole widened
-// input; the passes that apply them run in blocks of images, their outputs rounded block by
-// block.
+// float32, and the output rounded once to the input's dtype, as PyTorch's batch norm takes
+// a bfloat16 input beside float32 parameters; the backward keeps the 16-bit input. The
+// backends' kernels take the 16-bit tensors themselves and widen each value as they read
+// it (kernels/cpu/batch_norm2d.cpp), so no float32 copy of an activation is made.
 #include "engine/ops/float32_compute.h"
 #include "engine/ops/op_support.h"
 
 namespace dpcore::ops {
 
 using kernels::BatchNorm2dShape;
-
-namespace {
-// A block's images (engine/ops/float32_compute.h), normalised with the statistics of all.
-BatchNorm2dShape images(BatchNorm2dShape s, const Block& b) {
-  s.group_count = s.stats_count();
-  s.N = b.end - b.begin;
-  return s;
-}
-}  // namespace
 
 struct BatchNorm2dBackward : Node {
   BatchNorm2dShape s;   // s.group_count: values per channel over the group (synchronised)
@@ -42,7 +32,6 @@ struct BatchNorm2dBackward : Node {
     // also the gradients of bias and weight.
     // Synchronised, dx needs the group's sums: both in one buffer, summed in one collective.
     // (Every replica joins it, whatever gradients it wants, or the others would wait.)
-    const Tensor dyc = in_compute_dtype(dy), xc = in_compute_dtype(x);
     Tensor sums, sum_dy, sum_dy_xhat;
     if ((want_dx || group) && training) {
       sums = empty_computed({2 * s.C}, dy);
@@ -50,7 +39,7 @@ struct BatchNorm2dBackward : Node {
     }
     if (want_params || sum_dy.defined()) {
       WeightGrads g = want_params ? weight_grads(*this, weight, s.C) : WeightGrads{};
-      b.batch_norm2d_backward_reduce(s, dyc, xc, mean, invstd, optional(sum_dy), optional(sum_dy_xhat), optional(g.dw),
+      b.batch_norm2d_backward_reduce(s, dy, x, mean, invstd, optional(sum_dy), optional(sum_dy_xhat), optional(g.dw),
                                      optional(g.db), g.accumulate);
       if (want_params) return_weight_grads(*this, g, grads);
     }
@@ -58,10 +47,8 @@ struct BatchNorm2dBackward : Node {
     if (group && sums.defined()) group->all_sum(sums);
     if (want_dx) {
       grads[0] = empty_like(x);
-      in_float32_blocks({dyc, xc}, {grads[0]}, [&](Block& block) {
-        b.batch_norm2d_backward_apply(images(s, block), block.in[0], block.in[1], mean, invstd, optional(weight),
-                                      optional(sum_dy), optional(sum_dy_xhat), block.out[0]);
-      });
+      b.batch_norm2d_backward_apply(s, dy, x, mean, invstd, optional(weight), optional(sum_dy), optional(sum_dy_xhat),
+                                    grads[0]);
     }
     return grads;
   }
@@ -112,12 +99,13 @@ void group_statistics(BatchNorm2dShape& s, const Tensor& x, BatchNormGroup& grou
   DPCORE_CHECK(group_count > 1, "batch_norm2d: expected more than 1 value per channel over the group when training, got ",
                group_count);
   Backend& b = backend(x);
-  Tensor local = Tensor::empty({3 * s.C}, x.dtype(), x.device());
+  const DType statistics = compute_dtype(x.dtype());
+  Tensor local = Tensor::empty({3 * s.C}, statistics, x.device());
   Tensor local_count = local.narrow0(0, s.C), local_mean = local.narrow0(s.C, 2 * s.C),
          local_var = local.narrow0(2 * s.C, 3 * s.C);
   b.fill(local_count, double(s.count()));
   b.batch_norm2d_stats(s, x, local_mean, local_var);
-  Tensor gathered = Tensor::empty({group.size() * 3 * s.C}, x.dtype(), x.device());
+  Tensor gathered = Tensor::empty({group.size() * 3 * s.C}, statistics, x.device());
   group.all_gather(local, gathered);
   b.batch_norm2d_combine_stats(s, group.size(), gathered, mean, var);
   s.group_count = group_count;
@@ -129,12 +117,11 @@ Tensor batch_norm2d(const Tensor& x, const Tensor& weight, const Tensor& bias, T
                     Tensor& running_var, bool training, double momentum, double eps, BatchNormGroup* group) {
   BatchNorm2dShape s = batch_norm2d_shape(x, weight, bias, running_mean, running_var, training, eps, group);
   Backend& b = backend(x);
-  const Tensor xc = in_compute_dtype(x);
   Tensor mean = empty_computed({s.C}, x), invstd = empty_computed({s.C}, x);
   if (training) {
     Tensor var = empty_computed({s.C}, x);
-    if (group) group_statistics(s, xc, *group, mean, var);
-    else b.batch_norm2d_stats(s, xc, mean, var);
+    if (group) group_statistics(s, x, *group, mean, var);
+    else b.batch_norm2d_stats(s, x, mean, var);
     b.batch_norm2d_finalize(s, mean, var, eps, momentum, invstd, running_mean.defined() ? &running_mean : nullptr,
                             running_var.defined() ? &running_var : nullptr);
   } else {
@@ -143,10 +130,7 @@ Tensor batch_norm2d(const Tensor& x, const Tensor& weight, const Tensor& bias, T
     b.batch_norm2d_finalize(s, mean, running_var, eps, 0.0, invstd, nullptr, nullptr);
   }
   Tensor y = empty_like(x);
-  in_float32_blocks({xc}, {y}, [&](Block& block) {
-    b.batch_norm2d_apply(images(s, block), block.in[0], mean, invstd, weight.defined() ? &weight : nullptr,
-                         bias.defined() ? &bias : nullptr, block.out[0]);
-  });
+  b.batch_norm2d_apply(s, x, mean, invstd, weight.defined() ? &weight : nullptr, bias.defined() ? &bias : nullptr, y);
   auto node = std::make_shared<BatchNorm2dBackward>();
   node->s = s, node->x = x.detach(), node->mean = mean, node->invstd = invstd, node->training = training;
   node->group = training ? group : nullptr;

@@ -1,6 +1,8 @@
 // max_pool2d, keeping each window's argmax so that backward is a deterministic gather. A
-// 16-bit input gives a 16-bit output through the float32 kernels
-// (engine/ops/float32_compute.h); max and the gather are exact in any dtype.
+// 16-bit input gives a 16-bit output, which the backends' kernels compute on the 16-bit
+// tensors themselves: the maximum is exact in any dtype, the backward sums overlapping
+// windows in float32 and rounds each sum once, as the float32 kernel on the widened
+// gradient would.
 #include "engine/ops/max_pool2d.h"
 
 namespace dpcore::ops {
@@ -12,9 +14,7 @@ struct MaxPool2dBackward : Node {
   const char* name() const override { return "MaxPool2dBackward"; }
   std::vector<Tensor> apply(const Tensor& dy) override {
     Tensor dx = Tensor::empty(x_shape, dy.dtype(), dy.device());
-    in_float32_blocks({dy}, {dx}, [&](Block& b) {  // blocks of images
-      backend(dy).max_pool2d_backward(images(s, b), b.in[0], argmax.narrow0(b.begin, b.end), b.out[0]);
-    });
+    backend(dy).max_pool2d_backward(s, dy, argmax, dx);
     return {dx};
   }
 };
@@ -51,10 +51,7 @@ Tensor max_pool2d(const Tensor& x, const Pool2dOptions& opt) {
   Pool2dShape s = pool2d_shape("max_pool2d", x, opt);
   Tensor y = Tensor::empty({s.N, s.C, s.P, s.Q}, x.dtype(), x.device());
   Tensor argmax = Tensor::empty({s.N, s.C, s.P, s.Q}, DType::Int32, x.device());
-  in_float32_blocks({x}, {y}, [&](Block& b) {  // blocks of images
-    Tensor chosen = argmax.narrow0(b.begin, b.end);
-    backend(x).max_pool2d_forward(images(s, b), b.in[0], b.out[0], chosen);
-  });
+  backend(x).max_pool2d_forward(s, x, y, argmax);
   auto node = std::make_shared<MaxPool2dBackward>();
   node->s = s, node->argmax = argmax, node->x_shape = x.shape();
   return record(node, y, {x});

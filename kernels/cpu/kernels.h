@@ -44,7 +44,8 @@ template <class T> void linear_backward_weight(const LinearShape& s, const T* x,
 // ---- max_pool2d: argmax[i] is the flat index (h * W + w) inside the input plane of the
 // element chosen for output i. Row-major scan, strictly-greater replaces (NaN wins), so
 // ties go to the first element, as in PyTorch. Backward scatters dy through argmax in a
-// fixed order (overlapping windows accumulate). ----
+// fixed order (overlapping windows accumulate). Also on BFloat16 and Float16: the values
+// compared widened, the gradients summed in float32 and each rounded once. ----
 template <class T> void max_pool2d_forward(const Pool2dShape& s, const T* x, T* y, int32_t* argmax);
 template <class T> void max_pool2d_backward(const Pool2dShape& s, const T* dy, const int32_t* argmax, T* dx);
 // The gradient of max_pool2d(relu(.)) given relu's output relu_y (the pool's input): bit for
@@ -78,19 +79,25 @@ template <class T> void max_pool2d_relu_backward(const Pool2dShape& s, const T* 
 //             (under a synchronised batch norm with the group's sums);
 //             eval (sum_dy and sum_dy_xhat null: the statistics were constants),
 //             dx = weight * invstd * dy. ----
-template <class T> void batch_norm2d_stats(const BatchNorm2dShape& s, const T* x, T* mean, T* var);
+// The steps that read or write activations (x, y, dy, dx: type X) also take them in 16 bits,
+// X = BFloat16 or Float16 beside float32 statistics and parameters (S = float), as autocast
+// hands a 16-bit convolution's output to a batch norm: each value is widened in registers
+// and every output computed exactly as the float32 kernel computes it from the widened
+// values, a 16-bit one rounded once (the bits of widening x, the float32 kernel, and
+// rounding y, without the float32 copies). Otherwise X = S = float or double.
+template <class X, class S = X> void batch_norm2d_stats(const BatchNorm2dShape& s, const X* x, S* mean, S* var);
 template <class T> void batch_norm2d_combine_stats(const BatchNorm2dShape& s, int64_t replicas, const T* gathered,
                                                    T* mean, T* var);
 template <class T> void batch_norm2d_finalize(const BatchNorm2dShape& s, const T* mean, const T* var, double eps,
                                               double momentum, T* invstd, T* running_mean, T* running_var);
-template <class T> void batch_norm2d_apply(const BatchNorm2dShape& s, const T* x, const T* mean, const T* invstd,
-                                           const T* weight, const T* bias, T* y);
-template <class T> void batch_norm2d_backward_reduce(const BatchNorm2dShape& s, const T* dy, const T* x, const T* mean,
-                                                     const T* invstd, T* sum_dy, T* sum_dy_xhat, T* dweight, T* dbias,
-                                                     bool accumulate);
-template <class T> void batch_norm2d_backward_apply(const BatchNorm2dShape& s, const T* dy, const T* x, const T* mean,
-                                                    const T* invstd, const T* weight, const T* sum_dy,
-                                                    const T* sum_dy_xhat, T* dx);
+template <class X, class S = X> void batch_norm2d_apply(const BatchNorm2dShape& s, const X* x, const S* mean,
+                                                        const S* invstd, const S* weight, const S* bias, X* y);
+template <class X, class S = X> void batch_norm2d_backward_reduce(const BatchNorm2dShape& s, const X* dy, const X* x,
+                                                                  const S* mean, const S* invstd, S* sum_dy,
+                                                                  S* sum_dy_xhat, S* dweight, S* dbias, bool accumulate);
+template <class X, class S = X> void batch_norm2d_backward_apply(const BatchNorm2dShape& s, const X* dy, const X* x,
+                                                                 const S* mean, const S* invstd, const S* weight,
+                                                                 const S* sum_dy, const S* sum_dy_xhat, X* dx);
 
 // ---- relu: backward masks with the forward OUTPUT (y > 0), so x need not be kept ----
 template <class T> void relu_forward(int64_t n, const T* x, T* y);

@@ -1,13 +1,22 @@
 // max_pool2d with PyTorch's CPU semantics, one input plane (n, c) per loop iteration.
+//
+// 16-bit planes (X = BFloat16 or Float16) run the same bodies on values widened as they
+// are read (stored_values.h): the maximum is one of them, so the output is exact, and the
+// backward adds the gradients of overlapping windows in float32 in a buffer of the
+// thread's and rounds each sum once. The 2x2 planes are widened first, a plane at a time.
 #include <algorithm>
 #include <climits>
 #include <cmath>
 #include <limits>
+#include <type_traits>
+#include <vector>
 
 #include "kernels/error.h"
+#include "kernels/cpu/half/gemm_half.h"
 #include "kernels/cpu/kernels.h"
 #include "kernels/cpu/parallel.h"
 #include "kernels/cpu/relu.h"
+#include "kernels/cpu/stored_values.h"
 
 namespace dpcore::kernels::cpu {
 
@@ -17,8 +26,9 @@ static void check_pool_shape(const Pool2dShape& s) {
   DPCORE_CHECK(s.H * s.W <= INT32_MAX, "max_pool2d: input plane ", s.H, "x", s.W, " is too large for int32 argmax");
 }
 
-template <class T>
-static void pool_plane(const Pool2dShape& s, const T* x, T* y, int32_t* argmax) {
+template <class X>
+static void pool_plane(const Pool2dShape& s, const X* x, X* y, int32_t* argmax) {
+  using T = computed_t<X>;
   for (int64_t p = 0; p < s.P; ++p) {
     const int64_t h_begin = std::max<int64_t>(p * s.stride_h - s.pad_h, 0);
     const int64_t h_end = std::min(p * s.stride_h - s.pad_h + s.kernel_h, s.H);
@@ -31,13 +41,13 @@ static void pool_plane(const Pool2dShape& s, const T* x, T* y, int32_t* argmax) 
       int64_t best_index = h_begin * s.W + w_begin;
       for (int64_t h = h_begin; h < h_end; ++h)
         for (int64_t w = w_begin; w < w_end; ++w) {
-          const T v = x[h * s.W + w];
+          const T v = value(x[h * s.W + w]);
           if (v > best || std::isnan(v)) {
             best = v;
             best_index = h * s.W + w;
           }
         }
-      y[p * s.Q + q] = best;
+      y[p * s.Q + q] = stored<X>(best);
       argmax[p * s.Q + q] = int32_t(best_index);
     }
   }
@@ -100,6 +110,24 @@ static void pool_plane_2x2(const Pool2dShape& s, const T* x, T* y, int32_t* argm
   }
 }
 
+// A 16-bit plane: widened into a float32 plane of the thread's, pooled by the float loop,
+// the maxima rounded back, exactly. (The scan on 16-bit values widened one by one does not
+// vectorise, not even built for AVX-512: it ran ten times slower than this.)
+template <class H>
+static void pool_half_plane_2x2(const Pool2dShape& s, const H* x, H* y, int32_t* argmax) {
+  thread_local std::vector<float> x32, y32;
+  x32.resize(size_t(s.H * s.W)), y32.resize(size_t(s.P * s.Q));
+  cast_on_this_thread(s.H * s.W, x, x32.data());
+  pool_plane_2x2(s, static_cast<const float*>(x32.data()), y32.data(), argmax);
+  cast_on_this_thread(s.P * s.Q, static_cast<const float*>(y32.data()), y);
+}
+static void pool_plane_2x2(const Pool2dShape& s, const BFloat16* x, BFloat16* y, int32_t* argmax) {
+  pool_half_plane_2x2(s, x, y, argmax);
+}
+static void pool_plane_2x2(const Pool2dShape& s, const Float16* x, Float16* y, int32_t* argmax) {
+  pool_half_plane_2x2(s, x, y, argmax);
+}
+
 static bool is_2x2_stride_2(const Pool2dShape& s) {
   return s.kernel_h == 2 && s.kernel_w == 2 && s.stride_h == 2 && s.stride_w == 2 && s.pad_h == 0 && s.pad_w == 0 &&
          2 * s.P <= s.H && 2 * s.Q <= s.W;
@@ -118,11 +146,19 @@ void max_pool2d_forward(const Pool2dShape& s, const T* x, T* y, int32_t* argmax)
 }
 
 // dx of one plane: zeros, then dy scattered through argmax in output order, so that
-// overlapping windows add up in a fixed order.
-template <class T>
-static void scatter_plane(int64_t in_plane, int64_t out_plane, const T* dy, const int32_t* argmax, T* dx) {
-  std::fill(dx, dx + in_plane, T(0));
-  for (int64_t j = 0; j < out_plane; ++j) dx[argmax[j]] += dy[j];
+// overlapping windows add up in a fixed order. 16-bit: the sums in a float32 buffer of the
+// thread's, each rounded once into dx.
+template <class X>
+static void scatter_plane(int64_t in_plane, int64_t out_plane, const X* dy, const int32_t* argmax, X* dx) {
+  if constexpr (std::is_same_v<X, computed_t<X>>) {
+    std::fill(dx, dx + in_plane, X(0));
+    for (int64_t j = 0; j < out_plane; ++j) dx[argmax[j]] += dy[j];
+  } else {
+    thread_local std::vector<float> sums;
+    sums.assign(size_t(in_plane), 0.f);
+    for (int64_t j = 0; j < out_plane; ++j) sums[size_t(argmax[j])] += value(dy[j]);
+    cast_on_this_thread(in_plane, static_cast<const float*>(sums.data()), dx);
+  }
 }
 
 template <class T>
@@ -152,8 +188,12 @@ void max_pool2d_relu_backward(const Pool2dShape& s, const T* dy, const int32_t* 
 
 template void max_pool2d_forward<float>(const Pool2dShape&, const float*, float*, int32_t*);
 template void max_pool2d_forward<double>(const Pool2dShape&, const double*, double*, int32_t*);
+template void max_pool2d_forward<BFloat16>(const Pool2dShape&, const BFloat16*, BFloat16*, int32_t*);
+template void max_pool2d_forward<Float16>(const Pool2dShape&, const Float16*, Float16*, int32_t*);
 template void max_pool2d_backward<float>(const Pool2dShape&, const float*, const int32_t*, float*);
 template void max_pool2d_backward<double>(const Pool2dShape&, const double*, const int32_t*, double*);
+template void max_pool2d_backward<BFloat16>(const Pool2dShape&, const BFloat16*, const int32_t*, BFloat16*);
+template void max_pool2d_backward<Float16>(const Pool2dShape&, const Float16*, const int32_t*, Float16*);
 template void max_pool2d_relu_backward<float>(const Pool2dShape&, const float*, const int32_t*, const float*, float*);
 template void max_pool2d_relu_backward<double>(const Pool2dShape&, const double*, const int32_t*, const double*,
                                                double*);

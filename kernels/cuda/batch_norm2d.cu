@@ -1,4 +1,7 @@
-// batch_norm2d, float32, as on the CPU (kernels/cpu/kernels.h has the formulas).
+// batch_norm2d, float32, as on the CPU (kernels/cpu/kernels.h has the formulas). The
+// kernels over activations also take them in 16 bits (X = BFloat16 or Float16): to_float
+// widens each value as it is read and from_float rounds each output once, so the float
+// arithmetic between is the float32 kernel's, on the same widened values.
 //
 // The per-channel sums (statistics, backward reductions) take one block per channel: its
 // threads walk the channel's N*H*W values in a fixed pattern and block_sum adds their
@@ -7,6 +10,7 @@
 // so is the combination of the replicas' statistics, one thread per channel.
 #include <algorithm>
 
+#include "kernels/half_types.h"
 #include "kernels/cuda/block_reduce.cuh"
 #include "kernels/cuda_runtime/check.h"
 #include "kernels/cuda/kernels.h"
@@ -34,19 +38,20 @@ __device__ __forceinline__ int channel_at(ChannelDims d, int c, int t) {
 // against the spread). The first pass sums x - shift, shift being the channel's first
 // value, so that its float partial sums also stay at the scale of the spread and the mean
 // keeps the bits a large offset would otherwise round away.
-__global__ void batch_norm2d_stats_kernel(ChannelDims d, const float* x, float* mean, float* var) {
+template <class X>
+__global__ void batch_norm2d_stats_kernel(ChannelDims d, const X* x, float* mean, float* var) {
   __shared__ float channel_mean;
   for (int c = blockIdx.x; c < d.C; c += gridDim.x) {
-    const float shift = x[c * d.plane];
+    const float shift = to_float(x[c * d.plane]);
     float partial = 0.f;
-    for (int t = threadIdx.x; t < d.count; t += blockDim.x) partial += x[channel_at(d, c, t)] - shift;
+    for (int t = threadIdx.x; t < d.count; t += blockDim.x) partial += to_float(x[channel_at(d, c, t)]) - shift;
     const float total = block_sum(partial);
     if (threadIdx.x == 0) channel_mean = shift + total / float(d.count);
     __syncthreads();
     const float m = channel_mean;
     float squares = 0.f;
     for (int t = threadIdx.x; t < d.count; t += blockDim.x) {
-      const float deviation = x[channel_at(d, c, t)] - m;
+      const float deviation = to_float(x[channel_at(d, c, t)]) - m;
       squares += deviation * deviation;
     }
     // block_sum's barriers also order every thread's read of channel_mean above before
@@ -93,12 +98,13 @@ __global__ void batch_norm2d_finalize_kernel(int C, float count, const float* me
   }
 }
 
-__global__ void batch_norm2d_apply_kernel(int64_t total, ChannelDims d, const float* x, const float* mean,
-                                          const float* invstd, const float* weight, const float* bias, float* y) {
+template <class X>
+__global__ void batch_norm2d_apply_kernel(int64_t total, ChannelDims d, const X* x, const float* mean,
+                                          const float* invstd, const float* weight, const float* bias, X* y) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
     const int c = (int(i) / d.plane) % d.C;
     const float scale = invstd[c] * (weight ? weight[c] : 1.f);
-    y[i] = (x[i] - mean[c]) * scale + (bias ? bias[c] : 0.f);
+    y[i] = from_float<X>((to_float(x[i]) - mean[c]) * scale + (bias ? bias[c] : 0.f));
   }
 }
 
@@ -107,7 +113,8 @@ __global__ void batch_norm2d_apply_kernel(int64_t total, ChannelDims d, const fl
 // __fadd_rn, as in sgd.cu): accumulating is then exactly the previous gradient plus the
 // fresh one, which WeightAndBiasGradientsOverwriteOrAccumulate checks bit for bit, where a
 // multiply-add that nvcc may contract them into (-fmad=true, its default) rounds once.
-__global__ void batch_norm2d_backward_reduce_kernel(ChannelDims d, const float* dy, const float* x, const float* mean,
+template <class X>
+__global__ void batch_norm2d_backward_reduce_kernel(ChannelDims d, const X* dy, const X* x, const float* mean,
                                                     const float* invstd, float* sum_dy, float* sum_dy_xhat,
                                                     float* dweight, float* dbias, bool accumulate) {
   for (int c = blockIdx.x; c < d.C; c += gridDim.x) {
@@ -115,8 +122,9 @@ __global__ void batch_norm2d_backward_reduce_kernel(ChannelDims d, const float* 
     float dy_partial = 0.f, centred_partial = 0.f;
     for (int t = threadIdx.x; t < d.count; t += blockDim.x) {
       const int at = channel_at(d, c, t);
-      dy_partial += dy[at];
-      centred_partial += dy[at] * (x[at] - m);
+      const float g = to_float(dy[at]);
+      dy_partial += g;
+      centred_partial += g * (to_float(x[at]) - m);
     }
     const float total = block_sum(dy_partial);
     const float total_xhat = __fmul_rn(block_sum(centred_partial), invstd[c]);
@@ -130,20 +138,21 @@ __global__ void batch_norm2d_backward_reduce_kernel(ChannelDims d, const float* 
 
 // Training: dx = k * (dy - sum_dy / n - (x - mean) * invstd * sum_dy_xhat / n), k = weight * invstd,
 // n = count = the shape's stats_count(). Eval (no sums): dx = k * dy.
-__global__ void batch_norm2d_backward_apply_kernel(int64_t total, ChannelDims d, float count, const float* dy,
-                                                   const float* x, const float* mean, const float* invstd,
+template <class X>
+__global__ void batch_norm2d_backward_apply_kernel(int64_t total, ChannelDims d, float count, const X* dy,
+                                                   const X* x, const float* mean, const float* invstd,
                                                    const float* weight, const float* sum_dy, const float* sum_dy_xhat,
-                                                   float* dx) {
+                                                   X* dx) {
   const float inv_count = 1.f / count;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
     const int c = (int(i) / d.plane) % d.C;
     const float k = invstd[c] * (weight ? weight[c] : 1.f);
     if (!sum_dy) {
-      dx[i] = k * dy[i];
+      dx[i] = from_float<X>(k * to_float(dy[i]));
       continue;
     }
     const float dy_mean = sum_dy[c] * inv_count, centred_coef = invstd[c] * sum_dy_xhat[c] * inv_count;
-    dx[i] = k * (dy[i] - dy_mean - (x[i] - mean[c]) * centred_coef);
+    dx[i] = from_float<X>(k * (to_float(dy[i]) - dy_mean - (to_float(x[i]) - mean[c]) * centred_coef));
   }
 }
 
@@ -158,10 +167,11 @@ unsigned channel_blocks(int64_t C) { return unsigned(std::min<int64_t>(C, 65535)
 
 }  // namespace
 
-void batch_norm2d_stats(const BatchNorm2dShape& s, const float* x, float* mean, float* var, cudaStream_t stream) {
+template <class X>
+void batch_norm2d_stats(const BatchNorm2dShape& s, const X* x, float* mean, float* var, cudaStream_t stream) {
   const ChannelDims d = channel_dims("batch_norm2d", s);
   if (s.C == 0) return;
-  launch("batch_norm2d_stats_kernel", batch_norm2d_stats_kernel, channel_blocks(s.C), kThreads, stream, d, x, mean,
+  launch("batch_norm2d_stats_kernel", batch_norm2d_stats_kernel<X>, channel_blocks(s.C), kThreads, stream, d, x, mean,
          var);
 }
 
@@ -184,33 +194,50 @@ void batch_norm2d_finalize(const BatchNorm2dShape& s, const float* mean, const f
          running_var);
 }
 
-void batch_norm2d_apply(const BatchNorm2dShape& s, const float* x, const float* mean, const float* invstd,
-                        const float* weight, const float* bias, float* y, cudaStream_t stream) {
+template <class X>
+void batch_norm2d_apply(const BatchNorm2dShape& s, const X* x, const float* mean, const float* invstd,
+                        const float* weight, const float* bias, X* y, cudaStream_t stream) {
   const ChannelDims d = channel_dims("batch_norm2d", s);
   const int64_t total = s.x_size();
   if (total == 0) return;
-  launch("batch_norm2d_apply_kernel", batch_norm2d_apply_kernel, blocks_for(total, kElementwiseThreads),
+  launch("batch_norm2d_apply_kernel", batch_norm2d_apply_kernel<X>, blocks_for(total, kElementwiseThreads),
          kElementwiseThreads, stream, total, d, x, mean, invstd, weight, bias, y);
 }
 
-void batch_norm2d_backward_reduce(const BatchNorm2dShape& s, const float* dy, const float* x, const float* mean,
+template <class X>
+void batch_norm2d_backward_reduce(const BatchNorm2dShape& s, const X* dy, const X* x, const float* mean,
                                   const float* invstd, float* sum_dy, float* sum_dy_xhat, float* dweight, float* dbias,
                                   bool accumulate, cudaStream_t stream) {
   const ChannelDims d = channel_dims("batch_norm2d backward", s);
   if (s.C == 0) return;
-  launch("batch_norm2d_backward_reduce_kernel", batch_norm2d_backward_reduce_kernel, channel_blocks(s.C), kThreads,
+  launch("batch_norm2d_backward_reduce_kernel", batch_norm2d_backward_reduce_kernel<X>, channel_blocks(s.C), kThreads,
          stream, d, dy, x, mean, invstd, sum_dy, sum_dy_xhat, dweight, dbias, accumulate);
 }
 
-void batch_norm2d_backward_apply(const BatchNorm2dShape& s, const float* dy, const float* x, const float* mean,
+template <class X>
+void batch_norm2d_backward_apply(const BatchNorm2dShape& s, const X* dy, const X* x, const float* mean,
                                  const float* invstd, const float* weight, const float* sum_dy,
-                                 const float* sum_dy_xhat, float* dx, cudaStream_t stream) {
+                                 const float* sum_dy_xhat, X* dx, cudaStream_t stream) {
   const ChannelDims d = channel_dims("batch_norm2d backward", s);
   const int64_t total = s.x_size();
   if (total == 0) return;
-  launch("batch_norm2d_backward_apply_kernel", batch_norm2d_backward_apply_kernel,
+  launch("batch_norm2d_backward_apply_kernel", batch_norm2d_backward_apply_kernel<X>,
          blocks_for(total, kElementwiseThreads), kElementwiseThreads, stream, total, d, float(s.stats_count()), dy, x,
          mean, invstd, weight, sum_dy, sum_dy_xhat, dx);
 }
+
+#define DPCORE_INSTANTIATE(X)                                                                                        \
+  template void batch_norm2d_stats<X>(const BatchNorm2dShape&, const X*, float*, float*, cudaStream_t);             \
+  template void batch_norm2d_apply<X>(const BatchNorm2dShape&, const X*, const float*, const float*, const float*,  \
+                                      const float*, X*, cudaStream_t);                                              \
+  template void batch_norm2d_backward_reduce<X>(const BatchNorm2dShape&, const X*, const X*, const float*,          \
+                                                const float*, float*, float*, float*, float*, bool, cudaStream_t);  \
+  template void batch_norm2d_backward_apply<X>(const BatchNorm2dShape&, const X*, const X*, const float*,           \
+                                               const float*, const float*, const float*, const float*, X*,          \
+                                               cudaStream_t);
+DPCORE_INSTANTIATE(float)
+DPCORE_INSTANTIATE(BFloat16)
+DPCORE_INSTANTIATE(Float16)
+#undef DPCORE_INSTANTIATE
 
 }  // namespace dpcore::kernels::cuda

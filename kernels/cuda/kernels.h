@@ -70,10 +70,13 @@ void channel_sum(int64_t outer, int64_t channels, int64_t inner, const float* x,
 
 // ---- max_pool2d: argmax is the int32 index h * W + w inside the input plane, as on the
 // CPU (row-major scan, strictly greater replaces, NaN wins). Backward is a gather: each
-// input element sums, in output order, the dy of the windows whose argmax it is. ----
-void max_pool2d_forward(const Pool2dShape& s, const float* x, float* y, int32_t* argmax, cudaStream_t stream);
-void max_pool2d_backward(const Pool2dShape& s, const float* dy, const int32_t* argmax, float* dx,
-                         cudaStream_t stream);
+// input element sums, in output order, the dy of the windows whose argmax it is. X is
+// float, BFloat16 or Float16 (compared widened; the gather sums in float32, each dx
+// rounded once). ----
+template <class X>
+void max_pool2d_forward(const Pool2dShape& s, const X* x, X* y, int32_t* argmax, cudaStream_t stream);
+template <class X>
+void max_pool2d_backward(const Pool2dShape& s, const X* dy, const int32_t* argmax, X* dx, cudaStream_t stream);
 // The pool's backward fused with the backward of the relu before it: dx = gather * (relu_y > 0),
 // where relu_y is the relu's output (the pool's input).
 void max_pool2d_relu_backward(const Pool2dShape& s, const float* dy, const int32_t* argmax, const float* relu_y,
@@ -83,20 +86,27 @@ void max_pool2d_relu_backward(const Pool2dShape& s, const float* dy, const int32
 // per-channel sums take one block per channel, fixed-order tree sums; the mean is summed
 // shifted by the channel's first value and the variance centred, so float does not cancel
 // it. combine_stats takes one thread per channel, in double over the replicas in rank
-// order; finalize and backward_apply take n = s.stats_count(). ----
-void batch_norm2d_stats(const BatchNorm2dShape& s, const float* x, float* mean, float* var, cudaStream_t stream);
+// order; finalize and backward_apply take n = s.stats_count(). The steps over activations
+// take x, y, dy and dx as X = float, BFloat16 or Float16 (the statistics and parameters
+// float): a 16-bit value is widened in registers and each 16-bit output rounded once, the
+// bits of the float32 kernel on the widened tensors. ----
+template <class X>
+void batch_norm2d_stats(const BatchNorm2dShape& s, const X* x, float* mean, float* var, cudaStream_t stream);
 void batch_norm2d_combine_stats(const BatchNorm2dShape& s, int64_t replicas, const float* gathered, float* mean,
                                 float* var, cudaStream_t stream);
 void batch_norm2d_finalize(const BatchNorm2dShape& s, const float* mean, const float* var, float eps, float momentum,
                            float* invstd, float* running_mean, float* running_var, cudaStream_t stream);
-void batch_norm2d_apply(const BatchNorm2dShape& s, const float* x, const float* mean, const float* invstd,
-                        const float* weight, const float* bias, float* y, cudaStream_t stream);
-void batch_norm2d_backward_reduce(const BatchNorm2dShape& s, const float* dy, const float* x, const float* mean,
+template <class X>
+void batch_norm2d_apply(const BatchNorm2dShape& s, const X* x, const float* mean, const float* invstd,
+                        const float* weight, const float* bias, X* y, cudaStream_t stream);
+template <class X>
+void batch_norm2d_backward_reduce(const BatchNorm2dShape& s, const X* dy, const X* x, const float* mean,
                                   const float* invstd, float* sum_dy, float* sum_dy_xhat, float* dweight, float* dbias,
                                   bool accumulate, cudaStream_t stream);
-void batch_norm2d_backward_apply(const BatchNorm2dShape& s, const float* dy, const float* x, const float* mean,
+template <class X>
+void batch_norm2d_backward_apply(const BatchNorm2dShape& s, const X* dy, const X* x, const float* mean,
                                  const float* invstd, const float* weight, const float* sum_dy,
-                                 const float* sum_dy_xhat, float* dx, cudaStream_t stream);
+                                 const float* sum_dy_xhat, X* dx, cudaStream_t stream);
 
 // ---- relu (backward masks with the forward output, as on the CPU) ----
 void relu_forward(int64_t n, const float* x, float* y, cudaStream_t stream);

@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/memory_account.h"
 #include "engine/ops.h"
 #include "tests/support/error_of.h"
 #include "tests/support/half_values.h"
@@ -48,6 +49,29 @@ struct HalfOpCase {
   bool tanh_backward = false;      // the backward reads the rounded output (the analysis above)
 };
 
+// A synchronised batch norm's group of one replica: its statistics and sums are its own,
+// through the group's path (the allgathered statistics combined, the sums summed).
+class GroupOfOne : public ops::BatchNormGroup {
+ public:
+  explicit GroupOfOne(int64_t rows) : rows_(rows) {}
+  int size() const override { return 1; }
+  int64_t rows() const override { return rows_; }
+  void all_gather(const Tensor& in, Tensor& out) override { out.copy_(in); }
+  void all_sum(Tensor&) override {}
+
+ private:
+  int64_t rows_;
+};
+
+// batch_norm2d on t[0] (weight t[1] and bias t[2] when given) with fresh running statistics.
+Tensor batch_norm(const std::vector<Tensor>& t, bool training, ops::BatchNormGroup* group = nullptr) {
+  const int64_t C = t[0].size(1);
+  Tensor mean = Tensor::full({C}, 0.25, DType::Float32, t[0].device()),
+         var = Tensor::full({C}, 1.5, DType::Float32, t[0].device());
+  return t.size() == 3 ? ops::batch_norm2d(t[0], t[1], t[2], mean, var, training, 0.1, 1e-5, group)
+                       : ops::batch_norm2d(t[0], Tensor(), Tensor(), mean, var, training, 0.1, 1e-5, group);
+}
+
 std::vector<HalfOpCase> cases() {
   const std::vector<bool> one = {true};
   const ops::Pool2dOptions pool;  // 2x2, stride 2
@@ -66,10 +90,14 @@ std::vector<HalfOpCase> cases() {
       {"transpose", {{2, 3, 4, 5}}, one, [](const auto& t) { return ops::transpose(t[0], 1, 2); }},
       {"reshape", {{2, 3, 4}}, one, [](const auto& t) { return ops::reshape(t[0], {6, 4}); }},
       {"batch_norm2d", {{3, 4, 5, 5}, {4}, {4}}, {true, false, false},
+       [](const auto& t) { return batch_norm(t, true); }},
+      {"batch_norm2d without affine", {{3, 4, 5, 5}}, one, [](const auto& t) { return batch_norm(t, true); }},
+      {"batch_norm2d in eval mode", {{3, 4, 5, 5}, {4}, {4}}, {true, false, false},
+       [](const auto& t) { return batch_norm(t, false); }},
+      {"batch_norm2d synchronised", {{3, 4, 5, 5}, {4}, {4}}, {true, false, false},
        [](const auto& t) {
-         Tensor mean = Tensor::zeros({4}, DType::Float32, t[0].device()),
-                var = Tensor::full({4}, 1.0, DType::Float32, t[0].device());
-         return ops::batch_norm2d(t[0], t[1], t[2], mean, var, true, 0.1, 1e-5);
+         static GroupOfOne group(3);  // the backward uses it too
+         return batch_norm(t, true, &group);
        }},
       {"layer_norm", {{3, 5, 24}, {24}, {24}}, {true, false, false},
        [](const auto& t) { return ops::layer_norm(t[0], t[1], t[2]); }},
@@ -95,12 +123,10 @@ std::vector<HalfOpCase> cases_in_blocks() {
       {"relu in blocks", {{3, 90001}}, one, [](const auto& t) { return ops::relu(t[0]); }},
       {"dropout in blocks", {{70, 4001}}, one, [](const auto& t) { return ops::dropout(t[0], {0.3, true, 5, 2, 8}); }},
       {"max_pool2d in blocks", {{37, 2, 64, 60}}, one, [](const auto& t) { return ops::max_pool2d(t[0], {}); }},
-      {"batch_norm2d in blocks", {{40, 4, 40, 41}, {4}, {4}}, {true, false, false},
-       [](const auto& t) {
-         Tensor mean = Tensor::zeros({4}, DType::Float32, t[0].device()),
-                var = Tensor::full({4}, 1.0, DType::Float32, t[0].device());
-         return ops::batch_norm2d(t[0], t[1], t[2], mean, var, true, 0.1, 1e-5);
-       }},
+      // (Batch norm takes 16-bit tensors natively, in one call: here on more than one
+      // thread and planes with a vector tail.)
+      {"batch_norm2d on threads", {{40, 4, 40, 41}, {4}, {4}}, {true, false, false},
+       [](const auto& t) { return batch_norm(t, true); }},
   };
 }
 
@@ -174,6 +200,77 @@ TEST(HalfActivations, EachOpIsTheFloat32OpRoundedOnce) {
 
 TEST(HalfActivations, TheConversionPathsBlocksMeetAtTheirSeams) {
   expect_the_float32_op_rounded_once(cases_in_blocks(), {Device::cpu()});
+}
+
+// The ops with 16-bit kernels of their own (batch norm, max pooling) read and write the
+// 16-bit tensors themselves: a training forward allocates its output and what it saves for
+// the backward (per-channel statistics, the argmax), a backward the input's gradient (and
+// the leaf's .grad cloned from it), and neither a float32 copy of an activation (the
+// conversion path widened the input and the gradient, 4 bytes an element each).
+TEST(HalfActivations, NativeOpsMakeNoFloat32CopyOfTheActivations) {
+  const Shape shape = {8, 16, 12, 12};
+  const int64_t n = shape_numel(shape), C = shape[1];
+  struct NativeCase {
+    std::string name;
+    std::function<Tensor(const Tensor& x, const Tensor& weight, const Tensor& bias)> op;
+    size_t forward_bytes;  // besides the 16-bit output
+  };
+  const std::vector<NativeCase> native = {
+      {"batch_norm2d", [](const Tensor& x, const Tensor& w, const Tensor& b) { return batch_norm({x, w, b}, true); },
+       size_t(8 * 4 * C)},  // a few float32 [C] tensors
+      {"max_pool2d", [](const Tensor& x, const Tensor&, const Tensor&) { return ops::max_pool2d(x, {}); },
+       size_t(n / 4 * 4)},  // the int32 argmax of each output
+  };
+  for (Device device : testing::cpu_and_first_cuda_device()) {
+    for (DType half : {DType::BFloat16, DType::Float16}) {
+      for (const NativeCase& c : native) {
+        SCOPED_TRACE(c.name + " on " + device.str() + " in " + dtype_name(half));
+        Tensor x =
+            ops::to(Tensor::from_vector(testing::random_vector<float>(size_t(n), 3, -2, 2), shape).to(device), half);
+        x.set_requires_grad(true);
+        Tensor weight = Tensor::full({C}, 1.5, DType::Float32, device), bias = Tensor::zeros({C}, DType::Float32, device);
+        weight.set_requires_grad(true), bias.set_requires_grad(true);
+        Tensor y;
+        auto forward = std::make_shared<MemoryAccount>(), backward = std::make_shared<MemoryAccount>();
+        {
+          MemoryAccount::Scope scope(forward);
+          y = c.op(x, weight, bias);
+        }
+        const Tensor seed =
+            ops::to(Tensor::from_vector(testing::random_vector<float>(size_t(y.numel()), 4), y.shape()), half).to(device);
+        {
+          MemoryAccount::Scope scope(backward);
+          y.backward(seed);
+        }
+        const size_t input_16bit = size_t(n) * 2, slack = 8 * 4 * size_t(C);
+        EXPECT_LE(forward->peak_bytes(), size_t(y.numel()) * 2 + c.forward_bytes) << "the output and what it saves";
+        EXPECT_LE(backward->peak_bytes(), 2 * input_16bit + slack) << "the input's gradient and its clone";
+        EXPECT_EQ(x.grad().dtype(), half);
+      }
+    }
+  }
+}
+
+// backward() given a seed of another dtype than its 16-bit root converts it to the root's
+// dtype first, as PyTorch's engine converts every gradient to its tensor's dtype: the
+// same gradients as the seed rounded by hand (the ops' 16-bit kernels take no float32
+// gradient of a 16-bit output).
+TEST(HalfActivations, ASeedIsConvertedToItsRootsDtypeAsInPyTorch) {
+  for (Device device : testing::cpu_and_first_cuda_device()) {
+    for (DType half : {DType::BFloat16, DType::Float16}) {
+      SCOPED_TRACE(device.str() + " in " + dtype_name(half));
+      const std::vector<float> values = testing::random_vector<float>(2 * 3 * 4 * 4, 5, -2, 2);
+      const Tensor seed32 = Tensor::from_vector(testing::random_vector<float>(2 * 3 * 2 * 2, 6), {2, 3, 2, 2}).to(device);
+      std::vector<std::vector<float>> grads;
+      for (const Tensor& seed : {seed32, ops::to(seed32, half)}) {
+        Tensor x = ops::to(Tensor::from_vector(values, {2, 3, 4, 4}).to(device), half);
+        x.set_requires_grad(true);
+        ops::max_pool2d(ops::relu(x), {}).backward(seed);
+        grads.push_back(host_values(x.grad()));
+      }
+      EXPECT_EQ(grads[0], grads[1]);
+    }
+  }
 }
 
 TEST(HalfActivations, MixedDtypesAreRefusedOrPromotedAsInPyTorch) {

@@ -1,5 +1,5 @@
 // The backends the 16-bit kernel tests (tests/ops/half_gemm_test.cpp, half_conv2d_test.cpp,
-// half_attention_test.cpp) run each body
+// half_attention_test.cpp, half_norm_pool_test.cpp) run each body
 // against, as op_backends.h does for float32 and float64: one struct per implementation,
 // the same static functions in each.
 //
@@ -115,6 +115,38 @@ struct CpuHalf {
     std::vector<double> row_dot(size_t(s.rows()));
     kernels::cpu::attention_backward<H>(s, q, k, v, mask, o, lse, dout, row_dot.data(), dq, dk, dv);
   }
+  // batch_norm2d's passes over activations and max_pool2d, on 16-bit tensors or (X = float)
+  // on their widening: kernels/cpu/batch_norm2d.cpp and max_pool2d.cpp, whatever the path.
+  template <class X>
+  static void batch_norm2d_stats(const kernels::BatchNorm2dShape& s, const X* x, float* mean, float* var) {
+    kernels::cpu::batch_norm2d_stats<X, float>(s, x, mean, var);
+  }
+  template <class X>
+  static void batch_norm2d_apply(const kernels::BatchNorm2dShape& s, const X* x, const float* mean,
+                                 const float* invstd, const float* weight, const float* bias, X* y) {
+    kernels::cpu::batch_norm2d_apply<X, float>(s, x, mean, invstd, weight, bias, y);
+  }
+  template <class X>
+  static void batch_norm2d_backward_reduce(const kernels::BatchNorm2dShape& s, const X* dy, const X* x,
+                                           const float* mean, const float* invstd, float* sum_dy, float* sum_dy_xhat,
+                                           float* dweight, float* dbias, bool accumulate) {
+    kernels::cpu::batch_norm2d_backward_reduce<X, float>(s, dy, x, mean, invstd, sum_dy, sum_dy_xhat, dweight, dbias,
+                                                         accumulate);
+  }
+  template <class X>
+  static void batch_norm2d_backward_apply(const kernels::BatchNorm2dShape& s, const X* dy, const X* x,
+                                          const float* mean, const float* invstd, const float* weight,
+                                          const float* sum_dy, const float* sum_dy_xhat, X* dx) {
+    kernels::cpu::batch_norm2d_backward_apply<X, float>(s, dy, x, mean, invstd, weight, sum_dy, sum_dy_xhat, dx);
+  }
+  template <class X>
+  static void max_pool2d_forward(const kernels::Pool2dShape& s, const X* x, X* y, int32_t* argmax) {
+    kernels::cpu::max_pool2d_forward<X>(s, x, y, argmax);
+  }
+  template <class X>
+  static void max_pool2d_backward(const kernels::Pool2dShape& s, const X* dy, const int32_t* argmax, X* dx) {
+    kernels::cpu::max_pool2d_backward<X>(s, dy, argmax, dx);
+  }
 
  private:
   template <class F>
@@ -171,6 +203,36 @@ struct CudaHalf {
                                  const H* o, const float* lse, const H* dout, H* dq, H* dk, H* dv) {
     DeviceArray<float> row_dot(size_t(s.rows()));
     kernels::cuda::attention_backward<H>(s, q, k, v, mask, o, lse, dout, row_dot.get(), dq, dk, dv, nullptr);
+  }
+  template <class X>
+  static void batch_norm2d_stats(const kernels::BatchNorm2dShape& s, const X* x, float* mean, float* var) {
+    kernels::cuda::batch_norm2d_stats<X>(s, x, mean, var, nullptr);
+  }
+  template <class X>
+  static void batch_norm2d_apply(const kernels::BatchNorm2dShape& s, const X* x, const float* mean,
+                                 const float* invstd, const float* weight, const float* bias, X* y) {
+    kernels::cuda::batch_norm2d_apply<X>(s, x, mean, invstd, weight, bias, y, nullptr);
+  }
+  template <class X>
+  static void batch_norm2d_backward_reduce(const kernels::BatchNorm2dShape& s, const X* dy, const X* x,
+                                           const float* mean, const float* invstd, float* sum_dy, float* sum_dy_xhat,
+                                           float* dweight, float* dbias, bool accumulate) {
+    kernels::cuda::batch_norm2d_backward_reduce<X>(s, dy, x, mean, invstd, sum_dy, sum_dy_xhat, dweight, dbias,
+                                                   accumulate, nullptr);
+  }
+  template <class X>
+  static void batch_norm2d_backward_apply(const kernels::BatchNorm2dShape& s, const X* dy, const X* x,
+                                          const float* mean, const float* invstd, const float* weight,
+                                          const float* sum_dy, const float* sum_dy_xhat, X* dx) {
+    kernels::cuda::batch_norm2d_backward_apply<X>(s, dy, x, mean, invstd, weight, sum_dy, sum_dy_xhat, dx, nullptr);
+  }
+  template <class X>
+  static void max_pool2d_forward(const kernels::Pool2dShape& s, const X* x, X* y, int32_t* argmax) {
+    kernels::cuda::max_pool2d_forward<X>(s, x, y, argmax, nullptr);
+  }
+  template <class X>
+  static void max_pool2d_backward(const kernels::Pool2dShape& s, const X* dy, const int32_t* argmax, X* dx) {
+    kernels::cuda::max_pool2d_backward<X>(s, dy, argmax, dx, nullptr);
   }
 };
 #endif

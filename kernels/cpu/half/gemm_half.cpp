@@ -141,21 +141,24 @@ void gemm_half(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, floa
 }
 
 template <class From, class To>
+void cast_on_this_thread(int64_t n, const From* x, To* y) {
+  if constexpr (std::is_same_v<From, float> && std::is_same_v<To, BFloat16>) {
+    narrow(n, x, y);
+  } else if constexpr (std::is_same_v<From, float>) {
+    for (int64_t i = 0; i < n; ++i) y[i] = from_float<To>(x[i]);
+  } else if constexpr (std::is_same_v<From, BFloat16>) {
+    widen(n, x, y);
+  } else {
+    // Not F16C's vcvtph2ps, which quiets a signalling NaN: a cast keeps every bit
+    // pattern as it is (kernels/half_types.h). The GEMM's widening may use F16C, where
+    // a NaN operand gives NaN results either way.
+    for (int64_t i = 0; i < n; ++i) y[i] = float16_to_float(x[i]);
+  }
+}
+
+template <class From, class To>
 void cast(int64_t n, const From* x, To* y) {
-  for_element_chunks(n, [&](int64_t begin, int64_t end) {
-    if constexpr (std::is_same_v<From, float> && std::is_same_v<To, BFloat16>) {
-      narrow(end - begin, x + begin, y + begin);
-    } else if constexpr (std::is_same_v<From, float>) {
-      for (int64_t i = begin; i < end; ++i) y[i] = from_float<To>(x[i]);
-    } else if constexpr (std::is_same_v<From, BFloat16>) {
-      widen(end - begin, x + begin, y + begin);
-    } else {
-      // Not F16C's vcvtph2ps, which quiets a signalling NaN: a cast keeps every bit
-      // pattern as it is (kernels/half_types.h). The GEMM's widening may use F16C, where
-      // a NaN operand gives NaN results either way.
-      for (int64_t i = begin; i < end; ++i) y[i] = float16_to_float(x[i]);
-    }
-  });
+  for_element_chunks(n, [&](int64_t begin, int64_t end) { cast_on_this_thread(end - begin, x + begin, y + begin); });
 }
 
 #define DPCORE_GEMM_HALF(In, Out)                                                                                 \
@@ -166,9 +169,13 @@ DPCORE_GEMM_HALF(BFloat16, BFloat16)
 DPCORE_GEMM_HALF(Float16, float)
 DPCORE_GEMM_HALF(Float16, Float16)
 #undef DPCORE_GEMM_HALF
-template void cast<float, BFloat16>(int64_t, const float*, BFloat16*);
-template void cast<float, Float16>(int64_t, const float*, Float16*);
-template void cast<BFloat16, float>(int64_t, const BFloat16*, float*);
-template void cast<Float16, float>(int64_t, const Float16*, float*);
+#define DPCORE_CAST(From, To)                                                    \
+  template void cast<From, To>(int64_t, const From*, To*);                       \
+  template void cast_on_this_thread<From, To>(int64_t, const From*, To*);
+DPCORE_CAST(float, BFloat16)
+DPCORE_CAST(float, Float16)
+DPCORE_CAST(BFloat16, float)
+DPCORE_CAST(Float16, float)
+#undef DPCORE_CAST
 
 }  // namespace dpcore::kernels::cpu

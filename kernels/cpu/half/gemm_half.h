@@ -55,6 +55,10 @@ void gemm_bf16_avx512(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t 
 // shared out over the threads: the low-precision copy of the master weights is one call.
 template <class From, class To>
 void cast(int64_t n, const From* x, To* y);
+// cast's conversions on the calling thread alone (vectorised, the same bits), for kernels
+// that share out their own work and convert a piece at a time.
+template <class From, class To>
+void cast_on_this_thread(int64_t n, const From* x, To* y);
 
 // y[i] = a[i] + b[i] for H = BFloat16 or Float16: each sum formed in float32 and rounded
 // once to nearest even (y may alias a or b). The reduction step of a 16-bit allreduce
