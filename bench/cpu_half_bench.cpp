@@ -4,7 +4,8 @@
 // path 0: float32 in and out through OpenBLAS (gemm_parallel), the reference;
 // path 1: bfloat16 in and out, the convert path (widen, OpenBLAS sgemm, round);
 // path 2: bfloat16 in and out, the AVX512-BF16 kernel (skipped where the CPU lacks it);
-// path 3: float16 in and out, the convert path (F16C widening).
+// path 3: float16 in and out, the convert path (F16C widening);
+// path 4: bfloat16 in and out, the AMX kernel (skipped where the CPU or kernel lacks it).
 // GFLOP/s count 2 M N K per product whatever the path.
 #include <benchmark/benchmark.h>
 
@@ -50,6 +51,10 @@ void BM_GemmHalf(benchmark::State& state) {
     state.SkipWithError("this CPU has no AVX512-BF16");
     return;
   }
+  if (path == 4 && !cpu::cpu_has_amx_bf16()) {
+    state.SkipWithError("this CPU (or its kernel) gives no AMX tiles");
+    return;
+  }
   const int64_t lda = s.trans_a ? s.M : s.K, ldb = s.trans_b ? s.K : s.N;
   const std::vector<float> a = dpcore::bench::random_floats(s.M * s.K), b = dpcore::bench::random_floats(s.K * s.N);
   std::vector<float> c(size_t(s.M * s.N));
@@ -60,6 +65,7 @@ void BM_GemmHalf(benchmark::State& state) {
   const cpu::HalfGemmPath before = cpu::half_gemm_path();
   if (path == 1) cpu::set_half_gemm_path(cpu::HalfGemmPath::Convert);
   if (path == 2) cpu::set_half_gemm_path(cpu::HalfGemmPath::Avx512Bf16);
+  if (path == 4) cpu::set_half_gemm_path(cpu::HalfGemmPath::AmxBf16);
   for (auto _ : state) {
     if (path == 0) {
       cpu::gemm_parallel(s.trans_a, s.trans_b, s.M, s.N, s.K, 1.f, a.data(), lda, b.data(), ldb, 0.f, c.data(), s.N);
@@ -82,7 +88,7 @@ void half_gemm_args(benchmark::internal::Benchmark* b) {
   b->ArgNames({"shape", "threads", "path"});
   for (int64_t shape = 0; shape < int64_t(std::size(kShapes)); ++shape)
     for (int64_t threads : {1, 2})
-      for (int64_t path : {0, 1, 2, 3}) b->Args({shape, threads, path});
+      for (int64_t path : {0, 1, 2, 3, 4}) b->Args({shape, threads, path});
   b->UseRealTime()->Unit(benchmark::kMillisecond);
 }
 BENCHMARK(BM_GemmHalf)->Apply(half_gemm_args);

@@ -138,15 +138,19 @@ class CpuBackend : public Backend {
   Allocator& allocator(int) override { return allocator_; }
   void copy_bytes(void* dst, Device, const void* src, Device, size_t bytes) override { std::memmove(dst, src, bytes); }
   void synchronize(int) override {}
-  // "bf16-gemm" = "avx512-bf16" | "convert" | "auto": which path bfloat16 matrix products
-  // take (kernels/cpu/half/gemm_half.h); auto: AVX512-BF16 where the CPU has it.
+  // "bf16-gemm" = "amx-bf16" | "avx512-bf16" | "convert" | "auto": which path bfloat16
+  // matrix products take (kernels/cpu/half/gemm_half.h); auto: the first of AMX and
+  // AVX512-BF16 the CPU has.
   void set_option(const std::string& name, const std::string& value) override {
     DPCORE_CHECK(name == "bf16-gemm", "the cpu backend has no option '", name, "' (it has bf16-gemm)");
     if (value == "convert") k::set_half_gemm_path(k::HalfGemmPath::Convert);
     else if (value == "avx512-bf16") k::set_half_gemm_path(k::HalfGemmPath::Avx512Bf16);
+    else if (value == "amx-bf16") k::set_half_gemm_path(k::HalfGemmPath::AmxBf16);
     else if (value == "auto")
-      k::set_half_gemm_path(k::cpu_has_avx512_bf16() ? k::HalfGemmPath::Avx512Bf16 : k::HalfGemmPath::Convert);
-    else fail("the cpu backend's bf16-gemm is avx512-bf16, convert or auto, not '", value, "'");
+      k::set_half_gemm_path(k::cpu_has_amx_bf16()      ? k::HalfGemmPath::AmxBf16
+                            : k::cpu_has_avx512_bf16() ? k::HalfGemmPath::Avx512Bf16
+                                                       : k::HalfGemmPath::Convert);
+    else fail("the cpu backend's bf16-gemm is amx-bf16, avx512-bf16, convert or auto, not '", value, "'");
   }
 
   void conv2d_forward(const kernels::Conv2dShape& s, const Tensor& x, const Tensor& w, const Tensor* bias,

@@ -65,8 +65,8 @@ sanitized_build build-asan address,undefined
 # Every kernel once: the tiled GEMMs planned for one SM (host_sm1.*: the large tiles wherever
 # the output allows, the small ones elsewhere, so both thread layouts are raced), the
 # other kernels, which do not depend on the SM count, from ops_test's CudaHost instances
-# (docs/testing.md; not its CPU ones: CpuFloat, CpuDouble and the 16-bit paths CpuConvert and
-# CpuAvx512Bf16, whose tests run OpenMP teams of 2 on purpose, which this stage cannot see); the host CUDA runtime's own tests, among them the
+# (docs/testing.md; not its CPU ones: CpuFloat, CpuDouble and the 16-bit paths CpuConvert,
+# CpuAvx512Bf16 and CpuAmxBf16, whose tests run OpenMP teams of 2 on purpose, which this stage cannot see); the host CUDA runtime's own tests, among them the
 # race between two streams no event orders, and its NCCL's (a collective that does not wait
 # for the stream that wrote its input). The CUDA backend's tests (label `cuda`: allocator,
 # graphs, backend, 4 replicas of the tiny job on every strategy and over NCCL, `dpcore
@@ -81,4 +81,4 @@ echo "== ThreadSanitizer: host-run CUDA kernels and runtime, the CUDA backend, t
 sanitized_build build-tsan thread host_exec_test host_runtime_test host_nccl_test host_graph_test host_tiled_ops_test \
   threaded_tests cuda_tests
 (cd build-tsan && OMP_NUM_THREADS=1 ctest --output-on-failure -j"$jobs" --timeout 900 -L 'host|threads|cuda' \
-  -E '/Cpu(Float|Double|Convert|Avx512Bf16)[.]|^Conv2dCpuPaths|^(Conv2d|Gemm|Linear)[A-Za-z]*[.].*/CudaHost|GpuTraining|GpuEquivalence|_n1000000_|RealDatasetFromDebianPackage|RealFashionMnistStatistics|OneDevicesStepIsTheSameBitsOnAnyThreadCount' "$@")
+  -E '/Cpu(Float|Double|Convert|Avx512Bf16|AmxBf16)[.]|^Conv2dCpuPaths|^(Conv2d|Gemm|Linear)[A-Za-z]*[.].*/CudaHost|GpuTraining|GpuEquivalence|_n1000000_|RealDatasetFromDebianPackage|RealFashionMnistStatistics|OneDevicesStepIsTheSameBitsOnAnyThreadCount' "$@")

@@ -144,8 +144,9 @@ TEST(HalfMatmul, TheCpuBackendsBf16GemmOptionPicksThePath) {
   cpu.set_option("bf16-gemm", "convert");
   EXPECT_EQ(kernels::cpu::half_gemm_path(), kernels::cpu::HalfGemmPath::Convert);
   cpu.set_option("bf16-gemm", "auto");
-  EXPECT_EQ(kernels::cpu::half_gemm_path(), kernels::cpu::cpu_has_avx512_bf16() ? kernels::cpu::HalfGemmPath::Avx512Bf16
-                                                                               : kernels::cpu::HalfGemmPath::Convert);
+  EXPECT_EQ(kernels::cpu::half_gemm_path(), kernels::cpu::cpu_has_amx_bf16()      ? kernels::cpu::HalfGemmPath::AmxBf16
+                                            : kernels::cpu::cpu_has_avx512_bf16() ? kernels::cpu::HalfGemmPath::Avx512Bf16
+                                                                                  : kernels::cpu::HalfGemmPath::Convert);
   if (kernels::cpu::cpu_has_avx512_bf16()) {
     cpu.set_option("bf16-gemm", "avx512-bf16");
     EXPECT_EQ(kernels::cpu::half_gemm_path(), kernels::cpu::HalfGemmPath::Avx512Bf16);
@@ -153,8 +154,15 @@ TEST(HalfMatmul, TheCpuBackendsBf16GemmOptionPicksThePath) {
     const std::string msg = testing::error_of([&] { cpu.set_option("bf16-gemm", "avx512-bf16"); });
     EXPECT_NE(msg.find("needs a CPU with AVX512-BF16"), std::string::npos) << msg;
   }
+  if (kernels::cpu::cpu_has_amx_bf16()) {
+    cpu.set_option("bf16-gemm", "amx-bf16");
+    EXPECT_EQ(kernels::cpu::half_gemm_path(), kernels::cpu::HalfGemmPath::AmxBf16);
+  } else {
+    const std::string msg = testing::error_of([&] { cpu.set_option("bf16-gemm", "amx-bf16"); });
+    EXPECT_NE(msg.find("needs a CPU with AMX tiles"), std::string::npos) << msg;
+  }
   std::string msg = testing::error_of([&] { cpu.set_option("bf16-gemm", "fast"); });
-  EXPECT_NE(msg.find("bf16-gemm is avx512-bf16, convert or auto, not 'fast'"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("bf16-gemm is amx-bf16, avx512-bf16, convert or auto, not 'fast'"), std::string::npos) << msg;
   msg = testing::error_of([&] { cpu.set_option("tf32", "on"); });
   EXPECT_NE(msg.find("the cpu backend has no option 'tf32' (it has bf16-gemm)"), std::string::npos) << msg;
   kernels::cpu::set_half_gemm_path(before);

@@ -86,6 +86,7 @@ TEST(KernelThreadReuse, SixteenBitLinearLayers) {
   const cpu::HalfGemmPath chosen = cpu::half_gemm_path();
   std::vector<cpu::HalfGemmPath> paths = {cpu::HalfGemmPath::Convert};
   if (cpu::cpu_has_avx512_bf16()) paths.push_back(cpu::HalfGemmPath::Avx512Bf16);
+  if (cpu::cpu_has_amx_bf16()) paths.push_back(cpu::HalfGemmPath::AmxBf16);
   for (cpu::HalfGemmPath path : paths) {
     cpu::set_half_gemm_path(path);
     expect_no_thread_started(std::string("bfloat16 linear forward, ") + cpu::half_gemm_path_name(path),

@@ -32,11 +32,14 @@ struct Case {
 };
 // Tile edges on every side (1, 7, 13, 17, 33, 70, 129, 130 against the CPU's 8 x 32 and
 // the CUDA kernel's 16-wide fragments and 64-wide blocks), odd K (a half-filled pair for
-// vdpbf16ps), padded rows, batches, alpha and beta; K = 300 and 1000 for the bound's K.
+// vdpbf16ps), padded rows, batches, alpha and beta; K = 300 and 1000 for the bound's K;
+// one product past the CPU kernels' 2^20 M N K at which they share out tiles over threads
+// (AMX's 32 x 32 blocks and 32-value chunks of k met one over).
 const Case kCases[] = {
     {"one", 1, 1, 1, 0, 1, 1.f, 0.f},          {"odd_small", 7, 13, 5, 0, 1, 1.f, 0.f},
     {"padded_alpha", 33, 70, 300, 3, 1, 0.5f, 0.f}, {"beta_partial_tiles", 130, 129, 17, 1, 1, 1.f, 1.f},
     {"batch", 20, 36, 64, 2, 3, 1.f, 0.f},     {"long_k_beta", 40, 24, 1000, 0, 2, 1.f, 1.f},
+    {"on_threads", 97, 100, 129, 0, 1, 1.f, 0.f},
 };
 
 std::string describe(const Case& c, bool ta, bool tb, const char* in, const char* out, int threads) {

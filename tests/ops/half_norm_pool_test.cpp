@@ -183,14 +183,14 @@ TYPED_TEST(HalfNormPoolTest, Bfloat16BatchNormIsTheWidenedFloat32BatchNormRounde
   batch_norm_equals_the_widened_float32_run<TypeParam, BFloat16>();
 }
 TYPED_TEST(HalfNormPoolTest, Float16BatchNormIsTheWidenedFloat32BatchNormRoundedOnce) {
-  if (TypeParam::kBfloat16Only) GTEST_SKIP() << "float16 runs the same kernels on both CPU paths: tested as CpuConvert";
+  if (TypeParam::kBfloat16Only) GTEST_SKIP() << "float16 runs the same kernels on every CPU path: tested as CpuConvert";
   batch_norm_equals_the_widened_float32_run<TypeParam, Float16>();
 }
 TYPED_TEST(HalfNormPoolTest, Bfloat16MaxPoolIsTheWidenedFloat32MaxPoolRoundedOnce) {
   max_pool_equals_the_widened_float32_run<TypeParam, BFloat16>();
 }
 TYPED_TEST(HalfNormPoolTest, Float16MaxPoolIsTheWidenedFloat32MaxPoolRoundedOnce) {
-  if (TypeParam::kBfloat16Only) GTEST_SKIP() << "float16 runs the same kernels on both CPU paths: tested as CpuConvert";
+  if (TypeParam::kBfloat16Only) GTEST_SKIP() << "float16 runs the same kernels on every CPU path: tested as CpuConvert";
   max_pool_equals_the_widened_float32_run<TypeParam, Float16>();
 }
 

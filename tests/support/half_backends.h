@@ -6,6 +6,8 @@
 //   CpuConvertHalf     kernels/cpu/half, the Convert path (widen to float32, OpenBLAS)
 //   CpuAvx512Bf16Half  kernels/cpu/half, the vdpbf16ps kernel (bfloat16; skipped, saying
 //                      so, on a CPU without AVX512-BF16)
+//   CpuAmxBf16Half     kernels/cpu/half, the AMX tile kernel (bfloat16; skipped, saying so,
+//                      on a CPU or kernel without AMX)
 //   CudaHalf           kernels/cuda, the WMMA tensor-core kernel and the cast kernel
 #pragma once
 
@@ -69,12 +71,22 @@ struct CpuHalf {
   static constexpr bool kCuda = false;
   // The AVX512-BF16 kernel multiplies bfloat16 only: float16 and the casts take the same
   // code on both paths, tested under CpuConvert.
-  static constexpr bool kBfloat16Only = kPath == kernels::cpu::HalfGemmPath::Avx512Bf16;
-  static std::string name() { return kPath == kernels::cpu::HalfGemmPath::Convert ? "CpuConvert" : "CpuAvx512Bf16"; }
+  static constexpr bool kBfloat16Only = kPath != kernels::cpu::HalfGemmPath::Convert;
+  static std::string name() {
+    switch (kPath) {
+      case kernels::cpu::HalfGemmPath::Avx512Bf16: return "CpuAvx512Bf16";
+      case kernels::cpu::HalfGemmPath::AmxBf16: return "CpuAmxBf16";
+      case kernels::cpu::HalfGemmPath::Convert: break;
+    }
+    return "CpuConvert";
+  }
   // Why the backend cannot run here, or empty.
   static std::string missing() {
     if (kPath == kernels::cpu::HalfGemmPath::Avx512Bf16 && !kernels::cpu::cpu_has_avx512_bf16())
       return "this CPU has no AVX512-BF16 (vdpbf16ps): its bfloat16 products take the convert path, tested as CpuConvert";
+    if (kPath == kernels::cpu::HalfGemmPath::AmxBf16 && !kernels::cpu::cpu_has_amx_bf16())
+      return "this CPU (or its kernel) gives no AMX tiles with tdpbf16ps: its bfloat16 products take another path, "
+             "tested as CpuAvx512Bf16 or CpuConvert";
     return "";
   }
   static std::vector<int> thread_counts() { return kernel_thread_counts(); }
@@ -159,6 +171,7 @@ struct CpuHalf {
 };
 using CpuConvertHalf = CpuHalf<kernels::cpu::HalfGemmPath::Convert>;
 using CpuAvx512Bf16Half = CpuHalf<kernels::cpu::HalfGemmPath::Avx512Bf16>;
+using CpuAmxBf16Half = CpuHalf<kernels::cpu::HalfGemmPath::AmxBf16>;
 
 #ifdef DPCORE_HAVE_CUDA
 struct CudaHalf {
@@ -240,9 +253,9 @@ struct CudaHalf {
 #if defined(DPCORE_HOST_OPS_TEST)
 using HalfBackends = ::testing::Types<CudaHalf>;
 #elif defined(DPCORE_HAVE_CUDA)
-using HalfBackends = ::testing::Types<CpuConvertHalf, CpuAvx512Bf16Half, CudaHalf>;
+using HalfBackends = ::testing::Types<CpuConvertHalf, CpuAvx512Bf16Half, CpuAmxBf16Half, CudaHalf>;
 #else
-using HalfBackends = ::testing::Types<CpuConvertHalf, CpuAvx512Bf16Half>;
+using HalfBackends = ::testing::Types<CpuConvertHalf, CpuAvx512Bf16Half, CpuAmxBf16Half>;
 #endif
 
 // Skips a backend that cannot run on this machine, saying why (no GPU, no AVX512-BF16).

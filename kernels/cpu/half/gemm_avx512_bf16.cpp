@@ -1,4 +1,5 @@
-// bfloat16 GEMM on AVX512-BF16: C[M,N] = alpha * op(A) op(B) + beta * C, float32 out.
+// bfloat16 GEMM on AVX512-BF16, and on AMX tiles where the CPU has them (the second half of
+// the file, which shares B's packing and the store): C[M,N] = alpha * op(A) op(B) + beta * C.
 //
 // vdpbf16ps (_mm512_dpbf16_ps) takes 16 float32 lanes and two vectors of 32 bfloat16, and
 // adds to lane i the two products a[2i] b[2i] and a[2i+1] b[2i+1]: exact products (8 + 8
@@ -19,8 +20,11 @@
 // The micro-kernel keeps kRows x 32 float32 sums in 2 * kRows zmm registers (16 for
 // kRows = 8, plus two of B and one broadcast: 19 of the 32), and walks all of K: each
 // element of C is one fixed sequence of additions, whichever thread computes it.
+#include <cpuid.h>
 #include <immintrin.h>
 #include <omp.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
@@ -116,12 +120,13 @@ DPCORE_AVX512_BF16 void transpose_16x16(__m512i rows[16]) {
 }
 #pragma GCC diagnostic pop
 
-// B packed: out[(pnl * pairs + p) * kPanel + c] holds op(B)[2p, col] and [2p + 1, col] for
-// col = pnl * kPanel + c, zeros past the matrix. trans_b false: rows 2p and 2p + 1 of B
+// B packed: out[(pnl * stride + p) * kPanel + c] holds op(B)[2p, col] and [2p + 1, col]
+// for col = pnl * kPanel + c, zeros past the matrix and for pairs p from (K + 1) / 2 to
+// `stride` (AMX's tiles take 16 pairs at a time). trans_b false: rows 2p and 2p + 1 of B
 // are 32 contiguous values each, interleaved in registers (masked loads past column N);
 // trans_b true: a column of op(B) is a row of storage, its pairs already adjacent.
 DPCORE_AVX512_BF16 void pack_b(bool trans, int64_t N, int64_t K, const BFloat16* B, int64_t ldb, int64_t panels,
-                               uint32_t* out) {
+                               int64_t stride, uint32_t* out) {
   const int64_t pairs = (K + 1) / 2, full = K / 2;
   if (!trans) {
     // unpacklo/hi interleave within 128-bit lanes: lo holds columns 8j..8j+3 of lane j, hi
@@ -137,10 +142,11 @@ DPCORE_AVX512_BF16 void pack_b(bool trans, int64_t N, int64_t K, const BFloat16*
         const __m512i hi_row = 2 * p + 1 < K ? _mm512_maskz_loadu_epi16(mask, B + (2 * p + 1) * ldb + col)
                                              : _mm512_setzero_si512();
         const __m512i lo = _mm512_unpacklo_epi16(lo_row, hi_row), hi = _mm512_unpackhi_epi16(lo_row, hi_row);
-        uint32_t* dst = out + (pnl * pairs + p) * kPanel;
+        uint32_t* dst = out + (pnl * stride + p) * kPanel;
         _mm512_storeu_si512(dst, _mm512_permutex2var_epi64(lo, first, hi));
         _mm512_storeu_si512(dst + 16, _mm512_permutex2var_epi64(lo, second, hi));
       }
+      std::fill(out + (pnl * stride + pairs) * kPanel, out + (pnl + 1) * stride * kPanel, 0u);
     }
     return;
   }
@@ -151,7 +157,7 @@ DPCORE_AVX512_BF16 void pack_b(bool trans, int64_t N, int64_t K, const BFloat16*
 #pragma omp for schedule(static)
   for (int64_t group = 0; group < panels * 2; ++group) {
     const int64_t c0 = group * 16;  // the group's first column; its panel and place in it:
-    uint32_t* dst = out + (c0 / kPanel) * pairs * kPanel + c0 % kPanel;
+    uint32_t* dst = out + (c0 / kPanel) * stride * kPanel + c0 % kPanel;
     __m512i rows[16];
     for (int64_t p0 = 0; p0 < tiled; p0 += 16) {
       for (int64_t i = 0; i < 16; ++i)
@@ -163,6 +169,7 @@ DPCORE_AVX512_BF16 void pack_b(bool trans, int64_t N, int64_t K, const BFloat16*
       const BFloat16* src = B + (c0 + i) * ldb;
       for (int64_t p = tiled; p < pairs; ++p)
         dst[p * kPanel + i] = c0 + i >= N ? 0 : p < full ? word_at(src + 2 * p) : pair(src[K - 1].bits, 0);
+      for (int64_t p = pairs; p < stride; ++p) dst[p * kPanel + i] = 0;
     }
   }
 }
@@ -214,7 +221,145 @@ DPCORE_AVX512_BF16 void store_row(int64_t cols, float alpha, const float* s, flo
   }
 }
 
+// ---- AMX (Intel's Advanced Matrix Extensions, Sapphire Rapids on): eight tile registers of
+// up to 16 rows x 64 bytes, and tdpbf16ps, which adds to a 16 x 16 float32 tile the
+// products of a 16 x 32 bfloat16 tile of A and a 16-pair x 16 tile of B in the pair layout
+// above: vdpbf16ps's arithmetic (exact products, float32 sums, subnormals flushed), a
+// whole 16 x 16 x 32 block per instruction. The kernel keeps a 32 x 32 block of C in four
+// tiles, loads two tiles of A and two of B per 32 values of k, and walks all of K: as in
+// the vdpbf16ps kernel, each element of C is one fixed sequence of additions.
+
+constexpr int64_t kAmxRows = 32;   // rows of C per micro-kernel call (two tiles)
+constexpr int64_t kAmxPairs = 16;  // pairs of k per tile of A or B (32 values)
+
+#define DPCORE_AMX_BF16 __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw,avx512vl,avx512bf16")))
+
+// The 64-byte configuration ldtilecfg reads: palette 1, then the bytes per row and rows of
+// each tile register: all eight 16 x 64 bytes. A namespace-scope object: GCC 12 does not
+// count ldtilecfg as a read of the memory it is given, and dropped the stores that filled
+// in a local one.
+struct TileConfig {
+  uint8_t palette = 1, start_row = 0, reserved[14] = {};
+  uint16_t bytes_per_row[16] = {64, 64, 64, 64, 64, 64, 64, 64};
+  uint8_t rows[16] = {16, 16, 16, 16, 16, 16, 16, 16};
+};
+const TileConfig kTileConfig;
+
+// A packed for the tiles: out[((blk * chunks + c) * kAmxRows + r) * 16 + w] holds the pair
+// w of chunk c (k = 32c + 2w, + 1) of row blk * kAmxRows + r of op(A), zeros past the
+// matrix, so that each tile of A is 16 rows of 64 contiguous bytes. trans_a false: a row
+// of op(A) is a row of storage, copied a pair word at a time; trans_a true: rows 2p and
+// 2p + 1 of storage hold the block's rows side by side, read along them.
+DPCORE_AMX_BF16 void pack_a_tiles(bool trans, int64_t M, int64_t K, const BFloat16* A, int64_t lda, int64_t blocks,
+                                  int64_t chunks, uint32_t* out) {
+  const int64_t pairs = (K + 1) / 2, stride = chunks * kAmxPairs;
+  auto at = [&](int64_t blk, int64_t r, int64_t p) -> uint32_t& {
+    return out[((blk * chunks + p / kAmxPairs) * kAmxRows + r) * kAmxPairs + p % kAmxPairs];
+  };
+#pragma omp for schedule(static)
+  for (int64_t blk = 0; blk < blocks; ++blk) {
+    const int64_t rows = std::min(kAmxRows, M - blk * kAmxRows);
+    for (int64_t r = rows; r < kAmxRows; ++r)
+      for (int64_t p = 0; p < stride; ++p) at(blk, r, p) = 0;
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t p = pairs; p < stride; ++p) at(blk, r, p) = 0;
+    if (!trans) {
+      for (int64_t r = 0; r < rows; ++r) {
+        const BFloat16* src = A + (blk * kAmxRows + r) * lda;
+        for (int64_t p = 0; p < pairs; ++p) at(blk, r, p) = 2 * p + 1 < K ? word_at(src + 2 * p) : pair(src[K - 1].bits, 0);
+      }
+      continue;
+    }
+    for (int64_t p = 0; p < pairs; ++p) {
+      const BFloat16* lo = A + 2 * p * lda + blk * kAmxRows;
+      const BFloat16* hi = 2 * p + 1 < K ? lo + lda : nullptr;
+      for (int64_t r = 0; r < rows; ++r) at(blk, r, p) = pair(lo[r].bits, hi ? hi[r].bits : 0);
+    }
+  }
+}
+
+// sums[r][j] over rows r < 32, columns j < 32 of one block of A and one panel of B; tiles
+// 0-3 hold C, 4-5 A, 6-7 B (configured by the caller).
+DPCORE_AMX_BF16 void amx_micro_kernel(int64_t chunks, const uint32_t* a, const uint32_t* b, float* sums) {
+  _tile_zero(0);
+  _tile_zero(1);
+  _tile_zero(2);
+  _tile_zero(3);
+  constexpr int64_t a_tile = 16 * kAmxPairs, a_stride = kAmxPairs * 4, b_stride = kPanel * 4;
+  for (int64_t c = 0; c < chunks; ++c) {
+    const uint32_t* a_chunk = a + c * kAmxRows * kAmxPairs;
+    const uint32_t* b_chunk = b + c * kAmxPairs * kPanel;
+    _tile_loadd(4, a_chunk, a_stride);
+    _tile_loadd(5, a_chunk + a_tile, a_stride);
+    _tile_loadd(6, b_chunk, b_stride);
+    _tile_loadd(7, b_chunk + 16, b_stride);
+    _tile_dpbf16ps(0, 4, 6);
+    _tile_dpbf16ps(1, 4, 7);
+    _tile_dpbf16ps(2, 5, 6);
+    _tile_dpbf16ps(3, 5, 7);
+  }
+  constexpr int64_t c_stride = kPanel * 4;
+  _tile_stored(0, sums, c_stride);
+  _tile_stored(1, sums + 16, c_stride);
+  _tile_stored(2, sums + 16 * kPanel, c_stride);
+  _tile_stored(3, sums + 16 * kPanel + 16, c_stride);
+}
+
+DPCORE_AMX_BF16 void configure_tiles() { _tile_loadconfig(&kTileConfig); }
+DPCORE_AMX_BF16 void release_tiles() { _tile_release(); }
+
+// Linux hands out the tiles' register state only to a process that asks for it (the
+// kernel's arch_prctl ARCH_REQ_XCOMP_PERM for XTILEDATA, Linux 5.16 on); asked once.
+bool amx_permitted() {
+  static const bool permitted = [] {
+    constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+    return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+  }();
+  return permitted;
+}
+
 }  // namespace
+
+bool cpu_has_amx_bf16() {
+  __builtin_cpu_init();
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) return false;
+  const bool amx_bf16 = edx & (1u << 22), amx_tile = edx & (1u << 24);
+  return amx_bf16 && amx_tile && cpu_has_avx512_bf16() && amx_permitted();
+}
+
+template <class Out>
+void gemm_bf16_amx(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const BFloat16* A,
+                   int64_t lda, const BFloat16* B, int64_t ldb, float beta, Out* C, int64_t ldc) {
+  if (M == 0 || N == 0) return;
+  const int64_t pairs = (K + 1) / 2, chunks = (pairs + kAmxPairs - 1) / kAmxPairs, stride = chunks * kAmxPairs;
+  const int64_t blocks = (M + kAmxRows - 1) / kAmxRows, panels = (N + kPanel - 1) / kPanel;
+  uint32_t* a = packing_scratch(size_t(blocks * stride * kAmxRows), 0);
+  uint32_t* b = packing_scratch(size_t(panels * stride * kPanel), 1);
+  const int threads = omp_in_parallel() ? 1 : kernel_threads();
+  const bool parallel = threads > 1 && double(M) * N * K >= double(1 << 20);
+#pragma omp parallel num_threads(threads) if (parallel)
+  {
+    pack_a_tiles(trans_a, M, K, A, lda, blocks, chunks, a);
+    pack_b(trans_b, N, K, B, ldb, panels, stride, b);  // (its omp for's barrier: both packed before any tile)
+    configure_tiles();
+    float sums[kAmxRows * kPanel];
+#pragma omp for schedule(static)
+    for (int64_t tile = 0; tile < blocks * panels; ++tile) {
+      const int64_t pnl = tile / blocks, blk = tile % blocks;
+      amx_micro_kernel(chunks, a + blk * stride * kAmxRows, b + pnl * stride * kPanel, sums);
+      const int64_t rows = std::min(kAmxRows, M - blk * kAmxRows), cols = std::min(kPanel, N - pnl * kPanel);
+      for (int64_t r = 0; r < rows; ++r)
+        store_row(cols, alpha, sums + r * kPanel, beta, C + (blk * kAmxRows + r) * ldc + pnl * kPanel);
+    }
+    release_tiles();
+  }
+}
+
+template void gemm_bf16_amx<float>(bool, bool, int64_t, int64_t, int64_t, float, const BFloat16*, int64_t,
+                                   const BFloat16*, int64_t, float, float*, int64_t);
+template void gemm_bf16_amx<BFloat16>(bool, bool, int64_t, int64_t, int64_t, float, const BFloat16*, int64_t,
+                                      const BFloat16*, int64_t, float, BFloat16*, int64_t);
 
 bool cpu_has_avx512_bf16() {
   __builtin_cpu_init();
@@ -235,7 +380,7 @@ void gemm_bf16_avx512(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t 
 #pragma omp parallel num_threads(threads) if (parallel)
   {
     pack_a(trans_a, M, K, A, lda, blocks, a);
-    pack_b(trans_b, N, K, B, ldb, panels, b);  // (its omp for's barrier: both packed before any tile)
+    pack_b(trans_b, N, K, B, ldb, panels, pairs, b);  // (its omp for's barrier: both packed before any tile)
     // Tiles panel by panel, so that a thread's consecutive tiles share one panel of B.
     float sums[kRows * kPanel];
 #pragma omp for schedule(static)

@@ -20,7 +20,9 @@ namespace dpcore::kernels::cpu {
 namespace {
 
 std::atomic<HalfGemmPath>& chosen_path() {
-  static std::atomic<HalfGemmPath> path{cpu_has_avx512_bf16() ? HalfGemmPath::Avx512Bf16 : HalfGemmPath::Convert};
+  static std::atomic<HalfGemmPath> path{cpu_has_amx_bf16()      ? HalfGemmPath::AmxBf16
+                                        : cpu_has_avx512_bf16() ? HalfGemmPath::Avx512Bf16
+                                                                : HalfGemmPath::Convert};
   return path;
 }
 
@@ -86,6 +88,10 @@ void gemm_one(HalfGemmPath path, bool trans_a, bool trans_b, int64_t M, int64_t 
       gemm_bf16_avx512(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
       return;
     }
+    if (path == HalfGemmPath::AmxBf16) {
+      gemm_bf16_amx(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+      return;
+    }
   }
   // The float32 result: C itself, or scratch that is rounded into C at the end.
   float* c = nullptr;
@@ -112,7 +118,12 @@ void gemm_one(HalfGemmPath path, bool trans_a, bool trans_b, int64_t M, int64_t 
 }  // namespace
 
 const char* half_gemm_path_name(HalfGemmPath path) {
-  return path == HalfGemmPath::Avx512Bf16 ? "avx512-bf16" : "convert";
+  switch (path) {
+    case HalfGemmPath::Avx512Bf16: return "avx512-bf16";
+    case HalfGemmPath::AmxBf16: return "amx-bf16";
+    case HalfGemmPath::Convert: break;
+  }
+  return "convert";
 }
 
 HalfGemmPath half_gemm_path() { return chosen_path().load(); }
@@ -121,6 +132,10 @@ void set_half_gemm_path(HalfGemmPath path) {
   DPCORE_CHECK(path != HalfGemmPath::Avx512Bf16 || cpu_has_avx512_bf16(),
         "the bfloat16 GEMM path avx512-bf16 needs a CPU with AVX512-BF16 (vdpbf16ps) and AVX-512 F, BW and VL; "
         "this one lacks them: use convert");
+  DPCORE_CHECK(path != HalfGemmPath::AmxBf16 || cpu_has_amx_bf16(),
+        "the bfloat16 GEMM path amx-bf16 needs a CPU with AMX tiles and AMX-BF16 (tdpbf16ps), AVX512-BF16, and a "
+        "kernel that lets the process use the tiles (Linux 5.16 or later); this machine lacks them: use avx512-bf16 "
+        "or convert");
   chosen_path().store(path);
 }
 
