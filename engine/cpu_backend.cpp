@@ -105,8 +105,8 @@ void check_same_dtype(const char* op, const Tensor& first, std::initializer_list
 }
 
 // dispatch_float and the 16-bit types: the matrix products (linear, batched_matmul, conv2d),
-// attention and the ops with native 16-bit kernels (add, relu, max pooling, batch norm's
-// passes).
+// attention and the ops with native 16-bit kernels (add, relu, dropout, max pooling,
+// batch norm's passes).
 template <class F>
 void dispatch_float_or_half(const char* op, const Tensor& t, F&& f) {
   switch (t.dtype()) {
@@ -500,9 +500,11 @@ class CpuBackend : public Backend {
       k::tanh_backward<T>(dy.numel(), ptr<T>(dy), ptr<T>(y), ptr<T>(dx));
     });
   }
+  // 16-bit natively (kernels/cpu/dropout.cpp).
   void dropout(const kernels::DropoutConfig& cfg, const Tensor& x, Tensor& y) override {
     const int64_t samples = x.size(0), sample_size = samples ? x.numel() / samples : 0;
-    dispatch_float("dropout", x, [&](auto t) {
+    check_same_dtype("dropout", x, {&y});
+    dispatch_float_or_half("dropout", x, [&](auto t) {
       using T = decltype(t);
       k::dropout<T>(cfg, samples, sample_size, ptr<T>(x), ptr<T>(y));
     });

@@ -68,7 +68,8 @@ void check_same_half(const char* op, const Tensor& first, std::initializer_list<
     DPCORE_CHECK(t->dtype() == first.dtype(), op, ": ", t->str(), " is not of ", first.str(), "'s dtype");
 }
 
-// The kernels written once over their activations' type (batch norm's steps, max pooling):
+// The kernels written once over their activations' type (batch norm's steps, max pooling,
+// dropout):
 // `first` and `others` all float32 (checked as begin_op checks, float64 refused by name)
 // or all of one 16-bit dtype; runs f(X{}, stream), X the element type (float,
 // kernels::BFloat16 or kernels::Float16), on first's device's current stream.
@@ -575,9 +576,11 @@ class CudaBackend : public Backend {
     k::tanh_backward(dy.numel(), f32(dy), f32(y), f32(dx), stream);
   }
   void dropout(const kernels::DropoutConfig& cfg, const Tensor& x, Tensor& y) override {
-    cudaStream_t stream = begin_op("dropout", {&x, &y});
     const int64_t samples = x.size(0), sample_size = samples ? x.numel() / samples : 0;
-    k::dropout(cfg, samples, sample_size, f32(x), f32(y), stream);
+    on_activations("dropout", x, {&y}, [&](auto t, cudaStream_t stream) {
+      using X = decltype(t);
+      k::dropout(cfg, samples, sample_size, x.data<X>(), y.data<X>(), stream);
+    });
   }
 
   // ---- batched_matmul: through the GEMM engine selection ----

@@ -5,31 +5,20 @@
 // kernel has anyway, while a stored mask would hold a byte (or a bit) per element from the
 // forward to the backward and cost a write and a read of its own. Since the mask is a pure
 // function of the options, the backward gets the very same bits. A 16-bit input gives a
-// 16-bit output, x * mask / (1 - p) computed in float32 and rounded once
-// (engine/ops/float32_compute.h); the mask does not depend on the dtype.
-#include "engine/ops/float32_compute.h"
+// 16-bit output, x * mask / (1 - p) computed in float32 and rounded once, by the backends'
+// kernels on the 16-bit tensors themselves; the mask does not depend on the dtype.
 #include "engine/ops/op_support.h"
 
 namespace dpcore::ops {
 
 namespace {
 
-// y = dropout(x): rows are samples, so a block of them takes the mask of its own first
-// sample's global index.
-void apply_dropout(const kernels::DropoutConfig& cfg, const Tensor& x, Tensor& y) {
-  in_float32_blocks({x}, {y}, [&](Block& b) {
-    kernels::DropoutConfig rows = cfg;
-    rows.first_sample += b.begin;
-    backend(x).dropout(rows, b.in[0], b.out[0]);
-  });
-}
-
 struct DropoutBackward : Node {
   kernels::DropoutConfig cfg;
   const char* name() const override { return "DropoutBackward"; }
   std::vector<Tensor> apply(const Tensor& dy) override {
     Tensor dx = empty_like(dy);
-    apply_dropout(cfg, dy, dx);
+    backend(dy).dropout(cfg, dy, dx);
     return {dx};
   }
 };
@@ -50,7 +39,7 @@ Tensor dropout(const Tensor& x, const DropoutOptions& opt) {
   if (!opt.training || opt.p == 0.0) return x;  // the identity, as in PyTorch (x itself)
   const kernels::DropoutConfig cfg{opt.p, opt.seed, opt.step, opt.first_sample};
   Tensor y = empty_like(x);
-  apply_dropout(cfg, x, y);
+  backend(x).dropout(cfg, x, y);
   auto node = std::make_shared<DropoutBackward>();
   node->cfg = cfg;
   return record(node, y, {x});

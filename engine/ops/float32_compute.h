@@ -15,8 +15,9 @@
 // so that the float32 temporaries stay a few hundred kilobytes whatever the activation's
 // size (widening a whole activation would hold three float32 copies of it at once, more
 // than the 16-bit activations save). Layer norm, whose statistics span all rows, converts
-// whole tensors (in_compute_dtype, empty_computed, stored_as). relu, add, transpose and
-// batch norm's passes over activations have 16-bit kernels of their own instead. Float32 and float64 tensors
+// whole tensors (in_compute_dtype, empty_computed, stored_as). relu, add, transpose, max
+// pooling, dropout and batch norm's passes over activations have 16-bit kernels of their
+// own instead. Float32 and float64 tensors
 // pass through untouched, in one call, so the float32 path costs nothing. None of this
 // records autograd: the op records its own node, which saves the 16-bit tensors. Internal
 // to engine/ops/.

@@ -4,9 +4,15 @@
 // by their masks in another (one call at a time, each round waiting on the products of the
 // last, and a division per group of four, were 3-4x slower on one thread). Every element's
 // mask is a function of its own indices only, so any split over threads, and any block a
-// tail falls in, gives the same bits.
+// tail falls in, gives the same bits. 16-bit tensors (BFloat16, Float16): each block widened
+// into float32 (cast_on_this_thread, vectorised), multiplied as the float32 kernel does and
+// rounded once back: the float32 kernel's bits on the widened tensor.
+#include <type_traits>
+
+#include "kernels/cpu/half/gemm_half.h"
 #include "kernels/cpu/kernels.h"
 #include "kernels/cpu/parallel.h"
+#include "kernels/cpu/stored_values.h"
 
 namespace dpcore::kernels::cpu {
 
@@ -38,8 +44,9 @@ void block_words(const DropoutConfig& cfg, int64_t sample, int64_t first_group, 
 
 }  // namespace
 
-template <class T>
-void dropout(const DropoutConfig& cfg, int64_t samples, int64_t sample_size, const T* x, T* y) {
+template <class X>
+void dropout(const DropoutConfig& cfg, int64_t samples, int64_t sample_size, const X* x, X* y) {
+  using T = computed_t<X>;
   // Kept where word < threshold, threshold in [0, 2^32]: as word <= last_kept in 32 bits
   // (a comparison the vector units have), with a threshold of 0 (p = 1, or p within 2^-33
   // of it) keeping nothing through a multiplier of 0 for every word.
@@ -54,15 +61,25 @@ void dropout(const DropoutConfig& cfg, int64_t samples, int64_t sample_size, con
     const int64_t count = begin + kBlockElements < sample_size ? kBlockElements : sample_size - begin;
     alignas(64) uint32_t words[kBlockElements];
     block_words(cfg, cfg.first_sample + s, begin / 4, words);
-    const T* xb = x + s * sample_size + begin;
-    T* yb = y + s * sample_size + begin;
+    const X* xb = x + s * sample_size + begin;
+    X* yb = y + s * sample_size + begin;
     // x * 0 for a dropped element, as PyTorch's input * noise: NaN and inf stay NaN.
+    if constexpr (std::is_same_v<X, T>) {
 #pragma omp simd
-    for (int64_t e = 0; e < count; ++e) yb[e] = xb[e] * (words[e] <= last_kept ? kept_scale : T(0));
+      for (int64_t e = 0; e < count; ++e) yb[e] = xb[e] * (words[e] <= last_kept ? kept_scale : T(0));
+    } else {
+      alignas(64) float block[kBlockElements];
+      cast_on_this_thread(count, xb, block);
+#pragma omp simd
+      for (int64_t e = 0; e < count; ++e) block[e] = block[e] * (words[e] <= last_kept ? kept_scale : T(0));
+      cast_on_this_thread(count, static_cast<const float*>(block), yb);
+    }
   }
 }
 
 template void dropout<float>(const DropoutConfig&, int64_t, int64_t, const float*, float*);
 template void dropout<double>(const DropoutConfig&, int64_t, int64_t, const double*, double*);
+template void dropout<BFloat16>(const DropoutConfig&, int64_t, int64_t, const BFloat16*, BFloat16*);
+template void dropout<Float16>(const DropoutConfig&, int64_t, int64_t, const Float16*, Float16*);
 
 }  // namespace dpcore::kernels::cpu

@@ -176,6 +176,7 @@ template <class T> void tanh_backward(int64_t n, const T* dy, const T* y, T* dx)
 // Inverted dropout of x[samples, sample_size]: y = x * (kept ? 1 / (1 - p) : 0), the mask a
 // pure function of (seed, step, first_sample + sample, element) (kernels/dropout_config.h).
 // The backward is the same call with dy for x: the mask is recomputed, never stored.
+// Also on BFloat16 and Float16: each product formed in float32 and rounded once.
 template <class T> void dropout(const DropoutConfig& cfg, int64_t samples, int64_t sample_size, const T* x, T* y);
 // ---- scaled_dot_product_attention (kernels/attention_shape.h), FlashAttention-2 blocked:
 // tiles of queries x tiles of keys, each tile's products a GEMM, with an online softmax,

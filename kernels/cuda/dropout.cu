@@ -3,7 +3,10 @@
 // words that decide them (kernels/dropout_config.h), the same bits the CPU draws, since
 // the mask depends only on (seed, step, global sample, element). Nothing is stored for the
 // backward: ten rounds of integer multiplies per four elements cost less than writing and
-// reading back a mask, and the kernel stays memory bound.
+// reading back a mask, and the kernel stays memory bound. 16-bit tensors: each value widened
+// as it is read, the product formed in float32 and rounded once (the float32 kernel's bits
+// on the widened tensor).
+#include "kernels/half_types.h"
 #include "kernels/cuda/kernels.h"
 #include "kernels/cuda/launch.cuh"
 
@@ -19,7 +22,8 @@ struct DropoutArgs {
   float scale;
 };
 
-__global__ void dropout_kernel(DropoutArgs a, const float* x, float* y) {
+template <class X>
+__global__ void dropout_kernel(DropoutArgs a, const X* x, X* y) {
   const int64_t first = blockIdx.x * int64_t(blockDim.x) + threadIdx.x, stride = int64_t(gridDim.x) * blockDim.x;
   for (int64_t w = first; w < a.samples * a.groups; w += stride) {
     const int64_t s = w / a.groups, g = w % a.groups;
@@ -30,15 +34,15 @@ __global__ void dropout_kernel(DropoutArgs a, const float* x, float* y) {
     // neighbouring threads' stores still coalesce.
     for (int64_t j = 0; j < count; ++j) {
       const bool kept = a.keep_all || words.v[j] < a.threshold;
-      y[at + j] = x[at + j] * (kept ? a.scale : 0.f);  // x * 0 keeps NaN, as PyTorch's input * noise
+      y[at + j] = from_float<X>(to_float(x[at + j]) * (kept ? a.scale : 0.f));  // x * 0 keeps NaN, as PyTorch's input * noise
     }
   }
 }
 
 }  // namespace
 
-void dropout(const DropoutConfig& cfg, int64_t samples, int64_t sample_size, const float* x, float* y,
-             cudaStream_t stream) {
+template <class X>
+void dropout(const DropoutConfig& cfg, int64_t samples, int64_t sample_size, const X* x, X* y, cudaStream_t stream) {
   const int64_t groups = (sample_size + 3) / 4, work = samples * groups;
   if (work == 0) return;
   const uint64_t threshold = dropout_keep_threshold(cfg.p);
@@ -47,8 +51,12 @@ void dropout(const DropoutConfig& cfg, int64_t samples, int64_t sample_size, con
   args.samples = samples, args.sample_size = sample_size, args.groups = groups;
   args.threshold = uint32_t(threshold), args.keep_all = threshold > UINT32_MAX;
   args.scale = dropout_scale<float>(cfg.p);
-  launch("dropout_kernel", dropout_kernel, blocks_for(work, kElementwiseThreads), kElementwiseThreads, stream, args, x,
+  launch("dropout_kernel", dropout_kernel<X>, blocks_for(work, kElementwiseThreads), kElementwiseThreads, stream, args, x,
          y);
 }
+
+template void dropout<float>(const DropoutConfig&, int64_t, int64_t, const float*, float*, cudaStream_t);
+template void dropout<BFloat16>(const DropoutConfig&, int64_t, int64_t, const BFloat16*, BFloat16*, cudaStream_t);
+template void dropout<Float16>(const DropoutConfig&, int64_t, int64_t, const Float16*, Float16*, cudaStream_t);
 
 }  // namespace dpcore::kernels::cuda

@@ -186,9 +186,10 @@ void gelu_backward(GeluApproximate form, int64_t n, const float* dy, const float
 void tanh_forward(int64_t n, const float* x, float* y, cudaStream_t stream);
 void tanh_backward(int64_t n, const float* dy, const float* y, float* dx, cudaStream_t stream);
 // Inverted dropout of x[samples, sample_size], the same mask bits as the CPU's
-// (kernels/dropout_config.h); the backward is the same call with dy for x.
-void dropout(const DropoutConfig& cfg, int64_t samples, int64_t sample_size, const float* x, float* y,
-             cudaStream_t stream);
+// (kernels/dropout_config.h); the backward is the same call with dy for x. X is float,
+// BFloat16 or Float16 (the product in float32, rounded once).
+template <class X>
+void dropout(const DropoutConfig& cfg, int64_t samples, int64_t sample_size, const X* x, X* y, cudaStream_t stream);
 // ---- scaled_dot_product_attention (kernels/attention_shape.h), FlashAttention-2 style: the
 // forward writes o and one log-sum-exp per query row; the backward recomputes the
 // probabilities tile by tile (dq over query tiles, dk and dv over key tiles: no atomics).

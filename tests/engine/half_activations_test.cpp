@@ -112,19 +112,22 @@ std::vector<HalfOpCase> cases() {
   };
 }
 
-// More elements than one block of the conversion path (2^18): the blocks' seams. On the CPU
-// only: the blocks are cut by engine code the backends share (narrow0 and the casts), and
-// the CUDA kernels they call are the small cases'; on the host build's emulated device
+// More elements than one block of the conversion path (2^18): the blocks' seams (gelu,
+// average pooling), and the ops with 16-bit kernels of their own (relu, dropout, max
+// pooling, batch norm), which take the tensor in one call, on more than one thread. On the
+// CPU only: the blocks are cut by engine code the backends share (narrow0 and the casts),
+// and the CUDA kernels they call are the small cases'; on the host build's emulated device
 // these are thousands of emulated blocks, which a ThreadSanitizer process does not survive
 // (its runtime crashes switching fibers after some thousands of them).
 std::vector<HalfOpCase> cases_in_blocks() {
   const std::vector<bool> one = {true};
+  const ops::Pool2dOptions pool;  // 2x2, stride 2
   return {
-      {"relu in blocks", {{3, 90001}}, one, [](const auto& t) { return ops::relu(t[0]); }},
-      {"dropout in blocks", {{70, 4001}}, one, [](const auto& t) { return ops::dropout(t[0], {0.3, true, 5, 2, 8}); }},
-      {"max_pool2d in blocks", {{37, 2, 64, 60}}, one, [](const auto& t) { return ops::max_pool2d(t[0], {}); }},
-      // (Batch norm takes 16-bit tensors natively, in one call: here on more than one
-      // thread and planes with a vector tail.)
+      {"gelu in blocks", {{3, 90001}}, one, [](const auto& t) { return ops::gelu(t[0]); }},
+      {"avg_pool2d in blocks", {{37, 2, 64, 60}}, one, [pool](const auto& t) { return ops::avg_pool2d(t[0], pool); }},
+      {"relu on threads", {{3, 90001}}, one, [](const auto& t) { return ops::relu(t[0]); }},
+      {"dropout on threads", {{70, 4001}}, one, [](const auto& t) { return ops::dropout(t[0], {0.3, true, 5, 2, 8}); }},
+      {"max_pool2d on threads", {{37, 2, 64, 60}}, one, [](const auto& t) { return ops::max_pool2d(t[0], {}); }},
       {"batch_norm2d on threads", {{40, 4, 40, 41}, {4}, {4}}, {true, false, false},
        [](const auto& t) { return batch_norm(t, true); }},
   };
@@ -198,11 +201,11 @@ TEST(HalfActivations, EachOpIsTheFloat32OpRoundedOnce) {
   expect_the_float32_op_rounded_once(cases(), testing::cpu_and_first_cuda_device());
 }
 
-TEST(HalfActivations, TheConversionPathsBlocksMeetAtTheirSeams) {
+TEST(HalfActivations, LargeTensorsMeetAtTheBlockSeamsAndTheThreadShares) {
   expect_the_float32_op_rounded_once(cases_in_blocks(), {Device::cpu()});
 }
 
-// The ops with 16-bit kernels of their own (batch norm, max pooling) read and write the
+// The ops with 16-bit kernels of their own (batch norm, max pooling, dropout) read and write the
 // 16-bit tensors themselves: a training forward allocates its output and what it saves for
 // the backward (per-channel statistics, the argmax), a backward the input's gradient (and
 // the leaf's .grad cloned from it), and neither a float32 copy of an activation (the
@@ -220,6 +223,8 @@ TEST(HalfActivations, NativeOpsMakeNoFloat32CopyOfTheActivations) {
        size_t(8 * 4 * C)},  // a few float32 [C] tensors
       {"max_pool2d", [](const Tensor& x, const Tensor&, const Tensor&) { return ops::max_pool2d(x, {}); },
        size_t(n / 4 * 4)},  // the int32 argmax of each output
+      {"dropout", [](const Tensor& x, const Tensor&, const Tensor&) { return ops::dropout(x, {0.3, true, 5, 2, 8}); },
+       size_t(0)},
   };
   for (Device device : testing::cpu_and_first_cuda_device()) {
     for (DType half : {DType::BFloat16, DType::Float16}) {

@@ -1,5 +1,5 @@
 // The backends the 16-bit kernel tests (tests/ops/half_gemm_test.cpp, half_conv2d_test.cpp,
-// half_attention_test.cpp, half_norm_pool_test.cpp) run each body
+// half_attention_test.cpp, half_native_ops_test.cpp) run each body
 // against, as op_backends.h does for float32 and float64: one struct per implementation,
 // the same static functions in each.
 //
@@ -127,8 +127,9 @@ struct CpuHalf {
     std::vector<double> row_dot(size_t(s.rows()));
     kernels::cpu::attention_backward<H>(s, q, k, v, mask, o, lse, dout, row_dot.data(), dq, dk, dv);
   }
-  // batch_norm2d's passes over activations and max_pool2d, on 16-bit tensors or (X = float)
-  // on their widening: kernels/cpu/batch_norm2d.cpp and max_pool2d.cpp, whatever the path.
+  // batch_norm2d's passes over activations, max_pool2d and dropout, on 16-bit tensors or
+  // (X = float) on their widening: kernels/cpu/batch_norm2d.cpp, max_pool2d.cpp and
+  // dropout.cpp, whatever the path.
   template <class X>
   static void batch_norm2d_stats(const kernels::BatchNorm2dShape& s, const X* x, float* mean, float* var) {
     kernels::cpu::batch_norm2d_stats<X, float>(s, x, mean, var);
@@ -158,6 +159,10 @@ struct CpuHalf {
   template <class X>
   static void max_pool2d_backward(const kernels::Pool2dShape& s, const X* dy, const int32_t* argmax, X* dx) {
     kernels::cpu::max_pool2d_backward<X>(s, dy, argmax, dx);
+  }
+  template <class X>
+  static void dropout(const kernels::DropoutConfig& cfg, int64_t samples, int64_t size, const X* x, X* y) {
+    kernels::cpu::dropout<X>(cfg, samples, size, x, y);
   }
 
  private:
@@ -246,6 +251,10 @@ struct CudaHalf {
   template <class X>
   static void max_pool2d_backward(const kernels::Pool2dShape& s, const X* dy, const int32_t* argmax, X* dx) {
     kernels::cuda::max_pool2d_backward<X>(s, dy, argmax, dx, nullptr);
+  }
+  template <class X>
+  static void dropout(const kernels::DropoutConfig& cfg, int64_t samples, int64_t size, const X* x, X* y) {
+    kernels::cuda::dropout<X>(cfg, samples, size, x, y, nullptr);
   }
 };
 #endif

@@ -1,9 +1,9 @@
-// batch_norm2d's passes over activations and max_pool2d on 16-bit tensors (issue 27: what
-// autocast hands a 16-bit convolution's output to) on every implementation
+// The kernels with native 16-bit paths between autocast's 16-bit ops (issue 27): batch_norm2d's
+// passes over activations, max_pool2d and dropout, on every implementation
 // (tests/support/half_backends.h). Each kernel is written once over its activations' type,
 // so its 16-bit run must be, bit for bit, the same backend's float32 run on the widened
 // tensors with each 16-bit output rounded once (the float32 kernels themselves are held to
-// float64 by batch_norm2d_test.cpp and max_pool2d_test.cpp). Every output starts as NaN,
+// float64 by batch_norm2d_test.cpp, max_pool2d_test.cpp and dropout_test.cpp). Every output starts as NaN,
 // so one the kernel does not write fails; the CPU runs on 1 and 2 threads. The shapes give
 // planes with and without a tail of the CPU's 16 sum lanes and of its 2x2 pooling blocks,
 // a tensor past the CPU's threshold for threads, and overlapping pooling windows, whose
@@ -69,8 +69,8 @@ void expect_same_bits(const char* what, const std::vector<float>& got, const std
 }
 
 template <class B>
-class HalfNormPoolTest : public HalfTest<B> {};
-TYPED_TEST_SUITE(HalfNormPoolTest, HalfBackends, BackendName);
+class HalfNativeOpsTest : public HalfTest<B> {};
+TYPED_TEST_SUITE(HalfNativeOpsTest, HalfBackends, BackendName);
 
 template <class B, class H>
 void batch_norm_equals_the_widened_float32_run() {
@@ -179,19 +179,55 @@ void max_pool_equals_the_widened_float32_run() {
   }
 }
 
-TYPED_TEST(HalfNormPoolTest, Bfloat16BatchNormIsTheWidenedFloat32BatchNormRoundedOnce) {
+// Samples of 70 values (a block of 64 and a tail), 130 and 4 x 600 (past the CPU's threshold
+// for threads: 64 samples), from a first sample past 0; the mask is the same for either
+// dtype, so dropped elements are zeros in both and kept ones x / (1 - p) rounded once.
+template <class B, class H>
+void dropout_equals_the_widened_float32_run() {
+  struct Rows {
+    int64_t samples, size;
+  };
+  for (const Rows& r : {Rows{3, 70}, Rows{5, 130}, Rows{64, 600}}) {
+    if (B::kCuda && r.samples * r.size >= 32768) continue;  // as runs() above
+    const size_t n = size_t(r.samples * r.size);
+    const kernels::DropoutConfig cfg{0.3, 17, 4, 9};
+    const std::vector<H> x16 = random_half<H>(n, 31);
+    typename B::template Array<H> x_h(x16);
+    typename B::template Array<float> x_f(widened(x16));
+    for (int threads : B::thread_counts()) {
+      SCOPED_TRACE(std::to_string(r.samples) + " samples of " + std::to_string(r.size) + ", " + type_name<H>() +
+                   threads_label(threads));
+      ScopedKernelThreads scope(threads);
+      typename B::template Array<H> y_h(n);
+      typename B::template Array<float> y_f(n);
+      B::dropout(cfg, r.samples, r.size, x_h.get(), y_h.get());
+      B::dropout(cfg, r.samples, r.size, x_f.get(), y_f.get());
+      expect_rounded("y", y_h.download(), y_f.download());
+    }
+  }
+}
+
+TYPED_TEST(HalfNativeOpsTest, Bfloat16BatchNormIsTheWidenedFloat32BatchNormRoundedOnce) {
   batch_norm_equals_the_widened_float32_run<TypeParam, BFloat16>();
 }
-TYPED_TEST(HalfNormPoolTest, Float16BatchNormIsTheWidenedFloat32BatchNormRoundedOnce) {
+TYPED_TEST(HalfNativeOpsTest, Float16BatchNormIsTheWidenedFloat32BatchNormRoundedOnce) {
   if (TypeParam::kBfloat16Only) GTEST_SKIP() << "float16 runs the same kernels on every CPU path: tested as CpuConvert";
   batch_norm_equals_the_widened_float32_run<TypeParam, Float16>();
 }
-TYPED_TEST(HalfNormPoolTest, Bfloat16MaxPoolIsTheWidenedFloat32MaxPoolRoundedOnce) {
+TYPED_TEST(HalfNativeOpsTest, Bfloat16MaxPoolIsTheWidenedFloat32MaxPoolRoundedOnce) {
   max_pool_equals_the_widened_float32_run<TypeParam, BFloat16>();
 }
-TYPED_TEST(HalfNormPoolTest, Float16MaxPoolIsTheWidenedFloat32MaxPoolRoundedOnce) {
+TYPED_TEST(HalfNativeOpsTest, Float16MaxPoolIsTheWidenedFloat32MaxPoolRoundedOnce) {
   if (TypeParam::kBfloat16Only) GTEST_SKIP() << "float16 runs the same kernels on every CPU path: tested as CpuConvert";
   max_pool_equals_the_widened_float32_run<TypeParam, Float16>();
+}
+
+TYPED_TEST(HalfNativeOpsTest, Bfloat16DropoutIsTheWidenedFloat32DropoutRoundedOnce) {
+  dropout_equals_the_widened_float32_run<TypeParam, BFloat16>();
+}
+TYPED_TEST(HalfNativeOpsTest, Float16DropoutIsTheWidenedFloat32DropoutRoundedOnce) {
+  if (TypeParam::kBfloat16Only) GTEST_SKIP() << "float16 runs the same kernels on every CPU path: tested as CpuConvert";
+  dropout_equals_the_widened_float32_run<TypeParam, Float16>();
 }
 
 }  // namespace
