@@ -248,8 +248,8 @@ const TileConfig kTileConfig;
 // A packed for the tiles: out[((blk * chunks + c) * kAmxRows + r) * 16 + w] holds the pair
 // w of chunk c (k = 32c + 2w, + 1) of row blk * kAmxRows + r of op(A), zeros past the
 // matrix, so that each tile of A is 16 rows of 64 contiguous bytes. trans_a false: a row
-// of op(A) is a row of storage, copied a pair word at a time; trans_a true: rows 2p and
-// 2p + 1 of storage hold the block's rows side by side, read along them.
+// of op(A) is a row of storage, copied 32 values at a time; trans_a true: rows 2p and
+// 2p + 1 of storage hold the block's rows side by side, read along them a pair at a time.
 DPCORE_AMX_BF16 void pack_a_tiles(bool trans, int64_t M, int64_t K, const BFloat16* A, int64_t lda, int64_t blocks,
                                   int64_t chunks, uint32_t* out) {
   const int64_t pairs = (K + 1) / 2, stride = chunks * kAmxPairs;
@@ -261,15 +261,22 @@ DPCORE_AMX_BF16 void pack_a_tiles(bool trans, int64_t M, int64_t K, const BFloat
     const int64_t rows = std::min(kAmxRows, M - blk * kAmxRows);
     for (int64_t r = rows; r < kAmxRows; ++r)
       for (int64_t p = 0; p < stride; ++p) at(blk, r, p) = 0;
-    for (int64_t r = 0; r < rows; ++r)
-      for (int64_t p = pairs; p < stride; ++p) at(blk, r, p) = 0;
     if (!trans) {
+      // A tile row is 32 consecutive values of a row of storage: one 64-byte copy, the last
+      // chunk's values past K zeros.
       for (int64_t r = 0; r < rows; ++r) {
         const BFloat16* src = A + (blk * kAmxRows + r) * lda;
-        for (int64_t p = 0; p < pairs; ++p) at(blk, r, p) = 2 * p + 1 < K ? word_at(src + 2 * p) : pair(src[K - 1].bits, 0);
+        for (int64_t c = 0; c < chunks; ++c) {
+          uint32_t* dst = &at(blk, r, c * kAmxPairs);
+          const int64_t values = std::min<int64_t>(2 * kAmxPairs, K - 2 * kAmxPairs * c);
+          if (values < 2 * kAmxPairs) std::fill(dst, dst + kAmxPairs, 0u);
+          std::memcpy(dst, src + 2 * kAmxPairs * c, size_t(values) * sizeof(BFloat16));
+        }
       }
       continue;
     }
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t p = pairs; p < stride; ++p) at(blk, r, p) = 0;
     for (int64_t p = 0; p < pairs; ++p) {
       const BFloat16* lo = A + 2 * p * lda + blk * kAmxRows;
       const BFloat16* hi = 2 * p + 1 < K ? lo + lda : nullptr;
@@ -318,6 +325,67 @@ bool amx_permitted() {
   return permitted;
 }
 
+// The two kernels as the driver below takes them: rows of C per block, the pairs of k each
+// packed block and panel holds, A's packing, and the micro-kernel with what each thread
+// sets up around its tiles.
+struct Avx512Kernel {
+  static constexpr int64_t kBlockRows = kRows;
+  static int64_t stride(int64_t pairs) { return pairs; }
+  static void pack(bool trans, int64_t M, int64_t K, const BFloat16* A, int64_t lda, int64_t blocks, uint32_t* out) {
+    pack_a(trans, M, K, A, lda, blocks, out);
+  }
+  static void begin() {}
+  static void multiply(int64_t stride, const uint32_t* a, const uint32_t* b, float* sums) {
+    micro_kernel(stride, a, b, sums);
+  }
+  static void end() {}
+};
+struct AmxKernel {
+  static constexpr int64_t kBlockRows = kAmxRows;
+  static int64_t stride(int64_t pairs) { return (pairs + kAmxPairs - 1) / kAmxPairs * kAmxPairs; }
+  static void pack(bool trans, int64_t M, int64_t K, const BFloat16* A, int64_t lda, int64_t blocks, uint32_t* out) {
+    pack_a_tiles(trans, M, K, A, lda, blocks, stride((K + 1) / 2) / kAmxPairs, out);
+  }
+  static void begin() { configure_tiles(); }
+  static void multiply(int64_t stride, const uint32_t* a, const uint32_t* b, float* sums) {
+    amx_micro_kernel(stride / kAmxPairs, a, b, sums);
+  }
+  static void end() { release_tiles(); }
+};
+
+// C = alpha * op(A) op(B) + beta * C on one of the kernels: both operands packed (see the
+// top of the file; a missing k + 1 or row or column reads 0), then the tiles panel by
+// panel, so that a thread's consecutive tiles share one panel of B, each tile's sums stored
+// a row at a time.
+template <class Kernel, class Out>
+void gemm_tiles(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const BFloat16* A,
+                int64_t lda, const BFloat16* B, int64_t ldb, float beta, Out* C, int64_t ldc) {
+  if (M == 0 || N == 0) return;
+  constexpr int64_t rows_per_block = Kernel::kBlockRows;
+  const int64_t stride = Kernel::stride((K + 1) / 2);
+  const int64_t blocks = (M + rows_per_block - 1) / rows_per_block, panels = (N + kPanel - 1) / kPanel;
+  uint32_t* a = packing_scratch(size_t(blocks * stride * rows_per_block), 0);
+  uint32_t* b = packing_scratch(size_t(panels * stride * kPanel), 1);
+  const int threads = omp_in_parallel() ? 1 : kernel_threads();
+  const bool parallel = threads > 1 && double(M) * N * K >= double(1 << 20);
+#pragma omp parallel num_threads(threads) if (parallel)
+  {
+    Kernel::pack(trans_a, M, K, A, lda, blocks, a);
+    pack_b(trans_b, N, K, B, ldb, panels, stride, b);  // (its omp for's barrier: both packed before any tile)
+    Kernel::begin();
+    float sums[rows_per_block * kPanel];
+#pragma omp for schedule(static)
+    for (int64_t tile = 0; tile < blocks * panels; ++tile) {
+      const int64_t pnl = tile / blocks, blk = tile % blocks;
+      Kernel::multiply(stride, a + blk * stride * rows_per_block, b + pnl * stride * kPanel, sums);
+      const int64_t rows = std::min(rows_per_block, M - blk * rows_per_block), cols = std::min(kPanel, N - pnl * kPanel);
+      for (int64_t r = 0; r < rows; ++r)
+        store_row(cols, alpha, sums + r * kPanel, beta, C + (blk * rows_per_block + r) * ldc + pnl * kPanel);
+    }
+    Kernel::end();
+  }
+}
+
 }  // namespace
 
 bool cpu_has_amx_bf16() {
@@ -331,29 +399,7 @@ bool cpu_has_amx_bf16() {
 template <class Out>
 void gemm_bf16_amx(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const BFloat16* A,
                    int64_t lda, const BFloat16* B, int64_t ldb, float beta, Out* C, int64_t ldc) {
-  if (M == 0 || N == 0) return;
-  const int64_t pairs = (K + 1) / 2, chunks = (pairs + kAmxPairs - 1) / kAmxPairs, stride = chunks * kAmxPairs;
-  const int64_t blocks = (M + kAmxRows - 1) / kAmxRows, panels = (N + kPanel - 1) / kPanel;
-  uint32_t* a = packing_scratch(size_t(blocks * stride * kAmxRows), 0);
-  uint32_t* b = packing_scratch(size_t(panels * stride * kPanel), 1);
-  const int threads = omp_in_parallel() ? 1 : kernel_threads();
-  const bool parallel = threads > 1 && double(M) * N * K >= double(1 << 20);
-#pragma omp parallel num_threads(threads) if (parallel)
-  {
-    pack_a_tiles(trans_a, M, K, A, lda, blocks, chunks, a);
-    pack_b(trans_b, N, K, B, ldb, panels, stride, b);  // (its omp for's barrier: both packed before any tile)
-    configure_tiles();
-    float sums[kAmxRows * kPanel];
-#pragma omp for schedule(static)
-    for (int64_t tile = 0; tile < blocks * panels; ++tile) {
-      const int64_t pnl = tile / blocks, blk = tile % blocks;
-      amx_micro_kernel(chunks, a + blk * stride * kAmxRows, b + pnl * stride * kPanel, sums);
-      const int64_t rows = std::min(kAmxRows, M - blk * kAmxRows), cols = std::min(kPanel, N - pnl * kPanel);
-      for (int64_t r = 0; r < rows; ++r)
-        store_row(cols, alpha, sums + r * kPanel, beta, C + (blk * kAmxRows + r) * ldc + pnl * kPanel);
-    }
-    release_tiles();
-  }
+  gemm_tiles<AmxKernel>(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
 template void gemm_bf16_amx<float>(bool, bool, int64_t, int64_t, int64_t, float, const BFloat16*, int64_t,
@@ -370,28 +416,7 @@ bool cpu_has_avx512_bf16() {
 template <class Out>
 void gemm_bf16_avx512(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const BFloat16* A,
                       int64_t lda, const BFloat16* B, int64_t ldb, float beta, Out* C, int64_t ldc) {
-  if (M == 0 || N == 0) return;
-  const int64_t pairs = (K + 1) / 2, blocks = (M + kRows - 1) / kRows, panels = (N + kPanel - 1) / kPanel;
-  // Packed operands (see the top of the file); a missing k + 1 or row or column reads 0.
-  uint32_t* a = packing_scratch(size_t(blocks * pairs * kRows), 0);
-  uint32_t* b = packing_scratch(size_t(panels * pairs * kPanel), 1);
-  const int threads = omp_in_parallel() ? 1 : kernel_threads();
-  const bool parallel = threads > 1 && double(M) * N * K >= double(1 << 20);
-#pragma omp parallel num_threads(threads) if (parallel)
-  {
-    pack_a(trans_a, M, K, A, lda, blocks, a);
-    pack_b(trans_b, N, K, B, ldb, panels, pairs, b);  // (its omp for's barrier: both packed before any tile)
-    // Tiles panel by panel, so that a thread's consecutive tiles share one panel of B.
-    float sums[kRows * kPanel];
-#pragma omp for schedule(static)
-    for (int64_t tile = 0; tile < blocks * panels; ++tile) {
-      const int64_t pnl = tile / blocks, blk = tile % blocks;
-      micro_kernel(pairs, a + blk * pairs * kRows, b + pnl * pairs * kPanel, sums);
-      const int64_t rows = std::min(kRows, M - blk * kRows), cols = std::min(kPanel, N - pnl * kPanel);
-      for (int64_t r = 0; r < rows; ++r)
-        store_row(cols, alpha, sums + r * kPanel, beta, C + (blk * kRows + r) * ldc + pnl * kPanel);
-    }
-  }
+  gemm_tiles<Avx512Kernel>(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
 template void gemm_bf16_avx512<float>(bool, bool, int64_t, int64_t, int64_t, float, const BFloat16*, int64_t,
