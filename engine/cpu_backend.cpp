@@ -12,6 +12,7 @@
 
 #include "engine/backend.h"
 #include "kernels/cpu/blas_core.h"
+#include "kernels/cpu/stored_values.h"
 #include "kernels/cpu/half/gemm_half.h"
 #include "kernels/cpu/kernels.h"
 
@@ -115,12 +116,6 @@ void dispatch_float_or_half(const char* op, const Tensor& t, F&& f) {
     default: dispatch_float(op, t, f);
   }
 }
-
-// The type a norm's statistics and parameters have beside activations of type X: float32
-// beside 16-bit ones (PyTorch's mixed-type norms), X itself otherwise.
-template <class X>
-using statistics_t = std::conditional_t<std::is_same_v<X, kernels::BFloat16> || std::is_same_v<X, kernels::Float16>,
-                                        float, X>;
 
 template <class T>
 T* ptr(const Tensor& t) {
@@ -229,11 +224,11 @@ class CpuBackend : public Backend {
   }
 
   // The steps over activations take 16-bit x, y, dy, dx beside float32 statistics (the op
-  // checks those), widened in registers (kernels/cpu/batch_norm2d.cpp).
+  // checks those; S = computed_t<X>), widened in registers (kernels/cpu/batch_norm2d.cpp).
   void batch_norm2d_stats(const kernels::BatchNorm2dShape& s, const Tensor& x, Tensor& mean, Tensor& var) override {
     dispatch_float_or_half("batch_norm2d", x, [&](auto t) {
       using X = decltype(t);
-      using S = statistics_t<X>;
+      using S = k::computed_t<X>;
       k::batch_norm2d_stats<X, S>(s, ptr<X>(x), ptr<S>(mean), ptr<S>(var));
     });
   }
@@ -257,7 +252,7 @@ class CpuBackend : public Backend {
     check_same_dtype("batch_norm2d", x, {&y});
     dispatch_float_or_half("batch_norm2d", x, [&](auto t) {
       using X = decltype(t);
-      using S = statistics_t<X>;
+      using S = k::computed_t<X>;
       k::batch_norm2d_apply<X, S>(s, ptr<X>(x), ptr<S>(mean), ptr<S>(invstd), ptr<S>(weight), ptr<S>(bias),
                                   ptr<X>(y));
     });
@@ -268,7 +263,7 @@ class CpuBackend : public Backend {
     check_same_dtype("batch_norm2d backward", dy, {&x});
     dispatch_float_or_half("batch_norm2d backward", dy, [&](auto t) {
       using X = decltype(t);
-      using S = statistics_t<X>;
+      using S = k::computed_t<X>;
       k::batch_norm2d_backward_reduce<X, S>(s, ptr<X>(dy), ptr<X>(x), ptr<S>(mean), ptr<S>(invstd), ptr<S>(sum_dy),
                                             ptr<S>(sum_dy_xhat), ptr<S>(dweight), ptr<S>(dbias), accumulate);
     });
@@ -279,7 +274,7 @@ class CpuBackend : public Backend {
     check_same_dtype("batch_norm2d backward", dy, {&x, &dx});
     dispatch_float_or_half("batch_norm2d backward", dy, [&](auto t) {
       using X = decltype(t);
-      using S = statistics_t<X>;
+      using S = k::computed_t<X>;
       k::batch_norm2d_backward_apply<X, S>(s, ptr<X>(dy), ptr<X>(x), ptr<S>(mean), ptr<S>(invstd), ptr<S>(weight),
                                            ptr<S>(sum_dy), ptr<S>(sum_dy_xhat), ptr<X>(dx));
     });

@@ -3,7 +3,8 @@
 // each result rounded once to nearest even as it is written. So a 16-bit instantiation
 // computes what the float32 one computes on the widened tensor and rounds its outputs: the
 // conversion path's bits (engine/ops/float32_compute.h) without its float32 copies.
-// Internal to kernels/cpu.
+// Internal to kernels/cpu and the CPU backend above it (computed_t: the type its
+// statistics and parameters take beside 16-bit activations).
 #pragma once
 
 #include <type_traits>
