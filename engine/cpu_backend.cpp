@@ -106,8 +106,8 @@ void check_same_dtype(const char* op, const Tensor& first, std::initializer_list
 }
 
 // dispatch_float and the 16-bit types: the matrix products (linear, batched_matmul, conv2d),
-// attention and the ops with native 16-bit kernels (add, relu, dropout, max pooling,
-// batch norm's passes).
+// attention and the ops with native 16-bit kernels (add, scale, relu, gelu, tanh, dropout,
+// max and average pooling, batch norm's passes).
 template <class F>
 void dispatch_float_or_half(const char* op, const Tensor& t, F&& f) {
   switch (t.dtype()) {
@@ -304,26 +304,30 @@ class CpuBackend : public Backend {
 
   void avg_pool2d_forward(const kernels::Pool2dShape& s, bool count_include_pad, const Tensor& x,
                           Tensor& y) override {
-    dispatch_float("avg_pool2d", x, [&](auto t) {
+    check_same_dtype("avg_pool2d", x, {&y});
+    dispatch_float_or_half("avg_pool2d", x, [&](auto t) {
       using T = decltype(t);
       k::avg_pool2d_forward<T>(s, count_include_pad, ptr<T>(x), ptr<T>(y));
     });
   }
   void avg_pool2d_backward(const kernels::Pool2dShape& s, bool count_include_pad, const Tensor& dy,
                            Tensor& dx) override {
-    dispatch_float("avg_pool2d backward", dy, [&](auto t) {
+    check_same_dtype("avg_pool2d backward", dy, {&dx});
+    dispatch_float_or_half("avg_pool2d backward", dy, [&](auto t) {
       using T = decltype(t);
       k::avg_pool2d_backward<T>(s, count_include_pad, ptr<T>(dy), ptr<T>(dx));
     });
   }
   void global_avg_pool2d_forward(const Tensor& x, Tensor& y) override {
-    dispatch_float("global_avg_pool2d", x, [&](auto t) {
+    check_same_dtype("global_avg_pool2d", x, {&y});
+    dispatch_float_or_half("global_avg_pool2d", x, [&](auto t) {
       using T = decltype(t);
       k::global_avg_pool2d_forward<T>(x.size(0) * x.size(1), x.size(2) * x.size(3), ptr<T>(x), ptr<T>(y));
     });
   }
   void global_avg_pool2d_backward(const Tensor& dy, Tensor& dx) override {
-    dispatch_float("global_avg_pool2d backward", dy, [&](auto t) {
+    check_same_dtype("global_avg_pool2d backward", dy, {&dx});
+    dispatch_float_or_half("global_avg_pool2d backward", dy, [&](auto t) {
       using T = decltype(t);
       k::global_avg_pool2d_backward<T>(dx.size(0) * dx.size(1), dx.size(2) * dx.size(3), ptr<T>(dy), ptr<T>(dx));
     });
@@ -403,9 +407,13 @@ class CpuBackend : public Backend {
     });
   }
   void scale(double alpha, const Tensor& x, Tensor& y) override {
-    dispatch_float("scale", x, [&](auto t) {
+    check_same_dtype("scale", x, {&y});
+    dispatch_float_or_half("scale", x, [&](auto t) {
       using T = decltype(t);
-      k::scale<T>(x.numel(), T(alpha), ptr<T>(x), ptr<T>(y));
+      if constexpr (std::is_same_v<T, kernels::BFloat16> || std::is_same_v<T, kernels::Float16>)
+        k::scale_half<T>(x.numel(), float(alpha), ptr<T>(x), ptr<T>(y));
+      else
+        k::scale<T>(x.numel(), T(alpha), ptr<T>(x), ptr<T>(y));
     });
   }
   void unscale_and_check_finite(float inv_scale, Tensor& x, Tensor& found_inf) override {
@@ -470,27 +478,31 @@ class CpuBackend : public Backend {
     });
   }
 
-  // ---- gelu, tanh, dropout (issue 24) ----
+  // ---- gelu, tanh, dropout (issue 24), 16-bit natively ----
   void gelu_forward(kernels::GeluApproximate form, const Tensor& x, Tensor& y) override {
-    dispatch_float("gelu", x, [&](auto t) {
+    check_same_dtype("gelu", x, {&y});
+    dispatch_float_or_half("gelu", x, [&](auto t) {
       using T = decltype(t);
       k::gelu_forward<T>(form, x.numel(), ptr<T>(x), ptr<T>(y));
     });
   }
   void gelu_backward(kernels::GeluApproximate form, const Tensor& dy, const Tensor& x, Tensor& dx) override {
-    dispatch_float("gelu backward", dy, [&](auto t) {
+    check_same_dtype("gelu backward", dy, {&x, &dx});
+    dispatch_float_or_half("gelu backward", dy, [&](auto t) {
       using T = decltype(t);
       k::gelu_backward<T>(form, dy.numel(), ptr<T>(dy), ptr<T>(x), ptr<T>(dx));
     });
   }
   void tanh_forward(const Tensor& x, Tensor& y) override {
-    dispatch_float("tanh", x, [&](auto t) {
+    check_same_dtype("tanh", x, {&y});
+    dispatch_float_or_half("tanh", x, [&](auto t) {
       using T = decltype(t);
       k::tanh_forward<T>(x.numel(), ptr<T>(x), ptr<T>(y));
     });
   }
   void tanh_backward(const Tensor& dy, const Tensor& y, Tensor& dx) override {
-    dispatch_float("tanh backward", dy, [&](auto t) {
+    check_same_dtype("tanh backward", dy, {&y, &dx});
+    dispatch_float_or_half("tanh backward", dy, [&](auto t) {
       using T = decltype(t);
       k::tanh_backward<T>(dy.numel(), ptr<T>(dy), ptr<T>(y), ptr<T>(dx));
     });

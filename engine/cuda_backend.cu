@@ -68,8 +68,8 @@ void check_same_half(const char* op, const Tensor& first, std::initializer_list<
     DPCORE_CHECK(t->dtype() == first.dtype(), op, ": ", t->str(), " is not of ", first.str(), "'s dtype");
 }
 
-// The kernels written once over their activations' type (batch norm's steps, max pooling,
-// dropout):
+// The kernels written once over their activations' type (batch norm's steps, pooling,
+// dropout, and the elementwise ops through map.cuh: add, scale, relu, gelu, tanh):
 // `first` and `others` all float32 (checked as begin_op checks, float64 refused by name)
 // or all of one 16-bit dtype; runs f(X{}, stream), X the element type (float,
 // kernels::BFloat16 or kernels::Float16), on first's device's current stream.
@@ -399,43 +399,44 @@ class CudaBackend : public Backend {
   }
 
   void relu_forward(const Tensor& x, Tensor& y) override {
-    if (on_half(x, [&](auto h, cudaStream_t stream) {
-          using H = decltype(h);
-          check_same_half("relu", x, {&y});
-          k::relu_forward_half(x.numel(), x.data<H>(), y.data<H>(), stream);
-        }))
-      return;
-    cudaStream_t stream = begin_op("relu", {&x, &y});
-    k::relu_forward(x.numel(), f32(x), f32(y), stream);
+    on_activations("relu", x, {&y}, [&](auto t, cudaStream_t stream) {
+      using X = decltype(t);
+      k::relu_forward(x.numel(), x.data<X>(), y.data<X>(), stream);
+    });
   }
   void relu_backward(const Tensor& dy, const Tensor& y, Tensor& dx) override {
-    if (on_half(dy, [&](auto h, cudaStream_t stream) {
-          using H = decltype(h);
-          check_same_half("relu backward", dy, {&y, &dx});
-          k::relu_backward_half(dy.numel(), dy.data<H>(), y.data<H>(), dx.data<H>(), stream);
-        }))
-      return;
-    cudaStream_t stream = begin_op("relu backward", {&dy, &y, &dx});
-    k::relu_backward(dy.numel(), f32(dy), f32(y), f32(dx), stream);
+    on_activations("relu backward", dy, {&y, &dx}, [&](auto t, cudaStream_t stream) {
+      using X = decltype(t);
+      k::relu_backward(dy.numel(), dy.data<X>(), y.data<X>(), dx.data<X>(), stream);
+    });
   }
 
   void avg_pool2d_forward(const kernels::Pool2dShape& s, bool count_include_pad, const Tensor& x,
                           Tensor& y) override {
-    cudaStream_t stream = begin_op("avg_pool2d", {&x, &y});
-    k::avg_pool2d_forward(s, count_include_pad, f32(x), f32(y), stream);
+    on_activations("avg_pool2d", x, {&y}, [&](auto t, cudaStream_t stream) {
+      using X = decltype(t);
+      k::avg_pool2d_forward(s, count_include_pad, x.data<X>(), y.data<X>(), stream);
+    });
   }
   void avg_pool2d_backward(const kernels::Pool2dShape& s, bool count_include_pad, const Tensor& dy,
                            Tensor& dx) override {
-    cudaStream_t stream = begin_op("avg_pool2d backward", {&dy, &dx});
-    k::avg_pool2d_backward(s, count_include_pad, f32(dy), f32(dx), stream);
+    on_activations("avg_pool2d backward", dy, {&dx}, [&](auto t, cudaStream_t stream) {
+      using X = decltype(t);
+      k::avg_pool2d_backward(s, count_include_pad, dy.data<X>(), dx.data<X>(), stream);
+    });
   }
   void global_avg_pool2d_forward(const Tensor& x, Tensor& y) override {
-    cudaStream_t stream = begin_op("global_avg_pool2d", {&x, &y});
-    k::global_avg_pool2d_forward(x.size(0) * x.size(1), x.size(2) * x.size(3), f32(x), f32(y), stream);
+    on_activations("global_avg_pool2d", x, {&y}, [&](auto t, cudaStream_t stream) {
+      using X = decltype(t);
+      k::global_avg_pool2d_forward(x.size(0) * x.size(1), x.size(2) * x.size(3), x.data<X>(), y.data<X>(), stream);
+    });
   }
   void global_avg_pool2d_backward(const Tensor& dy, Tensor& dx) override {
-    cudaStream_t stream = begin_op("global_avg_pool2d backward", {&dy, &dx});
-    k::global_avg_pool2d_backward(dx.size(0) * dx.size(1), dx.size(2) * dx.size(3), f32(dy), f32(dx), stream);
+    on_activations("global_avg_pool2d backward", dy, {&dx}, [&](auto t, cudaStream_t stream) {
+      using X = decltype(t);
+      k::global_avg_pool2d_backward(dx.size(0) * dx.size(1), dx.size(2) * dx.size(3), dy.data<X>(), dx.data<X>(),
+                                    stream);
+    });
   }
 
   void log_softmax_forward(const Tensor& x, Tensor& y) override {
@@ -483,22 +484,20 @@ class CudaBackend : public Backend {
   }
   void add(const Tensor& a, const Tensor& b, Tensor& y) override {
     // 16-bit: the sum rounded once from float32 (the reduction step of a 16-bit allreduce).
-    if (on_half(a, [&](auto h, cudaStream_t stream) {
-          using H = decltype(h);
-          check_same_half("add", a, {&b, &y});
-          k::add_half(a.numel(), a.data<H>(), b.data<H>(), y.data<H>(), stream);
-        }))
-      return;
-    cudaStream_t stream = begin_op("add", {&a, &b, &y});
-    k::add(a.numel(), f32(a), f32(b), f32(y), stream);
+    on_activations("add", a, {&b, &y}, [&](auto t, cudaStream_t stream) {
+      using X = decltype(t);
+      k::add(a.numel(), a.data<X>(), b.data<X>(), y.data<X>(), stream);
+    });
   }
   void axpy(double alpha, const Tensor& x, Tensor& y) override {
     cudaStream_t stream = begin_op("axpy", {&x, &y});
     k::axpy(x.numel(), float(alpha), f32(x), f32(y), stream);
   }
   void scale(double alpha, const Tensor& x, Tensor& y) override {
-    cudaStream_t stream = begin_op("scale", {&x, &y});
-    k::scale(x.numel(), float(alpha), f32(x), f32(y), stream);
+    on_activations("scale", x, {&y}, [&](auto t, cudaStream_t stream) {
+      using X = decltype(t);
+      k::scale(x.numel(), float(alpha), x.data<X>(), y.data<X>(), stream);
+    });
   }
   void scale_by(const Tensor& s, const Tensor& x, Tensor& y) override {
     cudaStream_t stream = begin_op("scale", {&s, &x, &y});
@@ -560,20 +559,28 @@ class CudaBackend : public Backend {
 
   // ---- gelu, tanh, dropout (issue 24) ----
   void gelu_forward(kernels::GeluApproximate form, const Tensor& x, Tensor& y) override {
-    cudaStream_t stream = begin_op("gelu", {&x, &y});
-    k::gelu_forward(form, x.numel(), f32(x), f32(y), stream);
+    on_activations("gelu", x, {&y}, [&](auto t, cudaStream_t stream) {
+      using X = decltype(t);
+      k::gelu_forward(form, x.numel(), x.data<X>(), y.data<X>(), stream);
+    });
   }
   void gelu_backward(kernels::GeluApproximate form, const Tensor& dy, const Tensor& x, Tensor& dx) override {
-    cudaStream_t stream = begin_op("gelu backward", {&dy, &x, &dx});
-    k::gelu_backward(form, dy.numel(), f32(dy), f32(x), f32(dx), stream);
+    on_activations("gelu backward", dy, {&x, &dx}, [&](auto t, cudaStream_t stream) {
+      using X = decltype(t);
+      k::gelu_backward(form, dy.numel(), dy.data<X>(), x.data<X>(), dx.data<X>(), stream);
+    });
   }
   void tanh_forward(const Tensor& x, Tensor& y) override {
-    cudaStream_t stream = begin_op("tanh", {&x, &y});
-    k::tanh_forward(x.numel(), f32(x), f32(y), stream);
+    on_activations("tanh", x, {&y}, [&](auto t, cudaStream_t stream) {
+      using X = decltype(t);
+      k::tanh_forward(x.numel(), x.data<X>(), y.data<X>(), stream);
+    });
   }
   void tanh_backward(const Tensor& dy, const Tensor& y, Tensor& dx) override {
-    cudaStream_t stream = begin_op("tanh backward", {&dy, &y, &dx});
-    k::tanh_backward(dy.numel(), f32(dy), f32(y), f32(dx), stream);
+    on_activations("tanh backward", dy, {&y, &dx}, [&](auto t, cudaStream_t stream) {
+      using X = decltype(t);
+      k::tanh_backward(dy.numel(), dy.data<X>(), y.data<X>(), dx.data<X>(), stream);
+    });
   }
   void dropout(const kernels::DropoutConfig& cfg, const Tensor& x, Tensor& y) override {
     const int64_t samples = x.size(0), sample_size = samples ? x.numel() / samples : 0;

@@ -1,7 +1,7 @@
 // Average pooling: avg_pool2d over windows, and global average pooling over whole planes.
 // Neither backward needs the input, only its shape: each gradient is dy spread evenly over
 // the elements that formed each mean. A 16-bit input gives a 16-bit output, each mean
-// computed in float32 and rounded once (engine/ops/float32_compute.h).
+// computed in float32 and rounded once, by the backends' kernels on the 16-bit tensors.
 #include "engine/ops/max_pool2d.h"
 
 namespace dpcore::ops {
@@ -13,9 +13,7 @@ struct AvgPool2dBackward : Node {
   const char* name() const override { return "AvgPool2dBackward"; }
   std::vector<Tensor> apply(const Tensor& dy) override {
     Tensor dx = Tensor::empty(x_shape, dy.dtype(), dy.device());
-    in_float32_blocks({dy}, {dx}, [&](Block& b) {  // blocks of images
-      backend(dy).avg_pool2d_backward(images(s, b), count_include_pad, b.in[0], b.out[0]);
-    });
+    backend(dy).avg_pool2d_backward(s, count_include_pad, dy, dx);
     return {dx};
   }
 };
@@ -25,7 +23,7 @@ struct GlobalAvgPool2dBackward : Node {
   const char* name() const override { return "GlobalAvgPool2dBackward"; }
   std::vector<Tensor> apply(const Tensor& dy) override {
     Tensor dx = Tensor::empty(x_shape, dy.dtype(), dy.device());
-    in_float32_blocks({dy}, {dx}, [&](Block& b) { backend(dy).global_avg_pool2d_backward(b.in[0], b.out[0]); });
+    backend(dy).global_avg_pool2d_backward(dy, dx);
     return {dx};
   }
 };
@@ -33,9 +31,7 @@ struct GlobalAvgPool2dBackward : Node {
 Tensor avg_pool2d(const Tensor& x, const Pool2dOptions& opt, bool count_include_pad) {
   Pool2dShape s = pool2d_shape("avg_pool2d", x, opt);
   Tensor y = Tensor::empty({s.N, s.C, s.P, s.Q}, x.dtype(), x.device());
-  in_float32_blocks({x}, {y}, [&](Block& b) {  // blocks of images
-    backend(x).avg_pool2d_forward(images(s, b), count_include_pad, b.in[0], b.out[0]);
-  });
+  backend(x).avg_pool2d_forward(s, count_include_pad, x, y);
   auto node = std::make_shared<AvgPool2dBackward>();
   node->s = s, node->count_include_pad = count_include_pad, node->x_shape = x.shape();
   return record(node, y, {x});
@@ -46,7 +42,7 @@ Tensor global_avg_pool2d(const Tensor& x) {
   DPCORE_CHECK(x.size(2) > 0 && x.size(3) > 0, "global_avg_pool2d: mean of an empty plane, input ",
                shape_str(x.shape()));
   Tensor y = Tensor::empty({x.size(0), x.size(1), 1, 1}, x.dtype(), x.device());
-  in_float32_blocks({x}, {y}, [&](Block& b) { backend(x).global_avg_pool2d_forward(b.in[0], b.out[0]); });
+  backend(x).global_avg_pool2d_forward(x, y);
   auto node = std::make_shared<GlobalAvgPool2dBackward>();
   node->x_shape = x.shape();
   return record(node, y, {x});

@@ -1,6 +1,5 @@
-// add, scale, sum and mean over whole tensors. add and scale take 16-bit tensors too
-// (engine/ops/float32_compute.h): each result computed in float32 and rounded once.
-#include "engine/ops/float32_compute.h"
+// add, scale, sum and mean over whole tensors. add and scale take 16-bit tensors too: each
+// result computed in float32 and rounded once, by the backends' kernels.
 #include "engine/ops/op_support.h"
 
 namespace dpcore::ops {
@@ -15,8 +14,7 @@ struct ScaleBackward : Node {
   const char* name() const override { return "ScaleBackward"; }
   std::vector<Tensor> apply(const Tensor& dy) override {
     Tensor dx = empty_like(dy);
-    in_float32_blocks({flat(dy)}, {flat(dx)},
-                      [&](Block& b) { backend(dy).scale(factor, b.in[0], b.out[0]); });
+    backend(dy).scale(factor, dy, dx);
     return {dx};
   }
 };
@@ -56,7 +54,7 @@ Tensor add(const Tensor& a, const Tensor& b) {
 Tensor scale(const Tensor& x, double factor) {
   check_float_or_half_tensor("scale", "input", x);
   Tensor y = empty_like(x);
-  in_float32_blocks({flat(x)}, {flat(y)}, [&](Block& b) { backend(x).scale(factor, b.in[0], b.out[0]); });
+  backend(x).scale(factor, x, y);
   auto node = std::make_shared<ScaleBackward>();
   node->factor = factor;
   return record(node, y, {x});

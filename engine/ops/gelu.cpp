@@ -1,6 +1,6 @@
 // gelu in either of PyTorch's forms; backward from the saved input x. A 16-bit input gives
-// a 16-bit output, computed in float32 (engine/ops/float32_compute.h), and is kept 16-bit.
-#include "engine/ops/float32_compute.h"
+// a 16-bit output, computed in float32 and rounded once by the backends' kernels on the
+// 16-bit tensors themselves, and is kept 16-bit.
 #include "engine/ops/op_support.h"
 
 namespace dpcore::ops {
@@ -19,8 +19,7 @@ struct GeluBackward : Node {
   const char* name() const override { return "GeluBackward"; }
   std::vector<Tensor> apply(const Tensor& dy) override {
     Tensor dx = empty_like(dy);
-    in_float32_blocks({flat(dy), flat(x)}, {flat(dx)},
-                      [&](Block& b) { backend(dy).gelu_backward(form, b.in[0], b.in[1], b.out[0]); });
+    backend(dy).gelu_backward(form, dy, x, dx);
     return {dx};
   }
 };
@@ -31,7 +30,7 @@ Tensor gelu(const Tensor& x, const std::string& approximate) {
   const kernels::GeluApproximate form = gelu_form(approximate);
   check_float_or_half_tensor("gelu", "input", x);
   Tensor y = empty_like(x);
-  in_float32_blocks({flat(x)}, {flat(y)}, [&](Block& b) { backend(x).gelu_forward(form, b.in[0], b.out[0]); });
+  backend(x).gelu_forward(form, x, y);
   auto node = std::make_shared<GeluBackward>();
   node->x = x.detach();
   node->form = form;

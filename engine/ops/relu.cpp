@@ -1,7 +1,7 @@
 // relu; backward masks with the forward output, so the input need not be kept. A 16-bit
 // input gives a 16-bit output, computed natively by the backends: relu commutes with
 // rounding, so both passes are the float32 op rounded once, exactly, without the
-// conversion path's float32 copies (engine/ops/float32_compute.h).
+// float32 temporaries.
 #include "engine/ops/op_support.h"
 
 namespace dpcore::ops {

@@ -1,8 +1,10 @@
-// Elementwise operations and the sum over flat arrays.
+// Elementwise operations and the sum over flat arrays. scale on 16-bit arrays runs float's
+// product on widened pieces (kernels/cpu/half/widened.h), each result rounded once.
 #include <algorithm>
 #include <cmath>
 #include <vector>
 
+#include "kernels/cpu/half/widened.h"
 #include "kernels/cpu/kernels.h"
 #include "kernels/cpu/parallel.h"
 
@@ -31,6 +33,16 @@ void scale(int64_t n, T alpha, const T* x, T* y) {
 #pragma omp parallel for simd num_threads(kernel_threads()) if (n >= kMinParallelElements) schedule(static)
   for (int64_t i = 0; i < n; ++i) y[i] = alpha * x[i];
 }
+
+template <class H>
+void scale_half(int64_t n, float alpha, const H* x, H* y) {
+  map_widened(n, x, static_cast<const H*>(nullptr), y, [alpha](int64_t count, const float* wx, const float*, float* wy) {
+#pragma omp simd
+    for (int64_t i = 0; i < count; ++i) wy[i] = alpha * wx[i];
+  });
+}
+template void scale_half<BFloat16>(int64_t, float, const BFloat16*, BFloat16*);
+template void scale_half<Float16>(int64_t, float, const Float16*, Float16*);
 
 namespace {
 

@@ -1,12 +1,15 @@
 // gelu, both forms, in PyTorch's order of operations (aten/src/ATen/native/cpu/Activation.cpp,
 // GeluKernelImpl and GeluBackwardKernelImpl), each rounded to T. Backward reads the input x.
 // float runs the same formulas in blocks (kernels/cpu/float_blocks.h), with libmvec's vector
-// erff, tanhf and expf; double calls the scalar libm functions.
+// erff, tanhf and expf; double calls the scalar libm functions. bfloat16 and float16 run
+// float's blocks on widened pieces (kernels/cpu/half/widened.h), each output rounded once:
+// float's bits on the widened tensor.
 #include <algorithm>
 #include <cmath>
 #include <type_traits>
 
 #include "kernels/cpu/float_blocks.h"
+#include "kernels/cpu/half/widened.h"
 #include "kernels/cpu/kernels.h"
 #include "kernels/cpu/parallel.h"
 
@@ -54,14 +57,28 @@ T gelu_tanh_grad(T dy, T x) {
   return dy * (left_derivative + right_derivative);
 }
 
-// out[i] = f(a[i], b[i]) for i < n, a block at a time, the blocks split over the threads.
+// out[i] = f(a[i], b[i]) for i < n, a block at a time on the calling thread.
 template <class F>
-void map_float_blocks(int64_t n, const float* a, const float* b, float* out, const F& f) {
-  const int64_t blocks = (n + kFloatBlock - 1) / kFloatBlock;
-#pragma omp parallel for num_threads(kernel_threads()) if (n >= kMinParallelElements) schedule(static)
-  for (int64_t block = 0; block < blocks; ++block) {
-    const int64_t begin = block * kFloatBlock;
+void map_float_range(int64_t n, const float* a, const float* b, float* out, const F& f) {
+  for (int64_t begin = 0; begin < n; begin += kFloatBlock)
     map_block(std::min<int64_t>(kFloatBlock, n - begin), a + begin, b + begin, out + begin, 0.0f, f);
+}
+
+// out[i] = f(a[i], b[i]) for i < n, the blocks split over the threads; 16-bit arrays in
+// widened pieces, through the same blocks.
+template <class X, class F>
+void map_float_blocks(int64_t n, const X* a, const X* b, X* out, const F& f) {
+  if constexpr (std::is_same_v<X, float>) {
+    const int64_t blocks = (n + kFloatBlock - 1) / kFloatBlock;
+#pragma omp parallel for num_threads(kernel_threads()) if (n >= kMinParallelElements) schedule(static)
+    for (int64_t block = 0; block < blocks; ++block) {
+      const int64_t begin = block * kFloatBlock;
+      map_block(std::min<int64_t>(kFloatBlock, n - begin), a + begin, b + begin, out + begin, 0.0f, f);
+    }
+  } else {
+    map_widened(n, a, a == b ? nullptr : b, out, [&](int64_t count, const float* wa, const float* wb, float* wout) {
+      map_float_range(count, wa, wb, wout, f);
+    });
   }
 }
 
@@ -69,7 +86,7 @@ void map_float_blocks(int64_t n, const float* a, const float* b, float* out, con
 
 template <class T>
 void gelu_forward(GeluApproximate form, int64_t n, const T* x, T* y) {
-  if constexpr (std::is_same_v<T, float>) {
+  if constexpr (!std::is_same_v<T, double>) {
     if (form == GeluApproximate::None)
       map_float_blocks(n, x, x, y, [](float v, float) { return gelu_erf(v); });
     else
@@ -85,7 +102,7 @@ void gelu_forward(GeluApproximate form, int64_t n, const T* x, T* y) {
 
 template <class T>
 void gelu_backward(GeluApproximate form, int64_t n, const T* dy, const T* x, T* dx) {
-  if constexpr (std::is_same_v<T, float>) {
+  if constexpr (!std::is_same_v<T, double>) {
     if (form == GeluApproximate::None)
       map_float_blocks(n, dy, x, dx, [](float g, float v) { return gelu_erf_grad(g, v); });
     else
@@ -103,5 +120,9 @@ template void gelu_forward<float>(GeluApproximate, int64_t, const float*, float*
 template void gelu_forward<double>(GeluApproximate, int64_t, const double*, double*);
 template void gelu_backward<float>(GeluApproximate, int64_t, const float*, const float*, float*);
 template void gelu_backward<double>(GeluApproximate, int64_t, const double*, const double*, double*);
+template void gelu_forward<BFloat16>(GeluApproximate, int64_t, const BFloat16*, BFloat16*);
+template void gelu_forward<Float16>(GeluApproximate, int64_t, const Float16*, Float16*);
+template void gelu_backward<BFloat16>(GeluApproximate, int64_t, const BFloat16*, const BFloat16*, BFloat16*);
+template void gelu_backward<Float16>(GeluApproximate, int64_t, const Float16*, const Float16*, Float16*);
 
 }  // namespace dpcore::kernels::cpu

@@ -111,7 +111,8 @@ template <class T> void avg_pool2d_forward(const Pool2dShape& s, bool count_incl
 template <class T> void avg_pool2d_backward(const Pool2dShape& s, bool count_include_pad, const T* dy, T* dx);
 // ---- global average pooling (PyTorch's adaptive_avg_pool2d to 1x1): y[i] = the mean of
 // plane i of x, planes of plane_size (H * W) elements; backward dx = dy[i] / plane_size
-// over plane i. ----
+// over plane i. Both poolings also on BFloat16 and Float16: each sum formed as for float
+// (in double) and each result rounded to float, then once to the 16-bit type. ----
 template <class T> void global_avg_pool2d_forward(int64_t planes, int64_t plane_size, const T* x, T* y);
 template <class T> void global_avg_pool2d_backward(int64_t planes, int64_t plane_size, const T* dy, T* dx);
 
@@ -171,6 +172,7 @@ void adam_step(int64_t n, const AdamConfig& cfg, int64_t step, T* param, const T
 template <class T> void gelu_forward(GeluApproximate form, int64_t n, const T* x, T* y);
 template <class T> void gelu_backward(GeluApproximate form, int64_t n, const T* dy, const T* x, T* dx);
 // tanh; backward from the OUTPUT: dx = dy * (1 - y * y).
+// Both also on BFloat16 and Float16: float's results on the widened values, rounded once.
 template <class T> void tanh_forward(int64_t n, const T* x, T* y);
 template <class T> void tanh_backward(int64_t n, const T* dy, const T* y, T* dx);
 // Inverted dropout of x[samples, sample_size]: y = x * (kept ? 1 / (1 - p) : 0), the mask a

@@ -1,5 +1,7 @@
 // Elementwise kernels on flat float arrays (fill, add, axpy, scale, GradScaler's unscale), each a functor applied
-// by map() (kernels/cuda/map.cuh). Outputs may alias inputs.
+// by map() (kernels/cuda/map.cuh). Outputs may alias inputs. add and scale also on 16-bit
+// arrays: each result formed in float32 and rounded once (for add, the reduction step of a
+// 16-bit allreduce: what NCCL's kernels do for 16-bit types, and the CPU's bits).
 #include "kernels/cuda_runtime/check.h"
 #include "kernels/cuda/kernels.h"
 #include "kernels/cuda/launch.cuh"
@@ -53,15 +55,27 @@ template void fill<float>(int64_t, float, float*, cudaStream_t);
 template void fill<int32_t>(int64_t, int32_t, int32_t*, cudaStream_t);
 template void fill<int64_t>(int64_t, int64_t, int64_t*, cudaStream_t);
 
-void add(int64_t n, const float* a, const float* b, float* y, cudaStream_t stream) { map(n, a, b, y, Add{}, stream); }
+template <class X>
+void add(int64_t n, const X* a, const X* b, X* y, cudaStream_t stream) {
+  map(n, a, b, y, Add{}, stream);
+}
 
 void axpy(int64_t n, float alpha, const float* x, float* y, cudaStream_t stream) {
   map(n, y, x, y, Axpy{alpha}, stream);
 }
 
-void scale(int64_t n, float alpha, const float* x, float* y, cudaStream_t stream) {
+template <class X>
+void scale(int64_t n, float alpha, const X* x, X* y, cudaStream_t stream) {
   map(n, x, nullptr, y, Scale{alpha}, stream);
 }
+
+#define DPCORE_INSTANTIATE(X)                                                 \
+  template void add<X>(int64_t, const X*, const X*, X*, cudaStream_t);        \
+  template void scale<X>(int64_t, float, const X*, X*, cudaStream_t);
+DPCORE_INSTANTIATE(float)
+DPCORE_INSTANTIATE(BFloat16)
+DPCORE_INSTANTIATE(Float16)
+#undef DPCORE_INSTANTIATE
 
 void scale_by(int64_t n, const float* s, const float* x, float* y, cudaStream_t stream) {
   map(n, x, nullptr, y, ScaleBy{s}, stream);

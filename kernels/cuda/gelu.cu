@@ -1,4 +1,5 @@
-// gelu in both of PyTorch's forms on flat float arrays, through map() (kernels/cuda/map.cuh).
+// gelu in both of PyTorch's forms on flat arrays of float, bfloat16 or float16, through map()
+// (kernels/cuda/map.cuh: 16-bit values widened, each result rounded once).
 // The formulas and their order are PyTorch's CUDA ones (aten/src/ATen/native/cuda/
 // ActivationGeluKernel.cu) and the CPU kernel's (kernels/cpu/gelu.cpp); erff, tanhf and
 // expf are CUDA's full-precision functions (within 2 ulp), not the __expf intrinsics, so
@@ -47,18 +48,28 @@ struct GeluTanhBackward {
 
 }  // namespace
 
-void gelu_forward(GeluApproximate form, int64_t n, const float* x, float* y, cudaStream_t stream) {
+template <class X>
+void gelu_forward(GeluApproximate form, int64_t n, const X* x, X* y, cudaStream_t stream) {
   if (form == GeluApproximate::None)
     map(n, x, nullptr, y, GeluErf{}, stream);
   else
     map(n, x, nullptr, y, GeluTanh{}, stream);
 }
 
-void gelu_backward(GeluApproximate form, int64_t n, const float* dy, const float* x, float* dx, cudaStream_t stream) {
+template <class X>
+void gelu_backward(GeluApproximate form, int64_t n, const X* dy, const X* x, X* dx, cudaStream_t stream) {
   if (form == GeluApproximate::None)
     map(n, dy, x, dx, GeluErfBackward{}, stream);
   else
     map(n, dy, x, dx, GeluTanhBackward{}, stream);
 }
+
+#define DPCORE_INSTANTIATE(X)                                                                  \
+  template void gelu_forward<X>(GeluApproximate, int64_t, const X*, X*, cudaStream_t);          \
+  template void gelu_backward<X>(GeluApproximate, int64_t, const X*, const X*, X*, cudaStream_t);
+DPCORE_INSTANTIATE(float)
+DPCORE_INSTANTIATE(BFloat16)
+DPCORE_INSTANTIATE(Float16)
+#undef DPCORE_INSTANTIATE
 
 }  // namespace dpcore::kernels::cuda

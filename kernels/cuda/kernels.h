@@ -108,28 +108,27 @@ void batch_norm2d_backward_apply(const BatchNorm2dShape& s, const X* dy, const X
                                  const float* invstd, const float* weight, const float* sum_dy,
                                  const float* sum_dy_xhat, X* dx, cudaStream_t stream);
 
-// ---- relu (backward masks with the forward output, as on the CPU) ----
-void relu_forward(int64_t n, const float* x, float* y, cudaStream_t stream);
-void relu_backward(int64_t n, const float* dy, const float* y, float* dx, cudaStream_t stream);
-// The same on 16-bit arrays (H = BFloat16 or Float16): the float32 rules on the widened
-// values, rounded back (exactly), the CPU's bits.
-template <class H>
-void relu_forward_half(int64_t n, const H* x, H* y, cudaStream_t stream);
-template <class H>
-void relu_backward_half(int64_t n, const H* dy, const H* y, H* dx, cudaStream_t stream);
+// ---- relu (backward masks with the forward output, as on the CPU). X is float, BFloat16
+// or Float16: the float32 rules on the widened values, rounded back (exactly), the CPU's bits.
+template <class X>
+void relu_forward(int64_t n, const X* x, X* y, cudaStream_t stream);
+template <class X>
+void relu_backward(int64_t n, const X* dy, const X* y, X* dx, cudaStream_t stream);
 
 // ---- avg_pool2d as on the CPU: count_include_pad divides every window by kernel_h *
 // kernel_w (padding counts as zeros), otherwise by its real elements. Backward is a gather:
 // each input element sums, in output order, dy / divisor of the windows holding it. ----
-void avg_pool2d_forward(const Pool2dShape& s, bool count_include_pad, const float* x, float* y,
-                        cudaStream_t stream);
-void avg_pool2d_backward(const Pool2dShape& s, bool count_include_pad, const float* dy, float* dx,
-                         cudaStream_t stream);
+template <class X>
+void avg_pool2d_forward(const Pool2dShape& s, bool count_include_pad, const X* x, X* y, cudaStream_t stream);
+template <class X>
+void avg_pool2d_backward(const Pool2dShape& s, bool count_include_pad, const X* dy, X* dx, cudaStream_t stream);
 // ---- global average pooling (adaptive_avg_pool2d to 1x1): y[i] = mean of plane i, a warp
-// per plane with a fixed-order tree sum; backward dx = dy[i] / plane_size over plane i. ----
-void global_avg_pool2d_forward(int64_t planes, int64_t plane_size, const float* x, float* y, cudaStream_t stream);
-void global_avg_pool2d_backward(int64_t planes, int64_t plane_size, const float* dy, float* dx,
-                                cudaStream_t stream);
+// per plane with a fixed-order tree sum; backward dx = dy[i] / plane_size over plane i.
+// Both poolings: X is float, BFloat16 or Float16 (sums in float32, each result rounded once). ----
+template <class X>
+void global_avg_pool2d_forward(int64_t planes, int64_t plane_size, const X* x, X* y, cudaStream_t stream);
+template <class X>
+void global_avg_pool2d_backward(int64_t planes, int64_t plane_size, const X* dy, X* dx, cudaStream_t stream);
 
 // ---- log_softmax over the last dim of [rows, cols], nll loss, fused cross-entropy ----
 void log_softmax_forward(int64_t rows, int64_t cols, const float* x, float* y, cudaStream_t stream);
@@ -155,9 +154,14 @@ void count_targets(int64_t rows, const int64_t* target, int64_t ignore_index, in
 // ---- elementwise and reductions on flat arrays ----
 template <class T>
 void fill(int64_t n, T value, T* y, cudaStream_t stream);  // T = float, int32_t, int64_t
-void add(int64_t n, const float* a, const float* b, float* y, cudaStream_t stream);  // y may alias a or b
+// y = a + b, y may alias a or b. X is float, BFloat16 or Float16: a 16-bit sum is formed in
+// float32 and rounded once to nearest even (a 16-bit allreduce's reduction step, the CPU's bits).
+template <class X>
+void add(int64_t n, const X* a, const X* b, X* y, cudaStream_t stream);
 void axpy(int64_t n, float alpha, const float* x, float* y, cudaStream_t stream);    // y += alpha * x
-void scale(int64_t n, float alpha, const float* x, float* y, cudaStream_t stream);   // y = alpha * x, may alias
+// y = alpha * x, may alias; X is float, BFloat16 or Float16 (the product in float32, rounded once).
+template <class X>
+void scale(int64_t n, float alpha, const X* x, X* y, cudaStream_t stream);
 // y = s[0] * x with s a one-element device array (a captured graph reads its current value).
 void scale_by(int64_t n, const float* s, const float* x, float* y, cudaStream_t stream);
 // x *= inv_scale; *found_inf = 1 when an element of x was an Inf or NaN (else unchanged).
@@ -178,13 +182,18 @@ void sgd_step(int64_t n, const SgdConfig& cfg, bool first_step, float* param, co
 void adam_step(int64_t n, const AdamConfig& cfg, int64_t step, float* param, const float* grad, float* exp_avg,
                float* exp_avg_sq, const uint32_t* decay_mask, cudaStream_t stream);
 
-// ---- gelu, tanh, dropout (issue 24), as on the CPU ----
+// ---- gelu, tanh, dropout (issue 24), as on the CPU. X is float, BFloat16 or Float16: a
+// 16-bit output is the float32 formula on the widened values, rounded once. ----
 // gelu in either form (kernels/gelu_approximate.h); backward reads the input x.
-void gelu_forward(GeluApproximate form, int64_t n, const float* x, float* y, cudaStream_t stream);
-void gelu_backward(GeluApproximate form, int64_t n, const float* dy, const float* x, float* dx, cudaStream_t stream);
+template <class X>
+void gelu_forward(GeluApproximate form, int64_t n, const X* x, X* y, cudaStream_t stream);
+template <class X>
+void gelu_backward(GeluApproximate form, int64_t n, const X* dy, const X* x, X* dx, cudaStream_t stream);
 // tanh; backward from the output: dx = dy * (1 - y * y).
-void tanh_forward(int64_t n, const float* x, float* y, cudaStream_t stream);
-void tanh_backward(int64_t n, const float* dy, const float* y, float* dx, cudaStream_t stream);
+template <class X>
+void tanh_forward(int64_t n, const X* x, X* y, cudaStream_t stream);
+template <class X>
+void tanh_backward(int64_t n, const X* dy, const X* y, X* dx, cudaStream_t stream);
 // Inverted dropout of x[samples, sample_size], the same mask bits as the CPU's
 // (kernels/dropout_config.h); the backward is the same call with dy for x. X is float,
 // BFloat16 or Float16 (the product in float32, rounded once).
@@ -255,10 +264,6 @@ void gemm_half_strided_batched(bool trans_a, bool trans_b, int64_t M, int64_t N,
 // Instantiated for float -> BFloat16, float -> Float16, BFloat16 -> float, Float16 -> float.
 template <class From, class To>
 void cast(int64_t n, const From* x, To* y, cudaStream_t stream);
-// y[i] = a[i] + b[i] for H = BFloat16 or Float16, formed in float32 and rounded once to
-// nearest even (y may alias a or b): a 16-bit allreduce's reduction step, the CPU's bits.
-template <class H>
-void add_half(int64_t n, const H* a, const H* b, H* y, cudaStream_t stream);
 // linear and batched_matmul with 16-bit tensors (H = BFloat16 or Float16) on the GEMM
 // above: every output H, rounded once; the contracts of the float32 versions (bias and
 // dbias may be null; accumulate adds onto dw and dbias).

@@ -19,13 +19,6 @@ namespace dpcore::kernels::cuda {
 
 namespace {
 
-// A value of x as float, through the read-only cache where it is float.
-__device__ __forceinline__ float load(const float* p) { return __ldg(p); }
-template <class H>
-__device__ __forceinline__ float load(const H* p) {
-  return to_float(*p);
-}
-
 template <class X>
 __global__ void max_pool2d_forward_kernel(int64_t total, PoolDims d, const X* x, X* y, int32_t* argmax) {
   for (int64_t o = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; o < total; o += int64_t(gridDim.x) * blockDim.x) {

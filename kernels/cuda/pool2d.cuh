@@ -1,11 +1,21 @@
-// What the pooling kernels (max_pool2d.cu, avg_pool2d.cu) share: their shape in int32, and
-// the window arithmetic along one axis. Internal to kernels/cuda.
+// What the pooling kernels (max_pool2d.cu, avg_pool2d.cu) share: their shape in int32, the
+// window arithmetic along one axis, and how they read float32 and 16-bit inputs. Internal
+// to kernels/cuda.
 #pragma once
 
 #include "kernels/cuda/launch.cuh"
+#include "kernels/half_types.h"
 #include "kernels/shapes.h"
 
 namespace dpcore::kernels::cuda {
+
+// A value of an input the kernel does not write, as float: through the read-only cache
+// where it is float, widened (exactly) where it is BFloat16 or Float16.
+__device__ __forceinline__ float load(const float* p) { return __ldg(p); }
+template <class H>
+__device__ __forceinline__ float load(const H* p) {
+  return to_float(*p);
+}
 
 struct PoolDims {
   int C, H, W, P, Q;

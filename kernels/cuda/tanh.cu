@@ -1,6 +1,6 @@
-// tanh on flat float arrays, through map() (kernels/cuda/map.cuh). tanhf is CUDA's
-// full-precision tanh (within 2 ulp); backward reads the OUTPUT: dx = dy * (1 - y * y), as
-// PyTorch's tanh_backward computes it.
+// tanh on flat arrays of float, bfloat16 or float16, through map() (kernels/cuda/map.cuh).
+// tanhf is CUDA's full-precision tanh (within 2 ulp); backward reads the OUTPUT:
+// dx = dy * (1 - y * y), as PyTorch's tanh_backward computes it.
 #include <cmath>
 
 #include "kernels/cuda/kernels.h"
@@ -19,10 +19,22 @@ struct TanhBackward {  // a = dy, b = y
 
 }  // namespace
 
-void tanh_forward(int64_t n, const float* x, float* y, cudaStream_t stream) { map(n, x, nullptr, y, Tanh{}, stream); }
+template <class X>
+void tanh_forward(int64_t n, const X* x, X* y, cudaStream_t stream) {
+  map(n, x, nullptr, y, Tanh{}, stream);
+}
 
-void tanh_backward(int64_t n, const float* dy, const float* y, float* dx, cudaStream_t stream) {
+template <class X>
+void tanh_backward(int64_t n, const X* dy, const X* y, X* dx, cudaStream_t stream) {
   map(n, dy, y, dx, TanhBackward{}, stream);
 }
+
+#define DPCORE_INSTANTIATE(X)                                                   \
+  template void tanh_forward<X>(int64_t, const X*, X*, cudaStream_t);           \
+  template void tanh_backward<X>(int64_t, const X*, const X*, X*, cudaStream_t);
+DPCORE_INSTANTIATE(float)
+DPCORE_INSTANTIATE(BFloat16)
+DPCORE_INSTANTIATE(Float16)
+#undef DPCORE_INSTANTIATE
 
 }  // namespace dpcore::kernels::cuda

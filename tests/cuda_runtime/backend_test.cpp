@@ -62,7 +62,7 @@ TEST(CudaBackend, ToGivesTheCpusBitsBothWaysAndCastsTheGradientBack) {
   for (float g : w.grad().to(Device::cpu()).to_vector<float>()) EXPECT_EQ(g, 0.333984375f);  // bfloat16(1/3)
 }
 
-// The add of two 16-bit tensors on the device (kernels/cuda/add_half.cu, the reduction step
+// The add of two 16-bit tensors on the device (kernels/cuda/elementwise.cu's add, the reduction step
 // of a 16-bit allreduce): the CPU's bits, into an output that starts as NaN and in place.
 TEST(CudaBackend, SixteenBitAddGivesTheCpusBits) {
   SKIP_WITHOUT_CUDA();

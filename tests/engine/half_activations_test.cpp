@@ -1,4 +1,4 @@
-// The ops between autocast's 16-bit ops take 16-bit activations (engine/ops/float32_compute.h):
+// The ops between autocast's 16-bit ops take 16-bit activations (docs/mixed-precision.md):
 // elementwise ops, pooling, transpose, batch and layer norm hand on the input's 16-bit
 // dtype, softmax, log-softmax and the losses hand on float32, as torch.autocast runs them.
 // On the CPU and on the first CUDA device where there is one (the host build's emulated
@@ -112,19 +112,17 @@ std::vector<HalfOpCase> cases() {
   };
 }
 
-// More elements than one block of the conversion path (2^18): the blocks' seams (gelu,
-// average pooling), and the ops with 16-bit kernels of their own (relu, dropout, max
-// pooling, batch norm), which take the tensor in one call, on more than one thread. On the
-// CPU only: the blocks are cut by engine code the backends share (narrow0 and the casts),
-// and the CUDA kernels they call are the small cases'; on the host build's emulated device
-// these are thousands of emulated blocks, which a ThreadSanitizer process does not survive
-// (its runtime crashes switching fibers after some thousands of them).
+// Tensors of more than 2^18 elements, which the ops' 16-bit kernels take in one call, on more
+// than one thread (the CPU's shares of 2^14 elements, its widened pieces). On the CPU only:
+// the CUDA kernels are the small cases' grid-stride loops; on the host build's emulated
+// device these are thousands of emulated blocks, which a ThreadSanitizer process does not
+// survive (its runtime crashes switching fibers after some thousands of them).
 std::vector<HalfOpCase> cases_in_blocks() {
   const std::vector<bool> one = {true};
   const ops::Pool2dOptions pool;  // 2x2, stride 2
   return {
-      {"gelu in blocks", {{3, 90001}}, one, [](const auto& t) { return ops::gelu(t[0]); }},
-      {"avg_pool2d in blocks", {{37, 2, 64, 60}}, one, [pool](const auto& t) { return ops::avg_pool2d(t[0], pool); }},
+      {"gelu on threads", {{3, 90001}}, one, [](const auto& t) { return ops::gelu(t[0]); }},
+      {"avg_pool2d on threads", {{37, 2, 64, 60}}, one, [pool](const auto& t) { return ops::avg_pool2d(t[0], pool); }},
       {"relu on threads", {{3, 90001}}, one, [](const auto& t) { return ops::relu(t[0]); }},
       {"dropout on threads", {{70, 4001}}, one, [](const auto& t) { return ops::dropout(t[0], {0.3, true, 5, 2, 8}); }},
       {"max_pool2d on threads", {{37, 2, 64, 60}}, one, [](const auto& t) { return ops::max_pool2d(t[0], {}); }},
@@ -205,11 +203,12 @@ TEST(HalfActivations, LargeTensorsMeetAtTheBlockSeamsAndTheThreadShares) {
   expect_the_float32_op_rounded_once(cases_in_blocks(), {Device::cpu()});
 }
 
-// The ops with 16-bit kernels of their own (batch norm, max pooling, dropout) read and write the
-// 16-bit tensors themselves: a training forward allocates its output and what it saves for
-// the backward (per-channel statistics, the argmax), a backward the input's gradient (and
-// the leaf's .grad cloned from it), and neither a float32 copy of an activation (the
-// conversion path widened the input and the gradient, 4 bytes an element each).
+// The ops with 16-bit kernels of their own (batch norm, max and average pooling, dropout,
+// gelu, tanh, scale) read and write the 16-bit tensors themselves: a training forward
+// allocates its output and what it saves for the backward (per-channel statistics, the
+// argmax), a backward the input's gradient (and the leaf's .grad cloned from it), and
+// neither a float32 copy of an activation (a conversion in the op would widen the input and
+// the gradient, 4 bytes an element each).
 TEST(HalfActivations, NativeOpsMakeNoFloat32CopyOfTheActivations) {
   const Shape shape = {8, 16, 12, 12};
   const int64_t n = shape_numel(shape), C = shape[1];
@@ -225,6 +224,14 @@ TEST(HalfActivations, NativeOpsMakeNoFloat32CopyOfTheActivations) {
        size_t(n / 4 * 4)},  // the int32 argmax of each output
       {"dropout", [](const Tensor& x, const Tensor&, const Tensor&) { return ops::dropout(x, {0.3, true, 5, 2, 8}); },
        size_t(0)},
+      {"avg_pool2d", [](const Tensor& x, const Tensor&, const Tensor&) { return ops::avg_pool2d(x, {}); }, size_t(0)},
+      {"global_avg_pool2d", [](const Tensor& x, const Tensor&, const Tensor&) { return ops::global_avg_pool2d(x); },
+       size_t(0)},
+      {"gelu", [](const Tensor& x, const Tensor&, const Tensor&) { return ops::gelu(x); }, size_t(0)},
+      {"gelu (tanh form)", [](const Tensor& x, const Tensor&, const Tensor&) { return ops::gelu(x, "tanh"); },
+       size_t(0)},
+      {"tanh", [](const Tensor& x, const Tensor&, const Tensor&) { return ops::tanh(x); }, size_t(0)},
+      {"scale", [](const Tensor& x, const Tensor&, const Tensor&) { return ops::scale(x, 0.3); }, size_t(0)},
   };
   for (Device device : testing::cpu_and_first_cuda_device()) {
     for (DType half : {DType::BFloat16, DType::Float16}) {

@@ -1,16 +1,19 @@
 // The kernels with native 16-bit paths between autocast's 16-bit ops (issue 27): batch_norm2d's
-// passes over activations, max_pool2d and dropout, on every implementation
+// passes over activations, max and average pooling, dropout, gelu (both forms), tanh and
+// scale, on every implementation
 // (tests/support/half_backends.h). Each kernel is written once over its activations' type,
 // so its 16-bit run must be, bit for bit, the same backend's float32 run on the widened
 // tensors with each 16-bit output rounded once (the float32 kernels themselves are held to
-// float64 by batch_norm2d_test.cpp, max_pool2d_test.cpp and dropout_test.cpp). Every output starts as NaN,
-// so one the kernel does not write fails; the CPU runs on 1 and 2 threads. The shapes give
-// planes with and without a tail of the CPU's 16 sum lanes and of its 2x2 pooling blocks,
-// a tensor past the CPU's threshold for threads, and overlapping pooling windows, whose
-// gradients are summed.
+// float64 by their own op tests). Every output starts as NaN, so one the kernel does not
+// write fails; the CPU runs on 1 and 2 threads. The shapes give planes with and without a
+// tail of the CPU's 16 sum lanes and of its 2x2 pooling blocks, a tensor past the CPU's
+// threshold for threads, and overlapping pooling windows, whose gradients are summed; the
+// flat arrays tails of the CPU's 16-float blocks and 512-float widened pieces, and (CPU)
+// more than one 2^14-element share per thread.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <sstream>
 #include <string>
@@ -207,6 +210,100 @@ void dropout_equals_the_widened_float32_run() {
   }
 }
 
+template <class B, class H>
+void average_pooling_equals_the_widened_float32_run() {
+  for (const Images& c : kImages) {
+    if (!runs<B>(c)) continue;
+    const int64_t planes = c.N * c.C, plane_size = c.H * c.W;
+    const size_t n = size_t(planes * plane_size);
+    const std::vector<H> x16 = random_half<H>(n, 51), dy16 = random_half<H>(n, 52);
+    typename B::template Array<H> x_h(x16), dy_h(dy16);
+    typename B::template Array<float> x_f(widened(x16)), dy_f(widened(dy16));
+    for (int threads : B::thread_counts()) {
+      ScopedKernelThreads scope(threads);
+      for (const Pooling& pool : kPoolings) {
+        for (bool count_include_pad : {true, false}) {
+          SCOPED_TRACE(describe(c, type_name<H>(), threads) + ", " + std::to_string(pool.kernel) + "x" +
+                       std::to_string(pool.kernel) + " windows" + (count_include_pad ? "" : ", padding not counted"));
+          Pool2dShape s;
+          s.N = c.N, s.C = c.C, s.H = c.H, s.W = c.W;
+          s.kernel_h = s.kernel_w = pool.kernel, s.stride_h = s.stride_w = pool.stride, s.pad_h = s.pad_w = pool.pad;
+          s.P = kernels::conv_out_size(s.H, s.kernel_h, s.stride_h, s.pad_h);
+          s.Q = kernels::conv_out_size(s.W, s.kernel_w, s.stride_w, s.pad_w);
+          const size_t m = size_t(s.y_size());
+          typename B::template Array<H> y_h(m), dx_h(n);
+          typename B::template Array<float> y_f(m), dx_f(n);
+          B::avg_pool2d_forward(s, count_include_pad, x_h.get(), y_h.get());
+          B::avg_pool2d_forward(s, count_include_pad, x_f.get(), y_f.get());
+          expect_rounded("y", y_h.download(), y_f.download());
+          B::avg_pool2d_backward(s, count_include_pad, dy_h.get(), dx_h.get());  // dy's first m values
+          B::avg_pool2d_backward(s, count_include_pad, dy_f.get(), dx_f.get());
+          expect_rounded("dx", dx_h.download(), dx_f.download());
+        }
+      }
+      SCOPED_TRACE(describe(c, type_name<H>(), threads) + ", global");
+      typename B::template Array<H> g_h{size_t(planes)}, gdx_h(n);
+      typename B::template Array<float> g_f{size_t(planes)}, gdx_f(n);
+      B::global_avg_pool2d_forward(planes, plane_size, x_h.get(), g_h.get());
+      B::global_avg_pool2d_forward(planes, plane_size, x_f.get(), g_f.get());
+      expect_rounded("global y", g_h.download(), g_f.download());
+      B::global_avg_pool2d_backward(planes, plane_size, dy_h.get(), gdx_h.get());  // dy's first `planes` values
+      B::global_avg_pool2d_backward(planes, plane_size, dy_f.get(), gdx_f.get());
+      expect_rounded("global dx", gdx_h.download(), gdx_f.download());
+    }
+  }
+}
+
+// gelu in both forms, tanh and scale over flat arrays: x in [-4, 4] (gelu's tails), with
+// infinities, a NaN and signed zeros among them.
+template <class B, class H>
+void elementwise_ops_equal_the_widened_float32_run() {
+  for (int64_t n : {int64_t(70), int64_t(1000), int64_t(40000)}) {
+    if (B::kCuda && n >= 32768) continue;  // as runs() above
+    std::vector<H> x16 = random_half<H>(size_t(n), 61);
+    const std::vector<H> dy16 = random_half<H>(size_t(n), 62), y16 = random_half<H>(size_t(n), 63);
+    for (H& v : x16) v = to_half<H>(4.0f * float(to_double(v)));
+    const float specials[] = {INFINITY, -INFINITY, NAN, 0.0f, -0.0f};
+    for (size_t k = 0; k < 5; ++k) x16[size_t(n) / 2 + k] = to_half<H>(specials[k]);
+    typename B::template Array<H> x_h(x16), dy_h(dy16), y_in_h(y16);
+    typename B::template Array<float> x_f(widened(x16)), dy_f(widened(dy16)), y_in_f(widened(y16));
+    for (int threads : B::thread_counts()) {
+      SCOPED_TRACE("n = " + std::to_string(n) + ", " + type_name<H>() + threads_label(threads));
+      ScopedKernelThreads scope(threads);
+      auto both = [&](const char* what, const auto& run) {
+        typename B::template Array<H> out_h{size_t(n)};
+        typename B::template Array<float> out_f{size_t(n)};
+        run(out_h.get(), out_f.get());
+        expect_rounded(what, out_h.download(), out_f.download());
+      };
+      for (kernels::GeluApproximate form : {kernels::GeluApproximate::None, kernels::GeluApproximate::Tanh}) {
+        const bool erf = form == kernels::GeluApproximate::None;
+        both(erf ? "gelu" : "gelu (tanh form)", [&](H* out_h, float* out_f) {
+          B::gelu_forward(form, n, x_h.get(), out_h);
+          B::gelu_forward(form, n, x_f.get(), out_f);
+        });
+        both(erf ? "gelu backward" : "gelu backward (tanh form)", [&](H* out_h, float* out_f) {
+          B::gelu_backward(form, n, dy_h.get(), x_h.get(), out_h);
+          B::gelu_backward(form, n, dy_f.get(), x_f.get(), out_f);
+        });
+      }
+      both("tanh", [&](H* out_h, float* out_f) {
+        B::tanh_forward(n, x_h.get(), out_h);
+        B::tanh_forward(n, x_f.get(), out_f);
+      });
+      both("tanh backward", [&](H* out_h, float* out_f) {
+        B::tanh_backward(n, dy_h.get(), y_in_h.get(), out_h);
+        B::tanh_backward(n, dy_f.get(), y_in_f.get(), out_f);
+      });
+      const float alpha = float(1.0 / std::sqrt(3.0));  // every product needs rounding
+      both("scale", [&](H* out_h, float* out_f) {
+        B::scale(n, alpha, x_h.get(), out_h);
+        B::scale(n, alpha, x_f.get(), out_f);
+      });
+    }
+  }
+}
+
 TYPED_TEST(HalfNativeOpsTest, Bfloat16BatchNormIsTheWidenedFloat32BatchNormRoundedOnce) {
   batch_norm_equals_the_widened_float32_run<TypeParam, BFloat16>();
 }
@@ -228,6 +325,22 @@ TYPED_TEST(HalfNativeOpsTest, Bfloat16DropoutIsTheWidenedFloat32DropoutRoundedOn
 TYPED_TEST(HalfNativeOpsTest, Float16DropoutIsTheWidenedFloat32DropoutRoundedOnce) {
   if (TypeParam::kBfloat16Only) GTEST_SKIP() << "float16 runs the same kernels on every CPU path: tested as CpuConvert";
   dropout_equals_the_widened_float32_run<TypeParam, Float16>();
+}
+
+TYPED_TEST(HalfNativeOpsTest, Bfloat16AveragePoolingIsTheWidenedFloat32PoolingRoundedOnce) {
+  average_pooling_equals_the_widened_float32_run<TypeParam, BFloat16>();
+}
+TYPED_TEST(HalfNativeOpsTest, Float16AveragePoolingIsTheWidenedFloat32PoolingRoundedOnce) {
+  if (TypeParam::kBfloat16Only) GTEST_SKIP() << "float16 runs the same kernels on every CPU path: tested as CpuConvert";
+  average_pooling_equals_the_widened_float32_run<TypeParam, Float16>();
+}
+
+TYPED_TEST(HalfNativeOpsTest, Bfloat16GeluTanhAndScaleAreTheWidenedFloat32OpsRoundedOnce) {
+  elementwise_ops_equal_the_widened_float32_run<TypeParam, BFloat16>();
+}
+TYPED_TEST(HalfNativeOpsTest, Float16GeluTanhAndScaleAreTheWidenedFloat32OpsRoundedOnce) {
+  if (TypeParam::kBfloat16Only) GTEST_SKIP() << "float16 runs the same kernels on every CPU path: tested as CpuConvert";
+  elementwise_ops_equal_the_widened_float32_run<TypeParam, Float16>();
 }
 
 }  // namespace

@@ -164,6 +164,45 @@ struct CpuHalf {
   static void dropout(const kernels::DropoutConfig& cfg, int64_t samples, int64_t size, const X* x, X* y) {
     kernels::cpu::dropout<X>(cfg, samples, size, x, y);
   }
+  // The elementwise ops (gelu.cpp, tanh.cpp, elementwise.cpp) and average pooling
+  // (avg_pool2d.cpp), 16-bit or (X = float) on the widening.
+  template <class X>
+  static void gelu_forward(kernels::GeluApproximate form, int64_t n, const X* x, X* y) {
+    kernels::cpu::gelu_forward<X>(form, n, x, y);
+  }
+  template <class X>
+  static void gelu_backward(kernels::GeluApproximate form, int64_t n, const X* dy, const X* x, X* dx) {
+    kernels::cpu::gelu_backward<X>(form, n, dy, x, dx);
+  }
+  template <class X>
+  static void tanh_forward(int64_t n, const X* x, X* y) {
+    kernels::cpu::tanh_forward<X>(n, x, y);
+  }
+  template <class X>
+  static void tanh_backward(int64_t n, const X* dy, const X* y, X* dx) {
+    kernels::cpu::tanh_backward<X>(n, dy, y, dx);
+  }
+  template <class X>
+  static void scale(int64_t n, float alpha, const X* x, X* y) {
+    if constexpr (std::is_same_v<X, float>) kernels::cpu::scale<float>(n, alpha, x, y);
+    else kernels::cpu::scale_half<X>(n, alpha, x, y);
+  }
+  template <class X>
+  static void avg_pool2d_forward(const kernels::Pool2dShape& s, bool count_include_pad, const X* x, X* y) {
+    kernels::cpu::avg_pool2d_forward<X>(s, count_include_pad, x, y);
+  }
+  template <class X>
+  static void avg_pool2d_backward(const kernels::Pool2dShape& s, bool count_include_pad, const X* dy, X* dx) {
+    kernels::cpu::avg_pool2d_backward<X>(s, count_include_pad, dy, dx);
+  }
+  template <class X>
+  static void global_avg_pool2d_forward(int64_t planes, int64_t plane_size, const X* x, X* y) {
+    kernels::cpu::global_avg_pool2d_forward<X>(planes, plane_size, x, y);
+  }
+  template <class X>
+  static void global_avg_pool2d_backward(int64_t planes, int64_t plane_size, const X* dy, X* dx) {
+    kernels::cpu::global_avg_pool2d_backward<X>(planes, plane_size, dy, dx);
+  }
 
  private:
   template <class F>
@@ -255,6 +294,42 @@ struct CudaHalf {
   template <class X>
   static void dropout(const kernels::DropoutConfig& cfg, int64_t samples, int64_t size, const X* x, X* y) {
     kernels::cuda::dropout<X>(cfg, samples, size, x, y, nullptr);
+  }
+  template <class X>
+  static void gelu_forward(kernels::GeluApproximate form, int64_t n, const X* x, X* y) {
+    kernels::cuda::gelu_forward<X>(form, n, x, y, nullptr);
+  }
+  template <class X>
+  static void gelu_backward(kernels::GeluApproximate form, int64_t n, const X* dy, const X* x, X* dx) {
+    kernels::cuda::gelu_backward<X>(form, n, dy, x, dx, nullptr);
+  }
+  template <class X>
+  static void tanh_forward(int64_t n, const X* x, X* y) {
+    kernels::cuda::tanh_forward<X>(n, x, y, nullptr);
+  }
+  template <class X>
+  static void tanh_backward(int64_t n, const X* dy, const X* y, X* dx) {
+    kernels::cuda::tanh_backward<X>(n, dy, y, dx, nullptr);
+  }
+  template <class X>
+  static void scale(int64_t n, float alpha, const X* x, X* y) {
+    kernels::cuda::scale<X>(n, alpha, x, y, nullptr);
+  }
+  template <class X>
+  static void avg_pool2d_forward(const kernels::Pool2dShape& s, bool count_include_pad, const X* x, X* y) {
+    kernels::cuda::avg_pool2d_forward<X>(s, count_include_pad, x, y, nullptr);
+  }
+  template <class X>
+  static void avg_pool2d_backward(const kernels::Pool2dShape& s, bool count_include_pad, const X* dy, X* dx) {
+    kernels::cuda::avg_pool2d_backward<X>(s, count_include_pad, dy, dx, nullptr);
+  }
+  template <class X>
+  static void global_avg_pool2d_forward(int64_t planes, int64_t plane_size, const X* x, X* y) {
+    kernels::cuda::global_avg_pool2d_forward<X>(planes, plane_size, x, y, nullptr);
+  }
+  template <class X>
+  static void global_avg_pool2d_backward(int64_t planes, int64_t plane_size, const X* dy, X* dx) {
+    kernels::cuda::global_avg_pool2d_backward<X>(planes, plane_size, dy, dx, nullptr);
   }
 };
 #endif

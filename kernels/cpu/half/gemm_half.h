@@ -87,4 +87,9 @@ void relu_forward_half(int64_t n, const H* x, H* y);
 template <class H>
 void relu_backward_half(int64_t n, const H* dy, const H* y, H* dx);
 
+// y = alpha * x on 16-bit arrays: each product formed in float32 (float32's alpha, as the
+// float32 kernel scale<float> forms it) and rounded once (kernels/cpu/elementwise.cpp).
+template <class H>
+void scale_half(int64_t n, float alpha, const H* x, H* y);
+
 }  // namespace dpcore::kernels::cpu
