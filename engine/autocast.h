@@ -4,7 +4,7 @@
 // with float32 accumulation and hand on a 16-bit result, as PyTorch's do. The ops after
 // them take it as it is: elementwise ops, pooling and the norms compute in float32 and hand
 // on the input's dtype, softmax, log-softmax and the losses widen it and hand on float32
-// (engine/ops/float32_compute.h, docs/mixed-precision.md). The scope is per thread, as
+// (engine/ops/norm_statistics.h, docs/mixed-precision.md). The scope is per thread, as
 // PyTorch's: each replica thread opens its own (layers::Model::set_precision does it around
 // every forward).
 #pragma once

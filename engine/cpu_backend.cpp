@@ -548,20 +548,25 @@ class CpuBackend : public Backend {
   // layer_norm
   void layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps, Tensor& y,
                           Tensor& mean, Tensor& rstd) override {
-    dispatch_float("layer_norm", x, [&](auto t) {
+    check_same_dtype("layer_norm", x, {&y});
+    dispatch_float_or_half("layer_norm", x, [&](auto t) {
       using T = decltype(t);
+      using S = k::computed_t<T>;
       const int64_t cols = x.size(x.dim() - 1);
-      k::layer_norm_forward<T>(x.numel() / cols, cols, ptr<T>(x), ptr<T>(weight), ptr<T>(bias), eps, ptr<T>(y),
-                               ptr<T>(mean), ptr<T>(rstd));
+      k::layer_norm_forward<T, S>(x.numel() / cols, cols, ptr<T>(x), ptr<S>(weight), ptr<S>(bias), eps, ptr<T>(y),
+                                  ptr<S>(mean), ptr<S>(rstd));
     });
   }
   void layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& mean,
                            const Tensor& rstd, Tensor& dx, Tensor& dweight, Tensor& dbias, bool accumulate) override {
-    dispatch_float("layer_norm backward", x, [&](auto t) {
+    check_same_dtype("layer_norm backward", x, {&dy});
+    if (dx.defined()) check_same_dtype("layer_norm backward", x, {&dx});
+    dispatch_float_or_half("layer_norm backward", x, [&](auto t) {
       using T = decltype(t);
+      using S = k::computed_t<T>;
       const int64_t cols = x.size(x.dim() - 1);
-      k::layer_norm_backward<T>(x.numel() / cols, cols, ptr<T>(dy), ptr<T>(x), ptr<T>(weight), ptr<T>(mean),
-                                ptr<T>(rstd), ptr<T>(dx), ptr<T>(dweight), ptr<T>(dbias), accumulate);
+      k::layer_norm_backward<T, S>(x.numel() / cols, cols, ptr<T>(dy), ptr<T>(x), ptr<S>(weight), ptr<S>(mean),
+                                   ptr<S>(rstd), ptr<T>(dx), ptr<S>(dweight), ptr<S>(dbias), accumulate);
     });
   }
   // softmax

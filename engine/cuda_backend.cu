@@ -624,17 +624,26 @@ class CudaBackend : public Backend {
   // layer_norm
   void layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps, Tensor& y,
                           Tensor& mean, Tensor& rstd) override {
-    cudaStream_t stream = begin_op("layer_norm", {&x, &weight, &bias, &y, &mean, &rstd});
-    const int64_t cols = x.size(x.dim() - 1);
-    k::layer_norm_forward(x.numel() / cols, cols, f32(x), f32(&weight), f32(&bias), float(eps), f32(y), f32(mean),
-                          f32(rstd), stream);
+    // x and y float32 or 16-bit (on_activations), beside float32 weight, bias and statistics.
+    begin_op("layer_norm", {&weight, &bias, &mean, &rstd});
+    on_activations("layer_norm", x, {&y}, [&](auto t, cudaStream_t stream) {
+      using X = decltype(t);
+      const int64_t cols = x.size(x.dim() - 1);
+      k::layer_norm_forward(x.numel() / cols, cols, x.data<X>(), f32(&weight), f32(&bias), float(eps), y.data<X>(),
+                            f32(mean), f32(rstd), stream);
+    });
   }
   void layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& mean,
                            const Tensor& rstd, Tensor& dx, Tensor& dweight, Tensor& dbias, bool accumulate) override {
-    cudaStream_t stream = begin_op("layer_norm backward", {&dy, &x, &weight, &mean, &rstd, &dx, &dweight, &dbias});
-    const int64_t cols = x.size(x.dim() - 1);
-    k::layer_norm_backward(x.numel() / cols, cols, f32(dy), f32(x), f32(&weight), f32(mean), f32(rstd), f32(&dx),
-                           f32(&dweight), f32(&dbias), accumulate, stream);
+    begin_op("layer_norm backward", {&weight, &mean, &rstd, &dweight, &dbias});
+    on_activations("layer_norm backward", x, {&dy}, [&](auto t, cudaStream_t stream) {
+      using X = decltype(t);
+      DPCORE_CHECK(!dx.defined() || dx.dtype() == x.dtype(), "layer_norm backward: ", dx.str(), " is not of ",
+                   x.str(), "'s dtype");
+      const int64_t cols = x.size(x.dim() - 1);
+      k::layer_norm_backward(x.numel() / cols, cols, dy.data<X>(), x.data<X>(), f32(&weight), f32(mean), f32(rstd),
+                             dx.defined() ? dx.data<X>() : nullptr, f32(&dweight), f32(&dbias), accumulate, stream);
+    });
   }
   // softmax
   void softmax_forward(const kernels::SoftmaxShape& s, const Tensor& x, const Tensor& mask, Tensor& y) override {

@@ -8,7 +8,7 @@
 // a bfloat16 input beside float32 parameters; the backward keeps the 16-bit input. The
 // backends' kernels take the 16-bit tensors themselves and widen each value as they read
 // it (kernels/cpu/batch_norm2d.cpp), so no float32 copy of an activation is made.
-#include "engine/ops/float32_compute.h"
+#include "engine/ops/norm_statistics.h"
 #include "engine/ops/op_support.h"
 
 namespace dpcore::ops {

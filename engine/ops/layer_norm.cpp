@@ -1,10 +1,10 @@
 // layer_norm over the last dimension: the forward saves each row's mean and rstd, the
 // backward reads them (nothing is recomputed) and writes dx and the parameter gradients in
 // one backend call. A 16-bit input is normalised in float32 beside float32 weight and bias,
-// its mean and rstd float32, the output rounded once to the input's dtype
-// (engine/ops/float32_compute.h), as PyTorch's layer norm on a bfloat16 input; the
-// backward keeps the 16-bit input.
-#include "engine/ops/float32_compute.h"
+// its mean and rstd float32, the output rounded once to the input's dtype, as PyTorch's
+// layer norm on a bfloat16 input, by the backends' kernels on the 16-bit tensors
+// themselves; the backward keeps the 16-bit input.
+#include "engine/ops/norm_statistics.h"
 #include "engine/ops/op_support.h"
 
 namespace dpcore::ops {
@@ -17,10 +17,9 @@ struct LayerNormBackward : Node {
     std::vector<Tensor> grads(3);
     const bool want_params = weight.defined() && (needs_grad(*this, 1) || needs_grad(*this, 2));
     WeightGrads g = want_params ? weight_grads(*this, weight, weight.size(0)) : WeightGrads{};
-    Tensor dx = needs_grad(*this, 0) ? empty_computed(x.shape(), x) : Tensor();
-    backend(dy).layer_norm_backward(in_compute_dtype(dy), in_compute_dtype(x), weight, mean, rstd, dx, g.dw, g.db,
-                                    g.accumulate);
-    grads[0] = dx.defined() ? stored_as(dx, x.dtype()) : dx;
+    Tensor dx = needs_grad(*this, 0) ? empty_like(x) : Tensor();
+    backend(dy).layer_norm_backward(dy, x, weight, mean, rstd, dx, g.dw, g.db, g.accumulate);
+    grads[0] = dx;
     if (want_params) return_weight_grads(*this, g, grads);
     return grads;
   }
@@ -41,10 +40,9 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, dou
                "layer_norm: weight and bias must both be defined (affine) or both undefined");
   DPCORE_CHECK(eps >= 0.0, "layer_norm: eps ", eps, " must be non-negative");
   const int64_t rows = x.numel() / cols;
-  Tensor y = empty_computed(x.shape(), x);
+  Tensor y = empty_like(x);
   Tensor mean = empty_computed({rows}, x), rstd = empty_computed({rows}, x);
-  if (rows > 0) backend(x).layer_norm_forward(in_compute_dtype(x), weight, bias, eps, y, mean, rstd);
-  y = stored_as(y, x.dtype());
+  if (rows > 0) backend(x).layer_norm_forward(x, weight, bias, eps, y, mean, rstd);
   auto node = std::make_shared<LayerNormBackward>();
   node->x = x.detach();
   node->weight = weight.defined() ? weight.detach() : Tensor();

@@ -1,4 +1,4 @@
-#include "engine/ops/float32_compute.h"
+#include "engine/ops/norm_statistics.h"
 
 #include "engine/ops/op_support.h"
 
@@ -6,22 +6,8 @@ namespace dpcore::ops {
 
 DType compute_dtype(DType dtype) { return is_half_precision(dtype) ? DType::Float32 : dtype; }
 
-Tensor in_compute_dtype(const Tensor& t) {
-  if (!t.defined() || !is_half_precision(t.dtype())) return t;
-  Tensor wide = Tensor::empty(t.shape(), DType::Float32, t.device());
-  backend(t).cast(t, wide);
-  return wide;
-}
-
 Tensor empty_computed(const Shape& shape, const Tensor& like) {
   return Tensor::empty(shape, compute_dtype(like.dtype()), like.device());
-}
-
-Tensor stored_as(const Tensor& computed, DType dtype) {
-  if (computed.dtype() == dtype) return computed;
-  Tensor stored = Tensor::empty(computed.shape(), dtype, computed.device());
-  backend(computed).cast(computed, stored);
-  return stored;
 }
 
 void check_statistics_tensor(const char* op, const char* what, const Tensor& x, const Tensor& t) {

@@ -223,13 +223,16 @@ void embedding_backward(int64_t n, int64_t vocab, int64_t dim, const int64_t* id
 // xhat = (x - m) * rstd and g = dy * weight: dx = rstd * (g - mean(g) - xhat * mean(g * xhat))
 // per row; dweight = sum over rows of dy * xhat, dbias = sum of dy, each column added in row
 // order (the same bits for every thread count), written or, with accumulate, added onto the
-// contents. Any of dx, dweight, dbias may be null (not wanted). ----
-template <class T>
-void layer_norm_forward(int64_t rows, int64_t cols, const T* x, const T* weight, const T* bias, double eps, T* y,
-                        T* mean, T* rstd);
-template <class T>
-void layer_norm_backward(int64_t rows, int64_t cols, const T* dy, const T* x, const T* weight, const T* mean,
-                         const T* rstd, T* dx, T* dweight, T* dbias, bool accumulate);
+// contents. Any of dx, dweight, dbias may be null (not wanted). X (x, y, dy, dx) is float or
+// double with S = X, or BFloat16 / Float16 with S = float (weight, bias, mean, rstd and the
+// parameter gradients): the float32 kernel's results on the widened values, each 16-bit
+// output rounded once. ----
+template <class X, class S = X>
+void layer_norm_forward(int64_t rows, int64_t cols, const X* x, const S* weight, const S* bias, double eps, X* y,
+                        S* mean, S* rstd);
+template <class X, class S = X>
+void layer_norm_backward(int64_t rows, int64_t cols, const X* dy, const X* x, const S* weight, const S* mean,
+                         const S* rstd, X* dx, S* dweight, S* dbias, bool accumulate);
 
 // ---- softmax(x + mask) over the last dimension, the mask (null: none) broadcast and the
 // causal limit applied as kernels/softmax_mask.h says; max-subtracted, in double for double

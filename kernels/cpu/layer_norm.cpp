@@ -6,76 +6,80 @@
 // The parameter gradients are column sums over every row: each thread owns a contiguous
 // range of columns and adds its rows in row order, so every column's sum has one fixed
 // order whatever the thread count (and the rows stream through the cache once per thread).
+// Written once over the storage type X of x, y, dy and dx (kernels/cpu/stored_values.h),
+// S = computed_t<X> that of weight, bias, mean, rstd and the parameter gradients: a 16-bit
+// X reads its values widened and rounds each output once, beside float32 statistics, which
+// gives the float32 kernel's bits on the widened tensors.
 #include <algorithm>
 #include <cmath>
-#include <type_traits>
 #include <vector>
 
 #include "kernels/cpu/float_blocks.h"
 #include "kernels/cpu/kernels.h"
 #include "kernels/cpu/log_softmax.h"
+#include "kernels/cpu/stored_values.h"
 
 namespace dpcore::kernels::cpu {
 
-template <class T>
-void layer_norm_forward(int64_t rows, int64_t cols, const T* x, const T* weight, const T* bias, double eps, T* y,
-                        T* mean, T* rstd) {
+template <class X, class S>
+void layer_norm_forward(int64_t rows, int64_t cols, const X* x, const S* weight, const S* bias, double eps, X* y,
+                        S* mean, S* rstd) {
 #pragma omp parallel for num_threads(kernel_threads()) if (rows_in_parallel(rows, cols)) schedule(static)
   for (int64_t r = 0; r < rows; ++r) {
-    const T* xr = x + r * cols;
+    const X* xr = x + r * cols;
+    const auto at = [xr](int64_t j) { return double(value(xr[j])); };
     // Two passes: the mean, then the mean squared deviation from it (E[x^2] - E[x]^2
     // cancels when the mean is large against the spread).
-    const double m = lane_sum<double>(cols, [xr](int64_t j) { return double(xr[j]); }) / double(cols);
-    const auto deviation_squared = [xr, m](int64_t j) { return (double(xr[j]) - m) * (double(xr[j]) - m); };
+    const double m = lane_sum<double>(cols, at) / double(cols);
+    const auto deviation_squared = [at, m](int64_t j) { return (at(j) - m) * (at(j) - m); };
     const double squares = lane_sum<double>(cols, deviation_squared);
     const double s = 1.0 / std::sqrt(squares / double(cols) + eps);
-    T* yr = y + r * cols;
+    X* yr = y + r * cols;
     if (weight) {
-      for (int64_t j = 0; j < cols; ++j) yr[j] = T((double(xr[j]) - m) * s * double(weight[j]) + double(bias[j]));
+      for (int64_t j = 0; j < cols; ++j) yr[j] = stored<X>(S((at(j) - m) * s * double(weight[j]) + double(bias[j])));
     } else {
-      for (int64_t j = 0; j < cols; ++j) yr[j] = T((double(xr[j]) - m) * s);
+      for (int64_t j = 0; j < cols; ++j) yr[j] = stored<X>(S((at(j) - m) * s));
     }
-    mean[r] = T(m), rstd[r] = T(s);
+    mean[r] = S(m), rstd[r] = S(s);
   }
 }
 
 namespace {
 
-// dx of one row: rstd * (g - mean(g) - xhat * mean(g * xhat)), g(j) = dy * w, in Acc: double
-// for double, float for float (the error analysis is in tests/ops/layer_norm_test.cpp). g
-// is a function of its own with and without weight, so that no loop tests for the weight.
-template <class Acc, class T, class G>
-void layer_norm_row_input_grad(int64_t cols, const T* xr, Acc m, Acc s, const G& g, T* dxr) {
-  const Acc g_mean = lane_sum<Acc>(cols, g) / Acc(cols);
-  const auto gx = [g, xr, m, s](int64_t j) { return g(j) * ((Acc(xr[j]) - m) * s); };
-  const Acc gx_mean = lane_sum<Acc>(cols, gx) / Acc(cols);
+// dx of one row: rstd * (g - mean(g) - xhat * mean(g * xhat)), g(j) = dy * w, in the
+// statistics' type S: double for double, float for float and the 16-bit types (the error
+// analysis is in tests/ops/layer_norm_test.cpp). g is a function of its own with and
+// without weight, so that no loop tests for the weight.
+template <class S, class X, class G>
+void layer_norm_row_input_grad(int64_t cols, const X* xr, S m, S s, const G& g, X* dxr) {
+  const S g_mean = lane_sum<S>(cols, g) / S(cols);
+  const auto gx = [g, xr, m, s](int64_t j) { return g(j) * ((S(value(xr[j])) - m) * s); };
+  const S gx_mean = lane_sum<S>(cols, gx) / S(cols);
 #pragma omp simd
-  for (int64_t j = 0; j < cols; ++j) dxr[j] = T(s * (g(j) - g_mean - (Acc(xr[j]) - m) * s * gx_mean));
+  for (int64_t j = 0; j < cols; ++j) dxr[j] = stored<X>(S(s * (g(j) - g_mean - (S(value(xr[j])) - m) * s * gx_mean)));
 }
 
-template <class T>
-void layer_norm_input_grad(int64_t rows, int64_t cols, const T* dy, const T* x, const T* weight, const T* mean,
-                           const T* rstd, T* dx) {
-  using Acc = std::conditional_t<std::is_same_v<T, float>, float, double>;
+template <class X, class S>
+void layer_norm_input_grad(int64_t rows, int64_t cols, const X* dy, const X* x, const S* weight, const S* mean,
+                           const S* rstd, X* dx) {
 #pragma omp parallel for num_threads(kernel_threads()) if (rows_in_parallel(rows, cols)) schedule(static)
   for (int64_t r = 0; r < rows; ++r) {
-    const T* dyr = dy + r * cols;
-    const T* xr = x + r * cols;
-    T* dxr = dx + r * cols;
+    const X* dyr = dy + r * cols;
+    const X* xr = x + r * cols;
+    X* dxr = dx + r * cols;
     if (weight) {
-      const auto g = [dyr, weight](int64_t j) { return Acc(dyr[j]) * Acc(weight[j]); };
-      layer_norm_row_input_grad<Acc>(cols, xr, Acc(mean[r]), Acc(rstd[r]), g, dxr);
+      const auto g = [dyr, weight](int64_t j) { return S(value(dyr[j])) * weight[j]; };
+      layer_norm_row_input_grad<S>(cols, xr, mean[r], rstd[r], g, dxr);
     } else {
-      layer_norm_row_input_grad<Acc>(cols, xr, Acc(mean[r]), Acc(rstd[r]), [dyr](int64_t j) { return Acc(dyr[j]); },
-                                     dxr);
+      layer_norm_row_input_grad<S>(cols, xr, mean[r], rstd[r], [dyr](int64_t j) { return S(value(dyr[j])); }, dxr);
     }
   }
 }
 
 // dweight = sum over rows of dy * xhat, dbias = sum of dy (either may be null).
-template <class T>
-void layer_norm_param_grads(int64_t rows, int64_t cols, const T* dy, const T* x, const T* mean, const T* rstd,
-                            T* dweight, T* dbias, bool accumulate) {
+template <class X, class S>
+void layer_norm_param_grads(int64_t rows, int64_t cols, const X* dy, const X* x, const S* mean, const S* rstd,
+                            S* dweight, S* dbias, bool accumulate) {
   const int parts = int(std::min<int64_t>(kernel_threads(), cols));
 #pragma omp parallel for num_threads(parts) if (rows_in_parallel(rows, cols)) schedule(static)
   for (int part = 0; part < parts; ++part) {
@@ -84,33 +88,35 @@ void layer_norm_param_grads(int64_t rows, int64_t cols, const T* dy, const T* x,
     for (int64_t r = 0; r < rows; ++r) {
       const double m = mean[r], s = rstd[r];
       for (int64_t j = c.begin; j < c.end; ++j) {
-        const double g = dy[r * cols + j];
-        dw[j - c.begin] += g * (double(x[r * cols + j]) - m) * s;
+        const double g = value(dy[r * cols + j]);
+        dw[j - c.begin] += g * (double(value(x[r * cols + j])) - m) * s;
         db[j - c.begin] += g;
       }
     }
     for (int64_t j = c.begin; j < c.end; ++j) {
-      if (dweight) dweight[j] = accumulate ? T(dweight[j] + T(dw[j - c.begin])) : T(dw[j - c.begin]);
-      if (dbias) dbias[j] = accumulate ? T(dbias[j] + T(db[j - c.begin])) : T(db[j - c.begin]);
+      if (dweight) dweight[j] = accumulate ? S(dweight[j] + S(dw[j - c.begin])) : S(dw[j - c.begin]);
+      if (dbias) dbias[j] = accumulate ? S(dbias[j] + S(db[j - c.begin])) : S(db[j - c.begin]);
     }
   }
 }
 
 }  // namespace
 
-template <class T>
-void layer_norm_backward(int64_t rows, int64_t cols, const T* dy, const T* x, const T* weight, const T* mean,
-                         const T* rstd, T* dx, T* dweight, T* dbias, bool accumulate) {
+template <class X, class S>
+void layer_norm_backward(int64_t rows, int64_t cols, const X* dy, const X* x, const S* weight, const S* mean,
+                         const S* rstd, X* dx, S* dweight, S* dbias, bool accumulate) {
   if (dx) layer_norm_input_grad(rows, cols, dy, x, weight, mean, rstd, dx);
   if (dweight || dbias) layer_norm_param_grads(rows, cols, dy, x, mean, rstd, dweight, dbias, accumulate);
 }
 
-#define DPCORE_INSTANTIATE(T)                                                                                    \
-  template void layer_norm_forward<T>(int64_t, int64_t, const T*, const T*, const T*, double, T*, T*, T*);     \
-  template void layer_norm_backward<T>(int64_t, int64_t, const T*, const T*, const T*, const T*, const T*, T*, \
-                                       T*, T*, bool);
-DPCORE_INSTANTIATE(float)
-DPCORE_INSTANTIATE(double)
+#define DPCORE_INSTANTIATE(X, S)                                                                                   \
+  template void layer_norm_forward<X, S>(int64_t, int64_t, const X*, const S*, const S*, double, X*, S*, S*);     \
+  template void layer_norm_backward<X, S>(int64_t, int64_t, const X*, const X*, const S*, const S*, const S*, X*, \
+                                          S*, S*, bool);
+DPCORE_INSTANTIATE(float, float)
+DPCORE_INSTANTIATE(double, double)
+DPCORE_INSTANTIATE(BFloat16, float)
+DPCORE_INSTANTIATE(Float16, float)
 #undef DPCORE_INSTANTIATE
 
 }  // namespace dpcore::kernels::cpu

@@ -2,7 +2,7 @@
 // double as they are; bfloat16 and float16 widened exactly to float32 as they are read, and
 // each result rounded once to nearest even as it is written. So a 16-bit instantiation
 // computes what the float32 one computes on the widened tensor and rounds its outputs: the
-// conversion path's bits (engine/ops/float32_compute.h) without its float32 copies.
+// bits of float32 copies in and rounding copies out, without the copies.
 // Internal to kernels/cpu and the CPU backend above it (computed_t: the type its
 // statistics and parameters take beside 16-bit activations).
 #pragma once

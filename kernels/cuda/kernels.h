@@ -231,12 +231,15 @@ void embedding_backward(int64_t n, int64_t vocab, int64_t dim, const int64_t* id
                         int64_t padding_idx, float* dweight, bool accumulate, cudaStream_t stream);
 // ---- layer_norm over the last dimension of x [rows, cols], as kernels/cpu/kernels.h
 // layer_norm_forward / layer_norm_backward, in float with fixed reduction orders (a warp
-// per row; the parameter gradients through a workspace of per-chunk column partials). ----
-void layer_norm_forward(int64_t rows, int64_t cols, const float* x, const float* weight, const float* bias,
-                        float eps, float* y, float* mean, float* rstd, cudaStream_t stream);
-void layer_norm_backward(int64_t rows, int64_t cols, const float* dy, const float* x, const float* weight,
-                         const float* mean, const float* rstd, float* dx, float* dweight, float* dbias,
-                         bool accumulate, cudaStream_t stream);
+// per row; the parameter gradients through a workspace of per-chunk column partials). X is
+// float, BFloat16 or Float16 (x, y, dy, dx; each 16-bit output rounded once), beside float32
+// weight, bias, statistics and parameter gradients. ----
+template <class X>
+void layer_norm_forward(int64_t rows, int64_t cols, const X* x, const float* weight, const float* bias, float eps,
+                        X* y, float* mean, float* rstd, cudaStream_t stream);
+template <class X>
+void layer_norm_backward(int64_t rows, int64_t cols, const X* dy, const X* x, const float* weight, const float* mean,
+                         const float* rstd, X* dx, float* dweight, float* dbias, bool accumulate, cudaStream_t stream);
 
 // ---- softmax(x + mask) over the last dimension, as kernels/cpu/kernels.h softmax_forward /
 // softmax_backward, in float: a warp per row, an online max and sum in one pass. ----

@@ -203,10 +203,11 @@ TEST(HalfActivations, LargeTensorsMeetAtTheBlockSeamsAndTheThreadShares) {
   expect_the_float32_op_rounded_once(cases_in_blocks(), {Device::cpu()});
 }
 
-// The ops with 16-bit kernels of their own (batch norm, max and average pooling, dropout,
-// gelu, tanh, scale) read and write the 16-bit tensors themselves: a training forward
-// allocates its output and what it saves for the backward (per-channel statistics, the
-// argmax), a backward the input's gradient (and the leaf's .grad cloned from it), and
+// The ops with 16-bit kernels of their own (batch and layer norm, max and average pooling,
+// dropout, gelu, tanh, scale) read and write the 16-bit tensors themselves: a training
+// forward allocates its output and what it saves for the backward (per-channel or per-row
+// statistics, the argmax), a backward the input's gradient (and the leaf's .grad cloned
+// from it), and
 // neither a float32 copy of an activation (a conversion in the op would widen the input and
 // the gradient, 4 bytes an element each).
 TEST(HalfActivations, NativeOpsMakeNoFloat32CopyOfTheActivations) {
@@ -232,6 +233,13 @@ TEST(HalfActivations, NativeOpsMakeNoFloat32CopyOfTheActivations) {
        size_t(0)},
       {"tanh", [](const Tensor& x, const Tensor&, const Tensor&) { return ops::tanh(x); }, size_t(0)},
       {"scale", [](const Tensor& x, const Tensor&, const Tensor&) { return ops::scale(x, 0.3); }, size_t(0)},
+      {"layer_norm",
+       [](const Tensor& x, const Tensor&, const Tensor&) {
+         const int64_t cols = x.size(3);  // weight and bias made here (no gradient): 2 x 12 floats
+         return ops::layer_norm(x, Tensor::full({cols}, 1.5, DType::Float32, x.device()),
+                                Tensor::zeros({cols}, DType::Float32, x.device()), 1e-5);
+       },
+       size_t(2 * 4 * (n / shape[3]) + 2 * 4 * shape[3])},  // float32 mean and rstd per row
   };
   for (Device device : testing::cpu_and_first_cuda_device()) {
     for (DType half : {DType::BFloat16, DType::Float16}) {

@@ -1,6 +1,6 @@
 // The kernels with native 16-bit paths between autocast's 16-bit ops (issue 27): batch_norm2d's
-// passes over activations, max and average pooling, dropout, gelu (both forms), tanh and
-// scale, on every implementation
+// passes over activations, layer norm, max and average pooling, dropout, gelu (both forms),
+// tanh and scale, on every implementation
 // (tests/support/half_backends.h). Each kernel is written once over its activations' type,
 // so its 16-bit run must be, bit for bit, the same backend's float32 run on the widened
 // tensors with each 16-bit output rounded once (the float32 kernels themselves are held to
@@ -304,6 +304,55 @@ void elementwise_ops_equal_the_widened_float32_run() {
   }
 }
 
+// Layer norm over rows of 12 (a row shorter than the CPU's 16 sum lanes), 40 (two blocks and
+// a tail) and 128 (BERT-tiny's, 256 rows: past the CPU's threshold for threads), with and
+// without weight and bias; the statistics and the parameter gradients are float32 and must
+// be the float32 run's bits, each 16-bit output that run's rounded once. x has a row
+// offset, so that the centring matters.
+template <class B, class H>
+void layer_norm_equals_the_widened_float32_run() {
+  struct Rows {
+    int64_t rows, cols;
+  };
+  for (const Rows& r : {Rows{7, 12}, Rows{5, 40}, Rows{256, 128}}) {
+    const size_t n = size_t(r.rows * r.cols), rows = size_t(r.rows), cols = size_t(r.cols);
+    std::vector<H> x16 = random_half<H>(n, 71);
+    for (size_t i = 0; i < n; ++i) x16[i] = to_half<H>(float(to_double(x16[i]) + double(i / cols % 5)));
+    const std::vector<H> dy16 = random_half<H>(n, 72);
+    typename B::template Array<H> x_h(x16), dy_h(dy16);
+    typename B::template Array<float> x_f(widened(x16)), dy_f(widened(dy16));
+    typename B::template Array<float> w(random_vector<float>(cols, 73)), b(random_vector<float>(cols, 74));
+    const std::vector<float> old_dweight = random_vector<float>(cols, 75), old_dbias = random_vector<float>(cols, 76);
+    for (int threads : B::thread_counts()) {
+      for (bool affine : {true, false}) {
+        SCOPED_TRACE(std::to_string(r.rows) + " rows of " + std::to_string(r.cols) + ", " + type_name<H>() +
+                     threads_label(threads) + (affine ? "" : ", no weight and bias"));
+        ScopedKernelThreads scope(threads);
+        const float* weight = affine ? w.get() : nullptr;
+        typename B::template Array<H> y_h(n), dx_h(n);
+        typename B::template Array<float> y_f(n), dx_f(n), mean_h(rows), rstd_h(rows), mean_f(rows), rstd_f(rows);
+        B::layer_norm_forward(r.rows, r.cols, x_h.get(), weight, affine ? b.get() : nullptr, 1e-5, y_h.get(),
+                              mean_h.get(), rstd_h.get());
+        B::layer_norm_forward(r.rows, r.cols, x_f.get(), weight, affine ? b.get() : nullptr, 1e-5, y_f.get(),
+                              mean_f.get(), rstd_f.get());
+        expect_rounded("y", y_h.download(), y_f.download());
+        expect_same_bits("mean", mean_h.download(), mean_f.download());
+        expect_same_bits("rstd", rstd_h.download(), rstd_f.download());
+        for (bool accumulate : {false, true}) {
+          typename B::template Array<float> dw_h(old_dweight), db_h(old_dbias), dw_f(old_dweight), db_f(old_dbias);
+          B::layer_norm_backward(r.rows, r.cols, dy_h.get(), x_h.get(), weight, mean_f.get(), rstd_f.get(),
+                                 dx_h.get(), dw_h.get(), db_h.get(), accumulate);
+          B::layer_norm_backward(r.rows, r.cols, dy_f.get(), x_f.get(), weight, mean_f.get(), rstd_f.get(),
+                                 dx_f.get(), dw_f.get(), db_f.get(), accumulate);
+          expect_rounded("dx", dx_h.download(), dx_f.download());
+          expect_same_bits(accumulate ? "dweight accumulated" : "dweight", dw_h.download(), dw_f.download());
+          expect_same_bits(accumulate ? "dbias accumulated" : "dbias", db_h.download(), db_f.download());
+        }
+      }
+    }
+  }
+}
+
 TYPED_TEST(HalfNativeOpsTest, Bfloat16BatchNormIsTheWidenedFloat32BatchNormRoundedOnce) {
   batch_norm_equals_the_widened_float32_run<TypeParam, BFloat16>();
 }
@@ -325,6 +374,14 @@ TYPED_TEST(HalfNativeOpsTest, Bfloat16DropoutIsTheWidenedFloat32DropoutRoundedOn
 TYPED_TEST(HalfNativeOpsTest, Float16DropoutIsTheWidenedFloat32DropoutRoundedOnce) {
   if (TypeParam::kBfloat16Only) GTEST_SKIP() << "float16 runs the same kernels on every CPU path: tested as CpuConvert";
   dropout_equals_the_widened_float32_run<TypeParam, Float16>();
+}
+
+TYPED_TEST(HalfNativeOpsTest, Bfloat16LayerNormIsTheWidenedFloat32LayerNormRoundedOnce) {
+  layer_norm_equals_the_widened_float32_run<TypeParam, BFloat16>();
+}
+TYPED_TEST(HalfNativeOpsTest, Float16LayerNormIsTheWidenedFloat32LayerNormRoundedOnce) {
+  if (TypeParam::kBfloat16Only) GTEST_SKIP() << "float16 runs the same kernels on every CPU path: tested as CpuConvert";
+  layer_norm_equals_the_widened_float32_run<TypeParam, Float16>();
 }
 
 TYPED_TEST(HalfNativeOpsTest, Bfloat16AveragePoolingIsTheWidenedFloat32PoolingRoundedOnce) {

@@ -203,6 +203,17 @@ struct CpuHalf {
   static void global_avg_pool2d_backward(int64_t planes, int64_t plane_size, const X* dy, X* dx) {
     kernels::cpu::global_avg_pool2d_backward<X>(planes, plane_size, dy, dx);
   }
+  template <class X>
+  static void layer_norm_forward(int64_t rows, int64_t cols, const X* x, const float* weight, const float* bias,
+                                 double eps, X* y, float* mean, float* rstd) {
+    kernels::cpu::layer_norm_forward<X, float>(rows, cols, x, weight, bias, eps, y, mean, rstd);
+  }
+  template <class X>
+  static void layer_norm_backward(int64_t rows, int64_t cols, const X* dy, const X* x, const float* weight,
+                                  const float* mean, const float* rstd, X* dx, float* dweight, float* dbias,
+                                  bool accumulate) {
+    kernels::cpu::layer_norm_backward<X, float>(rows, cols, dy, x, weight, mean, rstd, dx, dweight, dbias, accumulate);
+  }
 
  private:
   template <class F>
@@ -330,6 +341,18 @@ struct CudaHalf {
   template <class X>
   static void global_avg_pool2d_backward(int64_t planes, int64_t plane_size, const X* dy, X* dx) {
     kernels::cuda::global_avg_pool2d_backward<X>(planes, plane_size, dy, dx, nullptr);
+  }
+  template <class X>
+  static void layer_norm_forward(int64_t rows, int64_t cols, const X* x, const float* weight, const float* bias,
+                                 double eps, X* y, float* mean, float* rstd) {
+    kernels::cuda::layer_norm_forward<X>(rows, cols, x, weight, bias, float(eps), y, mean, rstd, nullptr);
+  }
+  template <class X>
+  static void layer_norm_backward(int64_t rows, int64_t cols, const X* dy, const X* x, const float* weight,
+                                  const float* mean, const float* rstd, X* dx, float* dweight, float* dbias,
+                                  bool accumulate) {
+    kernels::cuda::layer_norm_backward<X>(rows, cols, dy, x, weight, mean, rstd, dx, dweight, dbias, accumulate,
+                                          nullptr);
   }
 };
 #endif

@@ -2,9 +2,8 @@
 // thread's share is widened a piece at a time into float32 buffers on its stack (exact:
 // every bfloat16 and float16 value is a float32), the float32 code runs on the piece, and
 // each result is rounded once back, to nearest even. The bits are the float32 kernel's on
-// the widened array, rounded, which is what the conversion path gave
-// (engine/ops/float32_compute.h), in one read of each 16-bit input and one write of each
-// output instead of float32 copies of the tensors. The float32 code must compute each
+// the widened array, rounded (what a float32 copy of the inputs and a rounding copy of the
+// outputs gave), in one read of each 16-bit input and one write of each output. The float32 code must compute each
 // element from that element alone (the pieces start wherever the threads' shares do).
 // Internal to kernels/cpu.
 #pragma once
