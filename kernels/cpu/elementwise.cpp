@@ -28,18 +28,24 @@ void axpy(int64_t n, T alpha, const T* x, T* y) {
   for (int64_t i = 0; i < n; ++i) y[i] += alpha * x[i];
 }
 
+namespace {
+// y = alpha * x on one thread's range, shared by every dtype.
+template <class T>
+void scale_range(int64_t n, T alpha, const T* x, T* y) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) y[i] = alpha * x[i];
+}
+}  // namespace
+
 template <class T>
 void scale(int64_t n, T alpha, const T* x, T* y) {
-#pragma omp parallel for simd num_threads(kernel_threads()) if (n >= kMinParallelElements) schedule(static)
-  for (int64_t i = 0; i < n; ++i) y[i] = alpha * x[i];
+  for_element_chunks(n, [&](int64_t begin, int64_t end) { scale_range(end - begin, alpha, x + begin, y + begin); });
 }
 
 template <class H>
 void scale_half(int64_t n, float alpha, const H* x, H* y) {
-  map_widened(n, x, static_cast<const H*>(nullptr), y, [alpha](int64_t count, const float* wx, const float*, float* wy) {
-#pragma omp simd
-    for (int64_t i = 0; i < count; ++i) wy[i] = alpha * wx[i];
-  });
+  map_widened(n, x, static_cast<const H*>(nullptr), y,
+              [alpha](int64_t count, const float* wx, const float*, float* wy) { scale_range(count, alpha, wx, wy); });
 }
 template void scale_half<BFloat16>(int64_t, float, const BFloat16*, BFloat16*);
 template void scale_half<Float16>(int64_t, float, const Float16*, Float16*);

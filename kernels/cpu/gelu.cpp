@@ -64,17 +64,15 @@ void map_float_range(int64_t n, const float* a, const float* b, float* out, cons
     map_block(std::min<int64_t>(kFloatBlock, n - begin), a + begin, b + begin, out + begin, 0.0f, f);
 }
 
-// out[i] = f(a[i], b[i]) for i < n, the blocks split over the threads; 16-bit arrays in
-// widened pieces, through the same blocks.
+// out[i] = f(a[i], b[i]) for i < n, the ranges split over the threads (their starts, at
+// multiples of 2^14, are block starts); 16-bit arrays in widened pieces, through the same
+// blocks.
 template <class X, class F>
 void map_float_blocks(int64_t n, const X* a, const X* b, X* out, const F& f) {
   if constexpr (std::is_same_v<X, float>) {
-    const int64_t blocks = (n + kFloatBlock - 1) / kFloatBlock;
-#pragma omp parallel for num_threads(kernel_threads()) if (n >= kMinParallelElements) schedule(static)
-    for (int64_t block = 0; block < blocks; ++block) {
-      const int64_t begin = block * kFloatBlock;
-      map_block(std::min<int64_t>(kFloatBlock, n - begin), a + begin, b + begin, out + begin, 0.0f, f);
-    }
+    for_element_chunks(n, [&](int64_t begin, int64_t end) {
+      map_float_range(end - begin, a + begin, b + begin, out + begin, f);
+    });
   } else {
     map_widened(n, a, a == b ? nullptr : b, out, [&](int64_t count, const float* wa, const float* wb, float* wout) {
       map_float_range(count, wa, wb, wout, f);
