@@ -36,15 +36,20 @@ scripts/build.sh
 (cd build && ctest --output-on-failure -j"$jobs" --timeout 900 "$@")
 
 # The sanitizer builds: -O1 and line tables only (-g1) keep them quick to build, still fast
-# enough to run, and their reports still give file:line. No MPI (Open MPI's own
-# allocations would be reported as leaks), and CUDA as the host build: no nvcc, the hand
-# kernels and the backend above them compiled once into libdpcore and run on the host.
+# enough to run, and their reports still give file:line. The library compiles as a unity
+# build (eight source files to a translation unit: its headers parsed an eighth as often,
+# about 40% less compile time; the tests still compile one by one, tests/CMakeLists.txt);
+# the normal build compiles every file on its own, which checks each includes what it
+# uses. No MPI (Open MPI's own allocations would be reported as leaks), and CUDA as the host
+# build: no nvcc, the hand kernels and the backend above them compiled once into libdpcore
+# and run on the host.
 sanitized_build() {  # folder sanitizers [targets...]
   local dir=$1 sanitizers=$2
   shift 2
   mkdir -p "$dir"
   cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=Sanitize "-DCMAKE_CXX_FLAGS=-O1 -g1" -DDPCORE_CUDA=HOST -DDPCORE_MPI=OFF \
-    -DDPCORE_BENCH=OFF -DDPCORE_SANITIZE="$sanitizers" > "$dir/configure.log" 2>&1 || { cat "$dir/configure.log"; exit 1; }
+    -DDPCORE_BENCH=OFF -DDPCORE_SANITIZE="$sanitizers" -DCMAKE_UNITY_BUILD=ON > "$dir/configure.log" 2>&1 \
+    || { cat "$dir/configure.log"; exit 1; }
   cmake --build "$dir" -j"$jobs" ${1:+--target "$@"}
 }
 

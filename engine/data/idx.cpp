@@ -11,7 +11,7 @@ namespace dpcore::data {
 static constexpr uint8_t kUnsignedByte = 0x08;
 // The header limits sizes to uint32 per dimension; this bounds their product so that it
 // cannot overflow (2^62 bytes is far beyond any real file).
-static constexpr uint64_t kMaxValues = uint64_t(1) << 62;
+static constexpr uint64_t kMaxFileValues = uint64_t(1) << 62;
 // Decompressed data is read and stored this much at a time, so a header that lies about
 // the size costs at most the data that is really there.
 static constexpr size_t kChunk = size_t(1) << 20;
@@ -54,7 +54,7 @@ static uint64_t value_count(const std::vector<int64_t>& dims, const std::string&
   if (std::find(dims.begin(), dims.end(), 0) != dims.end()) return 0;
   uint64_t count = 1;
   for (int64_t d : dims) {
-    DPCORE_CHECK(count <= kMaxValues / uint64_t(d), source, ": header dimensions ", dims_str(dims),
+    DPCORE_CHECK(count <= kMaxFileValues / uint64_t(d), source, ": header dimensions ", dims_str(dims),
                  " are impossibly large");
     count *= uint64_t(d);
   }

@@ -9,7 +9,7 @@
 namespace dpcore::data {
 
 // Bounds the allocation for sizes given on the command line (2^32 floats = 16 GiB).
-static constexpr int64_t kMaxValues = int64_t(1) << 32;
+static constexpr int64_t kMaxSampleValues = int64_t(1) << 32;
 
 Dataset make_synthetic(const SyntheticShape& s, int64_t n, uint64_t pattern_seed, uint64_t sample_seed,
                        std::string name) {
@@ -17,8 +17,9 @@ Dataset make_synthetic(const SyntheticShape& s, int64_t n, uint64_t pattern_seed
                ": C, H, W and N must be positive, got ", s.c, ", ", s.h, ", ", s.w, ", ", n);
   DPCORE_CHECK(s.classes >= 2, "synthetic data ", name, ": needs at least 2 classes, got ", s.classes);
   const int64_t sample = s.c * s.h * s.w;
-  DPCORE_CHECK(s.c <= kMaxValues && s.h <= kMaxValues && s.w <= kMaxValues && sample <= kMaxValues &&
-                   n <= kMaxValues / sample && s.classes <= kMaxValues / sample,
+  DPCORE_CHECK(s.c <= kMaxSampleValues && s.h <= kMaxSampleValues && s.w <= kMaxSampleValues &&
+                   sample <= kMaxSampleValues && n <= kMaxSampleValues / sample &&
+                   s.classes <= kMaxSampleValues / sample,
                "synthetic data ", name, ": ", n, " (or ", s.classes, " class means) x ", s.c, " x ", s.h, " x ", s.w,
                " values is too large (the limit is 2^32)");
 

@@ -1,7 +1,7 @@
 // batch_norm2d with PyTorch's semantics: per-channel statistics (and their combination
 // over a synchronised batch norm's replicas), normalisation, and the backward's
 // per-channel sums and input gradient. Each channel's sums run on one thread, in double,
-// in a fixed order (kLanes running sums, see channel_sums), so they are the same bits for
+// in a fixed order (kPlaneLanes running sums, see channel_sums), so they are the same bits for
 // every thread count; the variance is centred (a second pass over x - mean), so a large
 // mean does not cancel it.
 //
@@ -26,23 +26,23 @@ namespace dpcore::kernels::cpu {
 namespace {
 
 // Running sums per channel. One double accumulator would make every addition wait for the
-// previous one (a serial chain the compiler may not reorder); kLanes independent ones let
-// it use vector registers, and the order stays fixed: lane j adds the values j, j + kLanes,
+// previous one (a serial chain the compiler may not reorder); kPlaneLanes independent ones let
+// it use vector registers, and the order stays fixed: lane j adds the values j, j + kPlaneLanes,
 // ... of each H*W plane (the plane's tail into lanes 0, 1, ...), image after image, and the
 // lanes are added in order at the end.
-constexpr int kLanes = 16;
+constexpr int kPlaneLanes = 16;
 
-// kLanes doubles as one vector (GCC's vector extensions: two zmm registers where the build
+// kPlaneLanes doubles as one vector (GCC's vector extensions: two zmm registers where the build
 // has AVX-512, eight SSE2 pairs on the baseline; two or more, so that consecutive blocks'
 // additions do not wait for each other). Its arithmetic is IEEE per lane, so the bits are
 // the scalar loop's; written out, because GCC's own vectoriser keeps the widening of
 // 16-bit values to double in 16-byte registers.
-typedef double Lanes __attribute__((vector_size(kLanes * sizeof(double))));
-typedef float LaneFloats __attribute__((vector_size(kLanes * sizeof(float))));
-typedef uint32_t LaneWords __attribute__((vector_size(kLanes * sizeof(uint32_t))));
-typedef uint16_t LaneHalves __attribute__((vector_size(kLanes * sizeof(uint16_t))));
+typedef double Lanes __attribute__((vector_size(kPlaneLanes * sizeof(double))));
+typedef float LaneFloats __attribute__((vector_size(kPlaneLanes * sizeof(float))));
+typedef uint32_t LaneWords __attribute__((vector_size(kPlaneLanes * sizeof(uint32_t))));
+typedef uint16_t LaneHalves __attribute__((vector_size(kPlaneLanes * sizeof(uint16_t))));
 
-// kLanes values from p, widened exactly to double. (Through a reference, not returned: a
+// kPlaneLanes values from p, widened exactly to double. (Through a reference, not returned: a
 // returned vector's calling convention would depend on the build's ISA.)
 inline void load_lanes(const double* p, Lanes& out) { std::memcpy(&out, p, sizeof out); }
 inline void load_lanes(const float* p, Lanes& out) {
@@ -60,13 +60,13 @@ inline void load_lanes(const BFloat16* p, Lanes& out) {
 }
 inline void load_lanes(const Float16* p, Lanes& out) {
   LaneFloats f;
-  for (int j = 0; j < kLanes; ++j) f[j] = to_float(p[j]);
+  for (int j = 0; j < kPlaneLanes; ++j) f[j] = to_float(p[j]);
   out = __builtin_convertvector(f, Lanes);
 }
 
 // The terms the sums add, of the values of a channel from i (the pointers are its first
 // plane's): the statistics' values and squared deviations, one term each (a), and the
-// backward's dy and dy * (x - mean) (a, b); `block` adds kLanes values' terms to the lanes,
+// backward's dy and dy * (x - mean) (a, b); `block` adds kPlaneLanes values' terms to the lanes,
 // `one` one value's to lane sums a and b.
 template <class X>
 struct Values {
@@ -120,15 +120,15 @@ constexpr int kTerms<GradientSums<X>> = 2;
 // the lanes' order.
 template <class Term>
 DPCORE_VECTOR_LOOP void channel_sums_loop(const BatchNorm2dShape& s, const Term& term, double* sums) {
-  const int64_t plane = s.H * s.W, whole = plane / kLanes * kLanes, stride = s.C * plane;
+  const int64_t plane = s.H * s.W, whole = plane / kPlaneLanes * kPlaneLanes, stride = s.C * plane;
   Lanes first = {}, second = {};
   for (int64_t n = 0; n < s.N; ++n) {
     const int64_t base = n * stride;
-    for (int64_t i = 0; i < whole; i += kLanes) term.block(base + i, first, second);
+    for (int64_t i = 0; i < whole; i += kPlaneLanes) term.block(base + i, first, second);
     for (int64_t i = whole; i < plane; ++i) term.one(base + i, first[i - whole], second[i - whole]);
   }
   double total_first = 0.0, total_second = 0.0;
-  for (int j = 0; j < kLanes; ++j) total_first += first[j], total_second += second[j];
+  for (int j = 0; j < kPlaneLanes; ++j) total_first += first[j], total_second += second[j];
   sums[0] = total_first;
   if constexpr (kTerms<Term> == 2) sums[1] = total_second;
 }

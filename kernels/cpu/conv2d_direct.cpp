@@ -46,7 +46,7 @@ namespace dpcore::kernels::cpu {
 
 namespace {
 
-constexpr int64_t kLanes = 16;  // floats per AVX-512 register
+constexpr int64_t kVectorFloats = 16;  // floats per AVX-512 register
 
 std::atomic<bool> direct_enabled{true};
 
@@ -71,10 +71,10 @@ struct Geometry {
     P = H + 2 * pad_h - R + 1;
     Q = W + 2 * pad_w - S + 1;
     Wp = W + 2 * pad_w;
-    vectors = (P * Wp + kLanes - 1) / kLanes;
-    plane = round_up(vectors * kLanes + (R - 1) * Wp + S - 1, kLanes);
+    vectors = (P * Wp + kVectorFloats - 1) / kVectorFloats;
+    plane = round_up(vectors * kVectorFloats + (R - 1) * Wp + S - 1, kVectorFloats);
   }
-  int64_t out_flat() const { return vectors * kLanes; }
+  int64_t out_flat() const { return vectors * kVectorFloats; }
 };
 
 Geometry forward_geometry(const Conv2dShape& s) { return {s.C, s.H, s.W, s.K, s.R, s.S, s.pad_h, s.pad_w}; }
@@ -122,7 +122,7 @@ DPCORE_AVX512 inline void forward_block(const Geometry& g, const float* xpad, co
         const float* ws = wc + (r * S + s) * g.K;
         __m512 xv[JB];
 #pragma GCC unroll 4
-        for (int jj = 0; jj < JB; ++jj) xv[jj] = _mm512_loadu_ps(xs + jj * kLanes);
+        for (int jj = 0; jj < JB; ++jj) xv[jj] = _mm512_loadu_ps(xs + jj * kVectorFloats);
 #pragma GCC unroll 8
         for (int kk = 0; kk < KB; ++kk) {
           const __m512 wv = _mm512_set1_ps(ws[kk]);
@@ -134,7 +134,8 @@ DPCORE_AVX512 inline void forward_block(const Geometry& g, const float* xpad, co
 #pragma GCC unroll 8
   for (int kk = 0; kk < KB; ++kk)
 #pragma GCC unroll 4
-    for (int jj = 0; jj < JB; ++jj) _mm512_storeu_ps(out + (k0 + kk) * g.out_flat() + j0 + jj * kLanes, acc[kk][jj]);
+    for (int jj = 0; jj < JB; ++jj)
+      _mm512_storeu_ps(out + (k0 + kk) * g.out_flat() + j0 + jj * kVectorFloats, acc[kk][jj]);
 }
 
 template <int KB, int FR, int FS>
@@ -142,8 +143,8 @@ DPCORE_AVX512 void forward_channels(const Geometry& g, const float* xpad, const 
                                     int64_t k0, float* out) {
   constexpr int JB = 3;
   int64_t v = 0;
-  for (; v + JB <= g.vectors; v += JB) forward_block<KB, JB, FR, FS>(g, xpad, wt, bias, k0, v * kLanes, out);
-  for (; v < g.vectors; ++v) forward_block<KB, 1, FR, FS>(g, xpad, wt, bias, k0, v * kLanes, out);
+  for (; v + JB <= g.vectors; v += JB) forward_block<KB, JB, FR, FS>(g, xpad, wt, bias, k0, v * kVectorFloats, out);
+  for (; v < g.vectors; ++v) forward_block<KB, 1, FR, FS>(g, xpad, wt, bias, k0, v * kVectorFloats, out);
 }
 
 template <int FR, int FS>
@@ -224,7 +225,7 @@ DPCORE_AVX512 inline void weight_image_block(const Geometry& g, const float* dyt
     for (int r = 0; r < TR; ++r)
 #pragma GCC unroll 3
       for (int s = 0; s < TS; ++s) {
-        float* sum = gacc + (ci * RS + (r0 + r) * g.S + s0 + s) * kLanes;
+        float* sum = gacc + (ci * RS + (r0 + r) * g.S + s0 + s) * kVectorFloats;
         _mm512_storeu_ps(sum, _mm512_add_ps(_mm512_loadu_ps(sum), acc[ci][r * TS + s]));
       }
 }
@@ -245,20 +246,20 @@ DPCORE_AVX512 void weight_grad_image(const Geometry& g, const float* xpad, const
                                      float* gacc, float* gbias) {
   const int64_t RS = g.R * g.S;
   const bool three = g.R == 3 && g.S == 3;
-  for (int64_t kv = 0; kv < ldk / kLanes; ++kv) {
-    const float* d = dyt + kv * kLanes;
-    float* gk = gacc + kv * g.C * RS * kLanes;
+  for (int64_t kv = 0; kv < ldk / kVectorFloats; ++kv) {
+    const float* d = dyt + kv * kVectorFloats;
+    float* gk = gacc + kv * g.C * RS * kVectorFloats;
     int64_t c = 0;
     if (three) {
-      for (; g.C - c >= 3; c += 3) weight_image_channels<3>(g, d, ldk, xpad + c * g.plane, gk + c * RS * kLanes);
+      for (; g.C - c >= 3; c += 3) weight_image_channels<3>(g, d, ldk, xpad + c * g.plane, gk + c * RS * kVectorFloats);
     } else {
-      for (; g.C - c >= 8; c += 8) weight_image_channels<8>(g, d, ldk, xpad + c * g.plane, gk + c * RS * kLanes);
+      for (; g.C - c >= 8; c += 8) weight_image_channels<8>(g, d, ldk, xpad + c * g.plane, gk + c * RS * kVectorFloats);
     }
-    for (; c < g.C; ++c) weight_image_channels<1>(g, d, ldk, xpad + c * g.plane, gk + c * RS * kLanes);
+    for (; c < g.C; ++c) weight_image_channels<1>(g, d, ldk, xpad + c * g.plane, gk + c * RS * kVectorFloats);
     if (gbias) {
       __m512 acc = _mm512_setzero_ps();
       for (int64_t j = 0; j < g.P * g.Q; ++j) acc = _mm512_add_ps(acc, _mm512_loadu_ps(d + j * ldk));
-      _mm512_storeu_ps(gbias + kv * kLanes, _mm512_add_ps(_mm512_loadu_ps(gbias + kv * kLanes), acc));
+      _mm512_storeu_ps(gbias + kv * kVectorFloats, _mm512_add_ps(_mm512_loadu_ps(gbias + kv * kVectorFloats), acc));
     }
   }
 }
@@ -267,10 +268,10 @@ DPCORE_AVX512 void weight_grad_image(const Geometry& g, const float* xpad, const
 // that the strided side of every tile stays within 16 cache lines (a plain row-by-row
 // loop stores each value to another line and took most of a weight-gradient call).
 void transpose(const float* in, int64_t rows, int64_t cols, float* out, int64_t ld) {
-  for (int64_t k0 = 0; k0 < rows; k0 += kLanes)
-    for (int64_t j0 = 0; j0 < cols; j0 += kLanes)
-      for (int64_t k = k0; k < std::min(k0 + kLanes, rows); ++k)
-        for (int64_t j = j0; j < std::min(j0 + kLanes, cols); ++j) out[j * ld + k] = in[k * cols + j];
+  for (int64_t k0 = 0; k0 < rows; k0 += kVectorFloats)
+    for (int64_t j0 = 0; j0 < cols; j0 += kVectorFloats)
+      for (int64_t k = k0; k < std::min(k0 + kVectorFloats, rows); ++k)
+        for (int64_t j = j0; j < std::min(j0 + kVectorFloats, cols); ++j) out[j * ld + k] = in[k * cols + j];
 }
 
 }  // namespace
@@ -336,7 +337,7 @@ void direct_conv2d_weight_grad(const Conv2dShape& s, const float* x, const float
   Geometry g = forward_geometry(s);  // its padded planes; the output and the strides are s's
   g.P = s.P, g.Q = s.Q, g.stride_h = s.stride_h, g.stride_w = s.stride_w;
   const int64_t RS = s.R * s.S, pixels = s.P * s.Q;
-  const int64_t ldk = round_up(s.K, kLanes);  // dyt's row: K channels, zeros up to a whole vector
+  const int64_t ldk = round_up(s.K, kVectorFloats);  // dyt's row: K channels, zeros up to a whole vector
   const bool bias = depth > s.C * RS;
   // Sums per thread, one lane per output channel: gacc[k-vector][c][tap][16], gbias[k-vector][16].
   float* gacc = thread_scratch<float>(ldk * s.C * RS + (bias ? ldk : 0), 0);
@@ -353,8 +354,9 @@ void direct_conv2d_weight_grad(const Conv2dShape& s, const float* x, const float
     weight_grad_image(g, xpad, dyt, ldk, gacc, gbias);
   }
   for (int64_t k = 0; k < s.K; ++k) {
-    const int64_t kv = k / kLanes, lane = k % kLanes;
-    for (int64_t crs = 0; crs < s.C * RS; ++crs) grad[k * depth + crs] = gacc[(kv * s.C * RS + crs) * kLanes + lane];
+    const int64_t kv = k / kVectorFloats, lane = k % kVectorFloats;
+    for (int64_t crs = 0; crs < s.C * RS; ++crs)
+      grad[k * depth + crs] = gacc[(kv * s.C * RS + crs) * kVectorFloats + lane];
     if (bias) grad[k * depth + depth - 1] = gbias[k];
   }
 }

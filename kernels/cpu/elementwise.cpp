@@ -55,17 +55,17 @@ namespace {
 // The sum is cut into blocks of this many elements; block sums are independent of the
 // thread count, and are then combined pairwise, so the order is fixed for every n.
 constexpr int64_t kSumBlock = 4096;
-constexpr int kLanes = 8;
+constexpr int kSumLanes = 8;
 
-// One block, in double: kLanes interleaved partial sums (which the compiler can keep in
+// One block, in double: kSumLanes interleaved partial sums (which the compiler can keep in
 // vector registers), then combined pairwise; of the squares of x when `squares`.
 template <bool squares, class T>
 double block_sum(const T* x, int64_t n) {
   auto term = [](T v) { return squares ? double(v) * double(v) : double(v); };
-  double lanes[kLanes] = {};
+  double lanes[kSumLanes] = {};
   int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes)
-    for (int l = 0; l < kLanes; ++l) lanes[l] += term(x[i + l]);
+  for (; i + kSumLanes <= n; i += kSumLanes)
+    for (int l = 0; l < kSumLanes; ++l) lanes[l] += term(x[i + l]);
   for (int l = 0; i < n; ++i, ++l) lanes[l] += term(x[i]);
   return ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) + ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]));
 }

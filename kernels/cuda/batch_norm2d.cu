@@ -20,7 +20,7 @@ namespace dpcore::kernels::cuda {
 
 namespace {
 
-constexpr int kThreads = 256;
+constexpr int kChannelThreads = 256;
 
 // Sizes for int32 index arithmetic (checked by channel_dims).
 struct ChannelDims {
@@ -171,8 +171,8 @@ template <class X>
 void batch_norm2d_stats(const BatchNorm2dShape& s, const X* x, float* mean, float* var, cudaStream_t stream) {
   const ChannelDims d = channel_dims("batch_norm2d", s);
   if (s.C == 0) return;
-  launch("batch_norm2d_stats_kernel", batch_norm2d_stats_kernel<X>, channel_blocks(s.C), kThreads, stream, d, x, mean,
-         var);
+  launch("batch_norm2d_stats_kernel", batch_norm2d_stats_kernel<X>, channel_blocks(s.C), kChannelThreads, stream, d, x,
+         mean, var);
 }
 
 void batch_norm2d_combine_stats(const BatchNorm2dShape& s, int64_t replicas, const float* gathered, float* mean,
@@ -210,8 +210,8 @@ void batch_norm2d_backward_reduce(const BatchNorm2dShape& s, const X* dy, const 
                                   bool accumulate, cudaStream_t stream) {
   const ChannelDims d = channel_dims("batch_norm2d backward", s);
   if (s.C == 0) return;
-  launch("batch_norm2d_backward_reduce_kernel", batch_norm2d_backward_reduce_kernel<X>, channel_blocks(s.C), kThreads,
-         stream, d, dy, x, mean, invstd, sum_dy, sum_dy_xhat, dweight, dbias, accumulate);
+  launch("batch_norm2d_backward_reduce_kernel", batch_norm2d_backward_reduce_kernel<X>, channel_blocks(s.C),
+         kChannelThreads, stream, d, dy, x, mean, invstd, sum_dy, sum_dy_xhat, dweight, dbias, accumulate);
 }
 
 template <class X>

@@ -118,7 +118,7 @@ __global__ void embedding_backward_kernel(int vocab, int64_t dim, const int* sta
   }
 }
 
-constexpr int kRowThreads = 128;
+constexpr int kBackwardThreads = 128;
 
 }  // namespace
 
@@ -140,7 +140,7 @@ void embedding_backward(int64_t n, int64_t vocab, int64_t dim, const int64_t* id
   auto ints = [](const rt::Workspace& w) { return static_cast<int*>(w.data()); };
   launch("sort_positions_by_id_kernel", sort_positions_by_id_kernel, 1, kSortThreads, stream, int(n), int(vocab), ids,
          ints(starts), ints(cursor), ints(sorted));
-  launch("embedding_backward_kernel", embedding_backward_kernel, blocks_for(vocab, 1), kRowThreads, stream,
+  launch("embedding_backward_kernel", embedding_backward_kernel, blocks_for(vocab, 1), kBackwardThreads, stream,
          int(vocab), dim, ints(starts), ints(sorted), dy, padding_idx, dweight, accumulate);
 }
 

@@ -11,15 +11,15 @@ namespace dpcore::kernels::cuda {
 
 namespace {
 
-constexpr int kThreads = 256;
-constexpr int64_t kPerBlock = 16 * kThreads;  // elements per block before the cap kicks in
+constexpr int kSumThreads = 256;
+constexpr int64_t kPerBlock = 16 * kSumThreads;  // elements per block before the cap kicks in
 constexpr int64_t kMaxBlocks = 1024;
 
 // out[blockIdx.x] = sum of x[i] (of x[i] * x[i] when `squares`) over this block's
 // grid-stride share.
 __global__ void block_sums_kernel(int64_t n, const float* x, float* out, bool squares) {
   float partial = 0.f;
-  for (int64_t i = blockIdx.x * int64_t(kThreads) + threadIdx.x; i < n; i += int64_t(gridDim.x) * kThreads)
+  for (int64_t i = blockIdx.x * int64_t(kSumThreads) + threadIdx.x; i < n; i += int64_t(gridDim.x) * kSumThreads)
     partial += squares ? x[i] * x[i] : x[i];
   const float total = block_sum(partial);
   if (threadIdx.x == 0) out[blockIdx.x] = total;
@@ -29,12 +29,12 @@ __global__ void block_sums_kernel(int64_t n, const float* x, float* out, bool sq
 void fixed_order_sum(int64_t n, const float* x, float* out, bool squares, cudaStream_t stream) {
   const unsigned blocks = blocks_for(n, kPerBlock, kMaxBlocks);
   if (blocks == 1) {
-    launch("block_sums_kernel", block_sums_kernel, 1, kThreads, stream, n, x, out, squares);
+    launch("block_sums_kernel", block_sums_kernel, 1, kSumThreads, stream, n, x, out, squares);
     return;
   }
   dpcore::kernels::cuda_runtime::Workspace partial(blocks * sizeof(float), stream);
-  launch("block_sums_kernel", block_sums_kernel, blocks, kThreads, stream, n, x, partial.floats(), squares);
-  launch("block_sums_kernel", block_sums_kernel, 1, kThreads, stream, int64_t(blocks), partial.floats(), out, false);
+  launch("block_sums_kernel", block_sums_kernel, blocks, kSumThreads, stream, n, x, partial.floats(), squares);
+  launch("block_sums_kernel", block_sums_kernel, 1, kSumThreads, stream, int64_t(blocks), partial.floats(), out, false);
 }
 
 }  // namespace
