@@ -63,6 +63,11 @@ void check_configuration(const char* kernel, dim3 grid, dim3 block);
 // exception inside the kernel.
 void run_grid(const char* kernel, dim3 grid, dim3 block, const std::function<void()>& body);
 
+// How many fibers (the threads of the blocks run) the process makes before a launch takes
+// over other threads' idle ones (host_exec.cpp: 1024); returns the bound it replaces.
+// Tests lower it to 0 to run every launch on fibers another thread used last.
+size_t set_fiber_pool_bound(size_t fibers);
+
 // The block barrier of the calling kernel thread.
 void sync_threads();
 

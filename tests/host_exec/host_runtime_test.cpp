@@ -363,6 +363,45 @@ TEST(HostRuntimeSanitizers, ThreadSanitizerReportsAKernelThatReadsACopyWithoutWa
 #endif
 }
 
+#ifdef DPCORE_SANITIZE_THREAD
+extern "C" void AnnotateIgnoreSyncBegin(const char* file, int line);
+extern "C" void AnnotateIgnoreSyncEnd(const char* file, int line);
+
+// Every thread writes its word, then the block meets at a barrier: after it each thread
+// (each fiber) has seen every other's write.
+__global__ void set_then_meet(float* x) {
+  x[threadIdx.x] = 2.f;
+  __syncthreads();
+}
+
+void read_what_another_stream_wrote_on_the_same_fibers() {
+  host_exec::set_fiber_pool_bound(0);  // b's worker, which has no fibers, then takes a's
+  float* x = device_floats(64);
+  float* y = device_floats(64);
+  cudaStream_t a = non_blocking_stream(), b = non_blocking_stream();
+  launch("set_then_meet", set_then_meet, 1, 64, a, x);
+  AnnotateIgnoreSyncBegin(__FILE__, __LINE__);
+  CUDA_CHECK(cudaStreamSynchronize(a));  // a's fibers are idle again
+  AnnotateIgnoreSyncEnd(__FILE__, __LINE__);
+  launch("copy_values", copy_values, 1, 64, b, x, y);
+  CUDA_CHECK(cudaStreamSynchronize(b));
+}
+#endif
+
+// The kernel threads' fibers are shared by every stream's worker (tests/host_exec/host_exec.cpp):
+// with the pool's bound at 0, stream b's kernel runs on the very fibers that ran stream a's,
+// which at a's barrier learnt all of a's writes. Nothing orders the two kernels (the host's wait for a is hidden from
+// ThreadSanitizer, so that b's work is queued as if a were still running, as on a GPU it
+// may be), so b's reads race with a's writes, and taking over a fiber must not hide that.
+TEST(HostRuntimeSanitizers, ThreadSanitizerReportsARaceBetweenStreamsWhoseKernelsRunOnTheSameFibers) {
+#ifndef DPCORE_SANITIZE_THREAD
+  GTEST_SKIP() << "needs the ThreadSanitizer build (scripts/test.sh: build-tsan)";
+#else
+  setenv("TSAN_OPTIONS", "halt_on_error=1", 1);
+  EXPECT_DEATH(read_what_another_stream_wrote_on_the_same_fibers(), "data race(.|\n)*copy_values");
+#endif
+}
+
 // ---- The caching allocator's rule (kernels/cuda_runtime/caching_allocator.h): a freed
 // block goes to the next allocation on the stream it was allocated on, so memory another
 // stream still reads must be ordered before the free (PyTorch's recordStream rule). ----
