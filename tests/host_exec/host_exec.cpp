@@ -1,5 +1,5 @@
 // The block runner of the host execution layer (host_exec.h). The threads of a block are
-// fibers (ucontext) on the launching OS thread, run round-robin: a fiber runs until it
+// fibers (a stack each, switched by switch_stacks below) on the launching OS thread, run round-robin: a fiber runs until it
 // waits (barrier, shuffle) or exits, then the next runnable one goes on. Switching costs
 // a fraction of a microsecond where OS threads cost a system call per wake-up, which is
 // what lets every hand kernel run through here in CI. The sanitizers are told about every
@@ -16,11 +16,11 @@
 #include "host_exec/host_exec.h"
 
 #include <sys/mman.h>
-#include <ucontext.h>
 
 #include <algorithm>
 #include <atomic>
 #include <bitset>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <map>
@@ -81,9 +81,65 @@ std::string lanes(unsigned mask) {
   return out;
 }
 
+// switch_stacks(save, to): the running code's callee-saved registers (rbp, rbx, r12-r15,
+// and the SSE and x87 control words) pushed on its own stack, that stack pointer stored in
+// *save, `to` loaded, and what a switch away from there pushed popped, so that it returns
+// into the code that made that switch. The System V ABI has the caller keep every other
+// register, so a switch costs about a function call: 22 ns a round trip here, where
+// glibc's swapcontext, which also saves the signal mask with a system call and the whole
+// floating-point environment, took 650 ns. The host build runs on x86-64 only.
+#if !defined(__x86_64__)
+#error "host_exec switches fiber stacks with x86-64 instructions (switch_stacks)"
+#endif
+extern "C" void host_exec_switch_stacks(void** save, void* to);
+asm(R"(
+  .text
+  .globl host_exec_switch_stacks
+  .type host_exec_switch_stacks, @function
+host_exec_switch_stacks:
+  pushq %rbp
+  pushq %rbx
+  pushq %r12
+  pushq %r13
+  pushq %r14
+  pushq %r15
+  subq $8, %rsp
+  stmxcsr (%rsp)
+  fnstcw 4(%rsp)
+  movq %rsp, (%rdi)
+  movq %rsi, %rsp
+  ldmxcsr (%rsp)
+  fldcw 4(%rsp)
+  addq $8, %rsp
+  popq %r15
+  popq %r14
+  popq %r13
+  popq %r12
+  popq %rbx
+  popq %rbp
+  ret
+  .size host_exec_switch_stacks, .-host_exec_switch_stacks
+)");
+
+// The stack pointer a first switch to a fresh stack takes: the frame switch_stacks pops
+// (the calling thread's control words, zeroed registers), then `start` to return into,
+// whose own return address is 0 (where a backtrace ends). `start` begins as a called
+// function does, its stack pointer 8 bytes below a 16-byte boundary, and never returns.
+void* first_frame(void* stack, size_t bytes, void (*start)()) {
+  void** sp = reinterpret_cast<void**>((reinterpret_cast<uintptr_t>(stack) + bytes) & ~uintptr_t(15));
+  *--sp = nullptr;
+  *--sp = reinterpret_cast<void*>(start);
+  for (int r = 0; r < 6; ++r) *--sp = nullptr;
+  uint32_t control[2] = {};
+  asm volatile("stmxcsr %0" : "=m"(control[0]));
+  asm volatile("fnstcw %0" : "=m"(control[1]));
+  std::memcpy(--sp, control, sizeof control);
+  return sp;
+}
+
 // A fiber's stack and sanitizer identity, kept from launch to launch.
 struct Fiber {
-  ucontext_t context;
+  void* sp = nullptr;  // where its stack stopped at its last switch away
   void* stack = nullptr;
 #ifdef HOST_EXEC_TSAN
   void* tsan = nullptr;
@@ -302,26 +358,15 @@ class Launch {
     }
   }
 
-  // A fiber that will start at entry() on its own stack. Its own function: getcontext
-  // returns twice (in principle), which must not touch the caller's loop variables.
-  kNotInstrumented __attribute__((noinline)) static void start_afresh(Fiber& f) {
-    getcontext(&f.context);
-    f.context.uc_stack.ss_sp = f.stack;
-    f.context.uc_stack.ss_size = kStackBytes;
-    f.context.uc_link = nullptr;
-    makecontext(&f.context, &Launch::entry, 0);
+  // A fiber that will start at entry() on its own stack.
+  kNotInstrumented static void start_afresh(Fiber& f) {
 #ifdef HOST_EXEC_ASAN
-    // ASan's swapcontext interceptor unpoisons the whole stack a context names (uc_stack)
-    // on every switch into it, in case frames left without returning poisoned it: with
-    // 256 KiB stacks, 32 KiB of shadow per switch, a third of the time of a sanitized test
-    // of emulated kernels (ModelPrecision's CUDA cases 30 s -> 17 s). A fiber's stack
-    // needs that once, here, as the fiber starts afresh (between its own switches it is as
-    // the fiber left it); makecontext has set the stack pointer, so the context then
-    // names no stack for the interceptor to clear again.
+    // The frames of the fiber's last run, which ended in a switch rather than a return,
+    // left their redzones poisoned: cleared once here, as the fiber starts afresh (between
+    // its own switches the stack is as the fiber left it).
     __asan_unpoison_memory_region(f.stack, kStackBytes);
-    f.context.uc_stack.ss_sp = nullptr;
-    f.context.uc_stack.ss_size = 0;
 #endif
+    f.sp = first_frame(f.stack, kStackBytes, &Launch::entry);
   }
 
   kNotInstrumented int first_waiting() const {
@@ -342,7 +387,7 @@ class Launch {
 #ifdef HOST_EXEC_TSAN
     __tsan_switch_to_fiber(f.tsan, __tsan_switch_to_fiber_no_sync);
 #endif
-    swapcontext(&scheduler_, &f.context);
+    host_exec_switch_stacks(&scheduler_sp_, f.sp);
 #ifdef HOST_EXEC_ASAN
     __sanitizer_finish_switch_fiber(fake_stack, nullptr, nullptr);
 #endif
@@ -358,13 +403,13 @@ class Launch {
 #ifdef HOST_EXEC_TSAN
     __tsan_switch_to_fiber(main_tsan_, __tsan_switch_to_fiber_no_sync);
 #endif
-    swapcontext(&f.context, &scheduler_);
+    host_exec_switch_stacks(&f.sp, scheduler_sp_);
 #ifdef HOST_EXEC_ASAN
     __sanitizer_finish_switch_fiber(fake_stack, &main_stack_bottom_, &main_stack_size_);
 #endif
   }
 
-  // The last switch of a fiber's run: its context is made afresh for the next block.
+  // The last switch of a fiber's run: its stack starts afresh for the next block.
   kNotInstrumented void final_switch_to_scheduler() {
     Fiber& f = *fibers_[current_];
 #ifdef HOST_EXEC_ASAN
@@ -373,7 +418,7 @@ class Launch {
 #ifdef HOST_EXEC_TSAN
     __tsan_switch_to_fiber(main_tsan_, __tsan_switch_to_fiber_no_sync);
 #endif
-    swapcontext(&f.context, &scheduler_);
+    host_exec_switch_stacks(&f.sp, scheduler_sp_);
     __builtin_unreachable();
   }
 
@@ -383,7 +428,7 @@ class Launch {
   const int threads_;
   const std::vector<Fiber*>& fibers_;
 
-  ucontext_t scheduler_ = {};  // names no stack: the interceptor above clears nothing switching back
+  void* scheduler_sp_ = nullptr;  // where the launching thread's stack stopped
   int current_ = -1;
   State state_[kMaxThreads] = {};
   Warp warps_[kMaxThreads / 32];
