@@ -302,7 +302,8 @@ class CudaBackend : public Backend {
                       Tensor& y) override {
     if (on_half(x, [&](auto h, cudaStream_t stream) {
           using H = decltype(h);
-          k::linear_forward_half(s, x.data<H>(), w.data<H>(), half_ptr<H>(bias), y.data<H>(), stream);
+          cuda_libraries::dispatch_linear_forward(s, x.data<H>(), w.data<H>(), half_ptr<H>(bias), y.data<H>(),
+                                                  stream);
         }))
       return;
     cudaStream_t stream = begin_op("linear", {&x, &w, bias, &y});
@@ -311,7 +312,7 @@ class CudaBackend : public Backend {
   void linear_backward_data(const kernels::LinearShape& s, const Tensor& dy, const Tensor& w, Tensor& dx) override {
     if (on_half(dy, [&](auto h, cudaStream_t stream) {
           using H = decltype(h);
-          k::linear_backward_data_half(s, dy.data<H>(), w.data<H>(), dx.data<H>(), stream);
+          cuda_libraries::dispatch_linear_backward_data(s, dy.data<H>(), w.data<H>(), dx.data<H>(), stream);
         }))
       return;
     cudaStream_t stream = begin_op("linear backward", {&dy, &w, &dx});
@@ -321,8 +322,8 @@ class CudaBackend : public Backend {
                               Tensor* dbias, bool accumulate) override {
     if (on_half(x, [&](auto h, cudaStream_t stream) {
           using H = decltype(h);
-          k::linear_backward_weight_half(s, x.data<H>(), dy.data<H>(), dw.data<H>(), half_ptr<H>(dbias), accumulate,
-                                         stream);
+          cuda_libraries::dispatch_linear_backward_weight(s, x.data<H>(), dy.data<H>(), dw.data<H>(),
+                                                          half_ptr<H>(dbias), accumulate, stream);
         }))
       return;
     cudaStream_t stream = begin_op("linear backward", {&x, &dy, &dw, dbias});
@@ -594,7 +595,7 @@ class CudaBackend : public Backend {
   void batched_matmul(const kernels::BatchedMatmulShape& s, const Tensor& a, const Tensor& b, Tensor& c) override {
     if (on_half(a, [&](auto h, cudaStream_t stream) {
           using H = decltype(h);
-          k::batched_matmul_half(s, a.data<H>(), b.data<H>(), c.data<H>(), stream);
+          cuda_libraries::dispatch_batched_matmul(s, a.data<H>(), b.data<H>(), c.data<H>(), stream);
         }))
       return;
     cudaStream_t stream = begin_op("batched_matmul", {&a, &b, &c});

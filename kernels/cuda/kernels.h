@@ -261,24 +261,31 @@ template <class In, class Out>
 void gemm_half_strided_batched(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                                const In* A, int64_t lda, int64_t stride_a, const In* B, int64_t ldb, int64_t stride_b,
                                float beta, Out* C, int64_t ldc, int64_t stride_c, int64_t batch, cudaStream_t stream);
+// Anything with that contract: the hand kernel above, or cuBLAS's (kernels/cuda_libraries/cublas_linear.h).
+template <class In, class Out>
+using HalfGemmFn = void (*)(bool, bool, int64_t, int64_t, int64_t, float, const In*, int64_t, int64_t, const In*,
+                            int64_t, int64_t, float, Out*, int64_t, int64_t, int64_t, cudaStream_t);
 // y[i] = x[i] converted: float32 to BFloat16 / Float16 rounded to nearest even (NaN kept a
 // quiet NaN, as kernels/half_types.h), or back exactly. One pass: the master weights'
 // low-precision copy is made by one such launch over the flat buffer.
 // Instantiated for float -> BFloat16, float -> Float16, BFloat16 -> float, Float16 -> float.
 template <class From, class To>
 void cast(int64_t n, const From* x, To* y, cudaStream_t stream);
-// linear and batched_matmul with 16-bit tensors (H = BFloat16 or Float16) on the GEMM
-// above: every output H, rounded once; the contracts of the float32 versions (bias and
-// dbias may be null; accumulate adds onto dw and dbias).
+// linear and batched_matmul with 16-bit tensors (H = BFloat16 or Float16) on a HalfGemmFn
+// (the hand GEMM above unless given cuBLAS's): every output H, rounded once; the contracts
+// of the float32 versions (bias and dbias may be null; accumulate adds onto dw and dbias).
 template <class H>
-void linear_forward_half(const LinearShape& s, const H* x, const H* w, const H* bias, H* y, cudaStream_t stream);
+void linear_forward_half(const LinearShape& s, const H* x, const H* w, const H* bias, H* y, cudaStream_t stream,
+                         HalfGemmFn<H, H> gemm = gemm_half_strided_batched<H, H>);
 template <class H>
-void linear_backward_data_half(const LinearShape& s, const H* dy, const H* w, H* dx, cudaStream_t stream);
+void linear_backward_data_half(const LinearShape& s, const H* dy, const H* w, H* dx, cudaStream_t stream,
+                               HalfGemmFn<H, H> gemm = gemm_half_strided_batched<H, H>);
 template <class H>
 void linear_backward_weight_half(const LinearShape& s, const H* x, const H* dy, H* dw, H* dbias, bool accumulate,
-                                 cudaStream_t stream);
+                                 cudaStream_t stream, HalfGemmFn<H, H> gemm = gemm_half_strided_batched<H, H>);
 template <class H>
-void batched_matmul_half(const BatchedMatmulShape& s, const H* a, const H* b, H* c, cudaStream_t stream);
+void batched_matmul_half(const BatchedMatmulShape& s, const H* a, const H* b, H* c, cudaStream_t stream,
+                         HalfGemmFn<H, H> gemm = gemm_half_strided_batched<H, H>);
 // conv2d with 16-bit tensors (conv2d_half.cu): im2col into a workspace, then the GEMM
 // above; every output H, rounded once from its float32 value (dx's overlapping windows
 // added in float32 first); the contracts of the float32 versions.

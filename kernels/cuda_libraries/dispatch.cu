@@ -4,6 +4,7 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <type_traits>
 
 #include "kernels/cuda_runtime/caching_allocator.h"
 #include "kernels/cuda_runtime/check.h"
@@ -36,15 +37,19 @@ constexpr const char* kGemmLibrary = "--gemm-engine cublas";
 // The library engines; only asked for once choose() has picked one, so they exist.
 const LibraryEngines& libraries() { return *library_engines(); }
 
-// (op, device, tf32, shape): what auto timed and the winner.
-using Key = std::array<int64_t, 14>;
+// (op, element type, device, tf32, shape): what auto timed and the winner.
+using Key = std::array<int64_t, 15>;
+template <class T>
+constexpr int64_t kTypeCode = std::is_same_v<T, float> ? 0 : std::is_same_v<T, kernels::BFloat16> ? 1 : 2;
 
 Key conv_key(Op op, const kernels::Conv2dShape& s) {
-  return Key{int64_t(op), cuda_runtime::current_device(), engine_config().tf32, s.N, s.C, s.H, s.W, s.K, s.R, s.S, s.stride_h,
-             s.stride_w, s.pad_h, s.pad_w};
+  return Key{int64_t(op), kTypeCode<float>, cuda_runtime::current_device(), engine_config().tf32, s.N, s.C, s.H, s.W,
+             s.K, s.R, s.S, s.stride_h, s.stride_w, s.pad_h, s.pad_w};
 }
+template <class T = float>
 Key linear_key(Op op, const kernels::LinearShape& s) {
-  return Key{int64_t(op), cuda_runtime::current_device(), engine_config().tf32, s.N, s.in, s.out, 0, 0, 0, 0, 0, 0, 0, 0};
+  return Key{int64_t(op), kTypeCode<T>, cuda_runtime::current_device(), engine_config().tf32, s.N, s.in, s.out, 0, 0,
+             0, 0, 0, 0, 0, 0};
 }
 
 // Mean milliseconds of `runs` calls of `run`, after one untimed call (which also creates
@@ -101,12 +106,30 @@ Impl choose(Mode mode, const char* op, const char* library, const Key& key, size
 kernels::cuda::SgemmFn gemm_of(Impl impl) { return impl == Impl::Hand ? hand::sgemm : libraries().sgemm; }
 
 // batched_matmul
+template <class T = float>
 Key batched_matmul_key(const kernels::BatchedMatmulShape& s) {
-  return Key{int64_t(Op::BatchedMatmul), cuda_runtime::current_device(), engine_config().tf32, s.batch, s.M, s.N, s.K,
-             s.trans_a, s.trans_b, 0, 0, 0, 0, 0};
+  return Key{int64_t(Op::BatchedMatmul), kTypeCode<T>, cuda_runtime::current_device(), engine_config().tf32, s.batch,
+             s.M, s.N, s.K, s.trans_a, s.trans_b, 0, 0, 0, 0, 0};
 }
 kernels::cuda::BatchedSgemmFn batched_gemm_of(Impl impl) {
   return impl == Impl::Hand ? hand::sgemm_strided_batched : libraries().sgemm_strided_batched;
+}
+
+// The 16-bit GEMM of each engine.
+template <class H>
+kernels::cuda::HalfGemmFn<H, H> half_gemm_of(Impl impl) {
+  if (impl == Impl::Hand) return hand::gemm_half_strided_batched<H, H>;
+  if constexpr (std::is_same_v<H, kernels::BFloat16>) return libraries().gemm_bf16;
+  else return libraries().gemm_fp16;
+}
+// run(impl, out) on the GEMM engine choose() picks for `op`: auto's trials write
+// choose()'s float scratch, read as `out_elements` values of T (float, or 16-bit).
+template <class T, class Run>
+void on_gemm_engine(const char* op, const Key& key, int64_t out_elements, T* out, cudaStream_t stream, Run run) {
+  const size_t scratch_floats = (size_t(out_elements) * sizeof(T) + sizeof(float) - 1) / sizeof(float);
+  run(choose(mode_of(engine_config().gemm), op, kGemmLibrary, key, scratch_floats, stream,
+             [&](Impl impl, float* scratch) { run(impl, reinterpret_cast<T*>(scratch)); }),
+      out);
 }
 
 }  // namespace
@@ -162,18 +185,14 @@ void dispatch_conv2d_backward_weight(const kernels::Conv2dShape& s, const float*
 
 void dispatch_linear_forward(const kernels::LinearShape& s, const float* x, const float* w, const float* bias, float* y,
                     cudaStream_t stream) {
-  auto run = [&](Impl impl, float* out) { hand::linear_forward(s, x, w, bias, out, stream, gemm_of(impl)); };
-  run(choose(mode_of(engine_config().gemm), "linear forward", kGemmLibrary, linear_key(Op::LinearForward, s),
-             size_t(s.N * s.out), stream, run),
-      y);
+  on_gemm_engine("linear forward", linear_key(Op::LinearForward, s), s.N * s.out, y, stream,
+                 [&](Impl impl, float* out) { hand::linear_forward(s, x, w, bias, out, stream, gemm_of(impl)); });
 }
 
 void dispatch_linear_backward_data(const kernels::LinearShape& s, const float* dy, const float* w, float* dx,
                           cudaStream_t stream) {
-  auto run = [&](Impl impl, float* out) { hand::linear_backward_data(s, dy, w, out, stream, gemm_of(impl)); };
-  run(choose(mode_of(engine_config().gemm), "linear backward (data)", kGemmLibrary,
-             linear_key(Op::LinearBackwardData, s), size_t(s.N * s.in), stream, run),
-      dx);
+  on_gemm_engine("linear backward (data)", linear_key(Op::LinearBackwardData, s), s.N * s.in, dx, stream,
+                 [&](Impl impl, float* out) { hand::linear_backward_data(s, dy, w, out, stream, gemm_of(impl)); });
 }
 
 void dispatch_linear_backward_weight(const kernels::LinearShape& s, const float* x, const float* dy, float* dw, float* dbias,
@@ -190,10 +209,56 @@ void dispatch_linear_backward_weight(const kernels::LinearShape& s, const float*
 // batched_matmul
 void dispatch_batched_matmul(const kernels::BatchedMatmulShape& s, const float* a, const float* b, float* c,
                              cudaStream_t stream) {
-  auto run = [&](Impl impl, float* out) { hand::batched_matmul(s, a, b, out, stream, batched_gemm_of(impl)); };
-  run(choose(mode_of(engine_config().gemm), "batched_matmul", kGemmLibrary, batched_matmul_key(s), size_t(s.c_size()),
-             stream, run),
-      c);
+  on_gemm_engine("batched_matmul", batched_matmul_key(s), s.c_size(), c, stream,
+                 [&](Impl impl, float* out) { hand::batched_matmul(s, a, b, out, stream, batched_gemm_of(impl)); });
 }
+
+// ---- the 16-bit ops, on the GEMM engine ----
+template <class H>
+void dispatch_linear_forward(const kernels::LinearShape& s, const H* x, const H* w, const H* bias, H* y,
+                             cudaStream_t stream) {
+  on_gemm_engine("linear forward", linear_key<H>(Op::LinearForward, s), s.N * s.out, y, stream, [&](Impl impl, H* out) {
+    hand::linear_forward_half(s, x, w, bias, out, stream, half_gemm_of<H>(impl));
+  });
+}
+
+template <class H>
+void dispatch_linear_backward_data(const kernels::LinearShape& s, const H* dy, const H* w, H* dx, cudaStream_t stream) {
+  on_gemm_engine("linear backward (data)", linear_key<H>(Op::LinearBackwardData, s), s.N * s.in, dx, stream,
+                 [&](Impl impl, H* out) {
+                   hand::linear_backward_data_half(s, dy, w, out, stream, half_gemm_of<H>(impl));
+                 });
+}
+
+template <class H>
+void dispatch_linear_backward_weight(const kernels::LinearShape& s, const H* x, const H* dy, H* dw, H* dbias,
+                                     bool accumulate, cudaStream_t stream) {
+  auto run = [&](Impl impl, H* out, H* out_bias, bool acc) {
+    hand::linear_backward_weight_half(s, x, dy, out, out_bias, acc, stream, half_gemm_of<H>(impl));
+  };
+  const Impl impl = choose(mode_of(engine_config().gemm), "linear backward (weight)", kGemmLibrary,
+                           linear_key<H>(Op::LinearBackwardWeight, s), size_t(s.out * s.in + 1) / 2,  // floats
+                           stream,
+                           [&](Impl i, float* out) { run(i, reinterpret_cast<H*>(out), nullptr, false); });
+  run(impl, dw, dbias, accumulate);
+}
+
+template <class H>
+void dispatch_batched_matmul(const kernels::BatchedMatmulShape& s, const H* a, const H* b, H* c, cudaStream_t stream) {
+  on_gemm_engine("batched_matmul", batched_matmul_key<H>(s), s.c_size(), c, stream, [&](Impl impl, H* out) {
+    hand::batched_matmul_half(s, a, b, out, stream, half_gemm_of<H>(impl));
+  });
+}
+
+#define DPCORE_DISPATCH_HALF(H)                                                                                     \
+  template void dispatch_linear_forward<H>(const kernels::LinearShape&, const H*, const H*, const H*, H*,          \
+                                           cudaStream_t);                                                          \
+  template void dispatch_linear_backward_data<H>(const kernels::LinearShape&, const H*, const H*, H*, cudaStream_t); \
+  template void dispatch_linear_backward_weight<H>(const kernels::LinearShape&, const H*, const H*, H*, H*, bool,   \
+                                                   cudaStream_t);                                                  \
+  template void dispatch_batched_matmul<H>(const kernels::BatchedMatmulShape&, const H*, const H*, H*, cudaStream_t);
+DPCORE_DISPATCH_HALF(kernels::BFloat16)
+DPCORE_DISPATCH_HALF(kernels::Float16)
+#undef DPCORE_DISPATCH_HALF
 
 }  // namespace dpcore::kernels::cuda_libraries

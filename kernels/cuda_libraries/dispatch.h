@@ -6,6 +6,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include "kernels/half_types.h"
 #include "kernels/shapes.h"
 
 namespace dpcore::kernels::cuda_libraries {
@@ -28,5 +29,19 @@ void dispatch_linear_backward_weight(const kernels::LinearShape& s, const float*
 // batched_matmul, on the GEMM engine (--gemm-engine): the hand strided-batched sgemm or cuBLAS.
 void dispatch_batched_matmul(const kernels::BatchedMatmulShape& s, const float* a, const float* b, float* c,
                              cudaStream_t stream);
+
+// linear and batched_matmul with 16-bit tensors (H = BFloat16 or Float16, the contracts of
+// kernels::cuda's *_half), on the same GEMM engine: the hand tensor-core GEMM or cuBLAS's,
+// both accumulating in float32 and rounding each output once.
+template <class H>
+void dispatch_linear_forward(const kernels::LinearShape& s, const H* x, const H* w, const H* bias, H* y,
+                             cudaStream_t stream);
+template <class H>
+void dispatch_linear_backward_data(const kernels::LinearShape& s, const H* dy, const H* w, H* dx, cudaStream_t stream);
+template <class H>
+void dispatch_linear_backward_weight(const kernels::LinearShape& s, const H* x, const H* dy, H* dw, H* dbias,
+                                     bool accumulate, cudaStream_t stream);
+template <class H>
+void dispatch_batched_matmul(const kernels::BatchedMatmulShape& s, const H* a, const H* b, H* c, cudaStream_t stream);
 
 }  // namespace dpcore::kernels::cuda_libraries

@@ -6,8 +6,13 @@
 namespace dpcore::kernels::cuda_libraries {
 
 const LibraryEngines* library_engines() {
-  static const LibraryEngines engines{cudnn::conv2d_forward, cudnn::conv2d_backward_data,
-                                      cudnn::conv2d_backward_weight, cublas::sgemm, cublas::sgemm_strided_batched};
+  static const LibraryEngines engines{cudnn::conv2d_forward,
+                                      cudnn::conv2d_backward_data,
+                                      cudnn::conv2d_backward_weight,
+                                      cublas::sgemm,
+                                      cublas::sgemm_strided_batched,
+                                      cublas::gemm_half_strided_batched<BFloat16, BFloat16>,
+                                      cublas::gemm_half_strided_batched<Float16, Float16>};
   return &engines;
 }
 

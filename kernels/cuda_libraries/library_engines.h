@@ -20,6 +20,9 @@ struct LibraryEngines {
                                  bool accumulate, cudaStream_t stream);
   kernels::cuda::SgemmFn sgemm;
   kernels::cuda::BatchedSgemmFn sgemm_strided_batched;
+  // 16-bit inputs and outputs, float32 accumulation (cuBLAS).
+  kernels::cuda::HalfGemmFn<kernels::BFloat16, kernels::BFloat16> gemm_bf16;
+  kernels::cuda::HalfGemmFn<kernels::Float16, kernels::Float16> gemm_fp16;
 };
 
 // The engines of this build; null when it has no libraries.

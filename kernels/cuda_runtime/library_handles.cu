@@ -61,6 +61,10 @@ cublasHandle_t cublas_handle(int device, cudaStream_t stream) {
     // back: the handle keeps using it for the life of the process.
     void* workspace = device_allocator(device).allocate(kCublasWorkspace, stream);
     CUBLAS_CHECK(cublasSetWorkspace(handle, workspace, kCublasWorkspace));
+    // A 16-bit product is rounded once from its float32 result, as the hand GEMM's: no
+    // split-K partial sums kept in 16 bits (PyTorch allows them by default; docs/differences.md).
+    CUBLAS_CHECK(cublasSetMathMode(
+        handle, cublasMath_t(CUBLAS_DEFAULT_MATH | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)));
   }
   return handle;
 }

@@ -9,6 +9,8 @@
 //   CpuAmxBf16Half     kernels/cpu/half, the AMX tile kernel (bfloat16; skipped, saying so,
 //                      on a CPU or kernel without AMX)
 //   CudaHalf           kernels/cuda, the WMMA tensor-core kernel and the cast kernel
+//   CudaLibraryHalf    cuBLAS's 16-bit GEMM (kernels/cuda_libraries), the rest as CudaHalf;
+//                      in HalfGemmBackends only (the GEMM test)
 #pragma once
 
 #include <gtest/gtest.h>
@@ -357,12 +359,31 @@ struct CudaHalf {
 };
 #endif
 
+#ifdef DPCORE_CUDA_LIBRARIES
+struct CudaLibraryHalf : CudaHalf {
+  static std::string name() { return "CudaLibrary"; }
+  template <class In, class Out>
+  static void gemm_half(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const In* A, int64_t lda,
+                        int64_t sa, const In* B, int64_t ldb, int64_t sb, float beta, Out* C, int64_t ldc, int64_t sc,
+                        int64_t batch) {
+    kernels::cuda_libraries::cublas::gemm_half_strided_batched<In, Out>(ta, tb, M, N, K, alpha, A, lda, sa, B, ldb, sb,
+                                                                        beta, C, ldc, sc, batch, nullptr);
+  }
+};
+#endif
+
 #if defined(DPCORE_HOST_OPS_TEST)
 using HalfBackends = ::testing::Types<CudaHalf>;
+using HalfGemmBackends = HalfBackends;
+#elif defined(DPCORE_CUDA_LIBRARIES)
+using HalfBackends = ::testing::Types<CpuConvertHalf, CpuAvx512Bf16Half, CpuAmxBf16Half, CudaHalf>;
+using HalfGemmBackends = ::testing::Types<CpuConvertHalf, CpuAvx512Bf16Half, CpuAmxBf16Half, CudaHalf, CudaLibraryHalf>;
 #elif defined(DPCORE_HAVE_CUDA)
 using HalfBackends = ::testing::Types<CpuConvertHalf, CpuAvx512Bf16Half, CpuAmxBf16Half, CudaHalf>;
+using HalfGemmBackends = HalfBackends;
 #else
 using HalfBackends = ::testing::Types<CpuConvertHalf, CpuAvx512Bf16Half, CpuAmxBf16Half>;
+using HalfGemmBackends = HalfBackends;
 #endif
 
 // Skips a backend that cannot run on this machine, saying why (no GPU, no AVX512-BF16).
