@@ -122,14 +122,18 @@ kernels::cuda::HalfGemmFn<H, H> half_gemm_of(Impl impl) {
   if constexpr (std::is_same_v<H, kernels::BFloat16>) return libraries().gemm_bf16;
   else return libraries().gemm_fp16;
 }
-// run(impl, out) on the GEMM engine choose() picks for `op`: auto's trials write
-// choose()'s float scratch, read as `out_elements` values of T (float, or 16-bit).
+// The GEMM engine for `op`: auto's trial(impl, scratch) writes choose()'s float scratch,
+// read as `out_elements` values of T (float, or 16-bit).
+template <class T, class Trial>
+Impl choose_gemm_engine(const char* op, const Key& key, int64_t out_elements, cudaStream_t stream, Trial trial) {
+  const size_t scratch_floats = (size_t(out_elements) * sizeof(T) + sizeof(float) - 1) / sizeof(float);
+  return choose(mode_of(engine_config().gemm), op, kGemmLibrary, key, scratch_floats, stream,
+                [&](Impl impl, float* scratch) { trial(impl, reinterpret_cast<T*>(scratch)); });
+}
+// run(impl, out) on that engine, run itself the trial.
 template <class T, class Run>
 void on_gemm_engine(const char* op, const Key& key, int64_t out_elements, T* out, cudaStream_t stream, Run run) {
-  const size_t scratch_floats = (size_t(out_elements) * sizeof(T) + sizeof(float) - 1) / sizeof(float);
-  run(choose(mode_of(engine_config().gemm), op, kGemmLibrary, key, scratch_floats, stream,
-             [&](Impl impl, float* scratch) { run(impl, reinterpret_cast<T*>(scratch)); }),
-      out);
+  run(choose_gemm_engine<T>(op, key, out_elements, stream, run), out);
 }
 
 }  // namespace
@@ -200,9 +204,9 @@ void dispatch_linear_backward_weight(const kernels::LinearShape& s, const float*
   auto run = [&](Impl impl, float* out, float* out_bias, bool acc) {
     hand::linear_backward_weight(s, x, dy, out, out_bias, acc, stream, gemm_of(impl));
   };
-  const Impl impl = choose(mode_of(engine_config().gemm), "linear backward (weight)", kGemmLibrary,
-                           linear_key(Op::LinearBackwardWeight, s),
-                           size_t(s.out * s.in), stream, [&](Impl i, float* out) { run(i, out, nullptr, false); });
+  const Impl impl = choose_gemm_engine<float>("linear backward (weight)", linear_key(Op::LinearBackwardWeight, s),
+                                              s.out * s.in, stream,
+                                              [&](Impl i, float* out) { run(i, out, nullptr, false); });
   run(impl, dw, dbias, accumulate);
 }
 
@@ -236,10 +240,8 @@ void dispatch_linear_backward_weight(const kernels::LinearShape& s, const H* x, 
   auto run = [&](Impl impl, H* out, H* out_bias, bool acc) {
     hand::linear_backward_weight_half(s, x, dy, out, out_bias, acc, stream, half_gemm_of<H>(impl));
   };
-  const Impl impl = choose(mode_of(engine_config().gemm), "linear backward (weight)", kGemmLibrary,
-                           linear_key<H>(Op::LinearBackwardWeight, s), size_t(s.out * s.in + 1) / 2,  // floats
-                           stream,
-                           [&](Impl i, float* out) { run(i, reinterpret_cast<H*>(out), nullptr, false); });
+  const Impl impl = choose_gemm_engine<H>("linear backward (weight)", linear_key<H>(Op::LinearBackwardWeight, s),
+                                          s.out * s.in, stream, [&](Impl i, H* out) { run(i, out, nullptr, false); });
   run(impl, dw, dbias, accumulate);
 }
 

@@ -14,6 +14,7 @@
 //     compute-sanitizer's racecheck would. The scheduler's own bookkeeping is excluded from
 //     instrumentation (kNotInstrumented), or every switch would look like a race.
 #include "host_exec/host_exec.h"
+#include "host_exec/runtime/bookkeeping.h"
 
 #include <sys/mman.h>
 
@@ -449,29 +450,6 @@ class Launch {
   uint64_t barrier_generation_ = 0, block_index_ = 0;
 };
 
-#ifdef HOST_EXEC_TSAN
-extern "C" void __tsan_ignore_thread_begin();
-extern "C" void __tsan_ignore_thread_end();
-extern "C" void AnnotateIgnoreSyncBegin(const char* file, int line);
-extern "C" void AnnotateIgnoreSyncEnd(const char* file, int line);
-// The pool's own bookkeeping, hidden from ThreadSanitizer: its lock would order every
-// launching thread after every other, which no GPU does.
-struct Hidden {
-  Hidden() {
-    __tsan_ignore_thread_begin();
-    AnnotateIgnoreSyncBegin(__FILE__, __LINE__);
-  }
-  ~Hidden() {
-    AnnotateIgnoreSyncEnd(__FILE__, __LINE__);
-    __tsan_ignore_thread_end();
-  }
-};
-#else
-struct Hidden {
-  Hidden() {}  // user-provided: no unused-variable warnings where it is declared
-};
-#endif
-
 // Fiber stacks and sanitizer identities, shared by every launching thread: a launch takes
 // one fiber per thread of its block and gives them back when it ends. Shared, because
 // ThreadSanitizer's vector clocks have an entry per thread and fiber alive and every
@@ -487,7 +465,9 @@ struct Hidden {
 // over costs about what making costs, so a launch takes, in order: the calling thread's
 // own idle fibers, those of threads that have ended, new ones while the pool holds fewer
 // than a bound (1024, a block's most), the idle fibers of the threads that launched least recently, and new
-// ones past that bound when every fiber is busy.
+// ones past that bound when every fiber is busy. The pool's own bookkeeping is hidden from
+// ThreadSanitizer (host_runtime::Bookkeeping): its lock would order every launching thread
+// after every other, which no GPU does.
 class FiberPool;
 FiberPool& fiber_pool();
 
@@ -495,7 +475,7 @@ class FiberPool {
  public:
   // The calling thread's launch takes n fibers (its busy list, until give_back).
   kNotInstrumented const std::vector<Fiber*>& take(size_t n) {
-    Hidden hide;
+    host_runtime::Bookkeeping hide;
     std::lock_guard<std::mutex> lock(mutex_);
     std::vector<Fiber*>& fibers = threads_[this_thread().id].busy;
     move_idle(threads_[this_thread().id].idle, fibers, n);
@@ -515,7 +495,7 @@ class FiberPool {
   }
 
   kNotInstrumented void give_back() {
-    Hidden hide;
+    host_runtime::Bookkeeping hide;
     std::lock_guard<std::mutex> lock(mutex_);
     ThreadFibers& mine = threads_[this_thread().id];
     mine.idle.insert(mine.idle.end(), mine.busy.begin(), mine.busy.end());
@@ -524,7 +504,7 @@ class FiberPool {
   }
 
   kNotInstrumented size_t set_bound(size_t fibers) {
-    Hidden hide;
+    host_runtime::Bookkeeping hide;
     std::lock_guard<std::mutex> lock(mutex_);
     return std::exchange(bound_, fibers);
   }
@@ -555,7 +535,7 @@ class FiberPool {
   }
 
   kNotInstrumented void thread_ended(uint64_t id) {
-    Hidden hide;
+    host_runtime::Bookkeeping hide;
     std::lock_guard<std::mutex> lock(mutex_);
     const auto it = threads_.find(id);
     if (it == threads_.end()) return;
