@@ -84,7 +84,7 @@ void register_conv(const ConvLayer& l) {
         if (e.hand) {
           hand::conv2d_relu_forward(s, bx.f(), bw.f(), bb.f(), by.f(), nullptr);
         } else {
-          cuda_libraries::cudnn::conv2d_forward(s, bx.f(), bw.f(), by.f(), nullptr);
+          cuda_libraries::cudnn::conv2d_forward(s, bx.f(), bw.f(), by.f(), false, nullptr);
           hand::bias_activation(s.N, s.K, s.P * s.Q, bb.f(), true, by.f(), nullptr);
         }
       }, e.tf32);

@@ -260,13 +260,12 @@ class CudaBackend : public Backend {
   void free_host(void* ptr) override { cuda_runtime::pinned_free(ptr); }
   void await_host_reads(const void* host) override { cuda_runtime::await_pinned_reads(host); }
 
-  // ---- conv2d and linear: through the engine selection (16-bit tensors: the hand
-  // tensor-core kernels) ----
+  // ---- conv2d and linear: through the engine selection, float32 and 16-bit alike ----
   void conv2d_forward(const kernels::Conv2dShape& s, const Tensor& x, const Tensor& w, const Tensor* bias,
                       Tensor& y) override {
     if (on_half(x, [&](auto h, cudaStream_t stream) {
           using H = decltype(h);
-          k::conv2d_forward_half(s, x.data<H>(), w.data<H>(), half_ptr<H>(bias), y.data<H>(), stream);
+          cuda_libraries::dispatch_conv2d_forward(s, x.data<H>(), w.data<H>(), half_ptr<H>(bias), y.data<H>(), stream);
         }))
       return;
     cudaStream_t stream = begin_op("conv2d", {&x, &w, bias, &y});
@@ -280,7 +279,7 @@ class CudaBackend : public Backend {
   void conv2d_backward_data(const kernels::Conv2dShape& s, const Tensor& dy, const Tensor& w, Tensor& dx) override {
     if (on_half(dy, [&](auto h, cudaStream_t stream) {
           using H = decltype(h);
-          k::conv2d_backward_data_half(s, dy.data<H>(), w.data<H>(), dx.data<H>(), stream);
+          cuda_libraries::dispatch_conv2d_backward_data(s, dy.data<H>(), w.data<H>(), dx.data<H>(), stream);
         }))
       return;
     cudaStream_t stream = begin_op("conv2d backward", {&dy, &w, &dx});
@@ -290,8 +289,8 @@ class CudaBackend : public Backend {
                               Tensor* dbias, bool accumulate) override {
     if (on_half(x, [&](auto h, cudaStream_t stream) {
           using H = decltype(h);
-          k::conv2d_backward_weight_half(s, x.data<H>(), dy.data<H>(), dw.data<H>(), half_ptr<H>(dbias), accumulate,
-                                         stream);
+          cuda_libraries::dispatch_conv2d_backward_weight(s, x.data<H>(), dy.data<H>(), dw.data<H>(),
+                                                          half_ptr<H>(dbias), accumulate, stream);
         }))
       return;
     cudaStream_t stream = begin_op("conv2d backward", {&x, &dy, &dw, dbias});

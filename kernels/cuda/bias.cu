@@ -7,6 +7,7 @@
 #include "kernels/cuda_runtime/check.h"
 #include "kernels/cuda/kernels.h"
 #include "kernels/cuda/launch.cuh"
+#include "kernels/half_types.h"
 
 namespace dpcore::kernels::cuda {
 
@@ -58,7 +59,53 @@ __global__ void channel_sum_kernel(int64_t outer, int64_t channels, int64_t inne
   }
 }
 
+template <class H>
+__global__ void broadcast_channels_half_kernel(int64_t total, int64_t channels, int64_t inner, const H* bias, H* y) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x)
+    y[i] = bias[(i / inner) % channels];
+}
+
+// A thread per channel walks its values in order; with inner = 1 (linear) neighbouring
+// threads read neighbouring columns (coalesced).
+template <class H>
+__global__ void channel_sum_half_kernel(int64_t outer, int64_t channels, int64_t inner, const H* x, H* out,
+                                        bool accumulate) {
+  for (int64_t c = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; c < channels;
+       c += int64_t(gridDim.x) * blockDim.x) {
+    float total = accumulate ? to_float(out[c]) : 0.f;
+    for (int64_t o = 0; o < outer; ++o) {
+      const H* row = x + (o * channels + c) * inner;
+      for (int64_t i = 0; i < inner; ++i) total += to_float(row[i]);
+    }
+    out[c] = from_float<H>(total);
+  }
+}
+
 }  // namespace
+
+template <class H>
+void broadcast_channels_half(int64_t outer, int64_t channels, int64_t inner, const H* bias, H* y,
+                             cudaStream_t stream) {
+  const int64_t total = outer * channels * inner;
+  if (total == 0) return;
+  launch("broadcast_channels_half_kernel", broadcast_channels_half_kernel<H>, blocks_for(total, kElementwiseThreads),
+         kElementwiseThreads, stream, total, channels, inner, bias, y);
+}
+
+template <class H>
+void channel_sum_half(int64_t outer, int64_t channels, int64_t inner, const H* x, H* out, bool accumulate,
+                      cudaStream_t stream) {
+  if (channels == 0) return;
+  launch("channel_sum_half_kernel", channel_sum_half_kernel<H>, blocks_for(channels, kElementwiseThreads),
+         kElementwiseThreads, stream, outer, channels, inner, x, out, accumulate);
+}
+
+#define DPCORE_BIAS_HALF(H)                                                                                      \
+  template void broadcast_channels_half<H>(int64_t, int64_t, int64_t, const H*, H*, cudaStream_t);              \
+  template void channel_sum_half<H>(int64_t, int64_t, int64_t, const H*, H*, bool, cudaStream_t);
+DPCORE_BIAS_HALF(BFloat16)
+DPCORE_BIAS_HALF(Float16)
+#undef DPCORE_BIAS_HALF
 
 void broadcast_rows(int64_t rows, int64_t cols, const float* bias, float* y, cudaStream_t stream) {
   const int64_t total = rows * cols;

@@ -48,14 +48,6 @@ __global__ void im2col_half_kernel(ConvIndex d, int64_t images, const H* x, int6
   }
 }
 
-// y[i, k, pixel] = bias[k] over `images` images: the rows the forward's GEMM adds onto.
-template <class H>
-__global__ void bias_rows_half_kernel(ConvIndex d, int64_t images, const H* bias, H* y) {
-  const int64_t n = images * d.image_out;
-  for (int64_t e = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; e < n; e += int64_t(gridDim.x) * blockDim.x)
-    y[e] = bias[(e / d.pq) % d.K];
-}
-
 // dx of `images` images from their float32 column gradients [images][CRS][PQ]: a thread per
 // input element adds the entries of every window that read it, r then s ascending (the
 // CPU's col2im order), and rounds the sum once.
@@ -99,20 +91,6 @@ __global__ void finish_weight_grad_half_kernel(int64_t n, const float* sum, H* d
     dw[e] = from_float<H>(accumulate ? to_float(dw[e]) + sum[e] : sum[e]);
 }
 
-// dbias[k] (+)= the sum of dy over the images and pixels of channel k, in that order, in
-// float32: a thread per channel (the CPU's order and bits).
-template <class H>
-__global__ void bias_grad_half_kernel(ConvIndex d, int64_t N, const H* dy, H* dbias, bool accumulate) {
-  for (int64_t k = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; k < d.K; k += int64_t(gridDim.x) * blockDim.x) {
-    float total = accumulate ? to_float(dbias[k]) : 0.f;
-    for (int64_t n = 0; n < N; ++n) {
-      const H* row = dy + n * d.image_out + k * d.pq;
-      for (int64_t i = 0; i < d.pq; ++i) total += to_float(row[i]);
-    }
-    dbias[k] = from_float<H>(total);
-  }
-}
-
 // Images per chunk: as many as keep the chunk's workspace under kWorkspaceBytes (at least
 // one), a function of the shape alone, so the order of every sum is too.
 constexpr int64_t kWorkspaceBytes = int64_t(64) << 20;
@@ -139,8 +117,7 @@ void conv2d_forward_half(const Conv2dShape& s, const H* x, const H* w, const H* 
     H* y_chunk = y + n0 * d.image_out;
     launch_elementwise("im2col_half_kernel", im2col_half_kernel<H>, images * d.crs * d.pq, stream, d, images,
                        x + n0 * d.image_in, d.crs * d.pq, d.pq, c);
-    if (bias) launch_elementwise("bias_rows_half_kernel", bias_rows_half_kernel<H>, images * d.image_out, stream, d,
-                                 images, bias, y_chunk);
+    if (bias) broadcast_channels_half(images, s.K, d.pq, bias, y_chunk, stream);
     gemm_half_strided_batched<H, H>(false, false, s.K, d.pq, d.crs, 1.f, w, d.crs, 0, c, d.pq, d.crs * d.pq,
                                     bias ? 1.f : 0.f, y_chunk, d.pq, d.image_out, images, stream);
   }
@@ -186,8 +163,7 @@ void conv2d_backward_weight_half(const Conv2dShape& s, const H* x, const H* dy, 
   }
   launch_elementwise("finish_weight_grad_half_kernel", finish_weight_grad_half_kernel<H>, s.K * d.crs, stream,
                      s.K * d.crs, static_cast<const float*>(sum.floats()), dw, accumulate);
-  if (dbias)
-    launch_elementwise("bias_grad_half_kernel", bias_grad_half_kernel<H>, s.K, stream, d, s.N, dy, dbias, accumulate);
+  if (dbias) channel_sum_half(s.N, s.K, d.pq, dy, dbias, accumulate, stream);
 }
 
 #define DPCORE_CONV2D_HALF(H)                                                                                    \

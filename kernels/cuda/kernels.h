@@ -67,6 +67,15 @@ void bias_activation(int64_t N, int64_t channels, int64_t inner, const float* bi
 // (outer = N, inner = P*Q) and of linear (outer = N, inner = 1).
 void channel_sum(int64_t outer, int64_t channels, int64_t inner, const float* x, float* out, bool accumulate,
                  cudaStream_t stream);
+// The same two for 16-bit tensors (H = BFloat16 or Float16), the rounding done once: the
+// bias written into y[o, c, i] = bias[c] before a GEMM or convolution adds its product onto
+// it (beta 1, one rounding of the sum), and out[c] (+)= the sum over o, then i, in float32,
+// rounded once (a thread per channel: the CPU's order and bits).
+template <class H>
+void broadcast_channels_half(int64_t outer, int64_t channels, int64_t inner, const H* bias, H* y, cudaStream_t stream);
+template <class H>
+void channel_sum_half(int64_t outer, int64_t channels, int64_t inner, const H* x, H* out, bool accumulate,
+                      cudaStream_t stream);
 
 // ---- max_pool2d: argmax is the int32 index h * W + w inside the input plane, as on the
 // CPU (row-major scan, strictly greater replaces, NaN wins). Backward is a gather: each

@@ -42,8 +42,9 @@ using Key = std::array<int64_t, 15>;
 template <class T>
 constexpr int64_t kTypeCode = std::is_same_v<T, float> ? 0 : std::is_same_v<T, kernels::BFloat16> ? 1 : 2;
 
+template <class T = float>
 Key conv_key(Op op, const kernels::Conv2dShape& s) {
-  return Key{int64_t(op), kTypeCode<float>, cuda_runtime::current_device(), engine_config().tf32, s.N, s.C, s.H, s.W,
+  return Key{int64_t(op), kTypeCode<T>, cuda_runtime::current_device(), engine_config().tf32, s.N, s.C, s.H, s.W,
              s.K, s.R, s.S, s.stride_h, s.stride_w, s.pad_h, s.pad_w};
 }
 template <class T = float>
@@ -122,13 +123,57 @@ kernels::cuda::HalfGemmFn<H, H> half_gemm_of(Impl impl) {
   if constexpr (std::is_same_v<H, kernels::BFloat16>) return libraries().gemm_bf16;
   else return libraries().gemm_fp16;
 }
-// The GEMM engine for `op`: auto's trial(impl, scratch) writes choose()'s float scratch,
-// read as `out_elements` values of T (float, or 16-bit).
+// choose() for an output of `out_elements` values of T (float, or 16-bit): auto's
+// trial(impl, scratch) writes choose()'s float scratch, read as T.
+template <class T, class Trial>
+Impl choose_typed(Mode mode, const char* op, const char* library, const Key& key, int64_t out_elements,
+                  cudaStream_t stream, Trial trial) {
+  const size_t scratch_floats = (size_t(out_elements) * sizeof(T) + sizeof(float) - 1) / sizeof(float);
+  return choose(mode, op, library, key, scratch_floats, stream,
+                [&](Impl impl, float* scratch) { trial(impl, reinterpret_cast<T*>(scratch)); });
+}
+// The GEMM engine (--gemm-engine) and the convolution engine (--conv-engine) for `op`.
 template <class T, class Trial>
 Impl choose_gemm_engine(const char* op, const Key& key, int64_t out_elements, cudaStream_t stream, Trial trial) {
-  const size_t scratch_floats = (size_t(out_elements) * sizeof(T) + sizeof(float) - 1) / sizeof(float);
-  return choose(mode_of(engine_config().gemm), op, kGemmLibrary, key, scratch_floats, stream,
-                [&](Impl impl, float* scratch) { trial(impl, reinterpret_cast<T*>(scratch)); });
+  return choose_typed<T>(mode_of(engine_config().gemm), op, kGemmLibrary, key, out_elements, stream, trial);
+}
+template <class T, class Trial>
+Impl choose_conv_engine(const char* op, const Key& key, int64_t out_elements, cudaStream_t stream, Trial trial) {
+  return choose_typed<T>(mode_of(engine_config().conv), op, kConvLibrary, key, out_elements, stream, trial);
+}
+
+// cuDNN's convolutions on T.
+template <class T>
+const LibraryConv<T>& library_conv() {
+  if constexpr (std::is_same_v<T, float>) return libraries().conv;
+  else if constexpr (std::is_same_v<T, kernels::BFloat16>) return libraries().conv_bf16;
+  else return libraries().conv_fp16;
+}
+// The hand convolutions' two backwards on float32 or 16-bit tensors, without the bias
+// gradient (the dispatch adds it for both engines), and that bias gradient.
+void hand_conv2d_backward_data(const kernels::Conv2dShape& s, const float* dy, const float* w, float* dx,
+                               cudaStream_t stream) {
+  hand::conv2d_backward_data(s, dy, w, dx, stream);
+}
+template <class H>
+void hand_conv2d_backward_data(const kernels::Conv2dShape& s, const H* dy, const H* w, H* dx, cudaStream_t stream) {
+  hand::conv2d_backward_data_half(s, dy, w, dx, stream);
+}
+void hand_conv2d_backward_weight(const kernels::Conv2dShape& s, const float* x, const float* dy, float* dw,
+                                 bool accumulate, cudaStream_t stream) {
+  hand::conv2d_backward_weight(s, x, dy, dw, nullptr, accumulate, stream);
+}
+template <class H>
+void hand_conv2d_backward_weight(const kernels::Conv2dShape& s, const H* x, const H* dy, H* dw, bool accumulate,
+                                 cudaStream_t stream) {
+  hand::conv2d_backward_weight_half<H>(s, x, dy, dw, nullptr, accumulate, stream);
+}
+void bias_gradient(const kernels::Conv2dShape& s, const float* dy, float* dbias, bool accumulate, cudaStream_t stream) {
+  hand::channel_sum(s.N, s.K, s.P * s.Q, dy, dbias, accumulate, stream);
+}
+template <class H>
+void bias_gradient(const kernels::Conv2dShape& s, const H* dy, H* dbias, bool accumulate, cudaStream_t stream) {
+  hand::channel_sum_half(s.N, s.K, s.P * s.Q, dy, dbias, accumulate, stream);
 }
 // run(impl, out) on that engine, run itself the trial.
 template <class T, class Run>
@@ -148,7 +193,7 @@ void dispatch_conv2d_forward(const kernels::Conv2dShape& s, const float* x, cons
         hand::conv2d_forward(s, x, w, bias, out, stream);
       }
     } else {
-      libraries().conv2d_forward(s, x, w, out, stream);
+      libraries().conv.forward(s, x, w, out, false, stream);
       hand::bias_activation(s.N, s.K, s.P * s.Q, bias, relu, out, stream);
     }
   };
@@ -157,34 +202,33 @@ void dispatch_conv2d_forward(const kernels::Conv2dShape& s, const float* x, cons
       y);
 }
 
-void dispatch_conv2d_backward_data(const kernels::Conv2dShape& s, const float* dy, const float* w, float* dx,
-                          cudaStream_t stream) {
-  auto run = [&](Impl impl, float* out) {
+template <class T>
+void dispatch_conv2d_backward_data(const kernels::Conv2dShape& s, const T* dy, const T* w, T* dx, cudaStream_t stream) {
+  auto run = [&](Impl impl, T* out) {
     if (impl == Impl::Hand) {
-      hand::conv2d_backward_data(s, dy, w, out, stream);
+      hand_conv2d_backward_data(s, dy, w, out, stream);
     } else {
-      libraries().conv2d_backward_data(s, dy, w, out, stream);
+      library_conv<T>().backward_data(s, dy, w, out, stream);
     }
   };
-  run(choose(mode_of(engine_config().conv), "conv2d backward (data)", kConvLibrary, conv_key(Op::ConvBackwardData, s),
-             s.x_size(), stream, run),
+  run(choose_conv_engine<T>("conv2d backward (data)", conv_key<T>(Op::ConvBackwardData, s), s.x_size(), stream, run),
       dx);
 }
 
-void dispatch_conv2d_backward_weight(const kernels::Conv2dShape& s, const float* x, const float* dy, float* dw, float* dbias,
-                            bool accumulate, cudaStream_t stream) {
-  auto run = [&](Impl impl, float* out, bool acc) {
+template <class T>
+void dispatch_conv2d_backward_weight(const kernels::Conv2dShape& s, const T* x, const T* dy, T* dw, T* dbias,
+                                     bool accumulate, cudaStream_t stream) {
+  auto run = [&](Impl impl, T* out, bool acc) {
     if (impl == Impl::Hand) {
-      hand::conv2d_backward_weight(s, x, dy, out, nullptr, acc, stream);
+      hand_conv2d_backward_weight(s, x, dy, out, acc, stream);
     } else {
-      libraries().conv2d_backward_weight(s, x, dy, out, acc, stream);
+      library_conv<T>().backward_weight(s, x, dy, out, acc, stream);
     }
   };
-  const Impl impl = choose(mode_of(engine_config().conv), "conv2d backward (weight)", kConvLibrary,
-                           conv_key(Op::ConvBackwardWeight, s), s.w_size(), stream,
-                           [&](Impl i, float* out) { run(i, out, false); });
+  const Impl impl = choose_conv_engine<T>("conv2d backward (weight)", conv_key<T>(Op::ConvBackwardWeight, s),
+                                          s.w_size(), stream, [&](Impl i, T* out) { run(i, out, false); });
   run(impl, dw, accumulate);
-  if (dbias) hand::channel_sum(s.N, s.K, s.P * s.Q, dy, dbias, accumulate, stream);
+  if (dbias) bias_gradient(s, dy, dbias, accumulate, stream);
 }
 
 void dispatch_linear_forward(const kernels::LinearShape& s, const float* x, const float* w, const float* bias, float* y,
@@ -217,7 +261,23 @@ void dispatch_batched_matmul(const kernels::BatchedMatmulShape& s, const float* 
                  [&](Impl impl, float* out) { hand::batched_matmul(s, a, b, out, stream, batched_gemm_of(impl)); });
 }
 
-// ---- the 16-bit ops, on the GEMM engine ----
+// ---- the 16-bit ops ----
+// The hand forward adds the bias inside its GEMM (beta 1 onto the bias rows); cuDNN's does
+// the same (beta 1 onto the rows broadcast_channels_half wrote), so both round once.
+template <class H>
+void dispatch_conv2d_forward(const kernels::Conv2dShape& s, const H* x, const H* w, const H* bias, H* y,
+                             cudaStream_t stream) {
+  auto run = [&](Impl impl, H* out) {
+    if (impl == Impl::Hand) {
+      hand::conv2d_forward_half(s, x, w, bias, out, stream);
+      return;
+    }
+    if (bias) hand::broadcast_channels_half(s.N, s.K, s.P * s.Q, bias, out, stream);
+    library_conv<H>().forward(s, x, w, out, bias != nullptr, stream);
+  };
+  run(choose_conv_engine<H>("conv2d forward", conv_key<H>(Op::ConvForward, s), s.y_size(), stream, run), y);
+}
+
 template <class H>
 void dispatch_linear_forward(const kernels::LinearShape& s, const H* x, const H* w, const H* bias, H* y,
                              cudaStream_t stream) {
@@ -252,7 +312,18 @@ void dispatch_batched_matmul(const kernels::BatchedMatmulShape& s, const H* a, c
   });
 }
 
+#define DPCORE_DISPATCH_CONV(T)                                                                                   \
+  template void dispatch_conv2d_backward_data<T>(const kernels::Conv2dShape&, const T*, const T*, T*, cudaStream_t); \
+  template void dispatch_conv2d_backward_weight<T>(const kernels::Conv2dShape&, const T*, const T*, T*, T*, bool,   \
+                                                   cudaStream_t);
+DPCORE_DISPATCH_CONV(float)
+DPCORE_DISPATCH_CONV(kernels::BFloat16)
+DPCORE_DISPATCH_CONV(kernels::Float16)
+#undef DPCORE_DISPATCH_CONV
+
 #define DPCORE_DISPATCH_HALF(H)                                                                                     \
+  template void dispatch_conv2d_forward<H>(const kernels::Conv2dShape&, const H*, const H*, const H*, H*,          \
+                                           cudaStream_t);                                                          \
   template void dispatch_linear_forward<H>(const kernels::LinearShape&, const H*, const H*, const H*, H*,          \
                                            cudaStream_t);                                                          \
   template void dispatch_linear_backward_data<H>(const kernels::LinearShape&, const H*, const H*, H*, cudaStream_t); \

@@ -14,10 +14,18 @@ namespace dpcore::kernels::cuda_libraries {
 // y = conv(x, w) + bias, then relu when `relu` (fused in the hand kernel's epilogue).
 void dispatch_conv2d_forward(const kernels::Conv2dShape& s, const float* x, const float* w, const float* bias, bool relu,
                     float* y, cudaStream_t stream);
-void dispatch_conv2d_backward_data(const kernels::Conv2dShape& s, const float* dy, const float* w, float* dx,
-                          cudaStream_t stream);
-void dispatch_conv2d_backward_weight(const kernels::Conv2dShape& s, const float* x, const float* dy, float* dw, float* dbias,
-                            bool accumulate, cudaStream_t stream);
+// The 16-bit forward (H = BFloat16 or Float16; no relu): the hand im2col + tensor-core GEMM
+// or cuDNN in its pseudo-half mode, both accumulating in float32 and adding the bias
+// before the one rounding of each output.
+template <class H>
+void dispatch_conv2d_forward(const kernels::Conv2dShape& s, const H* x, const H* w, const H* bias, H* y,
+                             cudaStream_t stream);
+// The backwards, T = float, BFloat16 or Float16 (dbias may be null).
+template <class T>
+void dispatch_conv2d_backward_data(const kernels::Conv2dShape& s, const T* dy, const T* w, T* dx, cudaStream_t stream);
+template <class T>
+void dispatch_conv2d_backward_weight(const kernels::Conv2dShape& s, const T* x, const T* dy, T* dw, T* dbias,
+                                     bool accumulate, cudaStream_t stream);
 
 void dispatch_linear_forward(const kernels::LinearShape& s, const float* x, const float* w, const float* bias, float* y,
                     cudaStream_t stream);

@@ -5,10 +5,19 @@
 
 namespace dpcore::kernels::cuda_libraries {
 
+namespace {
+
+template <class T>
+LibraryConv<T> cudnn_conv() {
+  return {cudnn::conv2d_forward<T>, cudnn::conv2d_backward_data<T>, cudnn::conv2d_backward_weight<T>};
+}
+
+}  // namespace
+
 const LibraryEngines* library_engines() {
-  static const LibraryEngines engines{cudnn::conv2d_forward,
-                                      cudnn::conv2d_backward_data,
-                                      cudnn::conv2d_backward_weight,
+  static const LibraryEngines engines{cudnn_conv<float>(),
+                                      cudnn_conv<BFloat16>(),
+                                      cudnn_conv<Float16>(),
                                       cublas::sgemm,
                                       cublas::sgemm_strided_batched,
                                       cublas::gemm_half_strided_batched<BFloat16, BFloat16>,

@@ -12,12 +12,20 @@
 
 namespace dpcore::kernels::cuda_libraries {
 
+// cuDNN's three convolutions on T (float, BFloat16 or Float16), as cudnn_conv2d.h.
+template <class T>
+struct LibraryConv {
+  void (*forward)(const kernels::Conv2dShape& s, const T* x, const T* w, T* y, bool accumulate, cudaStream_t stream);
+  void (*backward_data)(const kernels::Conv2dShape& s, const T* dy, const T* w, T* dx, cudaStream_t stream);
+  void (*backward_weight)(const kernels::Conv2dShape& s, const T* x, const T* dy, T* dw, bool accumulate,
+                          cudaStream_t stream);
+};
+
 struct LibraryEngines {
-  void (*conv2d_forward)(const kernels::Conv2dShape& s, const float* x, const float* w, float* y, cudaStream_t stream);
-  void (*conv2d_backward_data)(const kernels::Conv2dShape& s, const float* dy, const float* w, float* dx,
-                               cudaStream_t stream);
-  void (*conv2d_backward_weight)(const kernels::Conv2dShape& s, const float* x, const float* dy, float* dw,
-                                 bool accumulate, cudaStream_t stream);
+  LibraryConv<float> conv;
+  // 16-bit tensors, float32 accumulation.
+  LibraryConv<kernels::BFloat16> conv_bf16;
+  LibraryConv<kernels::Float16> conv_fp16;
   kernels::cuda::SgemmFn sgemm;
   kernels::cuda::BatchedSgemmFn sgemm_strided_batched;
   // 16-bit inputs and outputs, float32 accumulation (cuBLAS).

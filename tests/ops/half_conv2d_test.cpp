@@ -1,13 +1,16 @@
 // conv2d with 16-bit tensors (issue 27) on every implementation (tests/support/half_backends.h):
-// the CPU's im2col + GEMM on the convert and AVX512-BF16 paths, and the CUDA im2col + WMMA
-// kernels, forward and both backwards, against a float64 reference on the same 16-bit inputs.
+// the CPU's im2col + GEMM on the convert and AVX512-BF16 paths, the CUDA im2col + WMMA
+// kernels and (on a GPU) cuDNN's pseudo-half convolutions through the engine dispatch,
+// forward and both backwards, against a float64 reference on the same 16-bit inputs.
 //
 // The error bound, as for the GEMM (half_gemm_test.cpp): products of 16-bit values are exact
 // in float32, so an output that sums n products (and an old value) in float32 is within
 // (n + 2) u sum |terms| of the exact sum in any order, u = 2^-24; its rounding to 16 bits
 // adds half an ulp (2^-8 of |y| for bfloat16, 2^-11 for float16). n is C*R*S for the
 // forward, K*R*S for the input gradient (col2im adds the windows' partial sums in float32
-// too, within the same count) and N*P*Q for the weight and bias gradients. Every output
+// too, within the same count) and N*P*Q for the weight and bias gradients. cuDNN's
+// algorithms are held to the same bound: they multiply on tensor cores (exactly) and sum
+// in float32, and the transformed-domain ones (Winograd, FFT) are not chosen for 16 bits. Every output
 // starts as NaN, so one the kernel does not write fails the bound.
 #include <gtest/gtest.h>
 
@@ -97,7 +100,7 @@ void expect_within_bound(const std::vector<H>& got, const std::vector<Sum>& want
 
 template <class B>
 class HalfConv2dTest : public HalfTest<B> {};
-TYPED_TEST_SUITE(HalfConv2dTest, HalfBackends, BackendName);
+TYPED_TEST_SUITE(HalfConv2dTest, HalfLibraryBackends, BackendName);
 
 // Runs `pass` (which fills and returns its 16-bit output) on every thread count of the
 // backend, checks each within the bound and all of them for the same bits.

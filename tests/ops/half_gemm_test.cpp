@@ -52,7 +52,7 @@ std::string describe(const Case& c, bool ta, bool tb, const char* in, const char
 
 template <class B>
 class HalfGemmTest : public HalfTest<B> {};
-TYPED_TEST_SUITE(HalfGemmTest, HalfGemmBackends, BackendName);
+TYPED_TEST_SUITE(HalfGemmTest, HalfLibraryBackends, BackendName);
 
 // One case, transposition and pair of types: the product within the bound of the file's
 // top, the padding of C untouched, and the same bits on every thread count.

@@ -9,8 +9,9 @@
 //   CpuAmxBf16Half     kernels/cpu/half, the AMX tile kernel (bfloat16; skipped, saying so,
 //                      on a CPU or kernel without AMX)
 //   CudaHalf           kernels/cuda, the WMMA tensor-core kernel and the cast kernel
-//   CudaLibraryHalf    cuBLAS's 16-bit GEMM (kernels/cuda_libraries), the rest as CudaHalf;
-//                      in HalfGemmBackends only (the GEMM test)
+//   CudaLibraryHalf    cuBLAS's 16-bit GEMM and cuDNN's 16-bit convolutions (kernels/
+//                      cuda_libraries, through the engine dispatch), the rest as CudaHalf;
+//                      in HalfLibraryBackends only (the GEMM and conv2d tests)
 #pragma once
 
 #include <gtest/gtest.h>
@@ -26,6 +27,11 @@
 
 #ifdef DPCORE_HAVE_CUDA
 #include "kernels/cuda/kernels.h"
+#endif
+#ifdef DPCORE_CUDA_LIBRARIES
+#include "kernels/cuda_libraries/cublas_linear.h"
+#include "kernels/cuda_libraries/dispatch.h"
+#include "kernels/cuda_libraries/engine_config.h"
 #endif
 
 namespace dpcore::testing {
@@ -369,21 +375,49 @@ struct CudaLibraryHalf : CudaHalf {
     kernels::cuda_libraries::cublas::gemm_half_strided_batched<In, Out>(ta, tb, M, N, K, alpha, A, lda, sa, B, ldb, sb,
                                                                         beta, C, ldc, sc, batch, nullptr);
   }
+  // conv2d as training runs it with --conv-engine cudnn: the engine dispatch, bias included.
+  template <class H>
+  static void conv2d_forward(const kernels::Conv2dShape& s, const H* x, const H* w, const H* bias, H* y) {
+    on_cudnn([&] { kernels::cuda_libraries::dispatch_conv2d_forward<H>(s, x, w, bias, y, nullptr); });
+  }
+  template <class H>
+  static void conv2d_backward_data(const kernels::Conv2dShape& s, const H* dy, const H* w, H* dx) {
+    on_cudnn([&] { kernels::cuda_libraries::dispatch_conv2d_backward_data<H>(s, dy, w, dx, nullptr); });
+  }
+  template <class H>
+  static void conv2d_backward_weight(const kernels::Conv2dShape& s, const H* x, const H* dy, H* dw, H* dbias,
+                                     bool accumulate) {
+    on_cudnn([&] {
+      kernels::cuda_libraries::dispatch_conv2d_backward_weight<H>(s, x, dy, dw, dbias, accumulate, nullptr);
+    });
+  }
+
+ private:
+  template <class F>
+  static void on_cudnn(F&& f) {
+    namespace libraries = kernels::cuda_libraries;
+    const libraries::EngineConfig before = libraries::engine_config();
+    libraries::EngineConfig cudnn = before;
+    cudnn.conv = libraries::ConvEngine::Cudnn;
+    libraries::set_engine_config(cudnn);
+    f();
+    libraries::set_engine_config(before);
+  }
 };
 #endif
 
 #if defined(DPCORE_HOST_OPS_TEST)
 using HalfBackends = ::testing::Types<CudaHalf>;
-using HalfGemmBackends = HalfBackends;
+using HalfLibraryBackends = HalfBackends;
 #elif defined(DPCORE_CUDA_LIBRARIES)
 using HalfBackends = ::testing::Types<CpuConvertHalf, CpuAvx512Bf16Half, CpuAmxBf16Half, CudaHalf>;
-using HalfGemmBackends = ::testing::Types<CpuConvertHalf, CpuAvx512Bf16Half, CpuAmxBf16Half, CudaHalf, CudaLibraryHalf>;
+using HalfLibraryBackends = ::testing::Types<CpuConvertHalf, CpuAvx512Bf16Half, CpuAmxBf16Half, CudaHalf, CudaLibraryHalf>;
 #elif defined(DPCORE_HAVE_CUDA)
 using HalfBackends = ::testing::Types<CpuConvertHalf, CpuAvx512Bf16Half, CpuAmxBf16Half, CudaHalf>;
-using HalfGemmBackends = HalfBackends;
+using HalfLibraryBackends = HalfBackends;
 #else
 using HalfBackends = ::testing::Types<CpuConvertHalf, CpuAvx512Bf16Half, CpuAmxBf16Half>;
-using HalfGemmBackends = HalfBackends;
+using HalfLibraryBackends = HalfBackends;
 #endif
 
 // Skips a backend that cannot run on this machine, saying why (no GPU, no AVX512-BF16).

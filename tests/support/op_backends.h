@@ -547,12 +547,12 @@ struct CudaLibraryBackend : CudaBackend {
   }
   static void conv2d_forward(const kernels::Conv2dShape& s, const float* x, const float* w, const float* bias,
                              float* y) {
-    kernels::cuda_libraries::cudnn::conv2d_forward(s, x, w, y, nullptr);
+    kernels::cuda_libraries::cudnn::conv2d_forward(s, x, w, y, false, nullptr);
     kernels::cuda::bias_activation(s.N, s.K, s.P * s.Q, bias, false, y, nullptr);
   }
   static void conv2d_relu_forward(const kernels::Conv2dShape& s, const float* x, const float* w, const float* bias,
                                   float* y) {
-    kernels::cuda_libraries::cudnn::conv2d_forward(s, x, w, y, nullptr);
+    kernels::cuda_libraries::cudnn::conv2d_forward(s, x, w, y, false, nullptr);
     kernels::cuda::bias_activation(s.N, s.K, s.P * s.Q, bias, true, y, nullptr);
   }
   static void conv2d_backward_data(const kernels::Conv2dShape& s, const float* dy, const float* w, float* dx) {
