@@ -1,7 +1,7 @@
 // softmax(x + mask) over the last dimension, a row at a time (kernels/softmax_mask.h says how
 // the mask broadcasts and what causal masks): in double with the scalar libm exp for double,
 // in float for float, the row held in L1 through three passes over it (the logits and their
-// max, the exps in blocks through libmvec's vector expf with a float partial sum per lane,
+// max, the exps in blocks through libmvec's vector expf at the CPU's widest vector width, with a float partial sum per lane,
 // the scaling; kernels/cpu/float_blocks.h), the backward's dot product in float lanes too.
 // A row is one thread's and its sums have one order: the same bits on any thread count.
 #include <algorithm>
@@ -11,13 +11,18 @@
 #include "kernels/cpu/float_blocks.h"
 #include "kernels/cpu/kernels.h"
 #include "kernels/cpu/log_softmax.h"
+#include "kernels/cpu/vector_variants.h"
 
 namespace dpcore::kernels::cpu {
 
 namespace {
 
-// Row r of softmax in float; yr (which may be xr) holds the logits, then the exps.
-void softmax_float_row(const SoftmaxShape& s, int64_t r, const float* xr, const float* mr, float* yr) {
+// Row r of softmax in float; yr (which may be xr) holds the logits, then the exps. Built
+// for AVX-512, AVX2 and the baseline (vector_variants.h): the wide builds call libmvec's
+// 16- and 8-lane expf (each within glibc's 4 ulp, their bits not always the baseline's);
+// the sums keep their 16 lanes and tree at every width.
+DPCORE_VECTOR_LOOP void softmax_float_row_loop(const SoftmaxShape& s, int64_t r, const float* xr, const float* mr,
+                                               float* yr) {
   // The entries past `keys` are the ones causal masks: their logit is -inf.
   const int64_t keys = s.causal ? std::min(s.cols, r % s.queries + 1) : s.cols;
   float max = -INFINITY;
@@ -40,6 +45,9 @@ void softmax_float_row(const SoftmaxShape& s, int64_t r, const float* xr, const 
 #pragma omp simd
   for (int64_t j = 0; j < s.cols; ++j) yr[j] *= inverse;
 }
+DPCORE_VECTOR_VARIANTS(softmax_float_row,
+                       (const SoftmaxShape& s, int64_t r, const float* xr, const float* mr, float* yr),
+                       (s, r, xr, mr, yr))
 
 }  // namespace
 
