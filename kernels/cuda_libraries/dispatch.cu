@@ -76,11 +76,11 @@ float time_ms(const std::function<void()>& run, cudaStream_t stream) {
 // accumulates must be written exactly once) and caches the faster. Timing would
 // synchronize, which a graph capture forbids: an untimed shape under capture takes the
 // library engine without caching the choice. In a build without the libraries
-// (library_engines() null) auto is the hand kernels and a library engine is an error
+// (library_engines_in_build() false) auto is the hand kernels and a library engine is an error
 // naming `op` and the setting that chose it (`library`).
 Impl choose(Mode mode, const char* op, const char* library, const Key& key, size_t out_floats, cudaStream_t stream,
             const std::function<void(Impl, float*)>& trial) {
-  if (!library_engines()) {
+  if (!library_engines_in_build()) {
     DPCORE_CHECK(mode != Mode::Library, op, ": ", library,
                  ": the library engines (cuDNN, cuBLAS) are not in this build (DPCORE_CUDA=HOST has the hand kernels "
                  "only: use hand or auto)");

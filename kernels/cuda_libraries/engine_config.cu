@@ -10,7 +10,7 @@ namespace dpcore::kernels::cuda_libraries {
 namespace {
 
 std::mutex config_mutex;
-// Made on first use: its defaults ask library_engines().
+// Made on first use: its defaults ask library_engines_in_build().
 EngineConfig& current_config() {
   static EngineConfig config;
   return config;
@@ -18,8 +18,8 @@ EngineConfig& current_config() {
 
 }  // namespace
 
-ConvEngine default_conv_engine() { return library_engines() ? ConvEngine::Cudnn : ConvEngine::Hand; }
-GemmEngine default_gemm_engine() { return library_engines() ? GemmEngine::Cublas : GemmEngine::Hand; }
+ConvEngine default_conv_engine() { return library_engines_in_build() ? ConvEngine::Cudnn : ConvEngine::Hand; }
+GemmEngine default_gemm_engine() { return library_engines_in_build() ? GemmEngine::Cublas : GemmEngine::Hand; }
 
 void set_engine_config(const EngineConfig& config) {
   std::lock_guard<std::mutex> lock(config_mutex);

@@ -4,6 +4,7 @@
 
 namespace dpcore::kernels::cuda_libraries {
 
+bool library_engines_in_build() { return false; }
 const LibraryEngines* library_engines() { return nullptr; }
 
 }  // namespace dpcore::kernels::cuda_libraries

@@ -5,7 +5,6 @@
 #include <utility>
 
 #include "kernels/error.h"
-#include "kernels/cuda_runtime/library_preparation.h"
 #include "kernels/cuda_runtime/caching_allocator.h"
 #include "kernels/cuda_runtime/check.h"
 #include "kernels/cuda_runtime/devices.h"
@@ -29,7 +28,7 @@ void fail_cublas(int status, const char* call, const char* file, int line) {
        cublasGetStatusName(cublasStatus_t(status)), ")");
 }
 
-void prepare_library_handles(int device, cudaStream_t stream) {
+void make_library_handles(int device, cudaStream_t stream) {
   cudnn_handle(device, stream);
   cublas_handle(device, stream);
 }

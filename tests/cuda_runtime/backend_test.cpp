@@ -218,7 +218,7 @@ TEST(CudaBackend, EveryEngineChoiceMatchesTheCpu) {
   };
   const std::vector<float> want = gradients(Device::cpu());
   // Without the libraries (DPCORE_CUDA=HOST) cudnn and cublas are refused (registration_test).
-  const bool libraries = kernels::cuda_libraries::library_engines() != nullptr;
+  const bool libraries = kernels::cuda_libraries::library_engines_in_build();
   for (kernels::cuda_libraries::ConvEngine conv : {kernels::cuda_libraries::ConvEngine::Hand, kernels::cuda_libraries::ConvEngine::Cudnn, kernels::cuda_libraries::ConvEngine::Auto})
     for (kernels::cuda_libraries::GemmEngine gemm : {kernels::cuda_libraries::GemmEngine::Hand, kernels::cuda_libraries::GemmEngine::Cublas, kernels::cuda_libraries::GemmEngine::Auto}) {
       if (!libraries && (conv == kernels::cuda_libraries::ConvEngine::Cudnn || gemm == kernels::cuda_libraries::GemmEngine::Cublas))

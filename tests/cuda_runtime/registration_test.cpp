@@ -6,6 +6,9 @@
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <string>
+
 #include "engine/backend.h"
 #include "engine/runtime.h"
 #include "kernels/cuda/kernels.h"
@@ -76,11 +79,41 @@ TEST(EngineSelect, BadNamesFailNamingTheFlag) {
   }
 }
 
+// Whether /proc/self/maps lists a file whose name contains `name`.
+bool mapped(const std::string& name) {
+  std::ifstream maps("/proc/self/maps");
+  std::string line;
+  while (std::getline(maps, line))
+    if (line.find(name) != std::string::npos) return true;
+  return false;
+}
+
+// cuBLAS and cuDNN come with their engines' module, loaded by the first library_engines()
+// and not before: a program that never chooses a library engine (every CPU run, every test
+// without a GPU) does not pay cuBLASLt's initialisation at its start (library_engines.h).
+// No other test of this executable asks for the engines, so whatever order the tests run
+// in, the module is not there before this one loads it.
+TEST(EngineSelect, TheLibrariesAreLoadedOnFirstUseOnly) {
+  namespace libs = kernels::cuda_libraries;
+  if (!libs::library_engines_in_build()) GTEST_SKIP() << "this build has no cuDNN and cuBLAS (DPCORE_CUDA=HOST)";
+  EXPECT_FALSE(mapped("libdpcore_cuda_libraries")) << "the engines' module was loaded before it was asked for";
+  EXPECT_FALSE(mapped("libcublasLt")) << "cuBLAS was loaded before the engines were asked for";
+  EXPECT_FALSE(mapped("libcudnn")) << "cuDNN was loaded before the engines were asked for";
+  const libs::LibraryEngines* engines = libs::library_engines();
+  ASSERT_NE(engines, nullptr);
+  EXPECT_EQ(engines, libs::library_engines()) << "loaded once, the same engines on every call";
+  EXPECT_NE(engines->conv.forward, nullptr);
+  EXPECT_NE(engines->gemm_fp16_f32, nullptr);
+  EXPECT_NE(engines->prepare_handles, nullptr);
+  EXPECT_TRUE(mapped("libdpcore_cuda_libraries"));
+  EXPECT_TRUE(mapped("libcublasLt"));
+}
+
 // The libraries by default where the build has them, else the hand kernels.
 TEST(EngineSelect, ConfigRoundTripsAndDefaultsToDeterministicLibraries) {
   const kernels::cuda_libraries::EngineConfig saved = kernels::cuda_libraries::engine_config();
   const kernels::cuda_libraries::EngineConfig defaults;
-  const bool libraries = kernels::cuda_libraries::library_engines() != nullptr;
+  const bool libraries = kernels::cuda_libraries::library_engines_in_build();
   EXPECT_EQ(defaults.conv, libraries ? kernels::cuda_libraries::ConvEngine::Cudnn : kernels::cuda_libraries::ConvEngine::Hand);
   EXPECT_EQ(defaults.gemm, libraries ? kernels::cuda_libraries::GemmEngine::Cublas : kernels::cuda_libraries::GemmEngine::Hand);
   EXPECT_FALSE(defaults.tf32);
@@ -94,7 +127,7 @@ TEST(EngineSelect, ConfigRoundTripsAndDefaultsToDeterministicLibraries) {
 // Without the libraries, auto is the hand kernels (the same bits) and a library engine is
 // an error naming the op and the setting, not a crash and not a silent substitute.
 TEST(EngineSelect, WithoutTheLibrariesAutoRunsTheHandKernelsAndALibraryEngineFailsNamingTheOp) {
-  if (kernels::cuda_libraries::library_engines()) GTEST_SKIP() << "this build has cuDNN and cuBLAS";
+  if (kernels::cuda_libraries::library_engines_in_build()) GTEST_SKIP() << "this build has cuDNN and cuBLAS";
   SKIP_WITHOUT_CUDA();
   namespace libs = kernels::cuda_libraries;
   const libs::EngineConfig saved = libs::engine_config();

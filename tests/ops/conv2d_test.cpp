@@ -334,7 +334,7 @@ TEST(Conv2dEngines, CudnnTf32ForwardWithinTf32Tolerance) {
   config.tf32 = true;
   kernels::cuda_libraries::set_engine_config(config);
   DeviceArray<float> dev_x(x), dev_w(w), dev_bias(bias), y(s.y_size());
-  kernels::cuda_libraries::cudnn::conv2d_forward(s, dev_x.get(), dev_w.get(), y.get(), false, nullptr);
+  libraries().conv.forward(s, dev_x.get(), dev_w.get(), y.get(), false, nullptr);
   kernels::cuda::bias_activation(s.N, s.K, s.P * s.Q, dev_bias.get(), false, y.get(), nullptr);
   const std::vector<float> got = y.download();
   kernels::cuda_libraries::set_engine_config(kernels::cuda_libraries::EngineConfig{});

@@ -115,7 +115,7 @@ TEST(GemmEngines, HandMatchesCublas) {
   const int64_t n = 1024;
   DeviceArray<float> a(random_floats(n * n, 1)), b(random_floats(n * n, 2)), hand(n * n), library(n * n);
   kernels::cuda::sgemm(false, false, n, n, n, 1.f, a.get(), n, b.get(), n, 0.f, hand.get(), n, nullptr);
-  kernels::cuda_libraries::cublas::sgemm(false, false, n, n, n, 1.f, a.get(), n, b.get(), n, 0.f, library.get(), n, nullptr);
+  libraries().sgemm(false, false, n, n, n, 1.f, a.get(), n, b.get(), n, 0.f, library.get(), n, nullptr);
   EXPECT_LE(scaled_error(hand.download(), library.download()), kFp32Tolerance);
 }
 
@@ -125,11 +125,11 @@ TEST(GemmEngines, CublasTf32WithinTf32Tolerance) {
   const int64_t n = 512;
   DeviceArray<float> a(random_floats(n * n, 1)), b(random_floats(n * n, 2)), fp32(n * n), tf32(n * n);
   kernels::cuda_libraries::set_engine_config(kernels::cuda_libraries::EngineConfig{});
-  kernels::cuda_libraries::cublas::sgemm(false, false, n, n, n, 1.f, a.get(), n, b.get(), n, 0.f, fp32.get(), n, nullptr);
+  libraries().sgemm(false, false, n, n, n, 1.f, a.get(), n, b.get(), n, 0.f, fp32.get(), n, nullptr);
   kernels::cuda_libraries::EngineConfig config;
   config.tf32 = true;
   kernels::cuda_libraries::set_engine_config(config);
-  kernels::cuda_libraries::cublas::sgemm(false, false, n, n, n, 1.f, a.get(), n, b.get(), n, 0.f, tf32.get(), n, nullptr);
+  libraries().sgemm(false, false, n, n, n, 1.f, a.get(), n, b.get(), n, 0.f, tf32.get(), n, nullptr);
   const std::vector<float> got = tf32.download();
   kernels::cuda_libraries::set_engine_config(kernels::cuda_libraries::EngineConfig{});
   const double error = scaled_error(got, fp32.download());

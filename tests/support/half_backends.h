@@ -29,7 +29,6 @@
 #include "kernels/cuda/kernels.h"
 #endif
 #ifdef DPCORE_CUDA_LIBRARIES
-#include "kernels/cuda_libraries/cublas_linear.h"
 #include "kernels/cuda_libraries/dispatch.h"
 #include "kernels/cuda_libraries/engine_config.h"
 #endif
@@ -372,8 +371,16 @@ struct CudaLibraryHalf : CudaHalf {
   static void gemm_half(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const In* A, int64_t lda,
                         int64_t sa, const In* B, int64_t ldb, int64_t sb, float beta, Out* C, int64_t ldc, int64_t sc,
                         int64_t batch) {
-    kernels::cuda_libraries::cublas::gemm_half_strided_batched<In, Out>(ta, tb, M, N, K, alpha, A, lda, sa, B, ldb, sb,
-                                                                        beta, C, ldc, sc, batch, nullptr);
+    library_gemm<In, Out>()(ta, tb, M, N, K, alpha, A, lda, sa, B, ldb, sb, beta, C, ldc, sc, batch, nullptr);
+  }
+  // cuBLAS's GEMM for each pair of types, from the engines' module.
+  template <class In, class Out>
+  static kernels::cuda::HalfGemmFn<In, Out> library_gemm() {
+    const kernels::cuda_libraries::LibraryEngines& e = libraries();
+    if constexpr (std::is_same_v<In, kernels::BFloat16> && std::is_same_v<Out, float>) return e.gemm_bf16_f32;
+    else if constexpr (std::is_same_v<In, kernels::BFloat16>) return e.gemm_bf16;
+    else if constexpr (std::is_same_v<Out, float>) return e.gemm_fp16_f32;
+    else return e.gemm_fp16;
   }
   // conv2d as training runs it with --conv-engine cudnn: the engine dispatch, bias included.
   template <class H>

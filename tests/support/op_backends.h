@@ -42,9 +42,8 @@
 // tests/ops/CMakeLists.txt), not in the host builds (the host execution layer's op tests,
 // DPCORE_HOST_OPS_TEST, and DPCORE_CUDA=HOST), which run the hand kernels only.
 #if defined(DPCORE_HAVE_CUDA) && defined(DPCORE_CUDA_LIBRARIES)
-#include "kernels/cuda_libraries/cublas_linear.h"
-#include "kernels/cuda_libraries/cudnn_conv2d.h"
 #include "kernels/cuda_libraries/engine_config.h"
+#include "kernels/cuda_libraries/library_engines.h"
 #endif
 
 namespace dpcore::testing {
@@ -536,48 +535,50 @@ struct CudaBackend {
 #ifdef DPCORE_CUDA_LIBRARIES
 // The library engines in FP32: cuDNN for conv2d (its bias, relu and bias gradient through
 // the same helper kernels the engine dispatch uses), cuBLAS under the linear layers and for
-// gemm. Everything else is the hand kernels.
+// gemm. Everything else is the hand kernels. The engines come from their module
+// (library_engines(): loaded by the first GPU test that asks, never on a machine without one).
+inline const kernels::cuda_libraries::LibraryEngines& libraries() { return *kernels::cuda_libraries::library_engines(); }
+
 struct CudaLibraryBackend : CudaBackend {
   static std::string name() { return "CudaLibrary"; }
   static void set_up() { kernels::cuda_libraries::set_engine_config(kernels::cuda_libraries::EngineConfig{}); }
 
   static void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
                    int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
-    kernels::cuda_libraries::cublas::sgemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, nullptr);
+    libraries().sgemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, nullptr);
   }
   static void conv2d_forward(const kernels::Conv2dShape& s, const float* x, const float* w, const float* bias,
                              float* y) {
-    kernels::cuda_libraries::cudnn::conv2d_forward(s, x, w, y, false, nullptr);
+    libraries().conv.forward(s, x, w, y, false, nullptr);
     kernels::cuda::bias_activation(s.N, s.K, s.P * s.Q, bias, false, y, nullptr);
   }
   static void conv2d_relu_forward(const kernels::Conv2dShape& s, const float* x, const float* w, const float* bias,
                                   float* y) {
-    kernels::cuda_libraries::cudnn::conv2d_forward(s, x, w, y, false, nullptr);
+    libraries().conv.forward(s, x, w, y, false, nullptr);
     kernels::cuda::bias_activation(s.N, s.K, s.P * s.Q, bias, true, y, nullptr);
   }
   static void conv2d_backward_data(const kernels::Conv2dShape& s, const float* dy, const float* w, float* dx) {
-    kernels::cuda_libraries::cudnn::conv2d_backward_data(s, dy, w, dx, nullptr);
+    libraries().conv.backward_data(s, dy, w, dx, nullptr);
   }
   static void conv2d_backward_weight(const kernels::Conv2dShape& s, const float* x, const float* dy, float* dw,
                                      float* dbias, bool accumulate) {
-    kernels::cuda_libraries::cudnn::conv2d_backward_weight(s, x, dy, dw, accumulate, nullptr);
+    libraries().conv.backward_weight(s, x, dy, dw, accumulate, nullptr);
     if (dbias) kernels::cuda::channel_sum(s.N, s.K, s.P * s.Q, dy, dbias, accumulate, nullptr);
   }
   static void linear_forward(const kernels::LinearShape& s, const float* x, const float* w, const float* bias,
                              float* y) {
-    kernels::cuda::linear_forward(s, x, w, bias, y, nullptr, kernels::cuda_libraries::cublas::sgemm);
+    kernels::cuda::linear_forward(s, x, w, bias, y, nullptr, libraries().sgemm);
   }
   static void linear_backward_data(const kernels::LinearShape& s, const float* dy, const float* w, float* dx) {
-    kernels::cuda::linear_backward_data(s, dy, w, dx, nullptr, kernels::cuda_libraries::cublas::sgemm);
+    kernels::cuda::linear_backward_data(s, dy, w, dx, nullptr, libraries().sgemm);
   }
   static void linear_backward_weight(const kernels::LinearShape& s, const float* x, const float* dy, float* dw,
                                      float* dbias, bool accumulate) {
-    kernels::cuda::linear_backward_weight(s, x, dy, dw, dbias, accumulate, nullptr,
-                                          kernels::cuda_libraries::cublas::sgemm);
+    kernels::cuda::linear_backward_weight(s, x, dy, dw, dbias, accumulate, nullptr, libraries().sgemm);
   }
   // batched_matmul: cublasGemmStridedBatchedEx
   static void batched_matmul(const kernels::BatchedMatmulShape& s, const float* a, const float* b, float* c) {
-    kernels::cuda::batched_matmul(s, a, b, c, nullptr, kernels::cuda_libraries::cublas::sgemm_strided_batched);
+    kernels::cuda::batched_matmul(s, a, b, c, nullptr, libraries().sgemm_strided_batched);
   }
 };
 #endif  // DPCORE_CUDA_LIBRARIES
