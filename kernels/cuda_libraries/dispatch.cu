@@ -197,9 +197,7 @@ void dispatch_conv2d_forward(const kernels::Conv2dShape& s, const float* x, cons
       hand::bias_activation(s.N, s.K, s.P * s.Q, bias, relu, out, stream);
     }
   };
-  run(choose(mode_of(engine_config().conv), "conv2d forward", kConvLibrary, conv_key(Op::ConvForward, s), s.y_size(),
-             stream, run),
-      y);
+  run(choose_conv_engine<float>("conv2d forward", conv_key(Op::ConvForward, s), s.y_size(), stream, run), y);
 }
 
 template <class T>
