@@ -14,6 +14,10 @@
 #                    streams fails the run, the CUDA backend's tests (label `cuda`) and the
 #                    threaded CPU paths (label `threads`): replicas, communicators, loader, traces.
 # Extra arguments go to every ctest run (e.g. -R host). DPCORE_TEST_STAGES=main skips 2-3.
+# The sanitizer builds run their tests in batches of 16 to a process (each of their processes
+# takes 0.1-0.2 s to start and end), named EXECUTABLE.batchIofN, and leave tests out with
+# DPCORE_TEST_EXCLUDE (a regex over "EXECUTABLE Suite.Test") instead of ctest -E
+# (tests/support/add_test_batches.cmake, docs/testing.md "Running parts").
 # $DPCORE_CMAKE_ARGS (scripts/build.sh) adds CMake options to build/'s configuration only.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -48,7 +52,7 @@ sanitized_build() {  # folder sanitizers [targets...]
   shift 2
   mkdir -p "$dir"
   cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=Sanitize "-DCMAKE_CXX_FLAGS=-O1 -g1" -DDPCORE_CUDA=HOST -DDPCORE_MPI=OFF \
-    -DDPCORE_BENCH=OFF -DDPCORE_SANITIZE="$sanitizers" -DCMAKE_UNITY_BUILD=ON > "$dir/configure.log" 2>&1 \
+    -DDPCORE_BENCH=OFF -DDPCORE_SANITIZE="$sanitizers" -DCMAKE_UNITY_BUILD=ON -DDPCORE_TEST_BATCH=16 > "$dir/configure.log" 2>&1 \
     || { cat "$dir/configure.log"; exit 1; }
   cmake --build "$dir" -j"$jobs" ${1:+--target "$@"}
 }
@@ -64,10 +68,11 @@ sanitized_build build-asan address,undefined
 # 64, simplenet's six data-parallel cases: minutes each on the emulated devices); their
 # host-sized cases run (3 small graph steps, 4 replicas of the tiny job on every strategy,
 # NCCL and synchronised batch norm, and `dpcore train --device cuda`, whose loader is pinned).
-(cd build-asan && UBSAN_OPTIONS=print_stacktrace=1 ctest --output-on-failure -j"$jobs" --timeout 900 \
-  -E 'PyTorchWeights|PyTorchLoad|TorchvisionResNet|ModelGradcheck|BertTinyAfter20AdamWSteps|MiniLmOnRealText|CommittedVocabRebuilds|ReferenceModels/GpuTraining|GpuTraining[.]PinnedBatches|GpuEquivalence' "$@")
+(cd build-asan && UBSAN_OPTIONS=print_stacktrace=1 \
+  DPCORE_TEST_EXCLUDE='PyTorchWeights|PyTorchLoad|TorchvisionResNet|ModelGradcheck|BertTinyAfter20AdamWSteps|MiniLmOnRealText|CommittedVocabRebuilds|ReferenceModels/GpuTraining|GpuTraining[.]PinnedBatches|GpuEquivalence' \
+  ctest --output-on-failure -j"$jobs" --timeout 900 "$@")
 
-# Every kernel once: the tiled GEMMs planned for one SM (host_sm1.*: the large tiles wherever
+# Every kernel once: the tiled GEMMs planned for one SM (host_tiled_ops_test: the large tiles wherever
 # the output allows, the small ones elsewhere, so both thread layouts are raced), the
 # other kernels, which do not depend on the SM count, from ops_test's CudaHost instances
 # (docs/testing.md; not its CPU ones: CpuFloat, CpuDouble and the 16-bit paths CpuConvert,
@@ -85,5 +90,6 @@ sanitized_build build-asan address,undefined
 echo "== ThreadSanitizer: host-run CUDA kernels and runtime, the CUDA backend, the threaded CPU paths (build-tsan)"
 sanitized_build build-tsan thread host_exec_test host_runtime_test host_nccl_test host_graph_test host_tiled_ops_test \
   threaded_tests cuda_tests
-(cd build-tsan && OMP_NUM_THREADS=1 ctest --output-on-failure -j"$jobs" --timeout 900 -L 'host|threads|cuda' \
-  -E '/Cpu(Float|Double|Convert|Avx512Bf16|AmxBf16)[.]|^Conv2dCpuPaths|^(Conv2d|Gemm|Linear)[A-Za-z]*[.].*/CudaHost|GpuTraining|GpuEquivalence|_n1000000_|RealDatasetFromDebianPackage|RealFashionMnistStatistics|OneDevicesStepIsTheSameBitsOnAnyThreadCount' "$@")
+(cd build-tsan && OMP_NUM_THREADS=1 \
+  DPCORE_TEST_EXCLUDE='/Cpu(Float|Double|Convert|Avx512Bf16|AmxBf16)[.]| Conv2dCpuPaths[.]|^ops_test (Conv2d|Gemm|Linear)[A-Za-z]*/CudaHost[.]|GpuTraining|GpuEquivalence|_n1000000_|RealDatasetFromDebianPackage|RealFashionMnistStatistics|OneDevicesStepIsTheSameBitsOnAnyThreadCount' \
+  ctest --output-on-failure -j"$jobs" --timeout 900 -L 'host|threads|cuda' "$@")
