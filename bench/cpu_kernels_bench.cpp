@@ -43,11 +43,11 @@ struct LinearLayer {
   const char* name;
   int64_t rows, in, out;  // rows: the batch, or the tokens of a batch of sequences
 };
-// bert-tiny's (hidden 128, intermediate 512) over batch 32 x sequence length 128: the
-// attention's projections, the intermediate layer and the output layer. Its weight
-// gradient dW = dy^T x sums over the 4096 tokens. Run the forward and the weight gradient
-// side by side:
-//   cpu_kernels_bench --benchmark_filter='Linear(Forward|BackwardWeight).*layer:[345]/'
+// bert-tiny's (hidden 128, intermediate 512) and bert-mini's (256, 1024) over batch 32 x
+// sequence length 128: the attention's projections, the intermediate layer and the output
+// layer. Their weight gradient dW = dy^T x sums over the 4096 tokens. Run the forward and
+// the weight gradient side by side:
+//   cpu_kernels_bench --benchmark_filter='Linear(Forward|BackwardWeight).*layer:[345678]/'
 const LinearLayer kLinearLayers[] = {
     {"fashioncnn.f1 3136->128", kBatch, 3136, 128},
     {"fashioncnn.f2 128->10", kBatch, 128, 10},
@@ -55,6 +55,9 @@ const LinearLayer kLinearLayers[] = {
     {"bert-tiny attention 4096x128->128", 32 * 128, 128, 128},
     {"bert-tiny intermediate 4096x128->512", 32 * 128, 128, 512},
     {"bert-tiny output 4096x512->128", 32 * 128, 512, 128},
+    {"bert-mini attention 4096x256->256", 32 * 128, 256, 256},
+    {"bert-mini intermediate 4096x256->1024", 32 * 128, 256, 1024},
+    {"bert-mini output 4096x1024->256", 32 * 128, 1024, 256},
 };
 
 Conv2dShape conv_shape(const ConvLayer& l) {

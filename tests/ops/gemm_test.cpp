@@ -29,6 +29,8 @@ const GemmCase kCases[] = {
     {"beta_partial_tiles", 130, 129, 17, 1, 1.0, 0.25},
     {"split_k_skinny", 20, 10, 5000, 0, 1.0, 0.0},
     {"split_k_beta", 64, 10, 4096, 0, 1.0, 1.0},
+    // deeper than wide: the CPU's gemm_parallel cuts K into 3 chunks (kernels/cpu/gemm.cpp)
+    {"depth_chunks_padded", 17, 30, 6200, 3, 0.5, 0.25},
     {"large_tiles", 2048, 2048, 64, 0, 1.0, 0.0},
     {"square_512", 512, 512, 512, 0, 1.0, 0.0},
 };
