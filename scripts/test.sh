@@ -43,8 +43,9 @@ scripts/build.sh
 # enough to run, and their reports still give file:line. The library compiles as a unity
 # build (eight source files to a translation unit: its headers parsed an eighth as often,
 # about 40% less compile time; the tests still compile one by one, tests/CMakeLists.txt);
-# the normal build compiles every file on its own, which checks each includes what it
-# uses. No MPI (Open MPI's own allocations would be reported as leaks), and CUDA as the host
+# the normal build compiles every C++ file on its own, which checks each includes what it
+# uses (the .cu files, eight to a unit for nvcc everywhere: CMakeLists.txt,
+# dpcore_add_cuda_sources). No MPI (Open MPI's own allocations would be reported as leaks), and CUDA as the host
 # build: no nvcc, the hand kernels and the backend above them compiled once into libdpcore
 # and run on the host.
 sanitized_build() {  # folder sanitizers [targets...]
