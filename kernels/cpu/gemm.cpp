@@ -61,6 +61,13 @@ constexpr int64_t kMaxGemmBlocks = 16;
 // Blocks of C are multiples of this many rows or columns, the width of the BLAS micro-kernels.
 constexpr int64_t kBlockAlign = 16;
 
+// The threads that share out `pieces` independent BLAS calls: one inside a caller's parallel
+// region (a thread's own image, say), where the pieces run one after another on the calling
+// thread: the same calls, so the same bits.
+static int gemm_team(int64_t pieces) {
+  return omp_in_parallel() ? 1 : int(std::min<int64_t>(kernel_threads(), pieces));
+}
+
 static int64_t gemm_blocks(int64_t M, int64_t N, int64_t K) {
   const int64_t by_work = int64_t(double(M) * double(N) * double(K) / kMinParallelMacs);
   return std::max<int64_t>(1, std::min({kMaxGemmBlocks, std::max(M, N) / kMinBlockWidth, by_work}));
@@ -95,10 +102,8 @@ static void gemm_depth_split(int64_t chunks, bool trans_a, bool trans_b, int64_t
       gemm(trans_a, trans_b, M, N, k.end - k.begin, alpha, a, lda, b, ldb, T(0), &partials[size_t(c - 1) * M * N], N);
     }
   };
-  const int threads = omp_in_parallel() ? 1 : int(std::min<int64_t>(kernel_threads(), chunks));
-#pragma omp parallel for num_threads(threads) if (threads > 1) schedule(static, 1)
-  for (int64_t c = 0; c < chunks; ++c) chunk(c);
-  const int row_threads = omp_in_parallel() ? 1 : int(std::min<int64_t>(kernel_threads(), M));
+  parallel_for_each(chunks, gemm_team(chunks), chunk);
+  const int row_threads = gemm_team(M);
 #pragma omp parallel for num_threads(row_threads) if (row_threads > 1 && M * N >= kMinParallelElements) schedule(static)
   for (int64_t m = 0; m < M; ++m) {
     T* row = C + m * ldc;
@@ -112,7 +117,6 @@ static void gemm_depth_split(int64_t chunks, bool trans_a, bool trans_b, int64_t
 template <class T>
 void gemm_parallel(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, T alpha, const T* A, int64_t lda,
                    const T* B, int64_t ldb, T beta, T* C, int64_t ldc) {
-  if (M == 0 || N == 0) return;
   const int64_t chunks = gemm_depth_chunks(M, N, K);
   if (chunks > 1) {
     gemm_depth_split(chunks, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
@@ -136,11 +140,7 @@ void gemm_parallel(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, 
       gemm(trans_a, trans_b, M, hi - lo, K, alpha, A, lda, b, ldb, beta, C + lo, ldc);
     }
   };
-  // Inside a caller's parallel region (a thread's own image, say) the blocks run one after
-  // another on the calling thread: the same calls, so the same bits.
-  const int threads = omp_in_parallel() ? 1 : int(std::min<int64_t>(kernel_threads(), blocks));
-#pragma omp parallel for num_threads(threads) if (threads > 1) schedule(static, 1)
-  for (int64_t part = 0; part < blocks; ++part) block(part);
+  parallel_for_each(blocks, gemm_team(blocks), block);
 }
 
 template void gemm<float>(bool, bool, int64_t, int64_t, int64_t, float, const float*, int64_t, const float*, int64_t,
