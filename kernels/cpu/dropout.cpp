@@ -1,8 +1,9 @@
-// dropout over x[samples, sample_size] in blocks of kBlockGroups groups of four elements of
-// one sample: the block's Philox calls (kernels/dropout_config.h), independent of each
-// other, run side by side in vectorised loops, then the block's elements are multiplied
-// by their masks in another (one call at a time, each round waiting on the products of the
-// last, and a division per group of four, were 3-4x slower on one thread). Every element's
+// dropout over x[samples, sample_size] in blocks of 16 groups of four elements of one
+// sample: the block's Philox calls (kernels/dropout_config.h), independent of each other,
+// run side by side (kernels/cpu/philox_block.h), then the block's elements are multiplied
+// by their masks in a vectorised loop (one call at a time, each round waiting on the
+// products of the last, and a division per group of four, were 3-4x slower on one thread,
+// the portable block loop 3x slower than AVX-512 intrinsics: philox_block.cpp). Every element's
 // mask is a function of its own indices only, so any split over threads, and any block a
 // tail falls in, gives the same bits. 16-bit tensors (BFloat16, Float16): each block widened
 // into float32 (cast_on_this_thread, vectorised), multiplied as the float32 kernel does and
@@ -12,37 +13,13 @@
 #include "kernels/cpu/half/gemm_half.h"
 #include "kernels/cpu/kernels.h"
 #include "kernels/cpu/parallel.h"
+#include "kernels/cpu/philox_block.h"
 #include "kernels/cpu/stored_values.h"
 
 namespace dpcore::kernels::cpu {
 
-namespace {
-
-// Philox calls a block makes at once: 64 elements, 256 bytes of words.
-constexpr int64_t kBlockGroups = 16, kBlockElements = 4 * kBlockGroups;
-
-// The uniform words of elements 4 * first_group .. 4 * first_group + 63 of `sample`, in
-// element order: the block's counters (dropout_counter), as arrays of each word
-// (c[word][group]) that go through philox4x32_10's rounds together, one vectorised loop
-// over the groups per round. Groups past the sample's end get words too, which the caller
-// ignores. The dropout tests hold the result bit for bit to dropout_words per element.
-void block_words(const DropoutConfig& cfg, int64_t sample, int64_t first_group, uint32_t* words) {
-  uint32_t c[4][kBlockGroups];
-  for (int64_t g = 0; g < kBlockGroups; ++g) {
-    const Philox4x32 counter = dropout_counter(cfg.step, sample, first_group + g);
-    for (int k = 0; k < 4; ++k) c[k][g] = counter.v[k];
-  }
-  uint32_t k0 = uint32_t(cfg.seed), k1 = uint32_t(cfg.seed >> 32);
-  for (int round = 0; round < 10; ++round) {
-    if (round > 0) k0 += philox_detail::kWeyl0, k1 += philox_detail::kWeyl1;
-#pragma omp simd
-    for (int64_t g = 0; g < kBlockGroups; ++g) philox_round(c[0][g], c[1][g], c[2][g], c[3][g], k0, k1);
-  }
-  for (int64_t g = 0; g < kBlockGroups; ++g)
-    for (int k = 0; k < 4; ++k) words[4 * g + k] = c[k][g];
-}
-
-}  // namespace
+// A block: the elements of one philox_block call, 64 of one sample.
+constexpr int64_t kBlockElements = kPhiloxBlockWords;
 
 template <class X>
 void dropout(const DropoutConfig& cfg, int64_t samples, int64_t sample_size, const X* x, X* y) {
@@ -60,7 +37,7 @@ void dropout(const DropoutConfig& cfg, int64_t samples, int64_t sample_size, con
     const int64_t s = w / blocks, begin = (w % blocks) * kBlockElements;
     const int64_t count = begin + kBlockElements < sample_size ? kBlockElements : sample_size - begin;
     alignas(64) uint32_t words[kBlockElements];
-    block_words(cfg, cfg.first_sample + s, begin / 4, words);
+    philox_block(cfg, cfg.first_sample + s, begin / 4, words);
     const X* xb = x + s * sample_size + begin;
     X* yb = y + s * sample_size + begin;
     // x * 0 for a dropped element, as PyTorch's input * noise: NaN and inf stay NaN.
