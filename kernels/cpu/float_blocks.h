@@ -79,4 +79,24 @@ __attribute__((always_inline)) inline Acc lane_sum(int64_t n, const F& term) {
   return lane_total(lanes);
 }
 
+// max over j < n of value(j) (-inf for n = 0), one running max per lane as lane_sum keeps
+// its sums, then a tree: a vector max per block where one running max would wait on each
+// comparison in turn (a scalar chain GCC does not vectorise: 4 cycles an element). A max
+// is the same value in any order, so the lanes change no bits; a NaN may be kept or passed
+// over, as the scalar loop's std::max did.
+template <class F>
+__attribute__((always_inline)) inline float lane_max(int64_t n, const F& value) {
+  float lanes[kFloatBlock];
+  std::fill(lanes, lanes + kFloatBlock, -INFINITY);
+  int64_t j = 0;
+  for (; j + kFloatBlock <= n; j += kFloatBlock) {
+#pragma omp simd
+    for (int k = 0; k < kFloatBlock; ++k) lanes[k] = std::max(lanes[k], value(j + k));
+  }
+  for (int k = 0; j + k < n; ++k) lanes[k] = std::max(lanes[k], value(j + k));
+  for (int width = kFloatBlock / 2; width >= 1; width /= 2)
+    for (int k = 0; k < width; ++k) lanes[k] = std::max(lanes[k], lanes[k + width]);
+  return lanes[0];
+}
+
 }  // namespace dpcore::kernels::cpu

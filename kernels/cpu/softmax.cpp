@@ -1,7 +1,7 @@
 // softmax(x + mask) over the last dimension, a row at a time (kernels/softmax_mask.h says how
 // the mask broadcasts and what causal masks): in double with the scalar libm exp for double,
-// in float for float, the row held in L1 through three passes over it (the logits and their
-// max, the exps in blocks through libmvec's vector expf at the CPU's widest vector width, with a float partial sum per lane,
+// in float for float, the row held in L1 through its passes (the logits, their max in
+// lanes, the exps in blocks through libmvec's vector expf at the CPU's widest vector width, with a float partial sum per lane,
 // the scaling; kernels/cpu/float_blocks.h), the backward's dot product in float lanes too.
 // A row is one thread's and its sums have one order: the same bits on any thread count.
 #include <algorithm>
@@ -25,14 +25,13 @@ DPCORE_VECTOR_LOOP void softmax_float_row_loop(const SoftmaxShape& s, int64_t r,
                                                float* yr) {
   // The entries past `keys` are the ones causal masks: their logit is -inf.
   const int64_t keys = s.causal ? std::min(s.cols, r % s.queries + 1) : s.cols;
-  float max = -INFINITY;
   if (mr) {
-#pragma omp simd reduction(max : max)
-    for (int64_t j = 0; j < keys; ++j) yr[j] = xr[j] + mr[j], max = std::max(max, yr[j]);
-  } else {
-#pragma omp simd reduction(max : max)
-    for (int64_t j = 0; j < keys; ++j) yr[j] = xr[j], max = std::max(max, yr[j]);
+#pragma omp simd
+    for (int64_t j = 0; j < keys; ++j) yr[j] = xr[j] + mr[j];
+  } else if (yr != xr) {
+    std::copy(xr, xr + keys, yr);
   }
+  const float max = lane_max(keys, [yr](int64_t j) { return yr[j]; });
   std::fill(yr + keys, yr + s.cols, -INFINITY);
   // A row masked everywhere has max -inf, and -inf - -inf is NaN: the row is NaN, as in
   // PyTorch. A NaN logit makes the total NaN, whether or not the max saw it.
