@@ -2,12 +2,13 @@
 // sample: the block's Philox calls (kernels/dropout_config.h), independent of each other,
 // run side by side (kernels/cpu/philox_block.h), then the block's elements are multiplied
 // by their masks in a vectorised loop (one call at a time, each round waiting on the
-// products of the last, and a division per group of four, were 3-4x slower on one thread,
-// the portable block loop 3x slower than AVX-512 intrinsics: philox_block.cpp). Every element's
-// mask is a function of its own indices only, so any split over threads, and any block a
-// tail falls in, gives the same bits. 16-bit tensors (BFloat16, Float16): each block widened
-// into float32 (cast_on_this_thread, vectorised), multiplied as the float32 kernel does and
-// rounded once back: the float32 kernel's bits on the widened tensor.
+// products of the last, and a division per group of four, were 3-4x slower on one thread;
+// with the portable block loop instead of philox_block.cpp's AVX-512 one the whole kernel
+// takes 1.7x as long on an AVX-512 CPU). Every element's mask is a function of its own
+// indices only, so any split over threads, and any block a tail falls in, gives the same
+// bits. 16-bit tensors (BFloat16, Float16): each block widened into float32
+// (cast_on_this_thread, vectorised), multiplied as the float32 kernel does and rounded
+// once back: the float32 kernel's bits on the widened tensor.
 #include <type_traits>
 
 #include "kernels/cpu/half/gemm_half.h"
