@@ -13,7 +13,7 @@ namespace dpcore::kernels::cuda {
 
 namespace {
 
-constexpr int kSumThreads = 256;
+constexpr int kChannelSumThreads = 256;
 
 __global__ void broadcast_rows_kernel(int64_t total, int64_t cols, const float* bias, float* y) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x)
@@ -128,21 +128,21 @@ void bias_activation(int64_t N, int64_t channels, int64_t inner, const float* bi
 void channel_sum(int64_t outer, int64_t channels, int64_t inner, const float* x, float* out, bool accumulate,
                  cudaStream_t stream) {
   if (channels == 0) return;
-  constexpr int64_t kMinSliceValues = 16 * kSumThreads, kMaxSlices = 1024;
+  constexpr int64_t kMinSliceValues = 16 * kChannelSumThreads, kMaxSlices = 1024;
   const int64_t per_channel = outer * inner;
   const int64_t slices = std::clamp<int64_t>(per_channel / kMinSliceValues, 1, kMaxSlices);
   const int64_t chunk = (per_channel + slices - 1) / slices;
   const unsigned channel_blocks = unsigned(std::min<int64_t>(channels, 65535));
   if (slices == 1) {
-    launch("channel_sum_kernel", channel_sum_kernel, dim3(1, channel_blocks), kSumThreads, stream, outer, channels,
+    launch("channel_sum_kernel", channel_sum_kernel, dim3(1, channel_blocks), kChannelSumThreads, stream, outer, channels,
            inner, chunk, x, out, accumulate);
     return;
   }
   // partial[c][s]: the second pass is this same sum with outer = 1 and inner = slices.
   dpcore::kernels::cuda_runtime::Workspace partial(size_t(channels * slices) * sizeof(float), stream);
-  launch("channel_sum_kernel", channel_sum_kernel, dim3(unsigned(slices), channel_blocks), kSumThreads, stream, outer,
+  launch("channel_sum_kernel", channel_sum_kernel, dim3(unsigned(slices), channel_blocks), kChannelSumThreads, stream, outer,
          channels, inner, chunk, x, partial.floats(), false);
-  launch("channel_sum_kernel", channel_sum_kernel, dim3(1, channel_blocks), kSumThreads, stream, int64_t(1), channels,
+  launch("channel_sum_kernel", channel_sum_kernel, dim3(1, channel_blocks), kChannelSumThreads, stream, int64_t(1), channels,
          slices, slices, partial.floats(), out, accumulate);
 }
 
