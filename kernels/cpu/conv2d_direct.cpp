@@ -39,6 +39,7 @@
 
 #include "kernels/cpu/kernels.h"
 #include "kernels/cpu/relu.h"
+#include "kernels/cpu/vector_variants.h"
 
 #define DPCORE_AVX512 __attribute__((target("avx512f")))
 
@@ -52,10 +53,7 @@ std::atomic<bool> direct_enabled{true};
 
 int64_t round_up(int64_t v, int64_t multiple) { return (v + multiple - 1) / multiple * multiple; }
 
-bool cpu_has_avx512() {
-  static const bool has = __builtin_cpu_supports("avx512f");
-  return has;
-}
+bool cpu_has_avx512() { return vector_width() == VectorWidth::Avx512; }
 
 // A stride-1 convolution of C planes H x W into K planes P x Q, on flat padded planes (the
 // weight gradient, which reads its inputs pixel by pixel, also takes other strides).

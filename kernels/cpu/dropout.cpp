@@ -19,9 +19,6 @@
 
 namespace dpcore::kernels::cpu {
 
-// A block: the elements of one philox_block call, 64 of one sample.
-constexpr int64_t kBlockElements = kPhiloxBlockWords;
-
 template <class X>
 void dropout(const DropoutConfig& cfg, int64_t samples, int64_t sample_size, const X* x, X* y) {
   using T = computed_t<X>;
@@ -31,13 +28,13 @@ void dropout(const DropoutConfig& cfg, int64_t samples, int64_t sample_size, con
   const uint64_t threshold = dropout_keep_threshold(cfg.p);
   const uint32_t last_kept = threshold == 0 ? 0 : uint32_t(threshold - 1);
   const T kept_scale = threshold == 0 ? T(0) : dropout_scale<T>(cfg.p);
-  const int64_t blocks = (sample_size + kBlockElements - 1) / kBlockElements, work = samples * blocks,
+  const int64_t blocks = (sample_size + kPhiloxBlockWords - 1) / kPhiloxBlockWords, work = samples * blocks,
                 n = samples * sample_size;
 #pragma omp parallel for num_threads(kernel_threads()) if (n >= kMinParallelElements) schedule(static)
   for (int64_t w = 0; w < work; ++w) {
-    const int64_t s = w / blocks, begin = (w % blocks) * kBlockElements;
-    const int64_t count = begin + kBlockElements < sample_size ? kBlockElements : sample_size - begin;
-    alignas(64) uint32_t words[kBlockElements];
+    const int64_t s = w / blocks, begin = (w % blocks) * kPhiloxBlockWords;
+    const int64_t count = begin + kPhiloxBlockWords < sample_size ? kPhiloxBlockWords : sample_size - begin;
+    alignas(64) uint32_t words[kPhiloxBlockWords];
     philox_block(cfg, cfg.first_sample + s, begin / 4, words);
     const X* xb = x + s * sample_size + begin;
     X* yb = y + s * sample_size + begin;
@@ -46,7 +43,7 @@ void dropout(const DropoutConfig& cfg, int64_t samples, int64_t sample_size, con
 #pragma omp simd
       for (int64_t e = 0; e < count; ++e) yb[e] = xb[e] * (words[e] <= last_kept ? kept_scale : T(0));
     } else {
-      alignas(64) float block[kBlockElements];
+      alignas(64) float block[kPhiloxBlockWords];
       cast_on_this_thread(count, xb, block);
 #pragma omp simd
       for (int64_t e = 0; e < count; ++e) block[e] = block[e] * (words[e] <= last_kept ? kept_scale : T(0));

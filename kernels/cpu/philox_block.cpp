@@ -11,6 +11,8 @@
 
 #include <immintrin.h>
 
+#include "kernels/cpu/vector_variants.h"
+
 namespace dpcore::kernels::cpu {
 
 // The counters as arrays of each word (c[word][group]), one simd loop over the groups per
@@ -31,9 +33,9 @@ void philox_block_portable(const DropoutConfig& cfg, int64_t sample, int64_t fir
     for (int k = 0; k < 4; ++k) words[4 * g + k] = c[k][g];
 }
 
-bool philox_block_avx512_runs() {
-  __builtin_cpu_init();
-  return __builtin_cpu_supports("avx512f");
+void philox_block(const DropoutConfig& cfg, int64_t sample, int64_t first_group, uint32_t* words) {
+  if (vector_width() == VectorWidth::Avx512) philox_block_avx512(cfg, sample, first_group, words);
+  else philox_block_portable(cfg, sample, first_group, words);
 }
 
 // GCC 12 warns that the intrinsics' own undefined pass-through operand "is used

@@ -16,15 +16,10 @@ constexpr int64_t kPhiloxBlockGroups = 16, kPhiloxBlockWords = 4 * kPhiloxBlockG
 
 // words[4 g + k] = dropout_words(cfg.seed, cfg.step, sample, first_group + g).v[k] for g < 16.
 void philox_block_portable(const DropoutConfig& cfg, int64_t sample, int64_t first_group, uint32_t* words);
-// The same with AVX-512F; only on a CPU that has it (philox_block_avx512_runs()).
+// The same with AVX-512F; only on a CPU that has it (vector_width() is VectorWidth::Avx512).
 void philox_block_avx512(const DropoutConfig& cfg, int64_t sample, int64_t first_group, uint32_t* words);
-bool philox_block_avx512_runs();
 
 // The fastest of the two this CPU runs.
-inline void philox_block(const DropoutConfig& cfg, int64_t sample, int64_t first_group, uint32_t* words) {
-  static const bool avx512 = philox_block_avx512_runs();
-  if (avx512) philox_block_avx512(cfg, sample, first_group, words);
-  else philox_block_portable(cfg, sample, first_group, words);
-}
+void philox_block(const DropoutConfig& cfg, int64_t sample, int64_t first_group, uint32_t* words);
 
 }  // namespace dpcore::kernels::cpu
